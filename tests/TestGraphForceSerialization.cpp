@@ -1,0 +1,229 @@
+/**
+ * Serialization of GraphForce (GraphForceProxy): XmlSerializer round trips of
+ * the force and of a System, the embedded model bytes, and the rejection of
+ * an unknown version and of damaged model text.
+ */
+#include "GraphForce.h"
+#include "TestModelBuilder.h"
+#include "openmm/Context.h"
+#include "openmm/OpenMMException.h"
+#include "openmm/Platform.h"
+#include "openmm/State.h"
+#include "openmm/System.h"
+#include "openmm/VerletIntegrator.h"
+#include "openmm/serialization/XmlSerializer.h"
+#include <gtest/gtest.h>
+#include <memory>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace GraphPlugin;
+using namespace OpenMM;
+
+extern "C" void registerGraphReferenceKernelFactories();
+
+namespace {
+
+std::string serializeForce(const GraphForce& force) {
+    std::stringstream stream;
+    XmlSerializer::serialize<GraphForce>(&force, "Force", stream);
+    return stream.str();
+}
+
+std::unique_ptr<GraphForce> deserializeForce(const std::string& xml) {
+    std::stringstream stream(xml);
+    return std::unique_ptr<GraphForce>(XmlSerializer::deserialize<GraphForce>(stream));
+}
+
+/** A force with every field away from its default. */
+std::unique_ptr<GraphForce> makeForce(const GraphTest::ModelOptions& options, int numParticles) {
+    std::unique_ptr<GraphForce> force(GraphForce::fromModelBytes(GraphTest::makeModelBytes(options)));
+    for (int i = 0; i < numParticles; i++)
+        force->addParticle(3 * i + 1, (i * 7 + 1) % force->getNumTypes());
+    force->setForceGroup(5);
+    force->setName("ML region");
+    force->setUsesPeriodicBoundaryConditions(true);
+    force->setProperty("CheckFinite", "false");
+    return force;
+}
+
+/** The value of the attribute `model="..."` and where it starts in the XML. */
+size_t findModelText(const std::string& xml, std::string& text) {
+    const std::string key = " model=\"";
+    size_t start = xml.find(key);
+    EXPECT_NE(start, std::string::npos) << "no model attribute in\n" << xml.substr(0, 400);
+    start += key.size();
+    size_t end = xml.find('"', start);
+    text = xml.substr(start, end - start);
+    return start;
+}
+
+std::string exceptionMessage(const std::string& xml) {
+    try {
+        deserializeForce(xml);
+    } catch (const OpenMMException& e) {
+        return e.what();
+    }
+    ADD_FAILURE() << "deserializing did not throw";
+    return "";
+}
+
+void expectSameForce(const GraphForce& expected, const GraphForce& actual) {
+    EXPECT_EQ(expected.getModelBytes(), actual.getModelBytes());
+    EXPECT_EQ(expected.getForceGroup(), actual.getForceGroup());
+    EXPECT_EQ(expected.getName(), actual.getName());
+    EXPECT_EQ(expected.usesPeriodicBoundaryConditions(), actual.usesPeriodicBoundaryConditions());
+    EXPECT_EQ(expected.getProperties(), actual.getProperties());
+    for (const std::string& key : GraphForce::getPropertyKeys())
+        EXPECT_EQ(expected.getProperty(key), actual.getProperty(key)) << key;
+    ASSERT_EQ(expected.getNumParticles(), actual.getNumParticles());
+    for (int i = 0; i < expected.getNumParticles(); i++) {
+        int particle1, type1, particle2, type2;
+        expected.getParticleParameters(i, particle1, type1);
+        actual.getParticleParameters(i, particle2, type2);
+        EXPECT_EQ(particle1, particle2) << "particle " << i;
+        EXPECT_EQ(type1, type2) << "particle " << i;
+    }
+    EXPECT_EQ(expected.getNumTypes(), actual.getNumTypes());
+    EXPECT_EQ(expected.getCutoff(), actual.getCutoff());
+}
+
+} // namespace
+
+TEST(GraphForceSerialization, RoundTripPreservesEveryField) {
+    GraphTest::ModelOptions options;
+    options.numTypes = 3;
+    std::unique_ptr<GraphForce> force = makeForce(options, 7);
+    std::unique_ptr<GraphForce> copy = deserializeForce(serializeForce(*force));
+    ASSERT_NE(copy, nullptr);
+    expectSameForce(*force, *copy);
+    // A model file holds NUL bytes (the header length): they must survive.
+    EXPECT_NE(copy->getModelBytes().find('\0'), std::string::npos);
+}
+
+TEST(GraphForceSerialization, DefaultsRoundTrip) {
+    GraphTest::ModelOptions options;
+    std::unique_ptr<GraphForce> force(GraphForce::fromModelBytes(GraphTest::makeModelBytes(options)));
+    std::unique_ptr<GraphForce> copy = deserializeForce(serializeForce(*force));
+    expectSameForce(*force, *copy);
+    EXPECT_FALSE(copy->usesPeriodicBoundaryConditions());
+    EXPECT_TRUE(copy->getProperties().empty());
+    EXPECT_EQ(copy->getNumParticles(), 0);
+}
+
+TEST(GraphForceSerialization, EveryBase64PaddingRoundTrips) {
+    // Model sizes with every remainder modulo 3, so that the encoding ends
+    // with no '=', one '=' and two '='.
+    std::set<size_t> remainders;
+    for (int channels = 2; channels <= 9 && remainders.size() < 3; channels++) {
+        for (bool float32 : {false, true}) {
+            GraphTest::ModelOptions options;
+            options.numChannels = channels;
+            options.numAxis = 2;
+            options.float32 = float32;
+            options.intervals = 10 + channels;
+            std::unique_ptr<GraphForce> force = makeForce(options, 3);
+            remainders.insert(force->getModelBytes().size() % 3);
+            std::unique_ptr<GraphForce> copy = deserializeForce(serializeForce(*force));
+            EXPECT_EQ(force->getModelBytes(), copy->getModelBytes()) << "model of " << force->getModelBytes().size() << " bytes";
+        }
+    }
+    EXPECT_EQ(remainders.size(), 3u) << "the models did not cover every base64 padding";
+}
+
+TEST(GraphForceSerialization, SystemRoundTripGivesTheSameEnergy) {
+    registerGraphReferenceKernelFactories();
+    const int numParticles = 12;
+    GraphTest::ModelOptions options;
+    System system;
+    for (int i = 0; i < numParticles; i++)
+        system.addParticle(1.0);
+    GraphForce* force = GraphForce::fromModelBytes(GraphTest::makeModelBytes(options));
+    for (int i = 0; i < numParticles; i++)
+        force->addParticle(i, i % force->getNumTypes());
+    system.addForce(force);
+
+    std::stringstream stream;
+    XmlSerializer::serialize<System>(&system, "System", stream);
+    std::unique_ptr<System> copy(XmlSerializer::deserialize<System>(stream));
+    ASSERT_EQ(copy->getNumForces(), 1);
+    GraphForce* copiedForce = dynamic_cast<GraphForce*>(&copy->getForce(0));
+    ASSERT_NE(copiedForce, nullptr) << "the deserialized force is not a GraphForce";
+    expectSameForce(*force, *copiedForce);
+
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<double> uniform(0.0, 0.8);
+    std::vector<Vec3> positions;
+    for (int i = 0; i < numParticles; i++)
+        positions.push_back(Vec3(uniform(rng), uniform(rng), uniform(rng)));
+    Platform& platform = Platform::getPlatformByName("Reference");
+    VerletIntegrator integrator1(0.001), integrator2(0.001);
+    Context context1(system, integrator1, platform), context2(*copy, integrator2, platform);
+    context1.setPositions(positions);
+    context2.setPositions(positions);
+    State state1 = context1.getState(State::Energy | State::Forces);
+    State state2 = context2.getState(State::Energy | State::Forces);
+    EXPECT_NE(state1.getPotentialEnergy(), 0.0) << "the test model gives no energy: the comparison would prove nothing";
+    EXPECT_EQ(state1.getPotentialEnergy(), state2.getPotentialEnergy());
+    for (int i = 0; i < numParticles; i++)
+        for (int j = 0; j < 3; j++)
+            EXPECT_EQ(state1.getForces()[i][j], state2.getForces()[i][j]);
+}
+
+TEST(GraphForceSerialization, UnknownVersionIsRejected) {
+    std::unique_ptr<GraphForce> force = makeForce(GraphTest::ModelOptions(), 2);
+    std::string xml = serializeForce(*force);
+    size_t position = xml.find(" version=\"1\"");
+    ASSERT_NE(position, std::string::npos);
+    xml.replace(position, 12, " version=\"2\"");
+    std::string message = exceptionMessage(xml);
+    EXPECT_NE(message.find("version 2"), std::string::npos) << message;
+    EXPECT_NE(message.find("version 1"), std::string::npos) << message;
+}
+
+TEST(GraphForceSerialization, InvalidBase64CharacterIsRejected) {
+    std::unique_ptr<GraphForce> force = makeForce(GraphTest::ModelOptions(), 2);
+    std::string xml = serializeForce(*force);
+    std::string text;
+    size_t start = findModelText(xml, text);
+    ASSERT_GT(text.size(), 40u);
+    xml[start + 21] = '*';
+    std::string message = exceptionMessage(xml);
+    EXPECT_NE(message.find("invalid character '*'"), std::string::npos) << message;
+    EXPECT_NE(message.find("position 21"), std::string::npos) << message;
+}
+
+TEST(GraphForceSerialization, MisplacedPaddingIsRejected) {
+    std::unique_ptr<GraphForce> force = makeForce(GraphTest::ModelOptions(), 2);
+    std::string xml = serializeForce(*force);
+    std::string text;
+    size_t start = findModelText(xml, text);
+    xml[start + 5] = '=';
+    std::string message = exceptionMessage(xml);
+    EXPECT_NE(message.find("invalid character '='"), std::string::npos) << message;
+}
+
+TEST(GraphForceSerialization, TruncatedBase64IsRejected) {
+    std::unique_ptr<GraphForce> force = makeForce(GraphTest::ModelOptions(), 2);
+    std::string xml = serializeForce(*force);
+    std::string text;
+    size_t start = findModelText(xml, text);
+    xml.erase(start + text.size() - 1, 1);
+    std::string message = exceptionMessage(xml);
+    EXPECT_NE(message.find("multiple of 4"), std::string::npos) << message;
+}
+
+TEST(GraphForceSerialization, DamagedModelIsRejectedByTheLoader) {
+    // Valid base64 whose bytes are no model: characters 4-7 encode bytes 3-5 of
+    // the safetensors header length, which become 0xFF (a header of ~2^40 bytes).
+    std::unique_ptr<GraphForce> force = makeForce(GraphTest::ModelOptions(), 2);
+    std::string xml = serializeForce(*force);
+    std::string text;
+    size_t start = findModelText(xml, text);
+    xml.replace(start + 4, 4, "////");
+    std::string message = exceptionMessage(xml);
+    EXPECT_NE(message.find("GraphForce"), std::string::npos) << message;
+}
