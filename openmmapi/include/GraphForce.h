@@ -1,0 +1,150 @@
+#ifndef OPENMM_GRAPH_FORCE_H_
+#define OPENMM_GRAPH_FORCE_H_
+
+/* -------------------------------------------------------------------------- *
+ *                              openmm-graph                                  *
+ * -------------------------------------------------------------------------- */
+
+#include "openmm/Context.h"
+#include "openmm/Force.h"
+#include "internal/windowsExportGraph.h"
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace GraphPlugin {
+
+class GraphModel;
+
+/**
+ * A machine-learned graph potential (the compressed model of
+ * docs/model-format.md) applied to a chosen set of particles of a System.
+ *
+ * The model is read once, when the force is created, by the project's single
+ * model loader: a malformed file is rejected right here with an
+ * OpenMMException that names the key, the expected and the found value.  The
+ * force keeps the model's bytes, so a serialized System is self-contained.
+ *
+ * Only the particles added with addParticle() take part: the graph is built
+ * over them alone, and all other particles of the System feel no force from
+ * the model (an ML region inside a larger classical System).  Each added
+ * particle carries a model type, an index in [0, getNumTypes()).
+ *
+ * Units: positions, the box and the cut-off are in nm, energies in kJ/mol and
+ * forces in kJ/mol/nm, whatever units the model file declares; the loader
+ * converts them.
+ *
+ * Properties (setProperty(); unknown keys and bad values are rejected):
+ *
+ *  - "CheckFinite": "true" (default) or "false".  When true, each evaluation
+ *    checks that the energy and every force are finite and throws an
+ *    OpenMMException naming the first bad particle otherwise.  When false the
+ *    check is skipped (for benchmarks only).
+ */
+class OPENMM_EXPORT_GRAPH GraphForce : public OpenMM::Force {
+public:
+    /**
+     * Create a GraphForce from a model file.
+     *
+     * @param modelPath   path of a model file (safetensors, docs/model-format.md)
+     */
+    explicit GraphForce(const std::string& modelPath);
+    /**
+     * Create a GraphForce from the bytes of a model file held in memory.
+     *
+     * @param modelBytes  the whole content of a model file
+     */
+    static GraphForce* fromModelBytes(const std::string& modelBytes);
+    ~GraphForce();
+    /**
+     * The model's bytes, exactly as read (what serialization embeds).
+     */
+    const std::string& getModelBytes() const;
+    /**
+     * Add a particle of the System to the set the model applies to.
+     *
+     * @param particle   the index of the particle in the System
+     * @param type       the model type of the particle, in [0, getNumTypes())
+     * @return the index of the particle within this force
+     */
+    int addParticle(int particle, int type);
+    /** The number of particles the model applies to. */
+    int getNumParticles() const;
+    /**
+     * Get the System particle and model type of a particle of this force.
+     *
+     * @param index      the index of the particle within this force
+     * @param[out] particle   the index of the particle in the System
+     * @param[out] type       the model type of the particle
+     */
+    void getParticleParameters(int index, int& particle, int& type) const;
+    /**
+     * Set the System particle and model type of a particle of this force.
+     */
+    void setParticleParameters(int index, int particle, int type);
+    /** The number of particle types of the model (T). */
+    int getNumTypes() const;
+    /** The name of a model type, e.g. "O". */
+    const std::string& getTypeName(int type) const;
+    /** The atomic number of a model type (0 where it has none). */
+    int getTypeAtomicNumber(int type) const;
+    /**
+     * The index of the model type with a given name; throws an
+     * OpenMMException listing the model's types when there is none.
+     */
+    int getTypeIndex(const std::string& name) const;
+    /** The cut-off of the model in nm. */
+    double getCutoff() const;
+    /**
+     * Set whether the model sees periodic boundary conditions (the Context's
+     * periodic box, minimum image).  Default: false.
+     */
+    void setUsesPeriodicBoundaryConditions(bool periodic);
+    bool usesPeriodicBoundaryConditions() const override;
+    /**
+     * Set a property (see the class comment for the keys).  Throws an
+     * OpenMMException for an unknown key or a bad value.
+     */
+    void setProperty(const std::string& key, const std::string& value);
+    /** The value of a property (its default when never set). */
+    std::string getProperty(const std::string& key) const;
+    /** All properties that were set, as key -> value. */
+    const std::map<std::string, std::string>& getProperties() const;
+    /** The property keys this version knows. */
+    static std::vector<std::string> getPropertyKeys();
+    /**
+     * Copy the particle types into a Context that was created with this force.
+     * The set of particles (their number and System indices) cannot change this
+     * way; only their types can.
+     */
+    void updateParametersInContext(OpenMM::Context& context);
+    /**
+     * Evaluate the model on the Context's current positions and return the
+     * energy of each particle of this force (E_i of the model, kJ/mol), in the
+     * order of addParticle().  They sum to the force's energy.
+     */
+    std::vector<double> getParticleEnergies(OpenMM::Context& context) const;
+    /**
+     * The parsed, validated model shared by all platforms (internal use).
+     */
+    std::shared_ptr<const GraphModel> getModel() const;
+
+protected:
+    OpenMM::ForceImpl* createImpl() const override;
+
+private:
+    GraphForce(const std::string& modelBytes, bool fromBytes);
+    struct ParticleInfo {
+        int particle, type;
+    };
+    std::string modelBytes;
+    std::shared_ptr<const GraphModel> model;
+    std::vector<ParticleInfo> particles;
+    bool periodic;
+    std::map<std::string, std::string> properties;
+};
+
+} // namespace GraphPlugin
+
+#endif /*OPENMM_GRAPH_FORCE_H_*/

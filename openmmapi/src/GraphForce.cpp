@@ -1,0 +1,152 @@
+#include "GraphForce.h"
+#include "internal/GraphForceImpl.h"
+#include "internal/GraphModelLoader.h"
+#include "openmm/OpenMMException.h"
+#include "openmm/internal/AssertionUtilities.h"
+#include "openmm/internal/ContextImpl.h"
+
+using namespace GraphPlugin;
+using namespace OpenMM;
+
+namespace {
+
+const std::map<std::string, std::string>& propertyDefaults() {
+    static const std::map<std::string, std::string> defaults = {{"CheckFinite", "true"}};
+    return defaults;
+}
+
+} // namespace
+
+GraphForce::GraphForce(const std::string& modelPath) : GraphForce(GraphModelLoader::readFile(modelPath), true) {
+}
+
+GraphForce::GraphForce(const std::string& bytes, bool) : modelBytes(bytes), periodic(false) {
+    model = GraphModelLoader::fromBytes(modelBytes);
+}
+
+GraphForce* GraphForce::fromModelBytes(const std::string& modelBytes) {
+    return new GraphForce(modelBytes, true);
+}
+
+GraphForce::~GraphForce() {
+}
+
+const std::string& GraphForce::getModelBytes() const {
+    return modelBytes;
+}
+
+std::shared_ptr<const GraphModel> GraphForce::getModel() const {
+    return model;
+}
+
+int GraphForce::addParticle(int particle, int type) {
+    if (particle < 0)
+        throw OpenMMException("GraphForce: addParticle: particle index " + std::to_string(particle) + " is negative");
+    if (type < 0 || type >= getNumTypes())
+        throw OpenMMException("GraphForce: addParticle: type " + std::to_string(type) + " is out of range; the model has " +
+                              std::to_string(getNumTypes()) + " types (0 to " + std::to_string(getNumTypes() - 1) + ")");
+    particles.push_back(ParticleInfo{particle, type});
+    return (int) particles.size() - 1;
+}
+
+int GraphForce::getNumParticles() const {
+    return (int) particles.size();
+}
+
+void GraphForce::getParticleParameters(int index, int& particle, int& type) const {
+    ASSERT_VALID_INDEX(index, particles);
+    particle = particles[index].particle;
+    type = particles[index].type;
+}
+
+void GraphForce::setParticleParameters(int index, int particle, int type) {
+    ASSERT_VALID_INDEX(index, particles);
+    if (particle < 0)
+        throw OpenMMException("GraphForce: setParticleParameters: particle index " + std::to_string(particle) + " is negative");
+    if (type < 0 || type >= getNumTypes())
+        throw OpenMMException("GraphForce: setParticleParameters: type " + std::to_string(type) + " is out of range; the model has " +
+                              std::to_string(getNumTypes()) + " types (0 to " + std::to_string(getNumTypes() - 1) + ")");
+    particles[index] = ParticleInfo{particle, type};
+}
+
+int GraphForce::getNumTypes() const {
+    return model->numTypes;
+}
+
+const std::string& GraphForce::getTypeName(int type) const {
+    ASSERT_VALID_INDEX(type, model->typeNames);
+    return model->typeNames[type];
+}
+
+int GraphForce::getTypeAtomicNumber(int type) const {
+    ASSERT_VALID_INDEX(type, model->typeAtomicNumbers);
+    return model->typeAtomicNumbers[type];
+}
+
+int GraphForce::getTypeIndex(const std::string& name) const {
+    std::string known;
+    for (int i = 0; i < model->numTypes; i++) {
+        if (model->typeNames[i] == name)
+            return i;
+        known += (i ? ", " : "") + model->typeNames[i];
+    }
+    throw OpenMMException("GraphForce: the model has no type named '" + name + "'; its types are " + known);
+}
+
+double GraphForce::getCutoff() const {
+    return model->cutoff;
+}
+
+void GraphForce::setUsesPeriodicBoundaryConditions(bool periodic) {
+    this->periodic = periodic;
+}
+
+bool GraphForce::usesPeriodicBoundaryConditions() const {
+    return periodic;
+}
+
+std::vector<std::string> GraphForce::getPropertyKeys() {
+    std::vector<std::string> keys;
+    for (auto& entry : propertyDefaults())
+        keys.push_back(entry.first);
+    return keys;
+}
+
+void GraphForce::setProperty(const std::string& key, const std::string& value) {
+    if (!propertyDefaults().count(key)) {
+        std::string known;
+        for (const std::string& k : getPropertyKeys())
+            known += (known.empty() ? "" : ", ") + k;
+        throw OpenMMException("GraphForce: unknown property '" + key + "'; the known properties are " + known);
+    }
+    if (key == "CheckFinite" && value != "true" && value != "false")
+        throw OpenMMException("GraphForce: property CheckFinite must be \"true\" or \"false\", found \"" + value + "\"");
+    properties[key] = value;
+}
+
+std::string GraphForce::getProperty(const std::string& key) const {
+    auto it = properties.find(key);
+    if (it != properties.end())
+        return it->second;
+    auto def = propertyDefaults().find(key);
+    if (def == propertyDefaults().end())
+        throw OpenMMException("GraphForce: unknown property '" + key + "'");
+    return def->second;
+}
+
+const std::map<std::string, std::string>& GraphForce::getProperties() const {
+    return properties;
+}
+
+void GraphForce::updateParametersInContext(Context& context) {
+    dynamic_cast<GraphForceImpl&>(getImplInContext(context)).updateParametersInContext(getContextImpl(context));
+}
+
+std::vector<double> GraphForce::getParticleEnergies(Context& context) const {
+    return dynamic_cast<GraphForceImpl&>(const_cast<GraphForce*>(this)->getImplInContext(context))
+        .getParticleEnergies(const_cast<GraphForce*>(this)->getContextImpl(context));
+}
+
+ForceImpl* GraphForce::createImpl() const {
+    return new GraphForceImpl(*this);
+}

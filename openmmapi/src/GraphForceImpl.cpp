@@ -1,0 +1,70 @@
+#include "internal/GraphForceImpl.h"
+#include "GraphKernels.h"
+#include "internal/GraphModel.h"
+#include "openmm/OpenMMException.h"
+#include "openmm/internal/ContextImpl.h"
+#include <algorithm>
+#include <sstream>
+
+using namespace GraphPlugin;
+using namespace OpenMM;
+
+GraphForceImpl::GraphForceImpl(const GraphForce& owner) : owner(owner) {
+}
+
+void GraphForceImpl::validate(const GraphForce& force, const System& system) {
+    int numSystemParticles = system.getNumParticles();
+    std::vector<int> owner(numSystemParticles, -1);
+    for (int i = 0; i < force.getNumParticles(); i++) {
+        int particle, type;
+        force.getParticleParameters(i, particle, type);
+        if (particle < 0 || particle >= numSystemParticles)
+            throw OpenMMException("GraphForce: particle " + std::to_string(i) + " of the force refers to System particle " +
+                                  std::to_string(particle) + ", but the System has " + std::to_string(numSystemParticles) + " particles");
+        if (owner[particle] != -1)
+            throw OpenMMException("GraphForce: System particle " + std::to_string(particle) + " was added twice (as particles " +
+                                  std::to_string(owner[particle]) + " and " + std::to_string(i) + " of the force)");
+        owner[particle] = i;
+        if (type < 0 || type >= force.getNumTypes())
+            throw OpenMMException("GraphForce: particle " + std::to_string(i) + " has type " + std::to_string(type) +
+                                  ", out of range: the model has " + std::to_string(force.getNumTypes()) + " types");
+    }
+    if (force.usesPeriodicBoundaryConditions()) {
+        Vec3 a, b, c;
+        system.getDefaultPeriodicBoxVectors(a, b, c);
+        double smallest = std::min(a[0], std::min(b[1], c[2]));
+        if (force.getCutoff() > 0.5 * smallest) {
+            std::stringstream s;
+            s << "GraphForce: the model's cut-off (" << force.getCutoff() << " nm) is larger than half the smallest height of the "
+              << "periodic box (" << 0.5 * smallest << " nm); use a box at least " << 2 * force.getCutoff() << " nm in every direction";
+            throw OpenMMException(s.str());
+        }
+    }
+}
+
+void GraphForceImpl::initialize(ContextImpl& context) {
+    validate(owner, context.getSystem());
+    kernel = context.getPlatform().createKernel(CalcGraphForceKernel::Name(), context);
+    kernel.getAs<CalcGraphForceKernel>().initialize(context.getSystem(), owner);
+}
+
+double GraphForceImpl::calcForcesAndEnergy(ContextImpl& context, bool includeForces, bool includeEnergy, int groups) {
+    if ((groups & (1 << owner.getForceGroup())) != 0)
+        return kernel.getAs<CalcGraphForceKernel>().execute(context, includeForces, includeEnergy);
+    return 0.0;
+}
+
+std::vector<std::string> GraphForceImpl::getKernelNames() {
+    return {CalcGraphForceKernel::Name()};
+}
+
+void GraphForceImpl::updateParametersInContext(ContextImpl& context) {
+    kernel.getAs<CalcGraphForceKernel>().copyParametersToContext(context, owner);
+    context.systemChanged();
+}
+
+std::vector<double> GraphForceImpl::getParticleEnergies(ContextImpl& context) {
+    std::vector<double> energies;
+    kernel.getAs<CalcGraphForceKernel>().getParticleEnergies(context, energies);
+    return energies;
+}

@@ -1,0 +1,578 @@
+/**
+ * The shared test body of GraphForce, run on every platform.  A platform's test
+ * file defines, before including this header:
+ *
+ *   OpenMM::Platform& testPlatform();                  // the platform under test
+ *   std::map<std::string, std::string> testPlatformProperties();
+ *   double testForceTolerance();                       // relative force RMS tolerance
+ *   double testEnergyTolerance();                      // relative energy tolerance
+ *
+ * The Reference platform is checked against central finite differences of its
+ * own energy; every other platform against the Reference platform.
+ */
+
+#include "GraphForce.h"
+#include "TestModelBuilder.h"
+#include "openmm/Context.h"
+#include "openmm/CustomExternalForce.h"
+#include "openmm/OpenMMException.h"
+#include "openmm/Platform.h"
+#include "openmm/State.h"
+#include "openmm/System.h"
+#include "openmm/VerletIntegrator.h"
+#include <gtest/gtest.h>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace GraphPlugin;
+using namespace OpenMM;
+
+namespace {
+
+enum class Geometry { Cluster, Cubic, Triclinic };
+
+/** A model and a configuration to test on. */
+struct Scenario {
+    std::string name;
+    GraphTest::ModelOptions model;
+    Geometry geometry = Geometry::Cluster;
+};
+
+/** Positions (nm), types and box of a test configuration. */
+struct Configuration {
+    std::vector<Vec3> positions;
+    std::vector<int> types;
+    Vec3 box[3];
+    bool periodic = false;
+};
+
+bool isReferencePlatform() {
+    return testPlatform().getName() == "Reference";
+}
+
+/**
+ * Particles on a jittered lattice at about 100 particles/nm^3 (liquid density),
+ * filling a cluster of about `n` particles or the given box.
+ */
+Configuration makeConfiguration(Geometry geometry, int n, int numTypes, unsigned seed) {
+    Configuration config;
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+    std::uniform_int_distribution<int> type(0, numTypes - 1);
+    const double spacing = std::cbrt(1.0 / 100.0); // nm
+    int m = (int) std::ceil(std::cbrt((double) n));
+    if (geometry == Geometry::Cubic) {
+        double side = m * spacing;
+        config.box[0] = Vec3(side, 0, 0);
+        config.box[1] = Vec3(0, side, 0);
+        config.box[2] = Vec3(0, 0, side);
+    }
+    else if (geometry == Geometry::Triclinic) {
+        double side = m * spacing;
+        config.box[0] = Vec3(side, 0, 0);
+        config.box[1] = Vec3(0.3 * side, side, 0);
+        config.box[2] = Vec3(-0.2 * side, 0.4 * side, side);
+    }
+    else {
+        config.box[0] = Vec3(100, 0, 0);
+        config.box[1] = Vec3(0, 100, 0);
+        config.box[2] = Vec3(0, 0, 100);
+    }
+    config.periodic = geometry != Geometry::Cluster;
+    for (int i = 0; i < m && (int) config.positions.size() < n; i++)
+        for (int j = 0; j < m && (int) config.positions.size() < n; j++)
+            for (int k = 0; k < m && (int) config.positions.size() < n; k++) {
+                Vec3 site(i * spacing + 0.15 * spacing * uniform(rng), j * spacing + 0.15 * spacing * uniform(rng),
+                          k * spacing + 0.15 * spacing * uniform(rng));
+                if (geometry == Geometry::Triclinic)
+                    site = config.box[0] * (site[0] / (m * spacing)) + config.box[1] * (site[1] / (m * spacing)) +
+                           config.box[2] * (site[2] / (m * spacing));
+                config.positions.push_back(site);
+                config.types.push_back(type(rng));
+            }
+    return config;
+}
+
+std::unique_ptr<GraphForce> makeForce(const GraphTest::ModelOptions& options) {
+    return std::unique_ptr<GraphForce>(GraphForce::fromModelBytes(GraphTest::makeModelBytes(options)));
+}
+
+/** A System holding only a GraphForce over all particles of the configuration. */
+System* makeSystem(const Configuration& config, const GraphTest::ModelOptions& options, GraphForce** forceOut = nullptr) {
+    System* system = new System();
+    for (size_t i = 0; i < config.positions.size(); i++)
+        system->addParticle(12.0);
+    system->setDefaultPeriodicBoxVectors(config.box[0], config.box[1], config.box[2]);
+    GraphForce* force = makeForce(options).release();
+    for (size_t i = 0; i < config.positions.size(); i++)
+        force->addParticle((int) i, config.types[i]);
+    force->setUsesPeriodicBoundaryConditions(config.periodic);
+    system->addForce(force);
+    if (forceOut)
+        *forceOut = force;
+    return system;
+}
+
+struct Result {
+    double energy;
+    std::vector<Vec3> forces;
+};
+
+Result evaluate(const System& system, const std::vector<Vec3>& positions, Platform& platform,
+                const std::map<std::string, std::string>& properties = {}) {
+    VerletIntegrator integrator(0.001);
+    Context context(system, integrator, platform, properties);
+    context.setPositions(positions);
+    State state = context.getState(State::Energy | State::Forces);
+    return Result{state.getPotentialEnergy(), state.getForces()};
+}
+
+Result evaluateOnTestPlatform(const System& system, const std::vector<Vec3>& positions) {
+    return evaluate(system, positions, testPlatform(), testPlatformProperties());
+}
+
+double forceRms(const std::vector<Vec3>& forces) {
+    double sum = 0;
+    for (const Vec3& f : forces)
+        sum += f.dot(f);
+    return std::sqrt(sum / std::max<size_t>(1, forces.size()));
+}
+
+/** Relative RMS difference of two force sets (relative to the RMS of `expected`). */
+double relativeForceError(const std::vector<Vec3>& actual, const std::vector<Vec3>& expected) {
+    double sum = 0;
+    for (size_t i = 0; i < actual.size(); i++) {
+        Vec3 d = actual[i] - expected[i];
+        sum += d.dot(d);
+    }
+    return std::sqrt(sum / std::max<size_t>(1, actual.size())) / std::max(1e-300, forceRms(expected));
+}
+
+void expectEnergyNear(double actual, double expected, double relative) {
+    EXPECT_NEAR(actual, expected, relative * std::max(1.0, std::abs(expected)));
+}
+
+void expectForcesNear(const std::vector<Vec3>& actual, const std::vector<Vec3>& expected, double relative) {
+    ASSERT_EQ(actual.size(), expected.size());
+    EXPECT_LE(relativeForceError(actual, expected), relative);
+}
+
+/**
+ * The check of one platform's forces: on Reference, central finite differences
+ * of the energy along every coordinate of a few particles; elsewhere, the
+ * Reference platform's energy and forces.
+ */
+void checkAgainstReference(const System& system, const std::vector<Vec3>& positions) {
+    Result result = evaluateOnTestPlatform(system, positions);
+    ASSERT_TRUE(std::isfinite(result.energy));
+    ASSERT_GT(forceRms(result.forces), 0.0);
+    if (!isReferencePlatform()) {
+        Result expected = evaluate(system, positions, Platform::getPlatformByName("Reference"));
+        expectEnergyNear(result.energy, expected.energy, testEnergyTolerance());
+        expectForcesNear(result.forces, expected.forces, testForceTolerance());
+        return;
+    }
+    VerletIntegrator integrator(0.001);
+    Context context(system, integrator, testPlatform(), testPlatformProperties());
+    const double step = 1e-5; // nm
+    double worst = 0, scale = forceRms(result.forces);
+    int numChecked = std::min<int>(6, (int) positions.size());
+    for (int p = 0; p < numChecked; p++) {
+        int i = (int) ((long long) p * positions.size() / numChecked);
+        for (int c = 0; c < 3; c++) {
+            std::vector<Vec3> displaced = positions;
+            displaced[i][c] = positions[i][c] + step;
+            context.setPositions(displaced);
+            double plus = context.getState(State::Energy).getPotentialEnergy();
+            displaced[i][c] = positions[i][c] - step;
+            context.setPositions(displaced);
+            double minus = context.getState(State::Energy).getPotentialEnergy();
+            double numeric = -(plus - minus) / (2 * step);
+            worst = std::max(worst, std::abs(numeric - result.forces[i][c]) / scale);
+        }
+    }
+    EXPECT_LT(worst, 1e-6) << "finite differences disagree with the analytic forces";
+}
+
+std::vector<Scenario> forceScenarios() {
+    std::vector<Scenario> scenarios;
+    for (int lMax = 0; lMax <= 2; lMax++)
+        for (int lSum = 0; lSum <= 1; lSum++)
+            for (int interactions = 0; interactions <= 1; interactions++) {
+                Scenario s;
+                s.model.lMax = lMax;
+                s.model.lSum = lSum == 1;
+                s.model.numInteractions = interactions;
+                s.model.seed = 10 + lMax * 4 + lSum * 2 + interactions;
+                s.name = "L" + std::to_string(lMax) + (lSum ? "Summed" : "PerDegree") + (interactions ? "Interacting" : "");
+                s.geometry = Geometry::Cluster;
+                scenarios.push_back(s);
+            }
+    Scenario silu;
+    silu.name = "SiluFloat32File";
+    silu.model.activation = "silu";
+    silu.model.float32 = true;
+    silu.model.numTypes = 3;
+    scenarios.push_back(silu);
+    Scenario cubic;
+    cubic.name = "CubicBoxInteracting";
+    cubic.model.lMax = 2;
+    cubic.model.numInteractions = 1;
+    cubic.geometry = Geometry::Cubic;
+    scenarios.push_back(cubic);
+    Scenario triclinic;
+    triclinic.name = "TriclinicBoxPerDegree";
+    triclinic.model.lMax = 2;
+    triclinic.model.lSum = false;
+    triclinic.geometry = Geometry::Triclinic;
+    scenarios.push_back(triclinic);
+    Scenario angstrom;
+    angstrom.name = "AngstromEv";
+    angstrom.model.lengthUnit = "angstrom";
+    angstrom.model.energyUnit = "eV";
+    angstrom.geometry = Geometry::Cubic;
+    scenarios.push_back(angstrom);
+    return scenarios;
+}
+
+void PrintTo(const Scenario& scenario, std::ostream* out) {
+    *out << scenario.name;
+}
+
+class GraphForceScenarioTest : public ::testing::TestWithParam<Scenario> {};
+
+} // namespace
+
+TEST_P(GraphForceScenarioTest, ForcesMatchTheirCheck) {
+    const Scenario& s = GetParam();
+    int n = s.geometry == Geometry::Cluster ? 40 : 220;
+    Configuration config = makeConfiguration(s.geometry, n, s.model.numTypes, s.model.seed);
+    std::unique_ptr<System> system(makeSystem(config, s.model));
+    checkAgainstReference(*system, config.positions);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, GraphForceScenarioTest, ::testing::ValuesIn(forceScenarios()),
+                         [](const ::testing::TestParamInfo<Scenario>& info) { return info.param.name; });
+
+TEST(GraphForce, RepeatedEvaluationsAreBitwiseIdentical) {
+    GraphTest::ModelOptions options;
+    options.numInteractions = 1;
+    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 3);
+    std::unique_ptr<System> system(makeSystem(config, options));
+    VerletIntegrator integrator(0.001);
+    Context context(*system, integrator, testPlatform(), testPlatformProperties());
+    context.setPositions(config.positions);
+    State first = context.getState(State::Energy | State::Forces);
+    for (int repeat = 0; repeat < 3; repeat++) {
+        State again = context.getState(State::Energy | State::Forces);
+        EXPECT_EQ(first.getPotentialEnergy(), again.getPotentialEnergy());
+        for (size_t i = 0; i < config.positions.size(); i++)
+            for (int c = 0; c < 3; c++)
+                ASSERT_EQ(first.getForces()[i][c], again.getForces()[i][c]);
+    }
+}
+
+TEST(GraphForce, TranslationAndRotationLeaveEnergyUnchanged) {
+    GraphTest::ModelOptions options;
+    options.lMax = 2;
+    options.numInteractions = 1;
+    Configuration config = makeConfiguration(Geometry::Cluster, 50, 2, 4);
+    std::unique_ptr<System> system(makeSystem(config, options));
+    Result original = evaluateOnTestPlatform(*system, config.positions);
+    // Rotation about a random axis, then a translation.
+    double angle = 0.7, axis[3] = {0.3, -0.5, 0.8};
+    double norm = std::sqrt(axis[0] * axis[0] + axis[1] * axis[1] + axis[2] * axis[2]);
+    for (double& a : axis)
+        a /= norm;
+    double c = std::cos(angle), s = std::sin(angle);
+    double R[3][3];
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+            R[i][j] = (i == j ? c : 0) + (1 - c) * axis[i] * axis[j];
+    R[0][1] -= s * axis[2];
+    R[0][2] += s * axis[1];
+    R[1][0] += s * axis[2];
+    R[1][2] -= s * axis[0];
+    R[2][0] -= s * axis[1];
+    R[2][1] += s * axis[0];
+    auto rotate = [&](const Vec3& v) {
+        return Vec3(R[0][0] * v[0] + R[0][1] * v[1] + R[0][2] * v[2], R[1][0] * v[0] + R[1][1] * v[1] + R[1][2] * v[2],
+                    R[2][0] * v[0] + R[2][1] * v[1] + R[2][2] * v[2]);
+    };
+    std::vector<Vec3> moved(config.positions.size());
+    std::vector<Vec3> rotatedForces(config.positions.size());
+    for (size_t i = 0; i < moved.size(); i++) {
+        moved[i] = rotate(config.positions[i]) + Vec3(1.3, -2.1, 0.7);
+        rotatedForces[i] = rotate(original.forces[i]);
+    }
+    Result result = evaluateOnTestPlatform(*system, moved);
+    expectEnergyNear(result.energy, original.energy, 1e-10 + testEnergyTolerance());
+    expectForcesNear(result.forces, rotatedForces, 1e-9 + testForceTolerance());
+}
+
+TEST(GraphForce, PermutingSystemParticlesPermutesForces) {
+    GraphTest::ModelOptions options;
+    options.numInteractions = 1;
+    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 5);
+    std::unique_ptr<System> system(makeSystem(config, options));
+    Result original = evaluateOnTestPlatform(*system, config.positions);
+    std::vector<int> order(config.positions.size());
+    for (size_t i = 0; i < order.size(); i++)
+        order[i] = (int) i;
+    std::shuffle(order.begin(), order.end(), std::mt19937(7));
+    Configuration permuted = config;
+    for (size_t i = 0; i < order.size(); i++) {
+        permuted.positions[i] = config.positions[order[i]];
+        permuted.types[i] = config.types[order[i]];
+    }
+    std::unique_ptr<System> permutedSystem(makeSystem(permuted, options));
+    Result result = evaluateOnTestPlatform(*permutedSystem, permuted.positions);
+    std::vector<Vec3> expected(order.size());
+    for (size_t i = 0; i < order.size(); i++)
+        expected[i] = original.forces[order[i]];
+    expectEnergyNear(result.energy, original.energy, 1e-12 + testEnergyTolerance());
+    expectForcesNear(result.forces, expected, 1e-12 + testForceTolerance());
+}
+
+TEST(GraphForce, PeriodicImagesGiveTheSameResult) {
+    GraphTest::ModelOptions options;
+    options.lMax = 2;
+    for (Geometry geometry : {Geometry::Cubic, Geometry::Triclinic}) {
+        Configuration config = makeConfiguration(geometry, 220, 2, 6);
+        std::unique_ptr<System> system(makeSystem(config, options));
+        Result original = evaluateOnTestPlatform(*system, config.positions);
+        std::vector<Vec3> shifted = config.positions;
+        std::mt19937 rng(8);
+        std::uniform_int_distribution<int> image(-2, 2);
+        for (Vec3& x : shifted)
+            x += config.box[0] * image(rng) + config.box[1] * image(rng) + config.box[2] * image(rng);
+        Result result = evaluateOnTestPlatform(*system, shifted);
+        expectEnergyNear(result.energy, original.energy, 1e-10 + testEnergyTolerance());
+        expectForcesNear(result.forces, original.forces, 1e-9 + testForceTolerance());
+    }
+}
+
+TEST(GraphForce, LargeTriclinicBoxMatchesNoBox) {
+    GraphTest::ModelOptions options;
+    options.numInteractions = 1;
+    Configuration config = makeConfiguration(Geometry::Cluster, 60, 2, 9);
+    std::unique_ptr<System> open(makeSystem(config, options));
+    Configuration boxed = config;
+    boxed.periodic = true;
+    boxed.box[0] = Vec3(30, 0, 0);
+    boxed.box[1] = Vec3(10, 30, 0);
+    boxed.box[2] = Vec3(-12, 9, 30);
+    std::unique_ptr<System> periodic(makeSystem(boxed, options));
+    Result a = evaluateOnTestPlatform(*open, config.positions);
+    Result b = evaluateOnTestPlatform(*periodic, config.positions);
+    expectEnergyNear(b.energy, a.energy, 1e-12 + testEnergyTolerance());
+    expectForcesNear(b.forces, a.forces, 1e-12 + testForceTolerance());
+}
+
+TEST(GraphForce, UnitsOfTheFileDoNotChangeTheResult) {
+    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 11);
+    GraphTest::ModelOptions nm;
+    nm.numInteractions = 1;
+    std::unique_ptr<System> reference(makeSystem(config, nm));
+    Result expected = evaluateOnTestPlatform(*reference, config.positions);
+    for (auto units : std::vector<std::pair<std::string, std::string>>{{"angstrom", "eV"}, {"bohr", "hartree"}, {"nm", "kcal/mol"}}) {
+        GraphTest::ModelOptions options = nm;
+        options.lengthUnit = units.first;
+        options.energyUnit = units.second;
+        std::unique_ptr<System> system(makeSystem(config, options));
+        Result result = evaluateOnTestPlatform(*system, config.positions);
+        expectEnergyNear(result.energy, expected.energy, 1e-10 + testEnergyTolerance());
+        expectForcesNear(result.forces, expected.forces, 1e-9 + testForceTolerance());
+    }
+}
+
+TEST(GraphForce, OnlyTheAddedParticlesTakePart) {
+    GraphTest::ModelOptions options;
+    options.numInteractions = 1;
+    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 12);
+    // The force covers the even particles; the odd ones are classical bystanders.
+    System system;
+    Configuration subset = config;
+    subset.positions.clear();
+    subset.types.clear();
+    for (size_t i = 0; i < config.positions.size(); i++)
+        system.addParticle(12.0);
+    system.setDefaultPeriodicBoxVectors(config.box[0], config.box[1], config.box[2]);
+    GraphForce* force = makeForce(options).release();
+    for (size_t i = 0; i < config.positions.size(); i += 2) {
+        force->addParticle((int) i, config.types[i]);
+        subset.positions.push_back(config.positions[i]);
+        subset.types.push_back(config.types[i]);
+    }
+    force->setUsesPeriodicBoundaryConditions(true);
+    system.addForce(force);
+    Result result = evaluateOnTestPlatform(system, config.positions);
+    std::unique_ptr<System> alone(makeSystem(subset, options));
+    Result expected = evaluateOnTestPlatform(*alone, subset.positions);
+    expectEnergyNear(result.energy, expected.energy, 1e-12 + testEnergyTolerance());
+    for (size_t i = 0; i < config.positions.size(); i++) {
+        if (i % 2 == 1) {
+            EXPECT_EQ(result.forces[i], Vec3(0, 0, 0));
+            continue;
+        }
+        Vec3 d = result.forces[i] - expected.forces[i / 2];
+        EXPECT_LE(std::sqrt(d.dot(d)), (1e-10 + testForceTolerance()) * forceRms(expected.forces) * 10);
+    }
+}
+
+TEST(GraphForce, ParticleEnergiesSumToTheEnergy) {
+    GraphTest::ModelOptions options;
+    options.numInteractions = 1;
+    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 13);
+    GraphForce* force;
+    std::unique_ptr<System> system(makeSystem(config, options, &force));
+    VerletIntegrator integrator(0.001);
+    Context context(*system, integrator, testPlatform(), testPlatformProperties());
+    context.setPositions(config.positions);
+    double energy = context.getState(State::Energy).getPotentialEnergy();
+    std::vector<double> perParticle = force->getParticleEnergies(context);
+    ASSERT_EQ(perParticle.size(), config.positions.size());
+    double sum = 0;
+    for (double e : perParticle)
+        sum += e;
+    expectEnergyNear(sum, energy, 1e-12 + testEnergyTolerance());
+    EXPECT_NE(perParticle[0], perParticle[1]);
+}
+
+TEST(GraphForce, UpdateParametersInContextChangesTypes) {
+    GraphTest::ModelOptions options;
+    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 14);
+    GraphForce* force;
+    std::unique_ptr<System> system(makeSystem(config, options, &force));
+    VerletIntegrator integrator(0.001);
+    Context context(*system, integrator, testPlatform(), testPlatformProperties());
+    context.setPositions(config.positions);
+    double before = context.getState(State::Energy).getPotentialEnergy();
+    for (int i = 0; i < force->getNumParticles(); i += 3) {
+        config.types[i] = 1 - config.types[i];
+        force->setParticleParameters(i, i, config.types[i]);
+    }
+    force->updateParametersInContext(context);
+    double after = context.getState(State::Energy).getPotentialEnergy();
+    EXPECT_NE(before, after);
+    std::unique_ptr<System> fresh(makeSystem(config, options));
+    expectEnergyNear(after, evaluateOnTestPlatform(*fresh, config.positions).energy, 1e-12 + testEnergyTolerance());
+    // The particle set itself cannot change this way.
+    force->setParticleParameters(0, 1, 0);
+    EXPECT_THROW(force->updateParametersInContext(context), OpenMMException);
+}
+
+TEST(GraphForce, ForceGroupsSelectTheForce) {
+    GraphTest::ModelOptions options;
+    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 15);
+    GraphForce* force;
+    std::unique_ptr<System> system(makeSystem(config, options, &force));
+    force->setForceGroup(3);
+    VerletIntegrator integrator(0.001);
+    Context context(*system, integrator, testPlatform(), testPlatformProperties());
+    context.setPositions(config.positions);
+    double all = context.getState(State::Energy).getPotentialEnergy();
+    EXPECT_NE(all, 0.0);
+    EXPECT_EQ(context.getState(State::Energy, false, 1 << 3).getPotentialEnergy(), all);
+    EXPECT_EQ(context.getState(State::Energy, false, 1 << 2).getPotentialEnergy(), 0.0);
+}
+
+TEST(GraphForce, ShortNveRunConservesEnergy) {
+    GraphTest::ModelOptions options;
+    options.numInteractions = 1;
+    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 16);
+    std::unique_ptr<System> system(makeSystem(config, options));
+    VerletIntegrator integrator(0.0005);
+    Context context(*system, integrator, testPlatform(), testPlatformProperties());
+    context.setPositions(config.positions);
+    context.setVelocitiesToTemperature(300.0, 1);
+    State start = context.getState(State::Energy);
+    double initial = start.getPotentialEnergy() + start.getKineticEnergy();
+    double worst = 0;
+    for (int block = 0; block < 20; block++) {
+        integrator.step(10);
+        State state = context.getState(State::Energy);
+        worst = std::max(worst, std::abs(state.getPotentialEnergy() + state.getKineticEnergy() - initial));
+    }
+    // Drift well below the kinetic energy's thermal scale (n kT = 220 * 2.49 kJ/mol).
+    EXPECT_LT(worst, 1e-3 * start.getKineticEnergy());
+}
+
+TEST(GraphForce, CutoffLargerThanHalfTheBoxIsRejected) {
+    GraphTest::ModelOptions options;
+    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 17);
+    std::unique_ptr<System> system(makeSystem(config, options));
+    system->setDefaultPeriodicBoxVectors(Vec3(1.1, 0, 0), Vec3(0, 1.3, 0), Vec3(0, 0, 1.3));
+    VerletIntegrator integrator(0.001);
+    try {
+        Context context(*system, integrator, testPlatform(), testPlatformProperties());
+        FAIL() << "a box smaller than twice the cut-off was accepted";
+    }
+    catch (const OpenMMException& e) {
+        EXPECT_NE(std::string(e.what()).find("cut-off"), std::string::npos) << e.what();
+    }
+    // A box that shrinks later (e.g. under a barostat) is caught at the next step.
+    system->setDefaultPeriodicBoxVectors(config.box[0], config.box[1], config.box[2]);
+    Context context(*system, integrator, testPlatform(), testPlatformProperties());
+    context.setPositions(config.positions);
+    context.setPeriodicBoxVectors(Vec3(1.1, 0, 0), Vec3(0, 1.3, 0), Vec3(0, 0, 1.3));
+    EXPECT_THROW(context.getState(State::Forces), OpenMMException);
+}
+
+TEST(GraphForce, ParticlesAtTheSamePositionAreRejected) {
+    GraphTest::ModelOptions options;
+    Configuration config = makeConfiguration(Geometry::Cluster, 30, 2, 18);
+    std::unique_ptr<System> system(makeSystem(config, options));
+    std::vector<Vec3> positions = config.positions;
+    positions[17] = positions[4];
+    VerletIntegrator integrator(0.001);
+    Context context(*system, integrator, testPlatform(), testPlatformProperties());
+    context.setPositions(positions);
+    try {
+        context.getState(State::Forces);
+        FAIL() << "two particles at one position were accepted";
+    }
+    catch (const OpenMMException& e) {
+        std::string message = e.what();
+        EXPECT_NE(message.find("4"), std::string::npos) << message;
+        EXPECT_NE(message.find("17"), std::string::npos) << message;
+        EXPECT_NE(message.find("same position"), std::string::npos) << message;
+    }
+}
+
+TEST(GraphForce, NonFinitePositionsAreRejected) {
+    GraphTest::ModelOptions options;
+    Configuration config = makeConfiguration(Geometry::Cluster, 30, 2, 19);
+    std::unique_ptr<System> system(makeSystem(config, options));
+    std::vector<Vec3> positions = config.positions;
+    positions[5][1] = std::nan("");
+    VerletIntegrator integrator(0.001);
+    Context context(*system, integrator, testPlatform(), testPlatformProperties());
+    context.setPositions(positions);
+    EXPECT_THROW(context.getState(State::Forces | State::Energy), OpenMMException);
+}
+
+TEST(GraphForce, BadParticlesAreRejectedAtContextCreation) {
+    GraphTest::ModelOptions options;
+    Configuration config = makeConfiguration(Geometry::Cluster, 10, 2, 20);
+    VerletIntegrator integrator(0.001);
+    {
+        GraphForce* force;
+        std::unique_ptr<System> system(makeSystem(config, options, &force));
+        force->addParticle(10, 0); // the System has particles 0..9
+        EXPECT_THROW(Context(*system, integrator, testPlatform(), testPlatformProperties()), OpenMMException);
+    }
+    {
+        GraphForce* force;
+        std::unique_ptr<System> system(makeSystem(config, options, &force));
+        force->addParticle(3, 0); // particle 3 is already in the force
+        EXPECT_THROW(Context(*system, integrator, testPlatform(), testPlatformProperties()), OpenMMException);
+    }
+    std::unique_ptr<GraphForce> force = makeForce(options);
+    EXPECT_THROW(force->addParticle(0, 2), OpenMMException); // the model has types 0 and 1
+    EXPECT_THROW(force->addParticle(0, -1), OpenMMException);
+    EXPECT_THROW(force->addParticle(-1, 0), OpenMMException);
+}
