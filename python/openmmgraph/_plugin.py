@@ -127,11 +127,13 @@ def _forceFromModel(model):
         return GraphForce.fromModelBytes(model)
     if isinstance(model, (str, os.PathLike)):
         return GraphForce(model)
-    if hasattr(model, "to_bytes"):  # an openmmgraph.modelfile.ModelFile
+    from .modelfile import ModelFile
+
+    if isinstance(model, ModelFile):
         return GraphForce.fromModelBytes(model.to_bytes())
     raise TypeError(
         "createGraphForce: model must be a path (str or os.PathLike), the bytes of a model file "
-        f"or an object with to_bytes(); found {type(model).__name__}"
+        f"or an openmmgraph.modelfile.ModelFile; found {type(model).__name__}"
     )
 
 
@@ -143,9 +145,8 @@ def createGraphForce(topology, model, atoms=None, periodic=None):
     topology : openmm.app.Topology
         The topology of the System the force will be added to (atom i of the
         topology is particle i of the System).
-    model : str, os.PathLike, bytes or ModelFile
-        The model: a path to a model file, the bytes of one, or an object with
-        ``to_bytes()`` (``openmmgraph.modelfile.ModelFile``).
+    model : str, os.PathLike, bytes or openmmgraph.modelfile.ModelFile
+        The model: a path to a model file, the bytes of one, or a ModelFile.
     atoms : iterable of int or openmm.app.Atom, optional
         The atoms the model applies to (default: all of them), in the order
         they are added to the force.

@@ -207,8 +207,17 @@ static void graphSetOpenMMException(const char* message) {
     }
 }
 
-/* getParticleParameters(index) -> (particle, type). */
-%apply int& OUTPUT { int& particle, int& type };
+/* getParticleParameters(index) -> (particle, type), a tuple. */
+%typemap(in, numinputs=0) (int& particle, int& type) (int particleValue = 0, int typeValue = 0) {
+    $1 = &particleValue;
+    $2 = &typeValue;
+}
+%typemap(argout) (int& particle, int& type) {
+    Py_XDECREF($result);
+    $result = Py_BuildValue("(ii)", *$1, *$2);
+    if ($result == NULL)
+        SWIG_fail;
+}
 
 /* ---------------------------------------------------------------------------
  * The class
@@ -295,6 +304,11 @@ openmm.Force: use GraphForce.cast(force) to get the GraphForce.
         if not isinstance(force, openmm.Force):
             return False
         return _graphforce.GraphForce__isGraphForce(force)
+
+    def __repr__(self):
+        types = ", ".join(self.getTypeName(t) for t in range(self.getNumTypes()))
+        return (f"<openmmgraph.GraphForce: types {types}, {self.getNumParticles()} particles, "
+                f"cutoff {self.getCutoff():g} nm, periodic {self.usesPeriodicBoundaryConditions()}>")
 
     def __deepcopy__(self, memo):
         return self.__copy__()

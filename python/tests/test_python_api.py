@@ -1,0 +1,421 @@
+"""Tests of the Python API of openmm-graph with the real compiled module.
+
+They need the package installed (``pip install .``): they import the
+installed ``openmmgraph``, never the sources in python/openmmgraph, which
+have no compiled module.
+"""
+
+import copy
+import math
+import os
+import pathlib
+import pickle
+
+import numpy as np
+import openmm
+import pytest
+from openmm import app, unit
+
+import openmmgraph
+from openmmgraph import grades
+
+_SOURCE_PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "openmmgraph"
+if pathlib.Path(openmmgraph.__file__).resolve().parent == _SOURCE_PACKAGE:
+    pytest.fail(
+        "these tests must import the installed openmmgraph (pip install .), not the sources in "
+        f"{_SOURCE_PACKAGE}; run pytest from the repository root (it uses --import-mode=importlib)",
+        pytrace=False,
+    )
+
+GraphForce = openmmgraph.GraphForce
+
+
+def makeModelBytes(typeNames=("O", "H"), seed=0, **options):
+    return grades.make_model(grade="small", seed=seed, type_names=list(typeNames), **options).to_bytes()
+
+
+@pytest.fixture(scope="module")
+def modelBytes():
+    return makeModelBytes()
+
+
+@pytest.fixture()
+def modelPath(tmp_path, modelBytes):
+    path = tmp_path / "water.safetensors"
+    path.write_bytes(modelBytes)
+    return path
+
+
+def waterTopology(numWaters, box=None, extra=()):
+    """numWaters waters (O, H, H), then one residue per element symbol in extra."""
+    topology = app.Topology()
+    chain = topology.addChain()
+    oxygen = app.Element.getBySymbol("O")
+    hydrogen = app.Element.getBySymbol("H")
+    for _ in range(numWaters):
+        residue = topology.addResidue("HOH", chain)
+        o = topology.addAtom("O", oxygen, residue)
+        h1 = topology.addAtom("H1", hydrogen, residue)
+        h2 = topology.addAtom("H2", hydrogen, residue)
+        topology.addBond(o, h1)
+        topology.addBond(o, h2)
+    for symbol in extra:
+        residue = topology.addResidue(symbol.upper(), chain)
+        topology.addAtom(symbol.upper(), app.Element.getBySymbol(symbol), residue)
+    if box is not None:
+        topology.setPeriodicBoxVectors(
+            [openmm.Vec3(box, 0, 0), openmm.Vec3(0, box, 0), openmm.Vec3(0, 0, box)] * unit.nanometer
+        )
+    return topology
+
+
+def waterPositions(numWaters, seed=1):
+    """Waters on a 0.31 nm grid (no two atoms closer than ~0.1 nm), in nm."""
+    rng = np.random.default_rng(seed)
+    positions = []
+    side = math.ceil(numWaters ** (1 / 3))
+    for index in range(numWaters):
+        center = 0.31 * np.array([index % side, (index // side) % side, index // side**2]) + 0.2
+        positions.append(center)
+        for _ in range(2):
+            direction = rng.normal(size=3)
+            positions.append(center + 0.1 * direction / np.linalg.norm(direction))
+    return [openmm.Vec3(*p) for p in positions]
+
+
+def systemFor(force, numParticles):
+    system = openmm.System()
+    for _ in range(numParticles):
+        system.addParticle(1.0)
+    system.addForce(force)
+    return system
+
+
+def energyOf(system, positions):
+    context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+    context.setPositions(positions)
+    state = context.getState(getEnergy=True, getForces=True)
+    return (
+        state.getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole),
+        state.getForces(asNumpy=True).value_in_unit(unit.kilojoule_per_mole / unit.nanometer),
+    )
+
+
+def forceFields(force):
+    return (
+        force.getModelBytes(),
+        force.getForceGroup(),
+        force.getName(),
+        force.usesPeriodicBoundaryConditions(),
+        force.getProperties(),
+        [force.getParticleParameters(i) for i in range(force.getNumParticles())],
+    )
+
+
+# --------------------------------------------------------------------------
+# Plugin loading
+# --------------------------------------------------------------------------
+
+
+def test_plugins_give_reference_the_kernel():
+    assert openmm.Platform.getPlatformByName("Reference").supportsKernels(["CalcGraphForce"])
+    failures = openmmgraph.pluginLoadFailures()
+    assert isinstance(failures, list)
+    assert all(isinstance(message, str) for message in failures)
+    assert not any("Reference" in message for message in failures), failures
+
+
+def test_compiled_module_is_installed_inside_the_package():
+    from openmmgraph import graphforce
+
+    assert pathlib.Path(graphforce.__file__).parent == pathlib.Path(openmmgraph.__file__).parent
+    assert issubclass(GraphForce, openmm.Force)
+
+
+# --------------------------------------------------------------------------
+# Construction
+# --------------------------------------------------------------------------
+
+
+def test_construct_from_str_and_pathlike(modelPath, modelBytes):
+    for path in (str(modelPath), modelPath):
+        force = GraphForce(path)
+        assert force.getModelBytes() == modelBytes
+        assert force.getNumTypes() == 2
+        assert force.getNumParticles() == 0
+
+
+def test_construct_from_bytes_like(modelBytes):
+    assert b"\0" in modelBytes  # the safetensors header length: NULs must survive
+    for data in (modelBytes, bytearray(modelBytes), memoryview(modelBytes), np.frombuffer(modelBytes, np.uint8)):
+        force = GraphForce.fromModelBytes(data)
+        assert isinstance(force, GraphForce)
+        assert force.thisown  # %newobject: Python owns it, System.addForce can take it
+        returned = force.getModelBytes()
+        assert isinstance(returned, bytes)
+        assert returned == modelBytes
+
+
+def test_fromModelBytes_rejects_str_and_non_buffers(modelPath):
+    with pytest.raises(TypeError, match="GraphForce\\(path\\)"):
+        GraphForce.fromModelBytes(str(modelPath))
+    with pytest.raises(TypeError, match="int"):
+        GraphForce.fromModelBytes(3)
+
+
+def test_path_with_nul_points_to_fromModelBytes(modelBytes):
+    with pytest.raises(ValueError, match="fromModelBytes"):
+        GraphForce(modelBytes)
+
+
+def test_missing_file_raises_openmm_exception_naming_the_path(tmp_path):
+    missing = tmp_path / "no-such-model.safetensors"
+    with pytest.raises(openmm.OpenMMException, match="no-such-model.safetensors"):
+        GraphForce(missing)
+
+
+def test_bad_model_file_raises_openmm_exception_naming_the_key(tmp_path):
+    model = grades.make_model(grade="small", seed=0, type_names=["O", "H"])
+    model.metadata["activation"] = "relu"
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(model.to_bytes(validate=False))
+    with pytest.raises(openmm.OpenMMException, match="activation") as info:
+        GraphForce(path)
+    assert "relu" in str(info.value)
+    with pytest.raises(openmm.OpenMMException, match="activation"):
+        GraphForce.fromModelBytes(path.read_bytes())
+
+
+def test_truncated_model_raises_openmm_exception(modelBytes):
+    with pytest.raises(openmm.OpenMMException):
+        GraphForce.fromModelBytes(modelBytes[: len(modelBytes) // 2])
+    with pytest.raises(openmm.OpenMMException):
+        GraphForce.fromModelBytes(b"")
+
+
+# --------------------------------------------------------------------------
+# Particles, types, cut-off, properties
+# --------------------------------------------------------------------------
+
+
+def test_add_get_set_particles(modelBytes):
+    force = GraphForce.fromModelBytes(modelBytes)
+    assert force.addParticle(4, 1) == 0
+    assert force.addParticle(7, 0) == 1
+    assert force.getNumParticles() == 2
+    assert force.getParticleParameters(0) == (4, 1)
+    assert isinstance(force.getParticleParameters(0), tuple)
+    assert force.getParticleParameters(1) == (7, 0)
+    force.setParticleParameters(1, 9, 1)
+    particle, particleType = force.getParticleParameters(1)
+    assert (particle, particleType) == (9, 1)
+    with pytest.raises(openmm.OpenMMException, match="type 2"):
+        force.addParticle(0, 2)
+    with pytest.raises(openmm.OpenMMException):
+        force.getParticleParameters(2)
+
+
+def test_type_lookup_by_name(modelBytes):
+    force = GraphForce.fromModelBytes(modelBytes)
+    assert [force.getTypeName(t) for t in range(force.getNumTypes())] == ["O", "H"]
+    assert force.getTypeIndex("O") == 0
+    assert force.getTypeIndex("H") == 1
+    assert force.getTypeAtomicNumber(0) == 8
+    assert force.getTypeAtomicNumber(1) == 1
+    with pytest.raises(openmm.OpenMMException, match="'Na'.*O, H"):
+        force.getTypeIndex("Na")
+
+
+@pytest.mark.parametrize("lengthUnit", ["nm", "angstrom", "bohr"])
+def test_cutoff_is_in_nm(lengthUnit):
+    force = GraphForce.fromModelBytes(makeModelBytes(length_unit=lengthUnit, cutoff=0.55))
+    assert isinstance(force.getCutoff(), float)
+    assert force.getCutoff() == pytest.approx(0.55, rel=1e-10)
+
+
+def test_repr_names_types_and_particles(modelBytes):
+    force = GraphForce.fromModelBytes(modelBytes)
+    force.addParticle(0, 0)
+    text = repr(force)
+    assert "O, H" in text and "1 particles" in text and "nm" in text
+
+
+def test_periodic_flag(modelBytes):
+    force = GraphForce.fromModelBytes(modelBytes)
+    assert not force.usesPeriodicBoundaryConditions()
+    force.setUsesPeriodicBoundaryConditions(True)
+    assert force.usesPeriodicBoundaryConditions()
+
+
+def test_properties(modelBytes):
+    force = GraphForce.fromModelBytes(modelBytes)
+    assert "CheckFinite" in GraphForce.getPropertyKeys()
+    assert force.getProperty("CheckFinite") == "true"
+    assert force.getProperties() == {}
+    force.setProperty("CheckFinite", "false")
+    assert force.getProperty("CheckFinite") == "false"
+    assert force.getProperties() == {"CheckFinite": "false"}
+    with pytest.raises(openmm.OpenMMException, match="NoSuchKey"):
+        force.setProperty("NoSuchKey", "1")
+    with pytest.raises(openmm.OpenMMException, match="CheckFinite"):
+        force.setProperty("CheckFinite", "maybe")
+    assert force.getProperties() == {"CheckFinite": "false"}
+
+
+# --------------------------------------------------------------------------
+# With OpenMM: System, Context, XmlSerializer, copy, pickle
+# --------------------------------------------------------------------------
+
+
+def test_system_takes_ownership(modelBytes):
+    force = GraphForce.fromModelBytes(modelBytes)
+    system = systemFor(force, 3)
+    assert not force.thisown
+    assert system.getNumForces() == 1
+
+
+def test_energy_and_particle_energies(modelBytes):
+    numWaters = 4
+    topology = waterTopology(numWaters)
+    force = openmmgraph.createGraphForce(topology, modelBytes)
+    system = systemFor(force, topology.getNumAtoms())
+    positions = waterPositions(numWaters)
+    energy, forces = energyOf(system, positions)
+    assert energy != 0.0
+    assert np.all(np.isfinite(forces))
+
+    context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+    context.setPositions(positions)
+    particleEnergies = force.getParticleEnergies(context)
+    assert isinstance(particleEnergies, list)
+    assert len(particleEnergies) == force.getNumParticles()
+    assert all(isinstance(e, float) for e in particleEnergies)
+    assert sum(particleEnergies) == pytest.approx(energy, rel=1e-9, abs=1e-9)
+
+
+def test_context_errors_arrive_as_openmm_exceptions(modelBytes):
+    force = GraphForce.fromModelBytes(modelBytes)
+    force.addParticle(5, 0)  # the System below has 2 particles
+    system = systemFor(force, 2)
+    with pytest.raises(openmm.OpenMMException, match="5"):
+        openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+
+
+def test_system_xml_round_trip_with_cast(modelBytes):
+    numWaters = 3
+    topology = waterTopology(numWaters)
+    force = openmmgraph.createGraphForce(topology, modelBytes)
+    force.setForceGroup(2)
+    force.setName("water model")
+    force.setProperty("CheckFinite", "false")
+    expected = forceFields(force)
+    system = systemFor(force, topology.getNumAtoms())
+    bonds = openmm.HarmonicBondForce()
+    bonds.addBond(0, 1, 0.1, 1000.0)
+    system.addForce(bonds)
+
+    xml = openmm.XmlSerializer.serialize(system)
+    assert "GraphForce" in xml
+    copySystem = openmm.XmlSerializer.deserialize(xml)
+    assert copySystem.getNumForces() == 2
+
+    graphForces = [f for f in copySystem.getForces() if GraphForce.isinstance(f)]
+    assert len(graphForces) == 1
+    copied = GraphForce.cast(graphForces[0])
+    assert isinstance(copied, GraphForce)
+    assert forceFields(copied) == expected
+
+    assert not GraphForce.isinstance(copySystem.getForce(1))
+    assert not GraphForce.isinstance("not a force")
+    with pytest.raises(openmm.OpenMMException, match="HarmonicBondForce"):
+        GraphForce.cast(copySystem.getForce(1))
+
+    positions = waterPositions(numWaters)
+    energy1, forces1 = energyOf(system, positions)
+    energy2, forces2 = energyOf(copySystem, positions)
+    assert energy1 == energy2
+    assert np.array_equal(forces1, forces2)
+
+
+def test_force_xml_round_trip_and_cast_keeps_owner_alive(modelBytes):
+    force = GraphForce.fromModelBytes(modelBytes)
+    force.addParticle(0, 1)
+    xml = openmm.XmlSerializer.serialize(force)
+    plainForce = openmm.XmlSerializer.deserialize(xml)  # an owning openmm.Force
+    copied = GraphForce.cast(plainForce)
+    del plainForce  # the cast view must keep the object alive
+    assert forceFields(copied) == forceFields(force)
+
+
+def test_copy_and_pickle(modelBytes):
+    force = GraphForce.fromModelBytes(modelBytes)
+    force.addParticle(3, 1)
+    force.setUsesPeriodicBoundaryConditions(True)
+    force.setProperty("CheckFinite", "false")
+    for duplicate in (copy.copy(force), copy.deepcopy(force), pickle.loads(pickle.dumps(force))):
+        assert isinstance(duplicate, GraphForce)
+        assert duplicate.thisown
+        assert forceFields(duplicate) == forceFields(force)
+        duplicate.setParticleParameters(0, 4, 0)
+        assert force.getParticleParameters(0) == (3, 1)
+
+
+# --------------------------------------------------------------------------
+# createGraphForce
+# --------------------------------------------------------------------------
+
+
+def test_createGraphForce_all_atoms(modelBytes, modelPath):
+    topology = waterTopology(2)
+    model = grades.make_model(grade="small", seed=0, type_names=["O", "H"])
+    for source in (modelBytes, modelPath, str(modelPath), model):
+        force = openmmgraph.createGraphForce(topology, source)
+        assert isinstance(force, GraphForce)
+        assert [force.getParticleParameters(i) for i in range(force.getNumParticles())] == [
+            (0, 0), (1, 1), (2, 1), (3, 0), (4, 1), (5, 1)
+        ]
+        assert not force.usesPeriodicBoundaryConditions()
+
+
+def test_createGraphForce_subset_and_periodic_default(modelBytes):
+    topology = waterTopology(3, box=2.0)
+    atoms = list(topology.atoms())
+    byIndex = openmmgraph.createGraphForce(topology, modelBytes, atoms=[5, 3, 4])
+    byAtom = openmmgraph.createGraphForce(topology, modelBytes, atoms=(atoms[i] for i in (5, 3, 4)))
+    for force in (byIndex, byAtom):
+        assert [force.getParticleParameters(i) for i in range(3)] == [(5, 1), (3, 0), (4, 1)]
+        assert force.usesPeriodicBoundaryConditions()
+    explicit = openmmgraph.createGraphForce(topology, modelBytes, atoms=np.array([0]), periodic=False)
+    assert explicit.getNumParticles() == 1
+    assert not explicit.usesPeriodicBoundaryConditions()
+    with pytest.raises(ValueError, match="out of range"):
+        openmmgraph.createGraphForce(topology, modelBytes, atoms=[9])
+    with pytest.raises(ValueError, match="twice"):
+        openmmgraph.createGraphForce(topology, modelBytes, atoms=[1, 1])
+
+
+def test_createGraphForce_names_the_atom_without_a_type(modelBytes):
+    topology = waterTopology(2, extra=("Na",))
+    with pytest.raises(ValueError) as info:
+        openmmgraph.createGraphForce(topology, modelBytes)
+    message = str(info.value)
+    assert "atom 6" in message and "'NA'" in message  # the atom
+    assert "residue NA" in message  # its residue
+    assert "element Na" in message  # its element
+    assert "O (Z=8)" in message  # what the model has
+    # Leaving the ion out works.
+    force = openmmgraph.createGraphForce(topology, modelBytes, atoms=range(6))
+    assert force.getNumParticles() == 6
+
+
+def test_createGraphForce_falls_back_to_atomic_number():
+    model = grades.make_model(grade="small", seed=0, type_names=["O", "H"])
+    model.metadata["type_names"] = '["OW", "HW"]'
+    model.metadata["type_atomic_numbers"] = "[8, 1]"
+    force = openmmgraph.createGraphForce(waterTopology(1), model.to_bytes())
+    assert [force.getParticleParameters(i) for i in range(3)] == [(0, 0), (1, 1), (2, 1)]
+
+
+def test_createGraphForce_rejects_other_model_objects():
+    with pytest.raises(TypeError, match="model"):
+        openmmgraph.createGraphForce(waterTopology(1), 42)
