@@ -107,8 +107,18 @@ inline std::string writeSafetensors(const std::map<std::string, std::string>& me
     return bytes + headerText + data;
 }
 
-/** Random model file bytes for the given options. */
-inline std::string makeModelBytes(const ModelOptions& o) {
+/** The metadata and tensors of a model file, before serialization (tests edit them to make bad files). */
+struct ModelParts {
+    std::map<std::string, std::string> metadata;
+    std::map<std::string, TestTensor> tensors;
+    bool float32 = false;
+    std::string bytes() const {
+        return writeSafetensors(metadata, tensors, float32);
+    }
+};
+
+/** Random model parts for the given options. */
+inline ModelParts makeModelParts(const ModelOptions& o) {
     std::mt19937_64 rng(o.seed);
     std::normal_distribution<double> normal(0.0, 1.0);
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
@@ -245,7 +255,12 @@ inline std::string makeModelBytes(const ModelOptions& o) {
             network("node." + std::to_string(a), descriptorSize, o.nodeWidths, M, false, residual);
         meta["node_residual"] = residualList(residual);
     }
-    return writeSafetensors(meta, tensors, o.float32);
+    return ModelParts{meta, tensors, o.float32};
+}
+
+/** Random model file bytes for the given options. */
+inline std::string makeModelBytes(const ModelOptions& options) {
+    return makeModelParts(options).bytes();
 }
 
 } // namespace GraphTest
