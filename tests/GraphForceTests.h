@@ -30,7 +30,7 @@
 using namespace GraphPlugin;
 using namespace OpenMM;
 
-namespace {
+namespace GraphForceTestBody {
 
 enum class Geometry { Cluster, Cubic, Triclinic };
 
@@ -244,7 +244,9 @@ void PrintTo(const Scenario& scenario, std::ostream* out) {
 
 class GraphForceScenarioTest : public ::testing::TestWithParam<Scenario> {};
 
-} // namespace
+} // namespace GraphForceTestBody
+
+using namespace GraphForceTestBody;
 
 TEST_P(GraphForceScenarioTest, ForcesMatchTheirCheck) {
     const Scenario& s = GetParam();
