@@ -1,0 +1,207 @@
+"""The ``openmm-graph`` command line.
+
+    openmm-graph inspect MODEL [--json]
+    openmm-graph make-model --grade small|medium|large --seed N -o OUT [options]
+
+Errors print one line ``openmm-graph: error: ...`` on stderr and exit with
+status 2 (no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import grades
+from .modelfile import ACTIVATIONS, ENERGY_UNITS_KJ_PER_MOL, LENGTH_UNITS_NM, ModelFile, read_model
+
+PROGRAM = "openmm-graph"
+
+
+class _UsageError(Exception):
+    """A command-line usage error (reported in one line, exit status 2)."""
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    def error(self, message):
+        raise _UsageError(message)
+
+
+def _layer_shapes(layers) -> list[dict]:
+    return [
+        {
+            "weight": [layer.out_size, layer.in_size],
+            "residual": layer.residual,
+            "timestep": layer.timestep is not None,
+        }
+        for layer in layers
+    ]
+
+
+def describe_model(model: ModelFile) -> dict:
+    """A JSON-ready summary of a model: units, types, descriptor, networks, sizes, FLOPs."""
+    summary = {
+        "length_unit": model.length_unit,
+        "energy_unit": model.energy_unit,
+        "length_scale_nm": model.length_scale_nm,
+        "energy_scale_kj_per_mol": model.energy_scale_kj_per_mol,
+        "types": [
+            {"index": index, "name": name, "atomic_number": number}
+            for index, (name, number) in enumerate(zip(model.type_names, model.type_atomic_numbers))
+        ],
+        "cutoff": model.cutoff,
+        "cutoff_nm": model.cutoff_nm,
+        "n_channels": model.n_channels,
+        "n_axis": model.n_axis,
+        "l_max": model.l_max,
+        "descriptor_l_sum": model.descriptor_l_sum,
+        "descriptor_size": model.descriptor_size,
+        "n_norm": model.n_norm,
+        "radial_r0": model.radial_r0,
+        "radial_dr": model.radial_dr,
+        "radial_intervals": model.radial_intervals,
+        "activation": model.activation,
+        "n_interactions": model.n_interactions,
+        "fitting_networks": [_layer_shapes(model.fitting_layers(a)) for a in range(model.n_types)],
+        "node_networks": (
+            [_layer_shapes(model.node_layers(a)) for a in range(model.n_types)] if model.n_interactions == 1 else []
+        ),
+        "network_parameters": model.network_parameter_count,
+        "table_values": model.table_value_count,
+        "flops_per_edge": grades.flops_per_edge(model),
+        "flops_per_node": grades.flops_per_node(model),
+        "file_dtype": model.file_dtype,
+    }
+    return summary
+
+
+def _format_network(layers: list[dict]) -> str:
+    parts = []
+    for layer in layers:
+        out_size, in_size = layer["weight"]
+        text = f"{in_size}->{out_size}"
+        if layer["residual"]:
+            text += " (residual" + (", timestep)" if layer["timestep"] else ")")
+        parts.append(text)
+    return ", ".join(parts)
+
+
+def _format_summary(path: str, summary: dict) -> str:
+    types = ", ".join(f"{t['index']}: {t['name']} (Z={t['atomic_number']})" for t in summary["types"])
+    lines = [
+        f"model: {path}",
+        f"units: length {summary['length_unit']} (= {summary['length_scale_nm']!r} nm), "
+        f"energy {summary['energy_unit']} (= {summary['energy_scale_kj_per_mol']!r} kJ/mol)",
+        f"types: {types}",
+        f"cut-off: {summary['cutoff']!r} {summary['length_unit']} = {summary['cutoff_nm']!r} nm",
+        f"channels M: {summary['n_channels']}, axis channels M_axis: {summary['n_axis']}, l_max L: {summary['l_max']}, "
+        f"l-sum: {'yes' if summary['descriptor_l_sum'] else 'no'}, descriptor size: {summary['descriptor_size']}",
+        f"n_norm: {summary['n_norm']!r}",
+        f"radial table: r_0 = {summary['radial_r0']!r}, dr = {summary['radial_dr']!r}, "
+        f"K = {summary['radial_intervals']} intervals ({summary['length_unit']})",
+        f"activation: {summary['activation']}, interactions: {summary['n_interactions']}",
+    ]
+    for index, layers in enumerate(summary["fitting_networks"]):
+        lines.append(f"fitting network of type {index}: {_format_network(layers)}")
+    for index, layers in enumerate(summary["node_networks"]):
+        lines.append(f"node network of type {index}: {_format_network(layers)}")
+    lines += [
+        f"parameters: {summary['network_parameters']} in networks, {summary['table_values']} table values",
+        f"FLOPs (forward + backward): {summary['flops_per_edge']} per edge, {summary['flops_per_node']} per node",
+        f"file dtype: {summary['file_dtype']}",
+    ]
+    return "\n".join(lines)
+
+
+def _inspect(arguments) -> int:
+    model = read_model(arguments.model)
+    summary = describe_model(model)
+    if arguments.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(_format_summary(arguments.model, summary))
+    return 0
+
+
+def _comma_list(text: str) -> list[str]:
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list without empty items, found {text!r}")
+    return items
+
+
+def _width_list(text: str) -> list[int]:
+    try:
+        widths = [int(item) for item in _comma_list(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, found {text!r}") from None
+    return widths
+
+
+def _make_model(arguments) -> int:
+    model = grades.make_model(
+        grade=arguments.grade,
+        seed=arguments.seed,
+        dtype=arguments.dtype,
+        l_max=arguments.l_max,
+        descriptor_l_sum=arguments.l_sum,
+        n_interactions=arguments.interactions,
+        n_channels=arguments.channels,
+        n_axis=arguments.axis,
+        fitting_widths=arguments.widths,
+        radial_intervals=arguments.intervals,
+        activation=arguments.activation,
+        length_unit=arguments.length_unit,
+        energy_unit=arguments.energy_unit,
+        type_names=arguments.types,
+    )
+    model.write(arguments.output, dtype=arguments.dtype)
+    print(f"wrote {arguments.output}: grade {arguments.grade}, seed {arguments.seed}, {arguments.dtype}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _ArgumentParser(prog=PROGRAM, description="Inspect and generate openmm-graph model files.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
+
+    inspect = commands.add_parser("inspect", help="print a model's units, shapes, sizes and FLOPs")
+    inspect.add_argument("model", help="model file (.safetensors)")
+    inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
+    inspect.set_defaults(run=_inspect)
+
+    make = commands.add_parser("make-model", help="write a random, well-formed model of a benchmark grade")
+    make.add_argument("--grade", choices=sorted(grades.GRADES), default="small")
+    make.add_argument("--seed", type=int, default=0)
+    make.add_argument("-o", "--output", required=True, help="output model file")
+    make.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    make.add_argument("--l-max", type=int, choices=(0, 1, 2), default=None)
+    make.add_argument("--l-sum", action=argparse.BooleanOptionalAction, default=None,
+                      help="sum the invariants over degrees (default: the grade's)")
+    make.add_argument("--interactions", type=int, choices=(0, 1), default=None)
+    make.add_argument("--channels", type=int, default=None, help="M")
+    make.add_argument("--axis", type=int, default=None, help="M_axis")
+    make.add_argument("--widths", type=_width_list, default=None, help="fitting widths, e.g. 128,128,128")
+    make.add_argument("--intervals", type=int, default=None, help="table intervals K (default 400)")
+    make.add_argument("--types", type=_comma_list, default=None, help="type names, e.g. O,H")
+    make.add_argument("--length-unit", choices=tuple(LENGTH_UNITS_NM), default="nm")
+    make.add_argument("--energy-unit", choices=tuple(ENERGY_UNITS_KJ_PER_MOL), default="kJ/mol")
+    make.add_argument("--activation", choices=ACTIVATIONS, default=None)
+    make.set_defaults(run=_make_model)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Run the command line; returns the exit status (0, or 2 after a one-line error)."""
+    parser = build_parser()
+    try:
+        arguments = parser.parse_args(argv)
+        return arguments.run(arguments)
+    except (_UsageError, ValueError, OSError) as error:
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        print(f"{PROGRAM}: error: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
