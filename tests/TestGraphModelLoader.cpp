@@ -125,6 +125,8 @@ TEST(GraphModelLoader, RejectsBadMetadata) {
     expectMetadataRejected("type_atomic_numbers", "[1]", {"'type_atomic_numbers'", "expected 2"});
     expectMetadataRejected("cutoff", "nan", {"'cutoff'", "nan"});
     expectMetadataRejected("cutoff", "-0.6", {"'cutoff'"});
+    expectMetadataRejected("cutoff", "0x1.3p-1", {"'cutoff'", "0x1.3p-1"});
+    expectMetadataRejected("cutoff", " 0.6", {"'cutoff'"});
     expectMetadataRejected("n_channels", "4.5", {"'n_channels'", "4.5"});
     expectMetadataRejected("n_axis", "5", {"'n_axis'", "[1, 4]", "5"});
     expectMetadataRejected("l_max", "3", {"'l_max'", "3"});

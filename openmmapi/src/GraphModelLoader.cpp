@@ -2,6 +2,8 @@
 #include "JsonValue.h"
 #include "openmm/OpenMMException.h"
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -15,6 +17,36 @@ using namespace GraphPlugin;
 using OpenMM::OpenMMException;
 
 namespace {
+
+/** Plain decimal numbers as docs/model-format.md allows them: [+-]digits[.digits][e[+-]digits] (no hex, nan or inf). */
+bool isDecimalNumber(const std::string& text, bool integerOnly) {
+    size_t i = 0, n = text.size();
+    if (i < n && (text[i] == '+' || text[i] == '-'))
+        i++;
+    size_t digits = 0;
+    while (i < n && std::isdigit((unsigned char) text[i]))
+        i++, digits++;
+    if (integerOnly)
+        return digits > 0 && i == n;
+    if (i < n && text[i] == '.') {
+        i++;
+        while (i < n && std::isdigit((unsigned char) text[i]))
+            i++, digits++;
+    }
+    if (digits == 0)
+        return false;
+    if (i < n && (text[i] == 'e' || text[i] == 'E')) {
+        i++;
+        if (i < n && (text[i] == '+' || text[i] == '-'))
+            i++;
+        size_t exponentDigits = 0;
+        while (i < n && std::isdigit((unsigned char) text[i]))
+            i++, exponentDigits++;
+        if (exponentDigits == 0)
+            return false;
+    }
+    return i == n;
+}
 
 const uint64_t MaxHeaderBytes = 100 * 1024 * 1024;
 const int MaxTypes = 256;
@@ -209,8 +241,9 @@ private:
         const std::string& text = meta(key);
         char* end = nullptr;
         errno = 0;
-        long long value = text.empty() ? 0 : std::strtoll(text.c_str(), &end, 10);
-        if (text.empty() || *end != '\0' || errno != 0 || value < low || value > high || text[0] == ' ' || text[0] == '+')
+        bool plain = isDecimalNumber(text, true);
+        long long value = plain ? std::strtoll(text.c_str(), &end, 10) : 0;
+        if (!plain || *end != '\0' || errno != 0 || value < low || value > high)
             fail("metadata key '" + key + "': expected an integer in [" + str(low) + ", " + str(high) + "], found \"" + text + "\"");
         return value;
     }
@@ -218,8 +251,9 @@ private:
     double metaReal(const std::string& key, double low, bool lowInclusive) {
         const std::string& text = meta(key);
         char* end = nullptr;
-        double value = text.empty() ? 0 : std::strtod(text.c_str(), &end);
-        bool ok = !text.empty() && *end == '\0' && !std::isspace((unsigned char) text[0]) && std::isfinite(value) &&
+        bool plain = isDecimalNumber(text, false);
+        double value = plain ? std::strtod(text.c_str(), &end) : 0;
+        bool ok = plain && *end == '\0' && std::isfinite(value) &&
                   (lowInclusive ? value >= low : value > low);
         if (!ok)
             fail("metadata key '" + key + "': expected a finite number " + (lowInclusive ? ">= " : "> ") + str(low) + ", found \"" + text + "\"");

@@ -17,9 +17,8 @@ spec is silent (they are the project's choices, documented here):
   ends at the end of the data buffer, and end - begin == numel * itemsize.
 - ``__metadata__`` is required and all its values are strings. Every key of
   the spec's table is checked; ``node_residual`` is required when
-  ``n_interactions`` is 1 and rejected when it is 0. Metadata keys that the
-  spec does not name (provenance such as ``description``) are kept and
-  ignored. Tensor names that the spec does not name are rejected.
+  ``n_interactions`` is 1 and rejected when it is 0. Metadata keys and tensor
+  names that the spec does not name are rejected (as the C++ loader does).
 - Numbers: integers are plain decimal (``^[+-]?[0-9]+$``); reals are decimal
   or exponent notation (no ``nan``/``inf``). ``radial_r0 + radial_intervals
   * radial_dr`` must equal ``cutoff`` to 1e-9 relative; 0 <= r_0 < r_c.
@@ -239,6 +238,9 @@ def parse_metadata(metadata: dict, source: str | None = None) -> ModelShape:
     errors = _Errors(source)
     if not isinstance(metadata, dict):
         raise errors.error(f"'__metadata__': expected a JSON object, found {type(metadata).__name__}")
+    for key in sorted(metadata):
+        if key not in REQUIRED_METADATA_KEYS and key != "node_residual":
+            raise errors.metadata(key, "no such key in format version 1 (unexpected key)", metadata[key])
     _parse_choice(metadata, "format", errors, (FORMAT_NAME,))
     _parse_choice(metadata, "format_version", errors, (FORMAT_VERSION,))
     length_unit = _parse_choice(metadata, "length_unit", errors, LENGTH_UNITS_NM)

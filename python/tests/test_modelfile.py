@@ -217,10 +217,11 @@ def test_error_names_the_path(tmp_path):
         read_model(path)
 
 
-def test_unknown_metadata_keys_are_kept():
+def test_unknown_metadata_keys_are_rejected():
     model = small_model()
     model.metadata["description"] = "trained on nothing"
-    assert read_model(model.to_bytes()).metadata["description"] == "trained on nothing"
+    with pytest.raises(ValueError, match="'description'.*unexpected key"):
+        model.to_bytes()
 
 
 # -- the container (header, dtypes, offsets) -----------------------------------------------
