@@ -20,8 +20,8 @@
 #include "openmm/State.h"
 #include "openmm/System.h"
 #include "openmm/VerletIntegrator.h"
-#include <gtest/gtest.h>
 #include <cmath>
+#include <gtest/gtest.h>
 #include <memory>
 #include <random>
 #include <string>

@@ -64,7 +64,8 @@ size_t findModelText(const std::string& xml, std::string& text) {
 std::string exceptionMessage(const std::string& xml) {
     try {
         deserializeForce(xml);
-    } catch (const OpenMMException& e) {
+    }
+    catch (const OpenMMException& e) {
         return e.what();
     }
     ADD_FAILURE() << "deserializing did not throw";

@@ -5,10 +5,10 @@
 #include "internal/GraphModel.h"
 #include "internal/GraphModelLoader.h"
 #include "openmm/OpenMMException.h"
-#include <gtest/gtest.h>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <gtest/gtest.h>
 #include <random>
 
 using namespace GraphPlugin;
@@ -57,7 +57,7 @@ TEST(GraphModelLoader, ReadsAWellFormedModelAndConvertsUnits) {
     EXPECT_EQ(model->numTypes, 2);
     EXPECT_EQ(model->typeNames[1], "C");
     EXPECT_EQ(model->typeAtomicNumbers[1], 6);
-    EXPECT_NEAR(model->cutoff, 0.6, 1e-14);  // 6 angstrom in nm
+    EXPECT_NEAR(model->cutoff, 0.6, 1e-14); // 6 angstrom in nm
     EXPECT_NEAR(model->radialR0, 0.05, 1e-14);
     EXPECT_NEAR(model->radialDr, 0.55 / 8, 1e-14);
     EXPECT_EQ(model->lengthScale, 0.1);
@@ -235,12 +235,24 @@ TEST(GraphModelLoader, FuzzedFilesNeverCrash) {
             size_t limit = (rng() % 4 != 0) ? std::min<size_t>(bytes.size(), 8 + headerSize) : bytes.size();
             size_t pos = rng() % limit;
             switch (rng() % 6) {
-            case 0: bytes[pos] = (char) (rng() & 0xFF); break;
-            case 1: bytes[pos] = interesting[rng() % (sizeof(interesting) - 1)]; break;
-            case 2: bytes.erase(pos, 1 + rng() % 16); break;
-            case 3: bytes.insert(pos, 1, interesting[rng() % (sizeof(interesting) - 1)]); break;
-            case 4: bytes.resize(rng() % (bytes.size() + 1)); break;
-            case 5: bytes[rng() % 8] = (char) (rng() & 0xFF); break;
+            case 0:
+                bytes[pos] = (char) (rng() & 0xFF);
+                break;
+            case 1:
+                bytes[pos] = interesting[rng() % (sizeof(interesting) - 1)];
+                break;
+            case 2:
+                bytes.erase(pos, 1 + rng() % 16);
+                break;
+            case 3:
+                bytes.insert(pos, 1, interesting[rng() % (sizeof(interesting) - 1)]);
+                break;
+            case 4:
+                bytes.resize(rng() % (bytes.size() + 1));
+                break;
+            case 5:
+                bytes[rng() % 8] = (char) (rng() & 0xFF);
+                break;
             }
         }
         try {
@@ -255,5 +267,6 @@ TEST(GraphModelLoader, FuzzedFilesNeverCrash) {
     }
     EXPECT_EQ(accepted + rejected, numCases);
     EXPECT_GT(rejected, numCases / 2);
-    std::printf("fuzz: %d mutated files, %d accepted (harmless edits such as a changed weight), %d rejected\n", numCases, accepted, rejected);
+    std::printf("fuzz: %d mutated files, %d accepted (harmless edits such as a changed weight), %d rejected\n", numCases, accepted,
+                rejected);
 }

@@ -5,9 +5,9 @@
  *                              openmm-graph                                  *
  * -------------------------------------------------------------------------- */
 
+#include "internal/windowsExportGraph.h"
 #include "openmm/Context.h"
 #include "openmm/Force.h"
-#include "internal/windowsExportGraph.h"
 #include <map>
 #include <memory>
 #include <string>

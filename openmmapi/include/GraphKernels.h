@@ -18,8 +18,7 @@ public:
     static std::string Name() {
         return "CalcGraphForce";
     }
-    CalcGraphForceKernel(std::string name, const OpenMM::Platform& platform) : OpenMM::KernelImpl(name, platform) {
-    }
+    CalcGraphForceKernel(std::string name, const OpenMM::Platform& platform) : OpenMM::KernelImpl(name, platform) {}
     /**
      * Prepare the kernel for a validated force (GraphForceImpl has already
      * checked particle indices and types).

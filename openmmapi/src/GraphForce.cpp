@@ -17,8 +17,7 @@ const std::map<std::string, std::string>& propertyDefaults() {
 
 } // namespace
 
-GraphForce::GraphForce(const std::string& modelPath) : GraphForce(GraphModelLoader::readFile(modelPath), true) {
-}
+GraphForce::GraphForce(const std::string& modelPath) : GraphForce(GraphModelLoader::readFile(modelPath), true) {}
 
 GraphForce::GraphForce(const std::string& bytes, bool) : modelBytes(bytes), periodic(false) {
     model = GraphModelLoader::fromBytes(modelBytes);
@@ -28,8 +27,7 @@ GraphForce* GraphForce::fromModelBytes(const std::string& modelBytes) {
     return new GraphForce(modelBytes, true);
 }
 
-GraphForce::~GraphForce() {
-}
+GraphForce::~GraphForce() {}
 
 const std::string& GraphForce::getModelBytes() const {
     return modelBytes;

@@ -9,8 +9,7 @@
 using namespace GraphPlugin;
 using namespace OpenMM;
 
-GraphForceImpl::GraphForceImpl(const GraphForce& owner) : owner(owner) {
-}
+GraphForceImpl::GraphForceImpl(const GraphForce& owner) : owner(owner) {}
 
 void GraphForceImpl::validate(const GraphForce& force, const System& system) {
     int numSystemParticles = system.getNumParticles();

@@ -59,8 +59,7 @@ const int MaxWidth = 1 << 16;
     throw OpenMMException("GraphForce: model file: " + message);
 }
 
-template <class T>
-std::string str(const T& value) {
+template <class T> std::string str(const T& value) {
     std::stringstream s;
     s.precision(17);
     s << value;
@@ -87,8 +86,7 @@ struct TensorEntry {
  */
 class Loader {
 public:
-    explicit Loader(const std::string& bytes) : bytes(bytes) {
-    }
+    explicit Loader(const std::string& bytes) : bytes(bytes) {}
 
     std::shared_ptr<const GraphModel> load() {
         parseContainer();
@@ -206,13 +204,13 @@ private:
         std::vector<const TensorEntry*> order;
         for (auto& t : tensors)
             order.push_back(&t.second);
-        std::sort(order.begin(), order.end(), [](const TensorEntry* a, const TensorEntry* b) {
-            return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-        });
+        std::sort(order.begin(), order.end(),
+                  [](const TensorEntry* a, const TensorEntry* b) { return a->begin != b->begin ? a->begin < b->begin : a->end < b->end; });
         uint64_t expected = 0;
         for (const TensorEntry* t : order) {
             if (t->begin != expected)
-                fail("tensor '" + t->name + "': data_offsets begin expected " + str(expected) + " (tensors must tile the data without gaps or overlaps), found " + str(t->begin));
+                fail("tensor '" + t->name + "': data_offsets begin expected " + str(expected) +
+                     " (tensors must tile the data without gaps or overlaps), found " + str(t->begin));
             expected = t->end;
         }
         if (expected != dataSize)
@@ -222,9 +220,10 @@ private:
     // ---------------------------------------------------------------- metadata
 
     void parseMetadata() {
-        static const std::set<std::string> required = {"format", "format_version", "length_unit", "energy_unit", "type_names",
-            "type_atomic_numbers", "cutoff", "n_channels", "n_axis", "l_max", "descriptor_l_sum", "n_norm", "radial_r0",
-            "radial_dr", "radial_intervals", "activation", "fitting_residual", "n_interactions"};
+        static const std::set<std::string> required = {
+            "format",    "format_version", "length_unit",      "energy_unit", "type_names",       "type_atomic_numbers",
+            "cutoff",    "n_channels",     "n_axis",           "l_max",       "descriptor_l_sum", "n_norm",
+            "radial_r0", "radial_dr",      "radial_intervals", "activation",  "fitting_residual", "n_interactions"};
         for (auto& entry : metadata)
             if (!required.count(entry.first) && entry.first != "node_residual")
                 fail("metadata key '" + entry.first + "': not a key of format version 1 (unexpected key)");
@@ -253,10 +252,10 @@ private:
         char* end = nullptr;
         bool plain = isDecimalNumber(text, false);
         double value = plain ? std::strtod(text.c_str(), &end) : 0;
-        bool ok = plain && *end == '\0' && std::isfinite(value) &&
-                  (lowInclusive ? value >= low : value > low);
+        bool ok = plain && *end == '\0' && std::isfinite(value) && (lowInclusive ? value >= low : value > low);
         if (!ok)
-            fail("metadata key '" + key + "': expected a finite number " + (lowInclusive ? ">= " : "> ") + str(low) + ", found \"" + text + "\"");
+            fail("metadata key '" + key + "': expected a finite number " + (lowInclusive ? ">= " : "> ") + str(low) + ", found \"" + text +
+                 "\"");
         return value;
     }
 
@@ -326,7 +325,8 @@ private:
         m->numTypes = (int) m->typeNames.size();
         JsonValue numbers = metaJsonArray("type_atomic_numbers", "a JSON list of integers");
         if ((int) numbers.array.size() != m->numTypes)
-            fail("metadata key 'type_atomic_numbers': expected " + str(m->numTypes) + " entries (one per type), found " + str(numbers.array.size()));
+            fail("metadata key 'type_atomic_numbers': expected " + str(m->numTypes) + " entries (one per type), found " +
+                 str(numbers.array.size()));
         for (const JsonValue& number : numbers.array)
             m->typeAtomicNumbers.push_back((int) exactInteger(number, "metadata key 'type_atomic_numbers'", 0, 118));
 
@@ -406,8 +406,11 @@ private:
                             double v = table[m->tableOffset(a, b, l, K) + c * M + k];
                             if (v != 0.0)
                                 fail("tensor '" + name + "': expected f = f' = f'' = 0 at the cut-off (knot K = " + str(K) + "), found " +
-                                     (c == 0 ? "f" : c == 1 ? "f'" : "f''") + " = " + str(v) + " at [" + str(a) + ", " + str(b) + ", " +
-                                     str(l) + ", " + str(K) + ", " + str(c) + ", " + str(k) + "]");
+                                     (c == 0   ? "f"
+                                      : c == 1 ? "f'"
+                                               : "f''") +
+                                     " = " + str(v) + " at [" + str(a) + ", " + str(b) + ", " + str(l) + ", " + str(K) + ", " + str(c) +
+                                     ", " + str(k) + "]");
                         }
         return table;
     }

@@ -13,8 +13,7 @@ const int MaxDepth = 64;
 
 class Parser {
 public:
-    Parser(const char* text, size_t size, const std::string& what) : text(text), size(size), pos(0), what(what) {
-    }
+    Parser(const char* text, size_t size, const std::string& what) : text(text), size(size), pos(0), what(what) {}
     JsonValue parseDocument() {
         skipSpace();
         JsonValue value = parseValue(0);
@@ -227,14 +226,30 @@ private:
                 fail("unterminated string");
             char e = text[pos++];
             switch (e) {
-            case '"': out += '"'; break;
-            case '\\': out += '\\'; break;
-            case '/': out += '/'; break;
-            case 'b': out += '\b'; break;
-            case 'f': out += '\f'; break;
-            case 'n': out += '\n'; break;
-            case 'r': out += '\r'; break;
-            case 't': out += '\t'; break;
+            case '"':
+                out += '"';
+                break;
+            case '\\':
+                out += '\\';
+                break;
+            case '/':
+                out += '/';
+                break;
+            case 'b':
+                out += '\b';
+                break;
+            case 'f':
+                out += '\f';
+                break;
+            case 'n':
+                out += '\n';
+                break;
+            case 'r':
+                out += '\r';
+                break;
+            case 't':
+                out += '\t';
+                break;
             case 'u': {
                 unsigned code = parseHex4();
                 if (code >= 0xD800 && code < 0xDC00) {
@@ -251,7 +266,8 @@ private:
                 appendUtf8(out, code);
                 break;
             }
-            default: fail(std::string("bad escape '\\") + e + "'");
+            default:
+                fail(std::string("bad escape '\\") + e + "'");
             }
         }
     }
@@ -265,12 +281,18 @@ JsonValue JsonValue::parse(const char* text, size_t size, const std::string& wha
 
 const char* JsonValue::kindName(Kind kind) {
     switch (kind) {
-    case Kind::Null: return "null";
-    case Kind::Bool: return "a boolean";
-    case Kind::Number: return "a number";
-    case Kind::String: return "a string";
-    case Kind::Array: return "an array";
-    case Kind::Object: return "an object";
+    case Kind::Null:
+        return "null";
+    case Kind::Bool:
+        return "a boolean";
+    case Kind::Number:
+        return "a number";
+    case Kind::String:
+        return "a string";
+    case Kind::Array:
+        return "an array";
+    case Kind::Object:
+        return "an object";
     }
     return "?";
 }

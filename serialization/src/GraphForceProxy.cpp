@@ -67,8 +67,7 @@ std::string describeCharacter(char c) {
 std::string base64Decode(const std::string& text) {
     const std::string where = "GraphForceProxy: the model's base64 text (attribute 'model')";
     if (text.size() % 4 != 0)
-        throw OpenMMException(where + " has " + std::to_string(text.size()) +
-                              " characters, expected a multiple of 4 (is it truncated?)");
+        throw OpenMMException(where + " has " + std::to_string(text.size()) + " characters, expected a multiple of 4 (is it truncated?)");
     size_t padding = 0;
     if (!text.empty() && text[text.size() - 1] == '=')
         padding = (text.size() >= 2 && text[text.size() - 2] == '=') ? 2 : 1;
@@ -85,8 +84,7 @@ std::string base64Decode(const std::string& text) {
                     value = 0;
                 else
                     throw OpenMMException(where + " has an invalid character " + describeCharacter(c) + " at position " +
-                                          std::to_string(position) +
-                                          "; expected A-Z, a-z, 0-9, '+', '/', or '=' padding at the end");
+                                          std::to_string(position) + "; expected A-Z, a-z, 0-9, '+', '/', or '=' padding at the end");
             }
             group = (group << 6) | (uint32_t) value;
         }
@@ -100,8 +98,7 @@ std::string base64Decode(const std::string& text) {
 
 } // namespace
 
-GraphForceProxy::GraphForceProxy() : SerializationProxy("GraphForce") {
-}
+GraphForceProxy::GraphForceProxy() : SerializationProxy("GraphForce") {}
 
 void GraphForceProxy::serialize(const void* object, SerializationNode& node) const {
     const GraphForce& force = *reinterpret_cast<const GraphForce*>(object);

@@ -22,8 +22,7 @@ public:
     const GraphForce& getOwner() const override {
         return owner;
     }
-    void updateContextState(OpenMM::ContextImpl& context, bool& forcesInvalid) override {
-    }
+    void updateContextState(OpenMM::ContextImpl& context, bool& forcesInvalid) override {}
     double calcForcesAndEnergy(OpenMM::ContextImpl& context, bool includeForces, bool includeEnergy, int groups) override;
     std::map<std::string, double> getDefaultParameters() override {
         return {};

@@ -44,24 +44,24 @@ enum class Activation { Tanh, Silu };
  */
 class OPENMM_EXPORT_GRAPH GraphModel {
 public:
-    int numTypes = 0;                  ///< T
+    int numTypes = 0; ///< T
     std::vector<std::string> typeNames;
     std::vector<int> typeAtomicNumbers;
     std::string lengthUnit, energyUnit; ///< as declared in the file
-    double lengthScale = 1;            ///< nm per model length unit
-    double energyScale = 1;            ///< kJ/mol per model energy unit
-    bool fileIsFloat32 = false;        ///< the tensors of the file were float32
-    double cutoff = 0;                 ///< r_c in nm
-    int numChannels = 0;               ///< M
-    int numAxis = 0;                   ///< M_axis
-    int lMax = 0;                      ///< L
+    double lengthScale = 1;             ///< nm per model length unit
+    double energyScale = 1;             ///< kJ/mol per model energy unit
+    bool fileIsFloat32 = false;         ///< the tensors of the file were float32
+    double cutoff = 0;                  ///< r_c in nm
+    int numChannels = 0;                ///< M
+    int numAxis = 0;                    ///< M_axis
+    int lMax = 0;                       ///< L
     bool descriptorLSum = false;
     double nNorm = 1;
-    double radialR0 = 0;               ///< nm
-    double radialDr = 0;               ///< nm
-    int radialIntervals = 0;           ///< K
+    double radialR0 = 0;     ///< nm
+    double radialDr = 0;     ///< nm
+    int radialIntervals = 0; ///< K
     Activation activation = Activation::Tanh;
-    int numInteractions = 0;           ///< 0 or 1
+    int numInteractions = 0; ///< 0 or 1
     /** [T][T][L+1][K+1][3][M] : f, f' (1/nm), f'' (1/nm^2) at each knot. */
     std::vector<double> radialTable;
     /** Same layout as radialTable, for the interaction block (empty when numInteractions is 0). */
@@ -71,11 +71,17 @@ public:
     std::vector<double> energyShift;   ///< [T] in kJ/mol
 
     /** (L+1)^2: the number of (l, m) pairs. */
-    int numHarmonics() const { return (lMax + 1) * (lMax + 1); }
+    int numHarmonics() const {
+        return (lMax + 1) * (lMax + 1);
+    }
     /** Size of D (and of D2): M * M_axis, times (L+1) unless summed over l. */
-    int descriptorSize() const { return (descriptorLSum ? 1 : lMax + 1) * numChannels * numAxis; }
+    int descriptorSize() const {
+        return (descriptorLSum ? 1 : lMax + 1) * numChannels * numAxis;
+    }
     /** Size of the fitting network's input: descriptorSize() times (1 + numInteractions). */
-    int fittingInputSize() const { return descriptorSize() * (1 + numInteractions); }
+    int fittingInputSize() const {
+        return descriptorSize() * (1 + numInteractions);
+    }
     /** Flat offset of knot q of table (a, b, l) in radialTable; add c*M + k for value c, channel k. */
     size_t tableOffset(int a, int b, int l, int q) const {
         return ((((size_t) a * numTypes + b) * (lMax + 1) + l) * (radialIntervals + 1) + q) * 3 * numChannels;

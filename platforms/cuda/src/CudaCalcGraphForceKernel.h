@@ -14,8 +14,7 @@ namespace GraphPlugin {
 class CudaCalcGraphForceKernel : public CalcGraphForceKernel {
 public:
     CudaCalcGraphForceKernel(std::string name, const OpenMM::Platform& platform, OpenMM::CudaContext& cu)
-        : CalcGraphForceKernel(name, platform), cu(cu) {
-    }
+        : CalcGraphForceKernel(name, platform), cu(cu) {}
     void initialize(const OpenMM::System& system, const GraphForce& force) override;
     double execute(OpenMM::ContextImpl& context, bool includeForces, bool includeEnergy) override;
     void getParticleEnergies(OpenMM::ContextImpl& context, std::vector<double>& energies) override;

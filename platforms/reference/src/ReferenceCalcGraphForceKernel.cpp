@@ -44,8 +44,9 @@ void ReferenceCalcGraphForceKernel::buildGraph(ContextImpl& context) {
         double smallest = std::min(box[0][0], std::min(box[1][1], box[2][2]));
         if (model->cutoff > 0.5 * smallest) {
             std::stringstream s;
-            s << "GraphForce: the model's cut-off (" << model->cutoff << " nm) is larger than half the smallest height of the periodic box ("
-              << 0.5 * smallest << " nm); the box must be at least " << 2 * model->cutoff << " nm in every direction";
+            s << "GraphForce: the model's cut-off (" << model->cutoff
+              << " nm) is larger than half the smallest height of the periodic box (" << 0.5 * smallest << " nm); the box must be at least "
+              << 2 * model->cutoff << " nm in every direction";
             throw OpenMMException(s.str());
         }
     }
@@ -87,8 +88,8 @@ void ReferenceCalcGraphForceKernel::copyParametersToContext(ContextImpl& context
         int particle, type;
         force.getParticleParameters(i, particle, type);
         if (particle != particles[i])
-            throw OpenMMException("GraphForce: updateParametersInContext: particle " + std::to_string(i) + " changed from System particle " +
-                                  std::to_string(particles[i]) + " to " + std::to_string(particle) +
+            throw OpenMMException("GraphForce: updateParametersInContext: particle " + std::to_string(i) +
+                                  " changed from System particle " + std::to_string(particles[i]) + " to " + std::to_string(particle) +
                                   "; only types can change (reinitialize the Context to change the particles)");
         if (type < 0 || type >= model->numTypes)
             throw OpenMMException("GraphForce: updateParametersInContext: particle " + std::to_string(i) + " has type " +

@@ -16,8 +16,7 @@ namespace GraphPlugin {
  */
 class ReferenceCalcGraphForceKernel : public CalcGraphForceKernel {
 public:
-    ReferenceCalcGraphForceKernel(std::string name, const OpenMM::Platform& platform) : CalcGraphForceKernel(name, platform) {
-    }
+    ReferenceCalcGraphForceKernel(std::string name, const OpenMM::Platform& platform) : CalcGraphForceKernel(name, platform) {}
     void initialize(const OpenMM::System& system, const GraphForce& force) override;
     double execute(OpenMM::ContextImpl& context, bool includeForces, bool includeEnergy) override;
     void getParticleEnergies(OpenMM::ContextImpl& context, std::vector<double>& energies) override;

@@ -56,7 +56,8 @@ void ReferenceDenseNetwork::forward(const DenseNetwork& network, Activation acti
     }
 }
 
-void ReferenceDenseNetwork::backward(const DenseNetwork& network, Activation activation, const double* gradOutput, std::vector<double>& gradInput) {
+void ReferenceDenseNetwork::backward(const DenseNetwork& network, Activation activation, const double* gradOutput,
+                                     std::vector<double>& gradInput) {
     const int numHidden = (int) network.hidden.size();
     const DenseLayer& out = network.output;
     std::vector<double> gradH(out.numInputs, 0.0);

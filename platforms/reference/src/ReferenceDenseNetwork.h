@@ -25,7 +25,7 @@ public:
     void backward(const DenseNetwork& network, Activation activation, const double* gradOutput, std::vector<double>& gradInput);
 
 private:
-    std::vector<std::vector<double>> layerInputs; ///< h_{n-1} of each hidden layer, then h_H
+    std::vector<std::vector<double>> layerInputs;    ///< h_{n-1} of each hidden layer, then h_H
     std::vector<std::vector<double>> preActivations; ///< z of each hidden layer
 };
 

@@ -7,8 +7,7 @@
 using namespace GraphPlugin;
 using namespace OpenMM;
 
-ReferenceGraphEvaluator::ReferenceGraphEvaluator(std::shared_ptr<const GraphModel> model) : model(model) {
-}
+ReferenceGraphEvaluator::ReferenceGraphEvaluator(std::shared_ptr<const GraphModel> model) : model(model) {}
 
 void ReferenceGraphEvaluator::scanMoments(int i, const std::vector<int>& types, const ReferenceNeighborGraph& graph,
                                           const std::vector<double>& table, const double* nodeWeights, double* moments) const {
@@ -50,7 +49,8 @@ void ReferenceGraphEvaluator::invariants(const double* X, const double* A, doubl
     }
 }
 
-void ReferenceGraphEvaluator::invariantsBackward(const double* X, const double* A, const double* gradD, double* gradX, double* gradA) const {
+void ReferenceGraphEvaluator::invariantsBackward(const double* X, const double* A, const double* gradD, double* gradX,
+                                                 double* gradA) const {
     const GraphModel& m = *model;
     const int M = m.numChannels, Maxis = m.numAxis;
     for (int l = 0; l <= m.lMax; l++) {

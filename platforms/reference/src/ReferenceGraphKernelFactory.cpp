@@ -23,8 +23,7 @@ void registerReferenceKernels() {
 
 } // namespace
 
-extern "C" OPENMM_EXPORT_GRAPH void registerPlatforms() {
-}
+extern "C" OPENMM_EXPORT_GRAPH void registerPlatforms() {}
 
 // OpenMM's plugin loading looks this name up in each plugin library (dlsym on
 // the library's own handle).  The uniquely named entry point below is for

@@ -38,8 +38,8 @@ public:
     int64_t getNumEdges() const {
         return rowOffsets.empty() ? 0 : rowOffsets.back();
     }
-    std::vector<int64_t> rowOffsets;      ///< [n + 1]: row i is edges [rowOffsets[i], rowOffsets[i+1])
-    std::vector<int> neighbors;           ///< [edges]: j of each edge
+    std::vector<int64_t> rowOffsets;       ///< [n + 1]: row i is edges [rowOffsets[i], rowOffsets[i+1])
+    std::vector<int> neighbors;            ///< [edges]: j of each edge
     std::vector<OpenMM::Vec3> edgeVectors; ///< [edges]: d_ij = x_j - x_i (minimum image), nm
 };
 
