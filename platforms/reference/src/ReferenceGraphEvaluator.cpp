@@ -14,14 +14,13 @@ void ReferenceGraphEvaluator::scanMoments(int i, const std::vector<int>& types, 
     const GraphModel& m = *model;
     const int M = m.numChannels, H = m.numHarmonics();
     std::vector<double> value(M), deriv(M);
-    double Y[9], grad[9][3];
     std::fill(moments, moments + H * M, 0.0);
     for (int64_t e = graph.rowOffsets[i]; e < graph.rowOffsets[i + 1]; e++) {
         int j = graph.neighbors[e];
         const Vec3& d = graph.edgeVectors[e];
-        double r = std::sqrt(d.dot(d));
-        double u[3] = {d[0] / r, d[1] / r, d[2] / r};
-        evaluateHarmonics(m.lMax, u, Y, grad);
+        EdgeGeometry edge(d, m.lMax);
+        const double r = edge.r;
+        const double* Y = edge.Y;
         for (int l = 0; l <= m.lMax; l++) {
             evaluateRadial(m, table, types[i], types[j], l, r, value.data(), deriv.data());
             if (nodeWeights != nullptr)
@@ -134,14 +133,13 @@ double ReferenceGraphEvaluator::evaluate(const std::vector<int>& types, const Re
                                &gradA[(size_t) i * HM]);
         // dE/dphi_j = sum over edges (i, j) of (1/n_norm) sum_lm gradB_i[lm][k] R2(r) Y_lm.
         std::vector<double> gradPhi((size_t) n * M, 0.0), value(M), deriv(M);
-        double Y[9], grad[9][3];
         for (int i = 0; i < n; i++)
             for (int64_t e = graph.rowOffsets[i]; e < graph.rowOffsets[i + 1]; e++) {
                 int j = graph.neighbors[e];
                 const Vec3& d = graph.edgeVectors[e];
-                double r = std::sqrt(d.dot(d));
-                double u[3] = {d[0] / r, d[1] / r, d[2] / r};
-                evaluateHarmonics(m.lMax, u, Y, grad);
+                EdgeGeometry edge(d, m.lMax);
+                const double r = edge.r;
+                const double* Y = edge.Y;
                 for (int l = 0; l <= m.lMax; l++) {
                     evaluateRadial(m, m.interactionTable, types[i], types[j], l, r, value.data(), deriv.data());
                     for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
@@ -162,14 +160,14 @@ double ReferenceGraphEvaluator::evaluate(const std::vector<int>& types, const Re
 
     // Stage 5: edge backward.  dE/dd for d = x_j - x_i; F_i += dE/dd, F_j -= dE/dd.
     std::vector<double> value(M), deriv(M);
-    double Y[9], grad[9][3];
     for (int i = 0; i < n; i++)
         for (int64_t e = graph.rowOffsets[i]; e < graph.rowOffsets[i + 1]; e++) {
             int j = graph.neighbors[e];
             const Vec3& d = graph.edgeVectors[e];
-            double r = std::sqrt(d.dot(d));
-            double u[3] = {d[0] / r, d[1] / r, d[2] / r};
-            evaluateHarmonics(m.lMax, u, Y, grad);
+            EdgeGeometry edge(d, m.lMax);
+            const double r = edge.r;
+            const double* u = edge.u;
+            const double* Y = edge.Y;
             Vec3 gradEdge;
             for (int block = 0; block < (interacting ? 2 : 1); block++) {
                 const std::vector<double>& table = block == 0 ? m.radialTable : m.interactionTable;
@@ -188,9 +186,9 @@ double ReferenceGraphEvaluator::evaluate(const std::vector<int>& types, const Re
                             sumDeriv += G[lm * M + k] * deriv[k];
                         }
                         // d/dd [R(r) Y(u)] = R'(r) Y u + R(r) (g - u (u.g)) / r, g = dY/du.
-                        double uDotG = u[0] * grad[lm][0] + u[1] * grad[lm][1] + u[2] * grad[lm][2];
+                        double uDotG = u[0] * edge.grad[lm][0] + u[1] * edge.grad[lm][1] + u[2] * edge.grad[lm][2];
                         for (int c = 0; c < 3; c++)
-                            gradEdge[c] += (sumDeriv * Y[lm] * u[c] + sumValue * (grad[lm][c] - u[c] * uDotG) / r) / m.nNorm;
+                            gradEdge[c] += (sumDeriv * Y[lm] * u[c] + sumValue * (edge.grad[lm][c] - u[c] * uDotG) / r) / m.nNorm;
                     }
                 }
             }

@@ -2,6 +2,7 @@
 #define OPENMM_GRAPH_REFERENCE_RADIAL_TABLE_H_
 
 #include "internal/GraphModel.h"
+#include "openmm/Vec3.h"
 #include <algorithm>
 #include <cmath>
 
@@ -69,6 +70,23 @@ inline void evaluateHarmonics(int lMax, const double u[3], double* Y, double (*g
                 grad[4 + m][c] = g[m][c];
     }
 }
+
+/**
+ * The geometry of one edge: r (nm), u = d / r, the harmonics Y_lm(u) and their
+ * polynomial gradients dY_lm/du.
+ */
+struct EdgeGeometry {
+    double r;
+    double u[3];
+    double Y[9];
+    double grad[9][3];
+    EdgeGeometry(const OpenMM::Vec3& d, int lMax) {
+        r = std::sqrt(d.dot(d));
+        for (int c = 0; c < 3; c++)
+            u[c] = d[c] / r;
+        evaluateHarmonics(lMax, u, Y, grad);
+    }
+};
 
 /** The degree l of harmonic index lm. */
 inline int degreeOf(int lm) {
