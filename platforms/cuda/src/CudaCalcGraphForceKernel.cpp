@@ -1,30 +1,69 @@
 #include "CudaCalcGraphForceKernel.h"
+#include "internal/GraphModel.h"
 #include "openmm/OpenMMException.h"
+#include <algorithm>
+#include <sstream>
 
 using namespace GraphPlugin;
 using namespace OpenMM;
 
-namespace {
-
-[[noreturn]] void notInThisBuild() {
-    throw OpenMMException("GraphForce: this build of openmm-graph has no CUDA implementation of GraphForce yet; "
-                          "create the Context with the Reference or CPU platform (Platform.getPlatformByName('CPU'))");
+void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce& force) {
+    model = force.getModel();
+    periodic = force.usesPeriodicBoundaryConditions();
+    const int n = force.getNumParticles();
+    particles.resize(n);
+    types.resize(n);
+    for (int i = 0; i < n; i++)
+        force.getParticleParameters(i, particles[i], types[i]);
+    pipeline = createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles());
 }
 
-} // namespace
-
-void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce& force) {
-    notInThisBuild();
+void CudaCalcGraphForceKernel::checkBox() const {
+    if (!periodic)
+        return;
+    Vec3 a, b, c;
+    cu.getPeriodicBoxVectors(a, b, c);
+    double smallest = std::min(a[0], std::min(b[1], c[2]));
+    if (model->cutoff > 0.5 * smallest) {
+        std::stringstream s;
+        s << "GraphForce: the model's cut-off (" << model->cutoff << " nm) is larger than half the smallest height of the periodic box ("
+          << 0.5 * smallest << " nm); the box must be at least " << 2 * model->cutoff << " nm in every direction";
+        throw OpenMMException(s.str());
+    }
 }
 
 double CudaCalcGraphForceKernel::execute(ContextImpl& context, bool includeForces, bool includeEnergy) {
-    notInThisBuild();
+    checkBox();
+    pipeline->enqueue(includeForces, includeEnergy);
+    if (!pipeline->finish())
+        cu.setForcesValid(false); // a neighbour row overflowed: capacity has grown, OpenMM recomputes
+    return 0.0; // the energy went into OpenMM's energy buffer
 }
 
 void CudaCalcGraphForceKernel::getParticleEnergies(ContextImpl& context, std::vector<double>& energies) {
-    notInThisBuild();
+    checkBox();
+    do
+        pipeline->enqueue(false, false);
+    while (!pipeline->finish());
+    pipeline->downloadParticleEnergies(energies);
 }
 
 void CudaCalcGraphForceKernel::copyParametersToContext(ContextImpl& context, const GraphForce& force) {
-    notInThisBuild();
+    if (force.getNumParticles() != (int) particles.size())
+        throw OpenMMException("GraphForce: updateParametersInContext: the number of particles changed from " + std::to_string(particles.size()) +
+                              " to " + std::to_string(force.getNumParticles()) +
+                              "; only types can change (reinitialize the Context to change the particles)");
+    for (int i = 0; i < force.getNumParticles(); i++) {
+        int particle, type;
+        force.getParticleParameters(i, particle, type);
+        if (particle != particles[i])
+            throw OpenMMException("GraphForce: updateParametersInContext: particle " + std::to_string(i) + " changed from System particle " +
+                                  std::to_string(particles[i]) + " to " + std::to_string(particle) +
+                                  "; only types can change (reinitialize the Context to change the particles)");
+        if (type < 0 || type >= model->numTypes)
+            throw OpenMMException("GraphForce: updateParametersInContext: particle " + std::to_string(i) + " has type " + std::to_string(type) +
+                                  ", out of range: the model has " + std::to_string(model->numTypes) + " types");
+        types[i] = type;
+    }
+    pipeline->setTypes(types);
 }

@@ -1,27 +1,38 @@
 #ifndef OPENMM_GRAPH_CUDA_CALC_GRAPH_FORCE_KERNEL_H_
 #define OPENMM_GRAPH_CUDA_CALC_GRAPH_FORCE_KERNEL_H_
 
+#include "CudaGraphPipeline.h"
 #include "GraphKernels.h"
 #include "openmm/cuda/CudaContext.h"
+#include <memory>
+#include <vector>
 
 namespace GraphPlugin {
 
 /**
- * GraphForce on the CUDA platform.  This version only registers the kernel
- * and reports that the fused CUDA implementation is not part of this build;
- * the fused device pipeline replaces it (see the project's issue list).
+ * GraphForce on the CUDA platform: the canonical graph built on the device
+ * from OpenMM's posq, edge scans, the networks, and forces added in 64-bit
+ * fixed point to OpenMM's force buffer (see CudaGraphPipeline).  fp32
+ * arithmetic in single and mixed precision, fp64 in double precision.
  */
 class CudaCalcGraphForceKernel : public CalcGraphForceKernel {
 public:
     CudaCalcGraphForceKernel(std::string name, const OpenMM::Platform& platform, OpenMM::CudaContext& cu)
-        : CalcGraphForceKernel(name, platform), cu(cu) {}
+        : CalcGraphForceKernel(name, platform), cu(cu) {
+    }
     void initialize(const OpenMM::System& system, const GraphForce& force) override;
     double execute(OpenMM::ContextImpl& context, bool includeForces, bool includeEnergy) override;
     void getParticleEnergies(OpenMM::ContextImpl& context, std::vector<double>& energies) override;
     void copyParametersToContext(OpenMM::ContextImpl& context, const GraphForce& force) override;
 
 private:
+    void checkBox() const;
+
     OpenMM::CudaContext& cu;
+    std::shared_ptr<const GraphModel> model;
+    std::vector<int> particles, types;
+    bool periodic = false;
+    std::unique_ptr<CudaGraphPipelineBase> pipeline;
 };
 
 } // namespace GraphPlugin

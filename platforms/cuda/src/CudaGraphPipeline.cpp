@@ -1,0 +1,508 @@
+#include "CudaGraphPipeline.h"
+#include "CudaGraphErrors.h"
+#include "GraphKernelLaunch.h"
+#include "openmm/OpenMMException.h"
+#include "openmm/common/ContextSelector.h"
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+using namespace GraphPlugin;
+using namespace OpenMM;
+
+namespace {
+
+const double Pi = 3.141592653589793;
+
+/** Device copy of one dense layer in `real`. */
+struct DeviceLayer {
+    std::unique_ptr<CudaArray> weight, bias, timestep;
+    int numInputs = 0, numOutputs = 0;
+    bool residual = false;
+};
+
+/** Device copy of the networks of one kind (fitting or node), one per type. */
+struct DeviceNetworks {
+    std::vector<std::vector<DeviceLayer>> hidden; ///< [type][layer]
+    std::vector<DeviceLayer> output;              ///< [type]
+    std::vector<double> outputBias;               ///< [type] (fitting: scalar bias)
+    int numHidden = 0;
+    std::vector<int> layerWidth; ///< [layer] the widest output of that layer over all types
+};
+
+template <typename real>
+class CudaGraphPipeline : public CudaGraphPipelineBase {
+public:
+    CudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles, const std::vector<int>& types,
+                      bool periodic, int numSystemParticles)
+        : cu(cu), model(model), n((int) particles.size()), periodic(periodic) {
+        ContextSelector selector(cu);
+        const GraphModel& m = *model;
+        if (m.numChannels > 32 * 4)
+            throw OpenMMException("GraphForce: the CUDA platform supports at most 128 channels (n_channels); this model has " +
+                                  std::to_string(m.numChannels));
+        H = m.numHarmonics();
+        M = m.numChannels;
+        descriptorSize = m.descriptorSize();
+        fittingInputSize = m.fittingInputSize();
+        // Model parameters and tables.
+        params.numTypes = m.numTypes;
+        params.lMax = m.lMax;
+        params.numChannels = M;
+        params.numAxis = m.numAxis;
+        params.descriptorLSum = m.descriptorLSum ? 1 : 0;
+        params.numInteractions = m.numInteractions;
+        params.radialIntervals = m.radialIntervals;
+        params.descriptorSize = descriptorSize;
+        params.cutoff = (real) m.cutoff;
+        params.cutoff2 = (real) (m.cutoff * m.cutoff);
+        params.radialR0 = (real) m.radialR0;
+        params.radialDr = (real) m.radialDr;
+        params.invDr = (real) (1.0 / m.radialDr);
+        params.invNorm = (real) (1.0 / m.nNorm);
+        radialTable = upload(m.radialTable, "graphRadialTable");
+        params.radialTable = pointer<real>(radialTable);
+        if (m.numInteractions == 1) {
+            interactionTable = upload(m.interactionTable, "graphInteractionTable");
+            params.interactionTable = pointer<real>(interactionTable);
+        }
+        else
+            params.interactionTable = nullptr;
+        activation = m.activation == Activation::Tanh ? GraphTanh : GraphSilu;
+        fitting = uploadNetworks(m.fitting);
+        if (m.numInteractions == 1)
+            node = uploadNetworks(m.node);
+        energyShift = m.energyShift;
+
+        // Particles.
+        std::vector<int> nodeOfSystemParticle(numSystemParticles, -1);
+        for (int i = 0; i < n; i++)
+            nodeOfSystemParticle[particles[i]] = i;
+        nodeOfParticle.reset(CudaArray::create<int>(cu, std::max(1, numSystemParticles), "graphNodeOfParticle"));
+        nodeOfParticle->upload(nodeOfSystemParticle);
+        typeArray.reset(CudaArray::create<int>(cu, std::max(1, n), "graphTypes"));
+        nodesByType.reset(CudaArray::create<int>(cu, std::max(1, n), "graphNodesByType"));
+        setTypes(types);
+
+        // Per-evaluation storage.
+        const int n1 = std::max(1, n);
+        positions.reset(CudaArray::create<real>(cu, 3 * n1, "graphPositions"));
+        slotOfNode.reset(CudaArray::create<int>(cu, n1, "graphSlotOfNode"));
+        maxCells = n + 27;
+        grid.reset(CudaArray::create<GraphGrid<real>>(cu, 1, "graphGrid"));
+        cellOfNode.reset(CudaArray::create<uint32_t>(cu, n1, "graphCellOfNode"));
+        sortedCells.reset(CudaArray::create<uint32_t>(cu, n1, "graphSortedCells"));
+        nodeIds.reset(CudaArray::create<int>(cu, n1, "graphNodeIds"));
+        sortedNodes.reset(CudaArray::create<int>(cu, n1, "graphSortedNodes"));
+        cellStart.reset(CudaArray::create<int>(cu, maxCells, "graphCellStart"));
+        cellEnd.reset(CudaArray::create<int>(cu, maxCells, "graphCellEnd"));
+        sortScratchBytes = std::max<size_t>(1, getCellSortScratchBytes(n1, maxCells));
+        sortScratch.reset(CudaArray::create<char>(cu, sortScratchBytes, "graphSortScratch"));
+        rowCount.reset(CudaArray::create<int>(cu, n1, "graphRowCount"));
+        allocateRows(initialCapacity());
+        moments.reset(CudaArray::create<real>(cu, (size_t) n1 * H * M, "graphMoments"));
+        gradMoments.reset(CudaArray::create<real>(cu, (size_t) n1 * H * M, "graphGradMoments"));
+        fittingInput.reset(CudaArray::create<real>(cu, (size_t) n1 * fittingInputSize, "graphFittingInput"));
+        fittingInputGrad.reset(CudaArray::create<real>(cu, (size_t) n1 * fittingInputSize, "graphFittingInputGrad"));
+        allocateActivations(fitting, fittingActivations, fittingPreActivations, "graphFitting");
+        int widest = std::max(fittingInputSize, *std::max_element(fitting.layerWidth.begin(), fitting.layerWidth.end()));
+        if (m.numInteractions == 1) {
+            nodeFeatures.reset(CudaArray::create<real>(cu, (size_t) n1 * M, "graphNodeFeatures"));
+            nodeFeatureGrad.reset(CudaArray::create<real>(cu, (size_t) n1 * M, "graphNodeFeatureGrad"));
+            interactionMoments.reset(CudaArray::create<real>(cu, (size_t) n1 * H * M, "graphInteractionMoments"));
+            gradInteractionMoments.reset(CudaArray::create<real>(cu, (size_t) n1 * H * M, "graphGradInteractionMoments"));
+            nodeInputGrad.reset(CudaArray::create<real>(cu, (size_t) n1 * descriptorSize, "graphNodeInputGrad"));
+            allocateActivations(node, nodeActivations, nodePreActivations, "graphNode");
+            for (int w : node.layerWidth)
+                widest = std::max(widest, w);
+            widest = std::max(widest, M);
+        }
+        gradWidth = widest;
+        for (auto& buffer : gradientScratch)
+            buffer.reset(CudaArray::create<real>(cu, (size_t) n1 * gradWidth, "graphGradientScratch"));
+        gradZ.reset(CudaArray::create<real>(cu, (size_t) n1 * gradWidth, "graphGradZ"));
+        particleEnergy.reset(CudaArray::create<real>(cu, n1, "graphParticleEnergy"));
+        energyAccumulator.reset(CudaArray::create<long long>(cu, 1, "graphEnergyAccumulator"));
+        status.reset(CudaArray::create<GraphStatus>(cu, 1, "graphStatus"));
+        GRAPH_CU_CHECK(cuMemHostAlloc((void**) &hostStatus, sizeof(GraphStatus), 0));
+        *hostStatus = GraphStatus();
+        GRAPH_CU_CHECK(cuEventCreate(&statusEvent, CU_EVENT_DISABLE_TIMING));
+        energyIsDouble = cu.getEnergyBuffer().getElementSize() == sizeof(double);
+    }
+
+    ~CudaGraphPipeline() {
+        ContextSelector selector(cu);
+        if (hostStatus)
+            cuMemFreeHost(hostStatus);
+        if (statusEvent)
+            cuEventDestroy(statusEvent);
+    }
+
+    void setTypes(const std::vector<int>& types) override {
+        ContextSelector selector(cu);
+        typeArray->upload(types);
+        // Nodes grouped by type (stable), for the per-type networks.
+        std::vector<int> order;
+        typeOffsets.assign(model->numTypes + 1, 0);
+        for (int t = 0; t < model->numTypes; t++) {
+            typeOffsets[t] = (int) order.size();
+            for (int i = 0; i < n; i++)
+                if (types[i] == t)
+                    order.push_back(i);
+        }
+        typeOffsets[model->numTypes] = (int) order.size();
+        if (!order.empty())
+            nodesByType->upload(order);
+    }
+
+    void enqueue(bool includeForces, bool addEnergy) override {
+        ContextSelector selector(cu);
+        cudaStream_t stream = (cudaStream_t) cu.getCurrentStream();
+        GraphBox<real> box = currentBox();
+        const GraphModel& m = *model;
+        GRAPH_CUDA_CHECK(cudaMemsetAsync(pointer<GraphStatus>(status), 0, sizeof(GraphStatus), stream));
+        if (n == 0)
+            return recordStatus(stream);
+        const int* types = pointer<int>(typeArray);
+        real* x = pointer<real>(positions);
+
+        // Stage 1: the canonical graph.
+        if (cu.getUseDoublePrecision())
+            launchGatherPositions<real, GraphDouble4>((const GraphDouble4*) cu.getPosq().getDevicePointer(),
+                                                 (const int*) cu.getAtomIndexArray().getDevicePointer(), cu.getNumAtoms(),
+                                                 pointer<int>(nodeOfParticle), x, pointer<int>(slotOfNode), pointer<GraphStatus>(status),
+                                                 stream);
+        else
+            launchGatherPositions<real, float4>((const float4*) cu.getPosq().getDevicePointer(),
+                                                (const int*) cu.getAtomIndexArray().getDevicePointer(), cu.getNumAtoms(),
+                                                pointer<int>(nodeOfParticle), x, pointer<int>(slotOfNode), pointer<GraphStatus>(status),
+                                                stream);
+        launchGridSetup<real>(x, n, box, params.cutoff, maxCells, pointer<GraphGrid<real>>(grid), stream);
+        launchCellSort<real>(x, n, box, pointer<GraphGrid<real>>(grid), maxCells, pointer<uint32_t>(cellOfNode),
+                             pointer<uint32_t>(sortedCells), pointer<int>(nodeIds), pointer<int>(sortedNodes), pointer<int>(cellStart),
+                             pointer<int>(cellEnd), pointer<char>(sortScratch), sortScratchBytes, stream);
+        launchBuildRows<real>(x, n, box, pointer<GraphGrid<real>>(grid), pointer<int>(sortedNodes), pointer<int>(cellStart),
+                              pointer<int>(cellEnd), params.cutoff, capacity, pointer<int>(unsortedNeighbors), pointer<uint32_t>(neighborKeys),
+                              pointer<int>(neighbors), pointer<int>(rowCount), pointer<GraphStatus>(status), stream);
+        GRAPH_CUDA_CHECK(cudaGetLastError());
+
+        // Stage 2: moments, invariants, and the interaction block.
+        const int* rows = pointer<int>(neighbors);
+        const int* counts = pointer<int>(rowCount);
+        real* A = pointer<real>(moments);
+        real* input = pointer<real>(fittingInput);
+        launchMoments<real>(params, params.radialTable, nullptr, x, types, n, box, rows, counts, capacity, A, stream);
+        launchInvariants<real>(params, A, A, n, input, fittingInputSize, 0, stream);
+        real* B = nullptr;
+        if (m.numInteractions == 1) {
+            forwardNetwork(node, nodeActivations, nodePreActivations, input, fittingInputSize, pointer<real>(nodeFeatures), M, true, stream);
+            B = pointer<real>(interactionMoments);
+            launchMoments<real>(params, params.interactionTable, pointer<real>(nodeFeatures), x, types, n, box, rows, counts, capacity, B,
+                                stream);
+            launchInvariants<real>(params, B, A, n, input, fittingInputSize, descriptorSize, stream);
+        }
+        GRAPH_CUDA_CHECK(cudaGetLastError());
+
+        // Stage 3: the fitting network and the energy.
+        forwardNetwork(fitting, fittingActivations, fittingPreActivations, input, fittingInputSize, nullptr, 0, false, stream);
+        if (addEnergy)
+            launchEnergyReduction<real>(pointer<real>(particleEnergy), n, pointer<long long>(energyAccumulator),
+                                        (void*) cu.getEnergyBuffer().getDevicePointer(), energyIsDouble, pointer<GraphStatus>(status), stream);
+        GRAPH_CUDA_CHECK(cudaGetLastError());
+        if (!includeForces)
+            return recordStatus(stream);
+
+        // Stage 4: back to dE/dA (and dE/dB), then the edge backward into OpenMM's forces.
+        real* gradInput = pointer<real>(fittingInputGrad);
+        backwardNetwork(fitting, fittingActivations, fittingPreActivations, input, fittingInputSize, gradInput, fittingInputSize, false,
+                        stream);
+        real* gradA = pointer<real>(gradMoments);
+        real* gradB = nullptr;
+        if (m.numInteractions == 1) {
+            gradB = pointer<real>(gradInteractionMoments);
+            launchInvariantsBackward<real>(params, B, A, gradInput, fittingInputSize, descriptorSize, n, gradB, gradA, false, stream);
+            launchNodeFeatureGradient<real>(params, gradB, x, types, n, box, rows, counts, capacity, pointer<real>(nodeFeatureGrad), stream);
+            backwardNetwork(node, nodeActivations, nodePreActivations, input, fittingInputSize, pointer<real>(nodeInputGrad), descriptorSize,
+                            true, stream);
+            launchInvariantsBackward<real>(params, A, A, pointer<real>(nodeInputGrad), descriptorSize, 0, n, gradA, gradA, true, stream);
+            launchInvariantsBackward<real>(params, A, A, gradInput, fittingInputSize, 0, n, gradA, gradA, true, stream);
+        }
+        else
+            launchInvariantsBackward<real>(params, A, A, gradInput, fittingInputSize, 0, n, gradA, gradA, false, stream);
+        launchForces<real>(params, gradA, gradB, m.numInteractions == 1 ? pointer<real>(nodeFeatures) : nullptr, x, types, n, box, rows, counts,
+                           capacity, pointer<int>(slotOfNode), (long long*) cu.getLongForceBuffer().getDevicePointer(), cu.getPaddedNumAtoms(),
+                           pointer<GraphStatus>(status), stream);
+        GRAPH_CUDA_CHECK(cudaGetLastError());
+        recordStatus(stream);
+    }
+
+    bool finish() override {
+        ContextSelector selector(cu);
+        GRAPH_CU_CHECK(cuEventSynchronize(statusEvent));
+        const GraphStatus s = *hostStatus;
+        if (s.errorCode != GraphErrorNone) {
+            std::stringstream message;
+            message << "GraphForce: ";
+            switch (s.errorCode) {
+            case GraphErrorSamePosition:
+                message << "particles " << particleName(s.errorParticle[0]) << " and " << particleName(s.errorParticle[1])
+                        << " are at the same position; the model is undefined at zero distance";
+                break;
+            case GraphErrorNonFinitePosition:
+                message << "the position of particle " << particleName(s.errorParticle[0]) << " is not finite";
+                break;
+            case GraphErrorNonFiniteEnergy:
+                message << "the energy of particle " << particleName(s.errorParticle[0]) << " is not finite or beyond 1e9 kJ/mol ("
+                        << s.errorValue << "); check the positions and the model";
+                break;
+            case GraphErrorForceOutOfRange:
+                message << "a force contribution between particles " << particleName(s.errorParticle[0]) << " and "
+                        << particleName(s.errorParticle[1]) << " is not finite or beyond the fixed-point range (" << s.errorValue
+                        << " kJ/mol/nm); check the positions and the model";
+                break;
+            default: message << "unknown device error " << s.errorCode;
+            }
+            throw OpenMMException(message.str());
+        }
+        if (s.maxRowCount > capacity) {
+            // A row did not fit: grow (with room to spare) and have OpenMM recompute.
+            allocateRows(std::min(std::max(1, n - 1), (int) (s.maxRowCount * 1.25) + 32));
+            return false;
+        }
+        return true;
+    }
+
+    void downloadParticleEnergies(std::vector<double>& energies) override {
+        ContextSelector selector(cu);
+        std::vector<real> values(std::max(1, n));
+        particleEnergy->download(values);
+        energies.assign(values.begin(), values.begin() + n);
+    }
+
+    void setParticleNames(const std::vector<int>& names) {
+        particleNames = names;
+    }
+
+private:
+    template <typename T>
+    static T* pointer(const std::unique_ptr<CudaArray>& array) {
+        return reinterpret_cast<T*>(array->getDevicePointer());
+    }
+
+    std::unique_ptr<CudaArray> upload(const std::vector<double>& values, const std::string& name) {
+        std::vector<real> converted(values.begin(), values.end());
+        if (converted.empty())
+            converted.push_back(0);
+        std::unique_ptr<CudaArray> array(CudaArray::create<real>(cu, converted.size(), name));
+        array->upload(converted);
+        return array;
+    }
+
+    DeviceLayer uploadLayer(const DenseLayer& layer, const std::string& name) {
+        DeviceLayer device;
+        device.numInputs = layer.numInputs;
+        device.numOutputs = layer.numOutputs;
+        device.residual = layer.residual;
+        device.weight = upload(layer.weight, name + "Weight");
+        device.bias = upload(layer.bias, name + "Bias");
+        if (layer.residual)
+            device.timestep = upload(layer.timestep, name + "Timestep");
+        return device;
+    }
+
+    DeviceNetworks uploadNetworks(const std::vector<DenseNetwork>& networks) {
+        DeviceNetworks device;
+        device.numHidden = (int) networks[0].hidden.size();
+        device.layerWidth.assign(device.numHidden + 1, 0);
+        for (size_t t = 0; t < networks.size(); t++) {
+            if ((int) networks[t].hidden.size() != device.numHidden)
+                throw OpenMMException("GraphForce: the networks of all types must have the same number of layers");
+            std::vector<DeviceLayer> layers;
+            for (int l = 0; l < device.numHidden; l++) {
+                layers.push_back(uploadLayer(networks[t].hidden[l], "graphLayer"));
+                device.layerWidth[l] = std::max(device.layerWidth[l], networks[t].hidden[l].numOutputs);
+            }
+            device.hidden.push_back(std::move(layers));
+            device.output.push_back(uploadLayer(networks[t].output, "graphOutput"));
+            device.outputBias.push_back(networks[t].output.bias[0]);
+            device.layerWidth[device.numHidden] = std::max(device.layerWidth[device.numHidden], networks[t].output.numOutputs);
+        }
+        return device;
+    }
+
+    void allocateActivations(const DeviceNetworks& networks, std::vector<std::unique_ptr<CudaArray>>& activations,
+                             std::vector<std::unique_ptr<CudaArray>>& preActivations, const std::string& name) {
+        const size_t n1 = std::max(1, n);
+        for (int l = 0; l < networks.numHidden; l++) {
+            activations.emplace_back(CudaArray::create<real>(cu, n1 * networks.layerWidth[l], name + "Activation"));
+            preActivations.emplace_back(CudaArray::create<real>(cu, n1 * networks.layerWidth[l], name + "PreActivation"));
+        }
+    }
+
+    /**
+     * Forward through the hidden layers of every type; then either the scalar
+     * energy output (fitting) or the linear M-output layer into `output` (node).
+     */
+    void forwardNetwork(const DeviceNetworks& networks, std::vector<std::unique_ptr<CudaArray>>& activations,
+                        std::vector<std::unique_ptr<CudaArray>>& preActivations, const real* input, int inputStride, real* output,
+                        int outputStride, bool isNode, cudaStream_t stream) {
+        for (int t = 0; t < model->numTypes; t++) {
+            const int rows = typeOffsets[t + 1] - typeOffsets[t];
+            if (rows == 0)
+                continue;
+            const int* rowNodes = pointer<int>(nodesByType) + typeOffsets[t];
+            const real* h = input;
+            int stride = inputStride;
+            for (int l = 0; l < networks.numHidden; l++) {
+                const DeviceLayer& layer = networks.hidden[t][l];
+                launchDenseForward<real>(rows, rowNodes, h, stride, pointer<real>(layer.weight), pointer<real>(layer.bias),
+                                         layer.residual ? pointer<real>(layer.timestep) : nullptr, layer.numInputs, layer.numOutputs, activation,
+                                         layer.residual, pointer<real>(preActivations[l]), pointer<real>(activations[l]),
+                                         networks.layerWidth[l], stream);
+                h = pointer<real>(activations[l]);
+                stride = networks.layerWidth[l];
+            }
+            const DeviceLayer& out = networks.output[t];
+            if (isNode)
+                launchDenseForward<real>(rows, rowNodes, h, stride, pointer<real>(out.weight), pointer<real>(out.bias), nullptr, out.numInputs,
+                                         out.numOutputs, GraphIdentity, false, nullptr, output, outputStride, stream);
+            else
+                launchEnergyOutput<real>(rows, rowNodes, h, stride, out.numInputs, pointer<real>(out.weight), (real) networks.outputBias[t],
+                                         (real) energyShift[t], pointer<real>(particleEnergy), nullptr, stream);
+        }
+    }
+
+    /**
+     * Backward through a network of every type to dE/d(input), written to
+     * gradInput [node][gradInputStride].  Fitting: seeded by dE/dh_H = w.
+     * Node: seeded by dE/dphi (nodeFeatureGrad).
+     */
+    void backwardNetwork(const DeviceNetworks& networks, std::vector<std::unique_ptr<CudaArray>>& activations,
+                         std::vector<std::unique_ptr<CudaArray>>& preActivations, const real* input, int inputStride, real* gradInput,
+                         int gradInputStride, bool isNode, cudaStream_t stream) {
+        for (int t = 0; t < model->numTypes; t++) {
+            const int rows = typeOffsets[t + 1] - typeOffsets[t];
+            if (rows == 0)
+                continue;
+            const int* rowNodes = pointer<int>(nodesByType) + typeOffsets[t];
+            const int H = networks.numHidden;
+            // dE/dh_H.
+            real* grad = pointer<real>(gradientScratch[0]);
+            int gradStride = H > 0 ? networks.layerWidth[H - 1] : inputStride;
+            if (isNode) {
+                // phi = W_out h + b: dE/dh = W_out^T dE/dphi.
+                const DeviceLayer& out = networks.output[t];
+                launchDenseBackward<real>(rows, rowNodes, pointer<real>(nodeFeatureGrad), M, nullptr, pointer<real>(out.weight), nullptr,
+                                          out.numInputs, out.numOutputs, GraphIdentity, false, pointer<real>(gradientScratch[2]),
+                                          H > 0 ? grad : gradInput, H > 0 ? gradStride : gradInputStride, stream);
+            }
+            else {
+                // E = w . h_H + b + shift: dE/dh_H = w (the energies are recomputed bitwise identically on the way).
+                const DeviceLayer& out = networks.output[t];
+                const real* hidden = H > 0 ? pointer<real>(activations[H - 1]) : input;
+                launchEnergyOutput<real>(rows, rowNodes, hidden, H > 0 ? gradStride : inputStride, out.numInputs, pointer<real>(out.weight),
+                                         (real) networks.outputBias[t], (real) energyShift[t], pointer<real>(particleEnergy),
+                                         H > 0 ? grad : gradInput, stream);
+            }
+            int current = 0;
+            for (int l = H - 1; l >= 0; l--) {
+                const DeviceLayer& layer = networks.hidden[t][l];
+                real* target;
+                int targetStride;
+                if (l == 0) {
+                    target = gradInput;
+                    targetStride = gradInputStride;
+                }
+                else {
+                    current = 1 - current;
+                    target = pointer<real>(gradientScratch[current]);
+                    targetStride = networks.layerWidth[l - 1];
+                }
+                launchDenseBackward<real>(rows, rowNodes, grad, networks.layerWidth[l], pointer<real>(preActivations[l]),
+                                          pointer<real>(layer.weight), layer.residual ? pointer<real>(layer.timestep) : nullptr,
+                                          layer.numInputs, layer.numOutputs, activation, layer.residual, pointer<real>(gradZ), target,
+                                          targetStride, stream);
+                grad = target;
+            }
+        }
+    }
+
+    int initialCapacity() const {
+        double expected = 64;
+        if (periodic) {
+            Vec3 a, b, c;
+            cu.getPeriodicBoxVectors(a, b, c);
+            double density = n / (a[0] * b[1] * c[2]);
+            expected = 1.5 * density * 4.0 / 3.0 * Pi * std::pow(model->cutoff, 3) + 32;
+        }
+        int capacity = ((int) expected + 31) / 32 * 32;
+        return std::max(1, std::min(capacity, std::max(1, n - 1)));
+    }
+
+    void allocateRows(int newCapacity) {
+        capacity = newCapacity;
+        const size_t size = (size_t) std::max(1, n) * capacity;
+        unsortedNeighbors.reset(CudaArray::create<int>(cu, size, "graphUnsortedNeighbors"));
+        neighborKeys.reset(CudaArray::create<uint32_t>(cu, size, "graphNeighborKeys"));
+        neighbors.reset(CudaArray::create<int>(cu, size, "graphNeighbors"));
+    }
+
+    GraphBox<real> currentBox() const {
+        GraphBox<real> box;
+        Vec3 v[3];
+        cu.getPeriodicBoxVectors(v[0], v[1], v[2]);
+        for (int d = 0; d < 3; d++) {
+            box.a[d] = (real) v[0][d];
+            box.b[d] = (real) v[1][d];
+            box.c[d] = (real) v[2][d];
+        }
+        box.periodic = periodic ? 1 : 0;
+        return box;
+    }
+
+    void recordStatus(cudaStream_t stream) {
+        GRAPH_CU_CHECK(cuMemcpyDtoHAsync(hostStatus, status->getDevicePointer(), sizeof(GraphStatus), (CUstream) stream));
+        GRAPH_CU_CHECK(cuEventRecord(statusEvent, (CUstream) stream));
+    }
+
+    std::string particleName(int node) const {
+        return node >= 0 && node < (int) particleNames.size() ? std::to_string(particleNames[node]) : std::to_string(node);
+    }
+
+    CudaContext& cu;
+    std::shared_ptr<const GraphModel> model;
+    int n;
+    bool periodic;
+    int H = 1, M = 1, descriptorSize = 1, fittingInputSize = 1, gradWidth = 1;
+    int activation = GraphTanh;
+    GraphModelParams<real> params;
+    DeviceNetworks fitting, node;
+    std::vector<double> energyShift;
+    std::vector<int> typeOffsets, particleNames;
+    int capacity = 1, maxCells = 1;
+    size_t sortScratchBytes = 1;
+    bool energyIsDouble = true;
+    std::unique_ptr<CudaArray> radialTable, interactionTable, nodeOfParticle, typeArray, nodesByType, positions, slotOfNode, grid, cellOfNode,
+        sortedCells, nodeIds, sortedNodes, cellStart, cellEnd, sortScratch, rowCount, unsortedNeighbors, neighborKeys, neighbors, moments,
+        gradMoments, fittingInput, fittingInputGrad, nodeFeatures, nodeFeatureGrad, interactionMoments, gradInteractionMoments, nodeInputGrad,
+        gradZ, particleEnergy, energyAccumulator, status;
+    std::unique_ptr<CudaArray> gradientScratch[3];
+    std::vector<std::unique_ptr<CudaArray>> fittingActivations, fittingPreActivations, nodeActivations, nodePreActivations;
+    GraphStatus* hostStatus = nullptr;
+    CUevent statusEvent = nullptr;
+};
+
+} // namespace
+
+std::unique_ptr<CudaGraphPipelineBase> GraphPlugin::createCudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model,
+                                                                            const std::vector<int>& particles, const std::vector<int>& types,
+                                                                            bool periodic, int numSystemParticles) {
+    if (cu.getUseDoublePrecision()) {
+        auto pipeline = new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles);
+        pipeline->setParticleNames(particles);
+        return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
+    }
+    auto pipeline = new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles);
+    pipeline->setParticleNames(particles);
+    return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
+}

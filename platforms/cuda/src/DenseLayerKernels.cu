@@ -1,0 +1,240 @@
+/**
+ * Stage 3 of the CUDA pipeline: the fitting and node networks, forward and
+ * input-gradient backward, as tiled matrix products over the nodes of one type
+ * (rows gathered through a node list) with the bias, activation and residual
+ * update fused into the epilogue.  Plain FMA arithmetic in `real` (no tensor
+ * cores, no TF32); every output element sums over k in a fixed order, so a
+ * node's result does not depend on which other nodes share its tile.
+ */
+
+#include "GraphDeviceFunctions.cuh"
+#include "GraphKernelLaunch.h"
+#include <algorithm>
+
+namespace GraphPlugin {
+
+namespace {
+
+constexpr int TileRows = 64, TileCols = 64, TileK = 16;
+
+template <typename real>
+__device__ inline real activate(int activation, real z) {
+    if (activation == GraphTanh)
+        return tanh(z);
+    if (activation == GraphSilu)
+        return z / (1 + exp(-z));
+    return z;
+}
+
+template <typename real>
+__device__ inline real activateDerivative(int activation, real z) {
+    if (activation == GraphTanh) {
+        real t = tanh(z);
+        return 1 - t * t;
+    }
+    if (activation == GraphSilu) {
+        real s = 1 / (1 + exp(-z));
+        return s * (1 + z * (1 - s));
+    }
+    return 1;
+}
+
+/**
+ * C[row][c] = sum_k A[node(row)][k] * B(k, c), B(k, c) = W[c * ldw + k] (forward,
+ * W^T) or W[k * ldw + c] (backward, W).  Epilogue:
+ * forward:  z = C + bias; preActivation = z; out = act(z) (+ residualSource + timestep * act(z) if residual)
+ * backward: out = C (+ residualSource if residual)
+ */
+template <typename real, bool Forward>
+__global__ void __launch_bounds__(256) denseGemmKernel(int numRows, const int* __restrict__ rowNodes, const real* __restrict__ A, int aStride,
+                                                       const real* __restrict__ W, int K, int N, int ldw, const real* __restrict__ bias,
+                                                       const real* __restrict__ timestep, int activation, int residual,
+                                                       const real* __restrict__ residualSource, int residualStride,
+                                                       real* __restrict__ preActivation, real* __restrict__ out, int outStride) {
+    __shared__ real As[TileK][TileRows + 1];
+    __shared__ real Bs[TileK][TileCols + 1];
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const int rowBase = blockIdx.x * TileRows, colBase = blockIdx.y * TileCols;
+    real acc[4][4] = {};
+    for (int k0 = 0; k0 < K; k0 += TileK) {
+        for (int e = threadIdx.x; e < TileK * TileRows; e += blockDim.x) {
+            const int kk = e % TileK, rr = e / TileK;
+            const int row = rowBase + rr, k = k0 + kk;
+            As[kk][rr] = (row < numRows && k < K) ? A[(size_t) rowNodes[row] * aStride + k] : real(0);
+        }
+        for (int e = threadIdx.x; e < TileK * TileCols; e += blockDim.x) {
+            int kk, cc;
+            if (Forward)
+                kk = e % TileK, cc = e / TileK;
+            else
+                cc = e % TileCols, kk = e / TileCols;
+            const int col = colBase + cc, k = k0 + kk;
+            real value = 0;
+            if (col < N && k < K)
+                value = Forward ? W[(size_t) col * ldw + k] : W[(size_t) k * ldw + col];
+            Bs[kk][cc] = value;
+        }
+        __syncthreads();
+        for (int kk = 0; kk < TileK; kk++) {
+            real a[4], b[4];
+            for (int x = 0; x < 4; x++) {
+                a[x] = As[kk][ty * 4 + x];
+                b[x] = Bs[kk][tx * 4 + x];
+            }
+            for (int x = 0; x < 4; x++)
+                for (int y = 0; y < 4; y++)
+                    acc[x][y] = fma(a[x], b[y], acc[x][y]);
+        }
+        __syncthreads();
+    }
+    for (int x = 0; x < 4; x++) {
+        const int row = rowBase + ty * 4 + x;
+        if (row >= numRows)
+            continue;
+        const size_t node = rowNodes[row];
+        for (int y = 0; y < 4; y++) {
+            const int col = colBase + tx * 4 + y;
+            if (col >= N)
+                continue;
+            if (Forward) {
+                const real z = acc[x][y] + bias[col];
+                const real value = activate(activation, z);
+                if (preActivation)
+                    preActivation[node * outStride + col] = z;
+                out[node * outStride + col] = residual ? residualSource[node * residualStride + col] + timestep[col] * value : value;
+            }
+            else
+                out[node * outStride + col] = acc[x][y] + (residual ? residualSource[node * residualStride + col] : real(0));
+        }
+    }
+}
+
+template <typename real>
+__global__ void gradientThroughActivationKernel(int numRows, const int* __restrict__ rowNodes, const real* __restrict__ gradOutput,
+                                                const real* __restrict__ preActivation, int stride, int width,
+                                                const real* __restrict__ timestep, int activation, int residual,
+                                                real* __restrict__ gradZ) {
+    for (size_t index = blockIdx.x * (size_t) blockDim.x + threadIdx.x; index < (size_t) numRows * width;
+         index += (size_t) gridDim.x * blockDim.x) {
+        const size_t node = rowNodes[index / width];
+        const int col = (int) (index % width);
+        const size_t at = node * stride + col;
+        real g = activation == GraphIdentity ? gradOutput[at] : gradOutput[at] * activateDerivative(activation, preActivation[at]);
+        gradZ[at] = residual ? g * timestep[col] : g;
+    }
+}
+
+template <typename real>
+__global__ void energyOutputKernel(int numRows, const int* __restrict__ rowNodes, const real* __restrict__ hidden, int stride, int width,
+                                   const real* __restrict__ weight, real bias, real shift, real* __restrict__ particleEnergy,
+                                   real* __restrict__ gradHidden) {
+    const int lane = threadIdx.x & 31;
+    for (int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; row < numRows; row += (gridDim.x * blockDim.x) >> 5) {
+        const size_t node = rowNodes[row];
+        real sum = 0;
+        for (int k = lane; k < width; k += 32) {
+            sum += weight[k] * hidden[node * stride + k];
+            if (gradHidden)
+                gradHidden[node * stride + k] = weight[k];
+        }
+        sum = warpSum(sum);
+        if (lane == 0)
+            particleEnergy[node] = sum + bias + shift;
+    }
+}
+
+template <typename real>
+__global__ void energyReductionKernel(const real* __restrict__ particleEnergy, int n, long long* __restrict__ accumulator, GraphStatus* status) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const double e = particleEnergy[i];
+        if (!(fabs(e) < FixedPointLimit))
+            reportError(status, GraphErrorNonFiniteEnergy, i, -1, e);
+        else
+            atomicAdd((unsigned long long*) accumulator, (unsigned long long) realToFixedPoint(e));
+    }
+}
+
+__global__ void energyStoreKernel(const long long* __restrict__ accumulator, void* energyBuffer, int energyIsDouble) {
+    const double energy = (double) *accumulator / FixedPointScale;
+    if (energyIsDouble)
+        ((double*) energyBuffer)[0] += energy;
+    else
+        ((float*) energyBuffer)[0] += (float) energy;
+}
+
+template <typename real>
+__global__ void addKernel(const real* __restrict__ in, real* __restrict__ out, size_t count) {
+    for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < count; i += (size_t) gridDim.x * blockDim.x)
+        out[i] += in[i];
+}
+
+int elementBlocks(size_t count) {
+    return (int) std::min<size_t>((count + 255) / 256, 65535 * 16);
+}
+
+} // namespace
+
+template <typename real>
+void launchDenseForward(int numRows, const int* rowNodes, const real* input, int inStride, const real* weight, const real* bias,
+                        const real* timestep, int numInputs, int numOutputs, int activation, bool residual, real* preActivation,
+                        real* output, int outStride, cudaStream_t stream) {
+    if (numRows == 0)
+        return;
+    dim3 blocks((numRows + TileRows - 1) / TileRows, (numOutputs + TileCols - 1) / TileCols);
+    denseGemmKernel<real, true><<<blocks, 256, 0, stream>>>(numRows, rowNodes, input, inStride, weight, numInputs, numOutputs, numInputs,
+                                                            bias, timestep, activation, residual ? 1 : 0, input, inStride, preActivation,
+                                                            output, outStride);
+}
+
+template <typename real>
+void launchDenseBackward(int numRows, const int* rowNodes, const real* gradOutput, int outStride, const real* preActivation,
+                         const real* weight, const real* timestep, int numInputs, int numOutputs, int activation, bool residual,
+                         real* gradZ, real* gradInput, int inStride, cudaStream_t stream) {
+    if (numRows == 0)
+        return;
+    gradientThroughActivationKernel<real><<<elementBlocks((size_t) numRows * numOutputs), 256, 0, stream>>>(
+        numRows, rowNodes, gradOutput, preActivation, outStride, numOutputs, timestep, activation, residual ? 1 : 0, gradZ);
+    dim3 blocks((numRows + TileRows - 1) / TileRows, (numInputs + TileCols - 1) / TileCols);
+    denseGemmKernel<real, false><<<blocks, 256, 0, stream>>>(numRows, rowNodes, gradZ, outStride, weight, numOutputs, numInputs, numInputs,
+                                                             nullptr, nullptr, GraphIdentity, residual ? 1 : 0, gradOutput, outStride,
+                                                             nullptr, gradInput, inStride);
+}
+
+template <typename real>
+void launchEnergyOutput(int numRows, const int* rowNodes, const real* hidden, int stride, int width, const real* weight, real bias,
+                        real shift, real* particleEnergy, real* gradHidden, cudaStream_t stream) {
+    if (numRows == 0)
+        return;
+    const int warpsPerBlock = 4;
+    const int blocks = (int) std::min<size_t>(((size_t) numRows + warpsPerBlock - 1) / warpsPerBlock, 65535 * 8);
+    energyOutputKernel<real><<<blocks, 32 * warpsPerBlock, 0, stream>>>(numRows, rowNodes, hidden, stride, width, weight, bias, shift,
+                                                                        particleEnergy, gradHidden);
+}
+
+template <typename real>
+void launchEnergyReduction(const real* particleEnergy, int n, long long* energyAccumulator, void* energyBuffer, bool energyIsDouble,
+                           GraphStatus* status, cudaStream_t stream) {
+    cudaMemsetAsync(energyAccumulator, 0, sizeof(long long), stream);
+    if (n > 0)
+        energyReductionKernel<real><<<elementBlocks(n), 256, 0, stream>>>(particleEnergy, n, energyAccumulator, status);
+    energyStoreKernel<<<1, 1, 0, stream>>>(energyAccumulator, energyBuffer, energyIsDouble ? 1 : 0);
+}
+
+template <typename real>
+void launchAdd(const real* in, real* out, size_t count, cudaStream_t stream) {
+    if (count > 0)
+        addKernel<real><<<elementBlocks(count), 256, 0, stream>>>(in, out, count);
+}
+
+#define GRAPH_INSTANTIATE_DENSE(real)                                                                                                        \
+    template void launchDenseForward<real>(int, const int*, const real*, int, const real*, const real*, const real*, int, int, int, bool, \
+                                           real*, real*, int, cudaStream_t);                                                              \
+    template void launchDenseBackward<real>(int, const int*, const real*, int, const real*, const real*, const real*, int, int, int,      \
+                                            bool, real*, real*, int, cudaStream_t);                                                       \
+    template void launchEnergyOutput<real>(int, const int*, const real*, int, int, const real*, real, real, real*, real*, cudaStream_t); \
+    template void launchEnergyReduction<real>(const real*, int, long long*, void*, bool, GraphStatus*, cudaStream_t);                     \
+    template void launchAdd<real>(const real*, real*, size_t, cudaStream_t);
+GRAPH_INSTANTIATE_DENSE(float)
+GRAPH_INSTANTIATE_DENSE(double)
+
+} // namespace GraphPlugin

@@ -1,0 +1,297 @@
+/**
+ * Stage 1 of the CUDA pipeline: the compact canonical neighbour graph, built on
+ * the device from OpenMM's posq every evaluation.  Positions are gathered into
+ * force order, binned into cells at least one cut-off thick, sorted by cell
+ * (stable radix sort), and every row is collected from the 27 neighbouring
+ * cells and sorted by (fixed-point r^2, index), so the graph depends only on
+ * positions and force indices, never on OpenMM's atom order.
+ */
+
+#include "GraphDeviceFunctions.cuh"
+#include "GraphKernelLaunch.h"
+#include <algorithm>
+#include <cub/device/device_radix_sort.cuh>
+
+namespace GraphPlugin {
+
+namespace {
+
+constexpr int WarpsPerBlock = 4;
+
+template <typename real, typename posqType>
+__global__ void gatherPositionsKernel(const posqType* __restrict__ posq, const int* __restrict__ atomIndex, int numSlots,
+                                      const int* __restrict__ nodeOfSystemParticle, real* __restrict__ positions,
+                                      int* __restrict__ slotOfNode, GraphStatus* status) {
+    for (int slot = blockIdx.x * blockDim.x + threadIdx.x; slot < numSlots; slot += gridDim.x * blockDim.x) {
+        int node = nodeOfSystemParticle[atomIndex[slot]];
+        if (node < 0)
+            continue;
+        posqType p = posq[slot];
+        positions[3 * node] = p.x;
+        positions[3 * node + 1] = p.y;
+        positions[3 * node + 2] = p.z;
+        slotOfNode[node] = slot;
+        if (!isfinite(p.x) || !isfinite(p.y) || !isfinite(p.z))
+            reportError(status, GraphErrorNonFinitePosition, node, -1, 0.0);
+    }
+}
+
+/** Fractional coordinates of x in the box, wrapped into [0, 1). */
+template <typename real>
+__device__ inline void fractional(const real x[3], const GraphBox<real>& box, real s[3]) {
+    real sc = x[2] / box.c[2];
+    real sb = (x[1] - sc * box.c[1]) / box.b[1];
+    real sa = (x[0] - sb * box.b[0] - sc * box.c[0]) / box.a[0];
+    s[0] = sa - floor(sa);
+    s[1] = sb - floor(sb);
+    s[2] = sc - floor(sc);
+}
+
+template <typename real>
+__global__ void gridSetupKernel(const real* __restrict__ positions, int n, GraphBox<real> box, real cutoff, int maxCells,
+                                GraphGrid<real>* grid) {
+    __shared__ real low[3][256], high[3][256];
+    real extent[3];
+    if (box.periodic) {
+        // Heights of the box perpendicular to each pair of faces.
+        const real *a = box.a, *b = box.b, *c = box.c;
+        real volume = a[0] * b[1] * c[2];
+        real bc[3] = {b[1] * c[2] - b[2] * c[1], b[2] * c[0] - b[0] * c[2], b[0] * c[1] - b[1] * c[0]};
+        real ca[3] = {c[1] * a[2] - c[2] * a[1], c[2] * a[0] - c[0] * a[2], c[0] * a[1] - c[1] * a[0]};
+        extent[0] = volume / sqrt(bc[0] * bc[0] + bc[1] * bc[1] + bc[2] * bc[2]);
+        extent[1] = volume / sqrt(ca[0] * ca[0] + ca[1] * ca[1] + ca[2] * ca[2]);
+        extent[2] = c[2];
+    }
+    else {
+        real lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
+        for (int i = threadIdx.x; i < n; i += blockDim.x)
+            for (int d = 0; d < 3; d++) {
+                lo[d] = min(lo[d], positions[3 * i + d]);
+                hi[d] = max(hi[d], positions[3 * i + d]);
+            }
+        for (int d = 0; d < 3; d++) {
+            low[d][threadIdx.x] = lo[d];
+            high[d][threadIdx.x] = hi[d];
+        }
+        __syncthreads();
+        for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+            if (threadIdx.x < stride)
+                for (int d = 0; d < 3; d++) {
+                    low[d][threadIdx.x] = min(low[d][threadIdx.x], low[d][threadIdx.x + stride]);
+                    high[d][threadIdx.x] = max(high[d][threadIdx.x], high[d][threadIdx.x + stride]);
+                }
+            __syncthreads();
+        }
+        for (int d = 0; d < 3; d++)
+            extent[d] = n > 0 ? high[d][0] - low[d][0] : real(0);
+    }
+    if (threadIdx.x != 0)
+        return;
+    int cells[3];
+    for (int d = 0; d < 3; d++)
+        cells[d] = max(1, (int) min((real) (1 << 20), floor(extent[d] / cutoff)));
+    while ((long long) cells[0] * cells[1] * cells[2] > maxCells) {
+        int largest = cells[0] >= cells[1] && cells[0] >= cells[2] ? 0 : (cells[1] >= cells[2] ? 1 : 2);
+        cells[largest] = max(1, cells[largest] / 2);
+    }
+    for (int d = 0; d < 3; d++) {
+        grid->numCells[d] = cells[d];
+        grid->origin[d] = box.periodic || n == 0 ? real(0) : low[d][0];
+        grid->cellScale[d] = extent[d] > 0 ? cells[d] / extent[d] : real(0);
+    }
+}
+
+template <typename real>
+__device__ inline void cellCoordinates(const real x[3], const GraphBox<real>& box, const GraphGrid<real>& grid, int cell[3]) {
+    if (box.periodic) {
+        real s[3];
+        fractional(x, box, s);
+        for (int d = 0; d < 3; d++)
+            cell[d] = min(grid.numCells[d] - 1, max(0, (int) (s[d] * grid.numCells[d])));
+    }
+    else
+        for (int d = 0; d < 3; d++)
+            cell[d] = min(grid.numCells[d] - 1, max(0, (int) ((x[d] - grid.origin[d]) * grid.cellScale[d])));
+}
+
+template <typename real>
+__global__ void cellKeysKernel(const real* __restrict__ positions, int n, GraphBox<real> box, const GraphGrid<real>* __restrict__ gridPtr,
+                               uint32_t* __restrict__ cellOfNode, int* __restrict__ nodeIds) {
+    const GraphGrid<real> grid = *gridPtr;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        real x[3] = {positions[3 * i], positions[3 * i + 1], positions[3 * i + 2]};
+        int cell[3];
+        cellCoordinates(x, box, grid, cell);
+        cellOfNode[i] = (uint32_t) ((cell[2] * grid.numCells[1] + cell[1]) * grid.numCells[0] + cell[0]);
+        nodeIds[i] = i;
+    }
+}
+
+__global__ void cellRangesKernel(const uint32_t* __restrict__ sortedCells, int n, int* __restrict__ cellStart, int* __restrict__ cellEnd) {
+    for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < n; p += gridDim.x * blockDim.x) {
+        uint32_t cell = sortedCells[p];
+        if (p == 0 || sortedCells[p - 1] != cell)
+            cellStart[cell] = p;
+        if (p == n - 1 || sortedCells[p + 1] != cell)
+            cellEnd[cell] = p + 1;
+    }
+}
+
+/** Cell offsets along one axis: {-1, 0, 1}, fewer when a periodic axis has fewer than 3 cells. */
+__device__ inline int axisOffsets(int numCells, bool periodic, int offsets[3]) {
+    if (!periodic || numCells >= 3) {
+        offsets[0] = -1, offsets[1] = 0, offsets[2] = 1;
+        return 3;
+    }
+    offsets[0] = 0, offsets[1] = 1;
+    return numCells == 2 ? 2 : 1;
+}
+
+template <typename real>
+__global__ void buildRowsKernel(const real* __restrict__ positions, int n, GraphBox<real> box, const GraphGrid<real>* __restrict__ gridPtr,
+                                const int* __restrict__ sortedNodes, const int* __restrict__ cellStart, const int* __restrict__ cellEnd,
+                                real cutoff, int capacity, int* __restrict__ unsortedScratch, uint32_t* __restrict__ keyScratch,
+                                int* __restrict__ neighbors, int* __restrict__ rowCount, GraphStatus* status) {
+    const GraphGrid<real> grid = *gridPtr;
+    const int lane = threadIdx.x & 31;
+    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int numWarps = (gridDim.x * blockDim.x) >> 5;
+    const real cutoff2 = cutoff * cutoff, invCutoff2 = 1 / cutoff2;
+    for (int i = warp; i < n; i += numWarps) {
+        const real xi[3] = {positions[3 * i], positions[3 * i + 1], positions[3 * i + 2]};
+        int cell[3];
+        cellCoordinates(xi, box, grid, cell);
+        int offsets[3][3], numOffsets[3];
+        for (int d = 0; d < 3; d++)
+            numOffsets[d] = axisOffsets(grid.numCells[d], box.periodic, offsets[d]);
+        int count = 0;
+        int* rowScratch = unsortedScratch + (size_t) i * capacity;
+        uint32_t* rowKeys = keyScratch + (size_t) i * capacity;
+        for (int oz = 0; oz < numOffsets[2]; oz++)
+            for (int oy = 0; oy < numOffsets[1]; oy++)
+                for (int ox = 0; ox < numOffsets[0]; ox++) {
+                    int c[3] = {cell[0] + offsets[0][ox], cell[1] + offsets[1][oy], cell[2] + offsets[2][oz]};
+                    bool skip = false;
+                    for (int d = 0; d < 3; d++) {
+                        if (box.periodic)
+                            c[d] = (c[d] + grid.numCells[d]) % grid.numCells[d];
+                        else if (c[d] < 0 || c[d] >= grid.numCells[d])
+                            skip = true;
+                    }
+                    if (skip)
+                        continue;
+                    int index = (c[2] * grid.numCells[1] + c[1]) * grid.numCells[0] + c[0];
+                    int start = cellStart[index], end = cellEnd[index];
+                    for (int base = start; base < end; base += 32) {
+                        int p = base + lane;
+                        bool accept = false;
+                        int j = -1;
+                        uint32_t key = 0;
+                        if (p < end) {
+                            j = sortedNodes[p];
+                            real d[3] = {positions[3 * j] - xi[0], positions[3 * j + 1] - xi[1], positions[3 * j + 2] - xi[2]};
+                            minimumImage(d, box);
+                            real r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2];
+                            if (j != i && r2 == 0)
+                                reportError(status, GraphErrorSamePosition, min(i, j), max(i, j), 0.0);
+                            accept = j != i && r2 < cutoff2 && r2 > 0;
+                            key = distanceKey(r2, invCutoff2);
+                        }
+                        unsigned mask = __ballot_sync(0xffffffff, accept);
+                        int position = count + __popc(mask & ((1u << lane) - 1));
+                        if (accept && position < capacity) {
+                            rowScratch[position] = j;
+                            rowKeys[position] = key;
+                        }
+                        count += __popc(mask);
+                    }
+                }
+        if (lane == 0)
+            atomicMax(&status->maxRowCount, count);
+        const int stored = min(count, capacity);
+        __syncwarp();
+        // Rank sort by (key, index): each entry's rank is the number of entries before it.
+        for (int e = lane; e < stored; e += 32) {
+            const uint32_t key = rowKeys[e];
+            const int j = rowScratch[e];
+            int rank = 0;
+            for (int f = 0; f < stored; f++) {
+                uint32_t otherKey = rowKeys[f];
+                int other = rowScratch[f];
+                rank += (otherKey < key || (otherKey == key && other < j)) ? 1 : 0;
+            }
+            neighbors[(size_t) i * capacity + rank] = j;
+        }
+        if (lane == 0)
+            rowCount[i] = stored;
+    }
+}
+
+int blocksFor(size_t work, int threads) {
+    return (int) std::min<size_t>((work + threads - 1) / threads, 65535 * 8);
+}
+
+} // namespace
+
+template <typename real, typename posqType>
+void launchGatherPositions(const posqType* posq, const int* atomIndex, int numSlots, const int* nodeOfSystemParticle, real* positions,
+                           int* slotOfNode, GraphStatus* status, cudaStream_t stream) {
+    gatherPositionsKernel<real, posqType>
+        <<<blocksFor(numSlots, 256), 256, 0, stream>>>(posq, atomIndex, numSlots, nodeOfSystemParticle, positions, slotOfNode, status);
+}
+
+template <typename real>
+void launchGridSetup(const real* positions, int n, GraphBox<real> box, real cutoff, int maxCells, GraphGrid<real>* grid,
+                     cudaStream_t stream) {
+    gridSetupKernel<real><<<1, 256, 0, stream>>>(positions, n, box, cutoff, maxCells, grid);
+}
+
+size_t getCellSortScratchBytes(int n, int maxCells) {
+    size_t bytes = 0;
+    cub::DeviceRadixSort::SortPairs(nullptr, bytes, (const uint32_t*) nullptr, (uint32_t*) nullptr, (const int*) nullptr, (int*) nullptr,
+                                    n);
+    return bytes;
+}
+
+template <typename real>
+void launchCellSort(const real* positions, int n, GraphBox<real> box, const GraphGrid<real>* grid, int maxCells, uint32_t* cellOfNode,
+                    uint32_t* sortedCells, int* nodeIds, int* sortedNodes, int* cellStart, int* cellEnd, void* sortScratch,
+                    size_t sortScratchBytes, cudaStream_t stream) {
+    cellKeysKernel<real><<<blocksFor(n, 256), 256, 0, stream>>>(positions, n, box, grid, cellOfNode, nodeIds);
+    int endBit = 1;
+    while (endBit < 32 && (1ll << endBit) < (long long) maxCells)
+        endBit++;
+    cub::DeviceRadixSort::SortPairs(sortScratch, sortScratchBytes, cellOfNode, sortedCells, nodeIds, sortedNodes, n, 0, endBit, stream);
+    cudaMemsetAsync(cellStart, 0, sizeof(int) * maxCells, stream);
+    cudaMemsetAsync(cellEnd, 0, sizeof(int) * maxCells, stream);
+    cellRangesKernel<<<blocksFor(n, 256), 256, 0, stream>>>(sortedCells, n, cellStart, cellEnd);
+}
+
+template <typename real>
+void launchBuildRows(const real* positions, int n, GraphBox<real> box, const GraphGrid<real>* grid, const int* sortedNodes,
+                     const int* cellStart, const int* cellEnd, real cutoff, int capacity, int* unsortedScratch, uint32_t* keyScratch,
+                     int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream) {
+    const int threads = 32 * WarpsPerBlock;
+    buildRowsKernel<real><<<blocksFor((size_t) n * 32, threads), threads, 0, stream>>>(
+        positions, n, box, grid, sortedNodes, cellStart, cellEnd, cutoff, capacity, unsortedScratch, keyScratch, neighbors, rowCount,
+        status);
+}
+
+#define GRAPH_INSTANTIATE_BUILD(real, posqType)                                                                                              \
+    template void launchGatherPositions<real, posqType>(const posqType*, const int*, int, const int*, real*, int*, GraphStatus*,          \
+                                                        cudaStream_t);
+GRAPH_INSTANTIATE_BUILD(float, float4)
+GRAPH_INSTANTIATE_BUILD(double, GraphDouble4)
+GRAPH_INSTANTIATE_BUILD(float, GraphDouble4)
+GRAPH_INSTANTIATE_BUILD(double, float4)
+
+#define GRAPH_INSTANTIATE_GRID(real)                                                                                                         \
+    template void launchGridSetup<real>(const real*, int, GraphBox<real>, real, int, GraphGrid<real>*, cudaStream_t);                      \
+    template void launchCellSort<real>(const real*, int, GraphBox<real>, const GraphGrid<real>*, int, uint32_t*, uint32_t*, int*, int*,   \
+                                       int*, int*, void*, size_t, cudaStream_t);                                                          \
+    template void launchBuildRows<real>(const real*, int, GraphBox<real>, const GraphGrid<real>*, const int*, const int*, const int*,     \
+                                        real, int, int*, uint32_t*, int*, int*, GraphStatus*, cudaStream_t);
+GRAPH_INSTANTIATE_GRID(float)
+GRAPH_INSTANTIATE_GRID(double)
+
+} // namespace GraphPlugin

@@ -1,0 +1,145 @@
+#ifndef OPENMM_GRAPH_DEVICE_FUNCTIONS_CUH_
+#define OPENMM_GRAPH_DEVICE_FUNCTIONS_CUH_
+
+/**
+ * Device helpers shared by the stages of the CUDA pipeline: minimum image,
+ * the quintic Hermite tables, real spherical harmonics, fixed point, and
+ * deterministic warp reductions.
+ */
+
+#include "GraphDeviceTypes.h"
+#include <cstdint>
+#include <cuda_runtime.h>
+
+namespace GraphPlugin {
+
+/** Channels each lane of a warp handles in the edge scans (M <= 32 * MaxChannelsPerLane). */
+constexpr int MaxChannelsPerLane = 4;
+/** (L+1)^2 for L <= 2. */
+constexpr int MaxHarmonics = 9;
+
+/** OpenMM's fixed-point scale for forces (realToFixedPoint): 2^32 units per kJ/mol/nm. */
+constexpr double FixedPointScale = 4294967296.0;
+/** Largest magnitude representable after scaling, with headroom for sums (kJ/mol/nm). */
+constexpr double FixedPointLimit = 1.0e9;
+
+__device__ inline long long realToFixedPoint(double x) {
+    return static_cast<long long>(x * FixedPointScale);
+}
+
+template <typename real>
+__device__ inline void minimumImage(real d[3], const GraphBox<real>& box) {
+    if (!box.periodic)
+        return;
+    real s = floor(d[2] / box.c[2] + real(0.5));
+    d[0] -= s * box.c[0];
+    d[1] -= s * box.c[1];
+    d[2] -= s * box.c[2];
+    s = floor(d[1] / box.b[1] + real(0.5));
+    d[0] -= s * box.b[0];
+    d[1] -= s * box.b[1];
+    s = floor(d[0] / box.a[0] + real(0.5));
+    d[0] -= s * box.a[0];
+}
+
+/** The canonical sort key of an edge: r^2 / r_c^2 in 32-bit fixed point (r < r_c). */
+template <typename real>
+__device__ inline uint32_t distanceKey(real r2, real invCutoff2) {
+    double x = (double) r2 * (double) invCutoff2;
+    return (uint32_t) fmin(x * 4294967295.0, 4294967295.0);
+}
+
+/**
+ * Racah-normalised real spherical harmonics (index lm = l*l + m) and their
+ * polynomial gradients with respect to u.
+ */
+template <typename real>
+__device__ inline void harmonics(int lMax, const real u[3], real Y[MaxHarmonics], real grad[MaxHarmonics][3]) {
+    const real s3 = real(1.7320508075688772);
+    Y[0] = 1;
+    grad[0][0] = grad[0][1] = grad[0][2] = 0;
+    if (lMax >= 1)
+        for (int m = 0; m < 3; m++) {
+            Y[1 + m] = u[m];
+            for (int c = 0; c < 3; c++)
+                grad[1 + m][c] = (c == m ? real(1) : real(0));
+        }
+    if (lMax >= 2) {
+        const real x = u[0], y = u[1], z = u[2];
+        Y[4] = s3 * x * y;
+        Y[5] = s3 * y * z;
+        Y[6] = s3 * z * x;
+        Y[7] = real(0.5) * s3 * (x * x - y * y);
+        Y[8] = real(0.5) * (3 * z * z - 1);
+        grad[4][0] = s3 * y, grad[4][1] = s3 * x, grad[4][2] = 0;
+        grad[5][0] = 0, grad[5][1] = s3 * z, grad[5][2] = s3 * y;
+        grad[6][0] = s3 * z, grad[6][1] = 0, grad[6][2] = s3 * x;
+        grad[7][0] = s3 * x, grad[7][1] = -s3 * y, grad[7][2] = 0;
+        grad[8][0] = 0, grad[8][1] = 0, grad[8][2] = 3 * z;
+    }
+}
+
+/** The quintic Hermite basis at t and its t-derivative (docs/model-format.md section 3). */
+template <typename real>
+struct HermiteBasis {
+    real h[6], d[6]; ///< order: p0, v0, a0, a1, v1, p1
+    int interval;
+    __device__ HermiteBasis(real r, const GraphModelParams<real>& model) {
+        int q = (int) floor((r - model.radialR0) * model.invDr);
+        q = min(model.radialIntervals - 1, max(0, q));
+        interval = q;
+        const real t = (r - (model.radialR0 + q * model.radialDr)) * model.invDr;
+        const real t2 = t * t, t3 = t2 * t, t4 = t3 * t, t5 = t4 * t;
+        h[0] = 1 - 10 * t3 + 15 * t4 - 6 * t5;
+        h[1] = t - 6 * t3 + 8 * t4 - 3 * t5;
+        h[2] = real(0.5) * (t2 - 3 * t3 + 3 * t4 - t5);
+        h[3] = real(0.5) * (t3 - 2 * t4 + t5);
+        h[4] = -4 * t3 + 7 * t4 - 3 * t5;
+        h[5] = 10 * t3 - 15 * t4 + 6 * t5;
+        d[0] = -30 * t2 + 60 * t3 - 30 * t4;
+        d[1] = 1 - 18 * t2 + 32 * t3 - 15 * t4;
+        d[2] = real(0.5) * (2 * t - 9 * t2 + 12 * t3 - 5 * t4);
+        d[3] = real(0.5) * (3 * t2 - 8 * t3 + 5 * t4);
+        d[4] = -12 * t2 + 28 * t3 - 15 * t4;
+        d[5] = -d[0];
+    }
+    /** R and dR/dr of channel k of table (a, b, l). */
+    __device__ void evaluate(const real* table, const GraphModelParams<real>& model, int a, int b, int l, int k, real& value,
+                             real& deriv) const {
+        const int M = model.numChannels;
+        const real* knot0 =
+            table + ((((size_t) a * model.numTypes + b) * (model.lMax + 1) + l) * (model.radialIntervals + 1) + interval) * 3 * M;
+        const real* knot1 = knot0 + 3 * M;
+        const real dr = model.radialDr;
+        const real p0 = knot0[k], v0 = knot0[M + k] * dr, a0 = knot0[2 * M + k] * dr * dr;
+        const real p1 = knot1[k], v1 = knot1[M + k] * dr, a1 = knot1[2 * M + k] * dr * dr;
+        value = p0 * h[0] + v0 * h[1] + a0 * h[2] + a1 * h[3] + v1 * h[4] + p1 * h[5];
+        deriv = (p0 * d[0] + v0 * d[1] + a0 * d[2] + a1 * d[3] + v1 * d[4] + p1 * d[5]) * model.invDr;
+    }
+};
+
+/** Sum over the 32 lanes of a warp in a fixed butterfly order (bitwise reproducible). */
+template <typename real>
+__device__ inline real warpSum(real x) {
+    for (int offset = 16; offset > 0; offset >>= 1)
+        x += __shfl_xor_sync(0xffffffff, x, offset);
+    return x;
+}
+
+/** The degree l of harmonic index lm. */
+__device__ inline int degreeOf(int lm) {
+    return lm == 0 ? 0 : lm < 4 ? 1 : 2;
+}
+
+/** Record the first error of an evaluation (later ones are dropped). */
+__device__ inline void reportError(GraphStatus* status, int code, int particle0, int particle1, double value) {
+    if (atomicCAS(&status->errorCode, (int) GraphErrorNone, code) == (int) GraphErrorNone) {
+        status->errorParticle[0] = particle0;
+        status->errorParticle[1] = particle1;
+        status->errorValue = value;
+    }
+}
+
+} // namespace GraphPlugin
+
+#endif

@@ -1,0 +1,72 @@
+#ifndef OPENMM_GRAPH_DEVICE_TYPES_H_
+#define OPENMM_GRAPH_DEVICE_TYPES_H_
+
+/**
+ * Plain structs shared by the host launcher and the device kernels of the CUDA
+ * platform.  No CUDA headers: the host side includes this from .cpp files.
+ * `real` is float (single and mixed precision) or double (double precision).
+ */
+
+#include <cstdint>
+
+namespace GraphPlugin {
+
+/** OpenMM's posq element in double precision (x, y, z in nm, w the charge); layout of CUDA's double4. */
+struct alignas(16) GraphDouble4 {
+    double x, y, z, w;
+};
+
+/** The periodic box (OpenMM's reduced triclinic form), nm; passed by value to kernels each step. */
+template <typename real>
+struct GraphBox {
+    real a[3], b[3], c[3];
+    int periodic; ///< 0: open boundaries
+};
+
+/**
+ * The cell grid of one evaluation, computed on the device (device memory).
+ * Periodic: cells in fractional coordinates; open: Cartesian cells over the
+ * bounding box.  Every cell is at least one cut-off thick.
+ */
+template <typename real>
+struct GraphGrid {
+    int numCells[3];
+    real origin[3];    ///< open boundaries: lower corner of the bounding box (nm)
+    real cellScale[3]; ///< open boundaries: cells per nm along each axis
+};
+
+/**
+ * Errors found on the device during an evaluation (device memory, copied to
+ * pinned host memory once per evaluation).
+ */
+struct GraphStatus {
+    int maxRowCount;   ///< the longest neighbour row seen (for capacity growth)
+    int errorCode;     ///< GraphErrorCode
+    int errorParticle[2]; ///< force-local indices of the particles concerned
+    double errorValue;
+};
+
+enum GraphErrorCode : int {
+    GraphErrorNone = 0,
+    GraphErrorSamePosition = 1,
+    GraphErrorNonFinitePosition = 2,
+    GraphErrorNonFiniteEnergy = 3,
+    GraphErrorForceOutOfRange = 4,
+};
+
+/**
+ * The model on the device: sizes and device pointers (tables in `real`).
+ * Tables: [T][T][L+1][K+1][3][M] as in GraphModel, units nm.
+ */
+template <typename real>
+struct GraphModelParams {
+    int numTypes, lMax, numChannels, numAxis, descriptorLSum, numInteractions, radialIntervals;
+    int descriptorSize;
+    real cutoff, cutoff2, radialR0, radialDr, invDr, invNorm;
+    const real* radialTable;
+    const real* interactionTable;
+};
+
+} // namespace GraphPlugin
+
+#endif

@@ -1,0 +1,154 @@
+#ifndef OPENMM_GRAPH_KERNEL_LAUNCH_H_
+#define OPENMM_GRAPH_KERNEL_LAUNCH_H_
+
+/**
+ * Host-callable launchers of the CUDA pipeline's stages (implemented in the
+ * .cu files of this folder, instantiated for float and double).  Every
+ * launcher only enqueues work on `stream`; none synchronises.  All pointers are
+ * device memory; arrays are in force order (the order of addParticle) unless
+ * said otherwise.
+ */
+
+#include "GraphDeviceTypes.h"
+#include <cstddef>
+#include <cstdint>
+#include <cuda_runtime.h>
+
+namespace GraphPlugin {
+
+// ---------------------------------------------------------------- graph build (GraphBuildKernels.cu)
+
+/**
+ * Positions of the force's particles from OpenMM's posq (posqType is float4 or
+ * GraphDouble4; [numSlots] in OpenMM's sorted order) and the slot of each particle.
+ * @param nodeOfSystemParticle [numSystemParticles]: force index or -1
+ * @param positions            out [n][3] nm
+ * @param slotOfNode           out [n]
+ */
+template <typename real, typename posqType>
+void launchGatherPositions(const posqType* posq, const int* atomIndex, int numSlots, const int* nodeOfSystemParticle, real* positions,
+                           int* slotOfNode, GraphStatus* status, cudaStream_t stream);
+
+/** The cell grid (device), from the box or from the bounding box of the positions. */
+template <typename real>
+void launchGridSetup(const real* positions, int n, GraphBox<real> box, real cutoff, int maxCells, GraphGrid<real>* grid,
+                     cudaStream_t stream);
+
+/**
+ * Bin the particles into cells and sort them by cell (stable radix sort, so the
+ * result is deterministic).  cellStart/cellEnd [maxCells] are rewritten.
+ * sortScratch is CUB's temporary storage of sortScratchBytes
+ * (getCellSortScratchBytes).
+ */
+template <typename real>
+void launchCellSort(const real* positions, int n, GraphBox<real> box, const GraphGrid<real>* grid, int maxCells, uint32_t* cellOfNode,
+                    uint32_t* sortedCells, int* nodeIds, int* sortedNodes, int* cellStart, int* cellEnd, void* sortScratch,
+                    size_t sortScratchBytes, cudaStream_t stream);
+
+size_t getCellSortScratchBytes(int n, int maxCells);
+
+/**
+ * The canonical rows: neighbors[i * capacity + e], e < rowCount[i], sorted by
+ * fixed-point r^2 and then index.  Rows longer than capacity raise
+ * status->maxRowCount above capacity (the caller grows and recomputes).
+ * unsortedScratch and keyScratch are [n * capacity].
+ */
+template <typename real>
+void launchBuildRows(const real* positions, int n, GraphBox<real> box, const GraphGrid<real>* grid, const int* sortedNodes,
+                     const int* cellStart, const int* cellEnd, real cutoff, int capacity, int* unsortedScratch, uint32_t* keyScratch,
+                     int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream);
+
+// ---------------------------------------------------------------- edge scans (EdgeScanKernels.cu)
+
+/**
+ * Moments of every center, [n][H][M] (scaled by 1/n_norm):
+ * X_i[lm][k] = sum_j table(t_i, t_j, l, k)(r) * (nodeWeights ? nodeWeights[j][k] : 1) * Y_lm(u_ij) / n_norm.
+ */
+template <typename real>
+void launchMoments(const GraphModelParams<real>& model, const real* table, const real* nodeWeights, const real* positions, const int* types,
+                   int n, GraphBox<real> box, const int* neighbors, const int* rowCount, int capacity, real* moments, cudaStream_t stream);
+
+/**
+ * Invariants D[l][k][k'] = sum_m X[lm][k] A[lm][k'] of every center, written
+ * to out[i * outStride + outOffset + flat index].
+ */
+template <typename real>
+void launchInvariants(const GraphModelParams<real>& model, const real* X, const real* A, int n, real* out, int outStride, int outOffset,
+                      cudaStream_t stream);
+
+/**
+ * Back through the invariants: gradX[lm][k] (+)= sum_k' gD[l][k][k'] A[lm][k'],
+ * gradA[lm][k'] (+)= sum_k gD[l][k][k'] X[lm][k] (k' < M_axis); gD read from
+ * gradIn[i * gradStride + gradOffset + ...].  With X == A both land in gradA.
+ * `accumulate`: add to the outputs instead of overwriting them.
+ */
+template <typename real>
+void launchInvariantsBackward(const GraphModelParams<real>& model, const real* X, const real* A, const real* gradIn, int gradStride,
+                              int gradOffset, int n, real* gradX, real* gradA, bool accumulate, cudaStream_t stream);
+
+/**
+ * dE/dphi_j (pulled over the row of j, deterministic):
+ * sum_{i in N(j)} sum_lm gradB_i[lm][k] R2(t_i, t_j, l, k)(r) Y_lm(u_ij) / n_norm.
+ */
+template <typename real>
+void launchNodeFeatureGradient(const GraphModelParams<real>& model, const real* gradB, const real* positions, const int* types, int n,
+                               GraphBox<real> box, const int* neighbors, const int* rowCount, int capacity, real* gradPhi,
+                               cudaStream_t stream);
+
+/**
+ * The edge backward: forces from dE/dA (and dE/dB, phi), added in 64-bit fixed
+ * point to OpenMM's force buffer ([3][paddedAtoms], slot order).
+ */
+template <typename real>
+void launchForces(const GraphModelParams<real>& model, const real* gradA, const real* gradB, const real* phi, const real* positions,
+                  const int* types, int n, GraphBox<real> box, const int* neighbors, const int* rowCount, int capacity,
+                  const int* slotOfNode, long long* forceBuffer, int paddedAtoms, GraphStatus* status, cudaStream_t stream);
+
+// ---------------------------------------------------------------- dense networks (DenseLayerKernels.cu)
+
+enum GraphActivation : int { GraphTanh = 0, GraphSilu = 1, GraphIdentity = 2 };
+
+/**
+ * One dense layer for the rows [0, numRows) of a type group, rows mapped to
+ * nodes by rowNodes: z = W h + b; out = act(z) (+ h, scaled, if residual).
+ * W is [numOutputs][numInputs]; input [node][inStride], z/out [node][outStride].
+ */
+template <typename real>
+void launchDenseForward(int numRows, const int* rowNodes, const real* input, int inStride, const real* weight, const real* bias,
+                        const real* timestep, int numInputs, int numOutputs, int activation, bool residual, real* preActivation,
+                        real* output, int outStride, cudaStream_t stream);
+
+/**
+ * Backward of launchDenseForward: given dE/d(out) in gradOutput [node][outStride],
+ * gradInput[node][inStride] = W^T (dE/dz) (+ dE/d(out) if residual).
+ * gradZ is scratch [node][outStride].
+ */
+template <typename real>
+void launchDenseBackward(int numRows, const int* rowNodes, const real* gradOutput, int outStride, const real* preActivation,
+                         const real* weight, const real* timestep, int numInputs, int numOutputs, int activation, bool residual,
+                         real* gradZ, real* gradInput, int inStride, cudaStream_t stream);
+
+/**
+ * The fitting network's scalar output: E_i = w . h_i + b + shift for the rows of
+ * a type group; also seeds dE/dh_i = w.
+ */
+template <typename real>
+void launchEnergyOutput(int numRows, const int* rowNodes, const real* hidden, int stride, int width, const real* weight, real bias,
+                        real shift, real* particleEnergy, real* gradHidden, cudaStream_t stream);
+
+/**
+ * Sum the particle energies in 64-bit fixed point (order independent, so
+ * bitwise reproducible) and add the total to OpenMM's energy buffer
+ * (energyType float or double).  Reports a non-finite energy.
+ */
+template <typename real>
+void launchEnergyReduction(const real* particleEnergy, int n, long long* energyAccumulator, void* energyBuffer, bool energyIsDouble,
+                           GraphStatus* status, cudaStream_t stream);
+
+/** out[i] += in[i] for i < count. */
+template <typename real>
+void launchAdd(const real* in, real* out, size_t count, cudaStream_t stream);
+
+} // namespace GraphPlugin
+
+#endif
