@@ -151,8 +151,13 @@ double relativeForceError(const std::vector<Vec3>& actual, const std::vector<Vec
     return std::sqrt(sum / std::max<size_t>(1, actual.size())) / std::max(1e-300, forceRms(expected));
 }
 
-void expectEnergyNear(double actual, double expected, double relative) {
-    EXPECT_NEAR(actual, expected, relative * std::max(1.0, std::abs(expected)));
+/**
+ * Energies agree to `relative` times the larger of |expected| and the number
+ * of particles (per-particle energies are O(1) kJ/mol and may cancel in the sum,
+ * while rounding errors add up per particle).
+ */
+void expectEnergyNear(double actual, double expected, double relative, size_t numParticles) {
+    EXPECT_NEAR(actual, expected, relative * std::max({1.0, std::abs(expected), (double) numParticles}));
 }
 
 void expectForcesNear(const std::vector<Vec3>& actual, const std::vector<Vec3>& expected, double relative) {
@@ -171,7 +176,7 @@ void checkAgainstReference(const System& system, const std::vector<Vec3>& positi
     ASSERT_GT(forceRms(result.forces), 0.0);
     if (!isReferencePlatform()) {
         Result expected = evaluate(system, positions, Platform::getPlatformByName("Reference"));
-        expectEnergyNear(result.energy, expected.energy, testEnergyTolerance());
+        expectEnergyNear(result.energy, expected.energy, testEnergyTolerance(), positions.size());
         expectForcesNear(result.forces, expected.forces, testForceTolerance());
         return;
     }
@@ -311,7 +316,7 @@ TEST(GraphForce, TranslationAndRotationLeaveEnergyUnchanged) {
         rotatedForces[i] = rotate(original.forces[i]);
     }
     Result result = evaluateOnTestPlatform(*system, moved);
-    expectEnergyNear(result.energy, original.energy, 1e-10 + testEnergyTolerance());
+    expectEnergyNear(result.energy, original.energy, 1e-10 + testEnergyTolerance(), config.positions.size());
     expectForcesNear(result.forces, rotatedForces, 1e-9 + testForceTolerance());
 }
 
@@ -335,7 +340,7 @@ TEST(GraphForce, PermutingSystemParticlesPermutesForces) {
     std::vector<Vec3> expected(order.size());
     for (size_t i = 0; i < order.size(); i++)
         expected[i] = original.forces[order[i]];
-    expectEnergyNear(result.energy, original.energy, 1e-12 + testEnergyTolerance());
+    expectEnergyNear(result.energy, original.energy, 1e-12 + testEnergyTolerance(), config.positions.size());
     expectForcesNear(result.forces, expected, 1e-12 + testForceTolerance());
 }
 
@@ -352,7 +357,7 @@ TEST(GraphForce, PeriodicImagesGiveTheSameResult) {
         for (Vec3& x : shifted)
             x += config.box[0] * image(rng) + config.box[1] * image(rng) + config.box[2] * image(rng);
         Result result = evaluateOnTestPlatform(*system, shifted);
-        expectEnergyNear(result.energy, original.energy, 1e-10 + testEnergyTolerance());
+        expectEnergyNear(result.energy, original.energy, 1e-10 + testEnergyTolerance(), config.positions.size());
         expectForcesNear(result.forces, original.forces, 1e-9 + testForceTolerance());
     }
 }
@@ -370,7 +375,7 @@ TEST(GraphForce, LargeTriclinicBoxMatchesNoBox) {
     std::unique_ptr<System> periodic(makeSystem(boxed, options));
     Result a = evaluateOnTestPlatform(*open, config.positions);
     Result b = evaluateOnTestPlatform(*periodic, config.positions);
-    expectEnergyNear(b.energy, a.energy, 1e-12 + testEnergyTolerance());
+    expectEnergyNear(b.energy, a.energy, 1e-12 + testEnergyTolerance(), config.positions.size());
     expectForcesNear(b.forces, a.forces, 1e-12 + testForceTolerance());
 }
 
@@ -386,7 +391,7 @@ TEST(GraphForce, UnitsOfTheFileDoNotChangeTheResult) {
         options.energyUnit = units.second;
         std::unique_ptr<System> system(makeSystem(config, options));
         Result result = evaluateOnTestPlatform(*system, config.positions);
-        expectEnergyNear(result.energy, expected.energy, 1e-10 + testEnergyTolerance());
+        expectEnergyNear(result.energy, expected.energy, 1e-10 + testEnergyTolerance(), config.positions.size());
         expectForcesNear(result.forces, expected.forces, 1e-9 + testForceTolerance());
     }
 }
@@ -414,7 +419,7 @@ TEST(GraphForce, OnlyTheAddedParticlesTakePart) {
     Result result = evaluateOnTestPlatform(system, config.positions);
     std::unique_ptr<System> alone(makeSystem(subset, options));
     Result expected = evaluateOnTestPlatform(*alone, subset.positions);
-    expectEnergyNear(result.energy, expected.energy, 1e-12 + testEnergyTolerance());
+    expectEnergyNear(result.energy, expected.energy, 1e-12 + testEnergyTolerance(), config.positions.size());
     for (size_t i = 0; i < config.positions.size(); i++) {
         if (i % 2 == 1) {
             EXPECT_EQ(result.forces[i], Vec3(0, 0, 0));
@@ -440,7 +445,7 @@ TEST(GraphForce, ParticleEnergiesSumToTheEnergy) {
     double sum = 0;
     for (double e : perParticle)
         sum += e;
-    expectEnergyNear(sum, energy, 1e-12 + testEnergyTolerance());
+    expectEnergyNear(sum, energy, 1e-12 + testEnergyTolerance(), config.positions.size());
     EXPECT_NE(perParticle[0], perParticle[1]);
 }
 
@@ -461,7 +466,7 @@ TEST(GraphForce, UpdateParametersInContextChangesTypes) {
     double after = context.getState(State::Energy).getPotentialEnergy();
     EXPECT_NE(before, after);
     std::unique_ptr<System> fresh(makeSystem(config, options));
-    expectEnergyNear(after, evaluateOnTestPlatform(*fresh, config.positions).energy, 1e-12 + testEnergyTolerance());
+    expectEnergyNear(after, evaluateOnTestPlatform(*fresh, config.positions).energy, 1e-12 + testEnergyTolerance(), config.positions.size());
     // The particle set itself cannot change this way.
     force->setParticleParameters(0, 1, 0);
     EXPECT_THROW(force->updateParametersInContext(context), OpenMMException);

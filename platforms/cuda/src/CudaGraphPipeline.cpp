@@ -86,10 +86,10 @@ public:
 
         // Per-evaluation storage.
         const int n1 = std::max(1, n);
-        positions.reset(CudaArray::create<real>(cu, 3 * n1, "graphPositions"));
+        positions.reset(CudaArray::create<double>(cu, 3 * n1, "graphPositions"));
         slotOfNode.reset(CudaArray::create<int>(cu, n1, "graphSlotOfNode"));
         maxCells = n + 27;
-        grid.reset(CudaArray::create<GraphGrid<real>>(cu, 1, "graphGrid"));
+        grid.reset(CudaArray::create<GraphGrid<double>>(cu, 1, "graphGrid"));
         cellOfNode.reset(CudaArray::create<uint32_t>(cu, n1, "graphCellOfNode"));
         sortedCells.reset(CudaArray::create<uint32_t>(cu, n1, "graphSortedCells"));
         nodeIds.reset(CudaArray::create<int>(cu, n1, "graphNodeIds"));
@@ -127,7 +127,6 @@ public:
         GRAPH_CU_CHECK(cuMemHostAlloc((void**) &hostStatus, sizeof(GraphStatus), 0));
         *hostStatus = GraphStatus();
         GRAPH_CU_CHECK(cuEventCreate(&statusEvent, CU_EVENT_DISABLE_TIMING));
-        energyIsDouble = cu.getEnergyBuffer().getElementSize() == sizeof(double);
     }
 
     ~CudaGraphPipeline() {
@@ -158,32 +157,33 @@ public:
     void enqueue(bool includeForces, bool addEnergy) override {
         ContextSelector selector(cu);
         cudaStream_t stream = (cudaStream_t) cu.getCurrentStream();
-        GraphBox<real> box = currentBox();
+        GraphBox<double> box = currentBox();
         const GraphModel& m = *model;
         GRAPH_CUDA_CHECK(cudaMemsetAsync(pointer<GraphStatus>(status), 0, sizeof(GraphStatus), stream));
         if (n == 0)
             return recordStatus(stream);
         const int* types = pointer<int>(typeArray);
-        real* x = pointer<real>(positions);
+        double* x = pointer<double>(positions);
+        energyIsDouble = cu.getEnergyBuffer().getElementSize() == sizeof(double);
 
         // Stage 1: the canonical graph.
+        const float4* correction =
+            cu.getUseMixedPrecision() ? (const float4*) cu.getPosqCorrection().getDevicePointer() : (const float4*) nullptr;
         if (cu.getUseDoublePrecision())
-            launchGatherPositions<real, GraphDouble4>((const GraphDouble4*) cu.getPosq().getDevicePointer(),
-                                                 (const int*) cu.getAtomIndexArray().getDevicePointer(), cu.getNumAtoms(),
-                                                 pointer<int>(nodeOfParticle), x, pointer<int>(slotOfNode), pointer<GraphStatus>(status),
-                                                 stream);
-        else
-            launchGatherPositions<real, float4>((const float4*) cu.getPosq().getDevicePointer(),
+            launchGatherPositions<GraphDouble4>((const GraphDouble4*) cu.getPosq().getDevicePointer(), nullptr,
                                                 (const int*) cu.getAtomIndexArray().getDevicePointer(), cu.getNumAtoms(),
-                                                pointer<int>(nodeOfParticle), x, pointer<int>(slotOfNode), pointer<GraphStatus>(status),
-                                                stream);
-        launchGridSetup<real>(x, n, box, params.cutoff, maxCells, pointer<GraphGrid<real>>(grid), stream);
-        launchCellSort<real>(x, n, box, pointer<GraphGrid<real>>(grid), maxCells, pointer<uint32_t>(cellOfNode),
-                             pointer<uint32_t>(sortedCells), pointer<int>(nodeIds), pointer<int>(sortedNodes), pointer<int>(cellStart),
-                             pointer<int>(cellEnd), pointer<char>(sortScratch), sortScratchBytes, stream);
-        launchBuildRows<real>(x, n, box, pointer<GraphGrid<real>>(grid), pointer<int>(sortedNodes), pointer<int>(cellStart),
-                              pointer<int>(cellEnd), params.cutoff, capacity, pointer<int>(unsortedNeighbors), pointer<uint32_t>(neighborKeys),
-                              pointer<int>(neighbors), pointer<int>(rowCount), pointer<GraphStatus>(status), stream);
+                                                pointer<int>(nodeOfParticle), x, pointer<int>(slotOfNode), pointer<GraphStatus>(status), stream);
+        else
+            launchGatherPositions<float4>((const float4*) cu.getPosq().getDevicePointer(), correction,
+                                          (const int*) cu.getAtomIndexArray().getDevicePointer(), cu.getNumAtoms(), pointer<int>(nodeOfParticle),
+                                          x, pointer<int>(slotOfNode), pointer<GraphStatus>(status), stream);
+        launchGridSetup(x, n, box, model->cutoff, maxCells, pointer<GraphGrid<double>>(grid), stream);
+        launchCellSort(x, n, box, pointer<GraphGrid<double>>(grid), maxCells, pointer<uint32_t>(cellOfNode), pointer<uint32_t>(sortedCells),
+                       pointer<int>(nodeIds), pointer<int>(sortedNodes), pointer<int>(cellStart), pointer<int>(cellEnd), pointer<char>(sortScratch),
+                       sortScratchBytes, stream);
+        launchBuildRows(x, n, box, pointer<GraphGrid<double>>(grid), pointer<int>(sortedNodes), pointer<int>(cellStart), pointer<int>(cellEnd),
+                        model->cutoff, capacity, pointer<int>(unsortedNeighbors), pointer<uint32_t>(neighborKeys), pointer<int>(neighbors),
+                        pointer<int>(rowCount), pointer<GraphStatus>(status), stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
 
         // Stage 2: moments, invariants, and the interaction block.
@@ -447,14 +447,14 @@ private:
         neighbors.reset(CudaArray::create<int>(cu, size, "graphNeighbors"));
     }
 
-    GraphBox<real> currentBox() const {
-        GraphBox<real> box;
+    GraphBox<double> currentBox() const {
+        GraphBox<double> box;
         Vec3 v[3];
         cu.getPeriodicBoxVectors(v[0], v[1], v[2]);
         for (int d = 0; d < 3; d++) {
-            box.a[d] = (real) v[0][d];
-            box.b[d] = (real) v[1][d];
-            box.c[d] = (real) v[2][d];
+            box.a[d] = v[0][d];
+            box.b[d] = v[1][d];
+            box.c[d] = v[2][d];
         }
         box.periodic = periodic ? 1 : 0;
         return box;

@@ -22,20 +22,24 @@ int warpBlocks(size_t numWarps) {
     return (int) std::min<size_t>((numWarps + WarpsPerBlock - 1) / WarpsPerBlock, 65535 * 8);
 }
 
-/** The edge (i, j): d = x_j - x_i (minimum image), r, u. */
+/**
+ * The edge (i, j): d = x_j - x_i (minimum image) in double, then r and u
+ * rounded to `real`: the same for any image OpenMM keeps the particles in.
+ */
 template <typename real>
-__device__ inline real edgeGeometry(const real* positions, int i, int j, const GraphBox<real>& box, real u[3]) {
-    real d[3] = {positions[3 * j] - positions[3 * i], positions[3 * j + 1] - positions[3 * i + 1], positions[3 * j + 2] - positions[3 * i + 2]};
+__device__ inline real edgeGeometry(const double* positions, int i, int j, const GraphBox<double>& box, real u[3]) {
+    double d[3] = {positions[3 * j] - positions[3 * i], positions[3 * j + 1] - positions[3 * i + 1],
+                   positions[3 * j + 2] - positions[3 * i + 2]};
     minimumImage(d, box);
-    real r = sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]);
+    const double r = sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]);
     for (int c = 0; c < 3; c++)
-        u[c] = d[c] / r;
-    return r;
+        u[c] = (real) (d[c] / r);
+    return (real) r;
 }
 
 template <typename real>
 __global__ void momentsKernel(GraphModelParams<real> model, const real* __restrict__ table, const real* __restrict__ nodeWeights,
-                              const real* __restrict__ positions, const int* __restrict__ types, int n, GraphBox<real> box,
+                              const double* __restrict__ positions, const int* __restrict__ types, int n, GraphBox<double> box,
                               const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity, real* __restrict__ moments) {
     const int lane = threadIdx.x & 31;
     const int M = model.numChannels, H = (model.lMax + 1) * (model.lMax + 1);
@@ -139,8 +143,8 @@ __global__ void invariantsBackwardKernel(GraphModelParams<real> model, const rea
 }
 
 template <typename real>
-__global__ void nodeFeatureGradientKernel(GraphModelParams<real> model, const real* __restrict__ gradB, const real* __restrict__ positions,
-                                          const int* __restrict__ types, int n, GraphBox<real> box, const int* __restrict__ neighbors,
+__global__ void nodeFeatureGradientKernel(GraphModelParams<real> model, const real* __restrict__ gradB, const double* __restrict__ positions,
+                                          const int* __restrict__ types, int n, GraphBox<double> box, const int* __restrict__ neighbors,
                                           const int* __restrict__ rowCount, int capacity, real* __restrict__ gradPhi) {
     const int lane = threadIdx.x & 31;
     const int M = model.numChannels, H = (model.lMax + 1) * (model.lMax + 1);
@@ -180,8 +184,8 @@ __global__ void nodeFeatureGradientKernel(GraphModelParams<real> model, const re
 
 template <typename real>
 __global__ void forcesKernel(GraphModelParams<real> model, const real* __restrict__ gradA, const real* __restrict__ gradB,
-                             const real* __restrict__ phi, const real* __restrict__ positions, const int* __restrict__ types, int n,
-                             GraphBox<real> box, const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity,
+                             const real* __restrict__ phi, const double* __restrict__ positions, const int* __restrict__ types, int n,
+                             GraphBox<double> box, const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity,
                              const int* __restrict__ slotOfNode, long long* __restrict__ forceBuffer, int paddedAtoms, GraphStatus* status) {
     const int lane = threadIdx.x & 31;
     const int M = model.numChannels, H = (model.lMax + 1) * (model.lMax + 1);
@@ -254,8 +258,8 @@ int elementBlocks(size_t count) {
 } // namespace
 
 template <typename real>
-void launchMoments(const GraphModelParams<real>& model, const real* table, const real* nodeWeights, const real* positions, const int* types,
-                   int n, GraphBox<real> box, const int* neighbors, const int* rowCount, int capacity, real* moments, cudaStream_t stream) {
+void launchMoments(const GraphModelParams<real>& model, const real* table, const real* nodeWeights, const double* positions, const int* types,
+                   int n, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity, real* moments, cudaStream_t stream) {
     momentsKernel<real><<<warpBlocks(n), 32 * WarpsPerBlock, 0, stream>>>(model, table, nodeWeights, positions, types, n, box, neighbors,
                                                                           rowCount, capacity, moments);
 }
@@ -275,31 +279,31 @@ void launchInvariantsBackward(const GraphModelParams<real>& model, const real* X
 }
 
 template <typename real>
-void launchNodeFeatureGradient(const GraphModelParams<real>& model, const real* gradB, const real* positions, const int* types, int n,
-                               GraphBox<real> box, const int* neighbors, const int* rowCount, int capacity, real* gradPhi,
+void launchNodeFeatureGradient(const GraphModelParams<real>& model, const real* gradB, const double* positions, const int* types, int n,
+                               GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity, real* gradPhi,
                                cudaStream_t stream) {
     nodeFeatureGradientKernel<real><<<warpBlocks(n), 32 * WarpsPerBlock, 0, stream>>>(model, gradB, positions, types, n, box, neighbors,
                                                                                       rowCount, capacity, gradPhi);
 }
 
 template <typename real>
-void launchForces(const GraphModelParams<real>& model, const real* gradA, const real* gradB, const real* phi, const real* positions,
-                  const int* types, int n, GraphBox<real> box, const int* neighbors, const int* rowCount, int capacity,
+void launchForces(const GraphModelParams<real>& model, const real* gradA, const real* gradB, const real* phi, const double* positions,
+                  const int* types, int n, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity,
                   const int* slotOfNode, long long* forceBuffer, int paddedAtoms, GraphStatus* status, cudaStream_t stream) {
     forcesKernel<real><<<warpBlocks(n), 32 * WarpsPerBlock, 0, stream>>>(model, gradA, gradB, phi, positions, types, n, box, neighbors,
                                                                          rowCount, capacity, slotOfNode, forceBuffer, paddedAtoms, status);
 }
 
 #define GRAPH_INSTANTIATE_EDGES(real)                                                                                                        \
-    template void launchMoments<real>(const GraphModelParams<real>&, const real*, const real*, const real*, const int*, int,             \
-                                      GraphBox<real>, const int*, const int*, int, real*, cudaStream_t);                                  \
+    template void launchMoments<real>(const GraphModelParams<real>&, const real*, const real*, const double*, const int*, int,             \
+                                      GraphBox<double>, const int*, const int*, int, real*, cudaStream_t);                                  \
     template void launchInvariants<real>(const GraphModelParams<real>&, const real*, const real*, int, real*, int, int, cudaStream_t);    \
     template void launchInvariantsBackward<real>(const GraphModelParams<real>&, const real*, const real*, const real*, int, int, int,     \
                                                  real*, real*, bool, cudaStream_t);                                                       \
-    template void launchNodeFeatureGradient<real>(const GraphModelParams<real>&, const real*, const real*, const int*, int,               \
-                                                  GraphBox<real>, const int*, const int*, int, real*, cudaStream_t);                      \
-    template void launchForces<real>(const GraphModelParams<real>&, const real*, const real*, const real*, const real*, const int*, int,  \
-                                     GraphBox<real>, const int*, const int*, int, const int*, long long*, int, GraphStatus*,             \
+    template void launchNodeFeatureGradient<real>(const GraphModelParams<real>&, const real*, const double*, const int*, int,             \
+                                                  GraphBox<double>, const int*, const int*, int, real*, cudaStream_t);                      \
+    template void launchForces<real>(const GraphModelParams<real>&, const real*, const real*, const real*, const double*, const int*, int, \
+                                     GraphBox<double>, const int*, const int*, int, const int*, long long*, int, GraphStatus*,             \
                                      cudaStream_t);
 GRAPH_INSTANTIATE_EDGES(float)
 GRAPH_INSTANTIATE_EDGES(double)

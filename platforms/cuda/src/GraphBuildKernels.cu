@@ -18,20 +18,27 @@ namespace {
 
 constexpr int WarpsPerBlock = 4;
 
-template <typename real, typename posqType>
-__global__ void gatherPositionsKernel(const posqType* __restrict__ posq, const int* __restrict__ atomIndex, int numSlots,
-                                      const int* __restrict__ nodeOfSystemParticle, real* __restrict__ positions,
-                                      int* __restrict__ slotOfNode, GraphStatus* status) {
+template <typename posqType>
+__global__ void gatherPositionsKernel(const posqType* __restrict__ posq, const float4* __restrict__ posqCorrection,
+                                      const int* __restrict__ atomIndex, int numSlots, const int* __restrict__ nodeOfSystemParticle,
+                                      double* __restrict__ positions, int* __restrict__ slotOfNode, GraphStatus* status) {
     for (int slot = blockIdx.x * blockDim.x + threadIdx.x; slot < numSlots; slot += gridDim.x * blockDim.x) {
         int node = nodeOfSystemParticle[atomIndex[slot]];
         if (node < 0)
             continue;
-        posqType p = posq[slot];
-        positions[3 * node] = p.x;
-        positions[3 * node + 1] = p.y;
-        positions[3 * node + 2] = p.z;
+        const posqType p = posq[slot];
+        double x = p.x, y = p.y, z = p.z;
+        if (posqCorrection) {
+            const float4 c = posqCorrection[slot];
+            x += (double) c.x;
+            y += (double) c.y;
+            z += (double) c.z;
+        }
+        positions[3 * node] = x;
+        positions[3 * node + 1] = y;
+        positions[3 * node + 2] = z;
         slotOfNode[node] = slot;
-        if (!isfinite(p.x) || !isfinite(p.y) || !isfinite(p.z))
+        if (!isfinite(x) || !isfinite(y) || !isfinite(z))
             reportError(status, GraphErrorNonFinitePosition, node, -1, 0.0);
     }
 }
@@ -233,17 +240,16 @@ int blocksFor(size_t work, int threads) {
 
 } // namespace
 
-template <typename real, typename posqType>
-void launchGatherPositions(const posqType* posq, const int* atomIndex, int numSlots, const int* nodeOfSystemParticle, real* positions,
-                           int* slotOfNode, GraphStatus* status, cudaStream_t stream) {
-    gatherPositionsKernel<real, posqType>
-        <<<blocksFor(numSlots, 256), 256, 0, stream>>>(posq, atomIndex, numSlots, nodeOfSystemParticle, positions, slotOfNode, status);
+template <typename posqType>
+void launchGatherPositions(const posqType* posq, const float4* posqCorrection, const int* atomIndex, int numSlots,
+                           const int* nodeOfSystemParticle, double* positions, int* slotOfNode, GraphStatus* status, cudaStream_t stream) {
+    gatherPositionsKernel<posqType><<<blocksFor(numSlots, 256), 256, 0, stream>>>(posq, posqCorrection, atomIndex, numSlots,
+                                                                                nodeOfSystemParticle, positions, slotOfNode, status);
 }
 
-template <typename real>
-void launchGridSetup(const real* positions, int n, GraphBox<real> box, real cutoff, int maxCells, GraphGrid<real>* grid,
+void launchGridSetup(const double* positions, int n, GraphBox<double> box, double cutoff, int maxCells, GraphGrid<double>* grid,
                      cudaStream_t stream) {
-    gridSetupKernel<real><<<1, 256, 0, stream>>>(positions, n, box, cutoff, maxCells, grid);
+    gridSetupKernel<double><<<1, 256, 0, stream>>>(positions, n, box, cutoff, maxCells, grid);
 }
 
 size_t getCellSortScratchBytes(int n, int maxCells) {
@@ -253,11 +259,10 @@ size_t getCellSortScratchBytes(int n, int maxCells) {
     return bytes;
 }
 
-template <typename real>
-void launchCellSort(const real* positions, int n, GraphBox<real> box, const GraphGrid<real>* grid, int maxCells, uint32_t* cellOfNode,
+void launchCellSort(const double* positions, int n, GraphBox<double> box, const GraphGrid<double>* grid, int maxCells, uint32_t* cellOfNode,
                     uint32_t* sortedCells, int* nodeIds, int* sortedNodes, int* cellStart, int* cellEnd, void* sortScratch,
                     size_t sortScratchBytes, cudaStream_t stream) {
-    cellKeysKernel<real><<<blocksFor(n, 256), 256, 0, stream>>>(positions, n, box, grid, cellOfNode, nodeIds);
+    cellKeysKernel<double><<<blocksFor(n, 256), 256, 0, stream>>>(positions, n, box, grid, cellOfNode, nodeIds);
     int endBit = 1;
     while (endBit < 32 && (1ll << endBit) < (long long) maxCells)
         endBit++;
@@ -267,31 +272,18 @@ void launchCellSort(const real* positions, int n, GraphBox<real> box, const Grap
     cellRangesKernel<<<blocksFor(n, 256), 256, 0, stream>>>(sortedCells, n, cellStart, cellEnd);
 }
 
-template <typename real>
-void launchBuildRows(const real* positions, int n, GraphBox<real> box, const GraphGrid<real>* grid, const int* sortedNodes,
-                     const int* cellStart, const int* cellEnd, real cutoff, int capacity, int* unsortedScratch, uint32_t* keyScratch,
+void launchBuildRows(const double* positions, int n, GraphBox<double> box, const GraphGrid<double>* grid, const int* sortedNodes,
+                     const int* cellStart, const int* cellEnd, double cutoff, int capacity, int* unsortedScratch, uint32_t* keyScratch,
                      int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream) {
     const int threads = 32 * WarpsPerBlock;
-    buildRowsKernel<real><<<blocksFor((size_t) n * 32, threads), threads, 0, stream>>>(
+    buildRowsKernel<double><<<blocksFor((size_t) n * 32, threads), threads, 0, stream>>>(
         positions, n, box, grid, sortedNodes, cellStart, cellEnd, cutoff, capacity, unsortedScratch, keyScratch, neighbors, rowCount,
         status);
 }
 
-#define GRAPH_INSTANTIATE_BUILD(real, posqType)                                                                                              \
-    template void launchGatherPositions<real, posqType>(const posqType*, const int*, int, const int*, real*, int*, GraphStatus*,          \
-                                                        cudaStream_t);
-GRAPH_INSTANTIATE_BUILD(float, float4)
-GRAPH_INSTANTIATE_BUILD(double, GraphDouble4)
-GRAPH_INSTANTIATE_BUILD(float, GraphDouble4)
-GRAPH_INSTANTIATE_BUILD(double, float4)
-
-#define GRAPH_INSTANTIATE_GRID(real)                                                                                                         \
-    template void launchGridSetup<real>(const real*, int, GraphBox<real>, real, int, GraphGrid<real>*, cudaStream_t);                      \
-    template void launchCellSort<real>(const real*, int, GraphBox<real>, const GraphGrid<real>*, int, uint32_t*, uint32_t*, int*, int*,   \
-                                       int*, int*, void*, size_t, cudaStream_t);                                                          \
-    template void launchBuildRows<real>(const real*, int, GraphBox<real>, const GraphGrid<real>*, const int*, const int*, const int*,     \
-                                        real, int, int*, uint32_t*, int*, int*, GraphStatus*, cudaStream_t);
-GRAPH_INSTANTIATE_GRID(float)
-GRAPH_INSTANTIATE_GRID(double)
+template void launchGatherPositions<float4>(const float4*, const float4*, const int*, int, const int*, double*, int*, GraphStatus*,
+                                            cudaStream_t);
+template void launchGatherPositions<GraphDouble4>(const GraphDouble4*, const float4*, const int*, int, const int*, double*, int*,
+                                                  GraphStatus*, cudaStream_t);
 
 } // namespace GraphPlugin

@@ -20,18 +20,20 @@ namespace GraphPlugin {
 
 /**
  * Positions of the force's particles from OpenMM's posq (posqType is float4 or
- * GraphDouble4; [numSlots] in OpenMM's sorted order) and the slot of each particle.
+ * GraphDouble4; [numSlots] in OpenMM's sorted order), plus posqCorrection in
+ * mixed precision (else nullptr), and the slot of each particle.  Positions are
+ * kept in double, so that edge vectors (computed in double, then rounded to
+ * `real`) do not change when OpenMM moves a particle by a box vector.
  * @param nodeOfSystemParticle [numSystemParticles]: force index or -1
- * @param positions            out [n][3] nm
+ * @param positions            out [n][3] nm, double
  * @param slotOfNode           out [n]
  */
-template <typename real, typename posqType>
-void launchGatherPositions(const posqType* posq, const int* atomIndex, int numSlots, const int* nodeOfSystemParticle, real* positions,
-                           int* slotOfNode, GraphStatus* status, cudaStream_t stream);
+template <typename posqType>
+void launchGatherPositions(const posqType* posq, const float4* posqCorrection, const int* atomIndex, int numSlots,
+                           const int* nodeOfSystemParticle, double* positions, int* slotOfNode, GraphStatus* status, cudaStream_t stream);
 
 /** The cell grid (device), from the box or from the bounding box of the positions. */
-template <typename real>
-void launchGridSetup(const real* positions, int n, GraphBox<real> box, real cutoff, int maxCells, GraphGrid<real>* grid,
+void launchGridSetup(const double* positions, int n, GraphBox<double> box, double cutoff, int maxCells, GraphGrid<double>* grid,
                      cudaStream_t stream);
 
 /**
@@ -40,8 +42,7 @@ void launchGridSetup(const real* positions, int n, GraphBox<real> box, real cuto
  * sortScratch is CUB's temporary storage of sortScratchBytes
  * (getCellSortScratchBytes).
  */
-template <typename real>
-void launchCellSort(const real* positions, int n, GraphBox<real> box, const GraphGrid<real>* grid, int maxCells, uint32_t* cellOfNode,
+void launchCellSort(const double* positions, int n, GraphBox<double> box, const GraphGrid<double>* grid, int maxCells, uint32_t* cellOfNode,
                     uint32_t* sortedCells, int* nodeIds, int* sortedNodes, int* cellStart, int* cellEnd, void* sortScratch,
                     size_t sortScratchBytes, cudaStream_t stream);
 
@@ -53,9 +54,8 @@ size_t getCellSortScratchBytes(int n, int maxCells);
  * status->maxRowCount above capacity (the caller grows and recomputes).
  * unsortedScratch and keyScratch are [n * capacity].
  */
-template <typename real>
-void launchBuildRows(const real* positions, int n, GraphBox<real> box, const GraphGrid<real>* grid, const int* sortedNodes,
-                     const int* cellStart, const int* cellEnd, real cutoff, int capacity, int* unsortedScratch, uint32_t* keyScratch,
+void launchBuildRows(const double* positions, int n, GraphBox<double> box, const GraphGrid<double>* grid, const int* sortedNodes,
+                     const int* cellStart, const int* cellEnd, double cutoff, int capacity, int* unsortedScratch, uint32_t* keyScratch,
                      int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream);
 
 // ---------------------------------------------------------------- edge scans (EdgeScanKernels.cu)
@@ -65,8 +65,8 @@ void launchBuildRows(const real* positions, int n, GraphBox<real> box, const Gra
  * X_i[lm][k] = sum_j table(t_i, t_j, l, k)(r) * (nodeWeights ? nodeWeights[j][k] : 1) * Y_lm(u_ij) / n_norm.
  */
 template <typename real>
-void launchMoments(const GraphModelParams<real>& model, const real* table, const real* nodeWeights, const real* positions, const int* types,
-                   int n, GraphBox<real> box, const int* neighbors, const int* rowCount, int capacity, real* moments, cudaStream_t stream);
+void launchMoments(const GraphModelParams<real>& model, const real* table, const real* nodeWeights, const double* positions, const int* types,
+                   int n, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity, real* moments, cudaStream_t stream);
 
 /**
  * Invariants D[l][k][k'] = sum_m X[lm][k] A[lm][k'] of every center, written
@@ -91,8 +91,8 @@ void launchInvariantsBackward(const GraphModelParams<real>& model, const real* X
  * sum_{i in N(j)} sum_lm gradB_i[lm][k] R2(t_i, t_j, l, k)(r) Y_lm(u_ij) / n_norm.
  */
 template <typename real>
-void launchNodeFeatureGradient(const GraphModelParams<real>& model, const real* gradB, const real* positions, const int* types, int n,
-                               GraphBox<real> box, const int* neighbors, const int* rowCount, int capacity, real* gradPhi,
+void launchNodeFeatureGradient(const GraphModelParams<real>& model, const real* gradB, const double* positions, const int* types, int n,
+                               GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity, real* gradPhi,
                                cudaStream_t stream);
 
 /**
@@ -100,8 +100,8 @@ void launchNodeFeatureGradient(const GraphModelParams<real>& model, const real* 
  * point to OpenMM's force buffer ([3][paddedAtoms], slot order).
  */
 template <typename real>
-void launchForces(const GraphModelParams<real>& model, const real* gradA, const real* gradB, const real* phi, const real* positions,
-                  const int* types, int n, GraphBox<real> box, const int* neighbors, const int* rowCount, int capacity,
+void launchForces(const GraphModelParams<real>& model, const real* gradA, const real* gradB, const real* phi, const double* positions,
+                  const int* types, int n, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity,
                   const int* slotOfNode, long long* forceBuffer, int paddedAtoms, GraphStatus* status, cudaStream_t stream);
 
 // ---------------------------------------------------------------- dense networks (DenseLayerKernels.cu)

@@ -27,6 +27,9 @@ TEST(CudaGraphForce, PermutedSystemGivesBitwiseIdenticalResults) {
 }
 
 TEST(CudaGraphForce, AtomReorderingGivesBitwiseIdenticalForces) {
+    if (std::string(GRAPH_TEST_PRECISION) == "single")
+        GTEST_SKIP() << "single precision keeps positions only in fp32, and OpenMM's reordering moves particles by box vectors, "
+                        "which rounds them anew; mixed and double precision keep them exactly enough";
     // A cut-off NonbondedForce with zero parameters makes OpenMM reorder its atoms every 250 steps.
     GraphTest::ModelOptions options;
     Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 33);
