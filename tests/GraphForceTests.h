@@ -85,8 +85,9 @@ Configuration makeConfiguration(Geometry geometry, int n, int numTypes, unsigned
     for (int i = 0; i < m && (int) config.positions.size() < n; i++)
         for (int j = 0; j < m && (int) config.positions.size() < n; j++)
             for (int k = 0; k < m && (int) config.positions.size() < n; k++) {
-                Vec3 site(i * spacing + 0.15 * spacing * uniform(rng), j * spacing + 0.15 * spacing * uniform(rng),
-                          k * spacing + 0.15 * spacing * uniform(rng));
+                // Inside the box, (0, m * spacing) along each axis, so OpenMM never has to wrap a particle.
+                Vec3 site((i + 0.5) * spacing + 0.15 * spacing * uniform(rng), (j + 0.5) * spacing + 0.15 * spacing * uniform(rng),
+                          (k + 0.5) * spacing + 0.15 * spacing * uniform(rng));
                 if (geometry == Geometry::Triclinic)
                     site = config.box[0] * (site[0] / (m * spacing)) + config.box[1] * (site[1] / (m * spacing)) +
                            config.box[2] * (site[2] / (m * spacing));

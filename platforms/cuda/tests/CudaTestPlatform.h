@@ -24,8 +24,8 @@ std::map<std::string, std::string> testPlatformProperties() {
     return {{"Precision", GRAPH_TEST_PRECISION}};
 }
 double testForceTolerance() {
-    return std::strcmp(GRAPH_TEST_PRECISION, "double") == 0 ? 1e-10 : 5e-5;
+    return std::strcmp(GRAPH_TEST_PRECISION, "double") == 0 ? 1e-8 : 5e-5;
 }
 double testEnergyTolerance() {
-    return std::strcmp(GRAPH_TEST_PRECISION, "double") == 0 ? 1e-10 : 2e-6;
+    return std::strcmp(GRAPH_TEST_PRECISION, "double") == 0 ? 1e-8 : 2e-6;
 }
