@@ -9,21 +9,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
-OUT="${OUT:-$PWD/out}"
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-SITE=/tmp/graph-site
-python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .device/wheels/*.whl || exit 1
-export PYTHONPATH="$SITE" PATH="$SITE/bin:$PATH"
-OPENMM_LIBS="$SITE/OpenMM.libs"
-export OPENMM_PLUGIN_DIR="$OPENMM_LIBS/lib/plugins"
-# OpenMM's CUDA platform needs cuFFT and NVRTC of CUDA 13: take them from the machine.
-for lib in libcufft.so.12 libnvrtc.so.13; do
-    found=$(find / -xdev -name "$lib" 2>/dev/null | head -n 1)
-    [ -n "$found" ] && export LD_LIBRARY_PATH="$(dirname "$found"):${LD_LIBRARY_PATH:-}"
-done
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
-python3 -c "import openmm; print('OpenMM', openmm.__version__, [openmm.Platform.getPlatform(i).getName() for i in range(openmm.Platform.getNumPlatforms())], openmm.Platform.getPluginLoadFailures())" 2>&1 | tee "$OUT/openmm.txt"
+source scripts/device-env.sh
 
 BUILD=/tmp/graph-build
 status=0
@@ -39,5 +25,8 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     python3 -m pytest -m gpu -q -p no:cacheprovider > "$OUT/pytest-gpu.log" 2>&1; rc=$?
     [ $rc -eq 0 ] || [ $rc -eq 5 ] || status=1
     tail -3 "$OUT/pytest-gpu.log"
+    python3 bench/run_benchmarks.py ${BENCH_ARGS:---time-budget 900} --out "$OUT/bench.json" --plot "$OUT/bench.png" > "$OUT/bench.log" 2>&1 \
+        || status=1
+    tail -40 "$OUT/bench.log"
 fi
 exit $status

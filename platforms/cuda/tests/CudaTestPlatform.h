@@ -1,20 +1,18 @@
 // The CUDA platform for the shared test bodies, at the precision named by
 // GRAPH_TEST_PRECISION ("single", "mixed" or "double"); checked against the
-// Reference platform.  OpenMM's CUDA platform is loaded from
-// OPENMM_PLUGIN_DIR (set by ctest) or OpenMM's default plugin folder.
+// Reference platform.  Plugins are loaded the way an application loads them:
+// OpenMM's own from OPENMM_PLUGIN_DIR (set by ctest) or its default folder,
+// then openmm-graph's from the build tree (GRAPH_PLUGIN_DIR).
 #include "openmm/Platform.h"
 #include <cstring>
 #include <map>
 #include <string>
 
-extern "C" void registerGraphReferenceKernelFactories();
-extern "C" void registerGraphCudaKernelFactories();
 
 OpenMM::Platform& testPlatform() {
     static bool loaded = [] {
         OpenMM::Platform::loadPluginsFromDirectory(OpenMM::Platform::getDefaultPluginsDirectory());
-        registerGraphReferenceKernelFactories();
-        registerGraphCudaKernelFactories();
+        OpenMM::Platform::loadPluginsFromDirectory(GRAPH_PLUGIN_DIR);
         return true;
     }();
     (void) loaded;

@@ -11,13 +11,11 @@
 using namespace GraphPlugin;
 using namespace OpenMM;
 
-extern "C" void registerGraphCudaKernelFactories();
-
 TEST(CudaGraphForce, PluginRegistersWithTheCudaPlatform) {
     Platform::loadPluginsFromDirectory(Platform::getDefaultPluginsDirectory());
+    Platform::loadPluginsFromDirectory(GRAPH_PLUGIN_DIR);
     for (const std::string& failure : Platform::getPluginLoadFailures())
         std::printf("OpenMM plugin load failure: %s\n", failure.c_str());
     Platform& cuda = Platform::getPlatformByName("CUDA");
-    registerGraphCudaKernelFactories();
     EXPECT_TRUE(cuda.supportsKernels({"CalcGraphForce"}));
 }

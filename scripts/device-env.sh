@@ -1,0 +1,23 @@
+# Sourced by device-session.sh (and usable by hand): the environment of a GPU
+# machine without network.  Installs the carried wheels (.device/wheels:
+# openmm==8.6.1, openmm-cuda-13==8.6.1, swig; cp312) into /tmp/graph-site and
+# points PYTHONPATH, PATH, OPENMM_PLUGIN_DIR and LD_LIBRARY_PATH at them.
+OUT="${OUT:-$PWD/out}"
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+# Build with the system compiler: a toolchain whose headers are newer than the
+# libstdc++ the process loads crashes inside std::ostream (seen with /opt/gcc).
+[ -x /usr/bin/g++ ] && export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
+SITE=/tmp/graph-site
+python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .device/wheels/*.whl || exit 1
+export PYTHONPATH="$SITE" PATH="$SITE/bin:$PATH"
+OPENMM_LIBS="$SITE/OpenMM.libs"
+export OPENMM_PLUGIN_DIR="$OPENMM_LIBS/lib/plugins"
+# OpenMM's CUDA platform needs cuFFT and NVRTC of CUDA 13: take them from the machine.
+for lib in libcufft.so.12 libnvrtc.so.13; do
+    found=$(find / -xdev -name "$lib" 2>/dev/null | head -n 1)
+    [ -n "$found" ] && export LD_LIBRARY_PATH="$(dirname "$found"):${LD_LIBRARY_PATH:-}"
+done
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
+python3 -c "import openmm; print('OpenMM', openmm.__version__, [openmm.Platform.getPlatform(i).getName() for i in range(openmm.Platform.getNumPlatforms())], openmm.Platform.getPluginLoadFailures())" 2>&1 | tee "$OUT/openmm.txt"
+
