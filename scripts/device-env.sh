@@ -9,7 +9,7 @@ export PYTHONUNBUFFERED=1
 # libstdc++ the process loads crashes inside std::ostream (seen with /opt/gcc).
 [ -x /usr/bin/g++ ] && export CC=/usr/bin/gcc CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
 SITE=/tmp/graph-site
-python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .device/wheels/*.whl || exit 1
+python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target "$SITE" .device/wheels/*.whl || exit 1
 export PYTHONPATH="$SITE" PATH="$SITE/bin:$PATH"
 OPENMM_LIBS="$SITE/OpenMM.libs"
 export OPENMM_PLUGIN_DIR="$OPENMM_LIBS/lib/plugins"

@@ -20,7 +20,8 @@ if [ "$what" = test ] || [ "$what" = all ]; then
     grep -E "tests passed|Passed|Failed|\*\*\*" "$OUT/ctest.log" | tail -20
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
-    python3 -m pip install -q --no-build-isolation --no-deps --no-index --target "$SITE" . -Ccmake.define.OPENMM_DIR="$OPENMM_LIBS" \
+    rm -rf /tmp/graph-py
+    python3 -m pip install -q --upgrade --no-build-isolation --no-deps --no-index --target "$SITE" . -Ccmake.define.OPENMM_DIR="$OPENMM_LIBS" \
         -Cbuild-dir=/tmp/graph-py > "$OUT/pip.log" 2>&1 || { tail -30 "$OUT/pip.log"; exit 1; }
     python3 -m pytest -m gpu -q -p no:cacheprovider > "$OUT/pytest-gpu.log" 2>&1; rc=$?
     [ $rc -eq 0 ] || [ $rc -eq 5 ] || status=1
