@@ -25,7 +25,6 @@ struct DeviceLayer {
 struct DeviceNetworks {
     std::vector<std::vector<DeviceLayer>> hidden; ///< [type][layer]
     std::vector<DeviceLayer> output;              ///< [type]
-    std::vector<double> outputBias;               ///< [type] (fitting: scalar bias)
     int numHidden = 0;
     std::vector<int> layerWidth; ///< [layer] the widest output of that layer over all types
 };
@@ -324,7 +323,6 @@ private:
             }
             device.hidden.push_back(std::move(layers));
             device.output.push_back(uploadLayer(networks[t].output, "graphOutput"));
-            device.outputBias.push_back(networks[t].output.bias[0]);
             device.layerWidth[device.numHidden] = std::max(device.layerWidth[device.numHidden], networks[t].output.numOutputs);
         }
         return device;
@@ -340,35 +338,76 @@ private:
     }
 
     /**
+     * The batches of types whose networks have the same shape (one batch of all
+     * types in the usual case), so that one launch serves them all.
+     */
+    static std::vector<std::vector<int>> batchesOf(const DeviceNetworks& networks) {
+        const int numTypes = (int) networks.output.size();
+        bool uniform = numTypes <= MaxBatchedGroups;
+        for (int t = 1; t < numTypes && uniform; t++)
+            for (int l = 0; l < networks.numHidden; l++) {
+                const DeviceLayer &a = networks.hidden[0][l], &b = networks.hidden[t][l];
+                uniform = uniform && a.numInputs == b.numInputs && a.numOutputs == b.numOutputs && a.residual == b.residual;
+            }
+        std::vector<std::vector<int>> batches;
+        if (uniform) {
+            batches.emplace_back();
+            for (int t = 0; t < numTypes; t++)
+                batches.back().push_back(t);
+        }
+        else
+            for (int t = 0; t < numTypes; t++)
+                batches.push_back({t});
+        return batches;
+    }
+
+    /** The DenseBatch of layer `layer` (-1: the output layer) for the given types. */
+    DenseBatch<real> makeBatch(const DeviceNetworks& networks, int layer, const std::vector<int>& batchTypes) {
+        DenseBatch<real> batch;
+        batch.numGroups = (int) batchTypes.size();
+        batch.rowStart[0] = typeOffsets[batchTypes[0]];
+        batch.tileStart[0] = 0;
+        for (int g = 0; g < batch.numGroups; g++) {
+            const int t = batchTypes[g];
+            const DeviceLayer& l = layer < 0 ? networks.output[t] : networks.hidden[t][layer];
+            const int rows = typeOffsets[t + 1] - typeOffsets[t];
+            batch.rowStart[g + 1] = typeOffsets[t + 1];
+            batch.tileStart[g + 1] = batch.tileStart[g] + (rows + DenseTileRows - 1) / DenseTileRows;
+            batch.weight[g] = pointer<real>(l.weight);
+            batch.bias[g] = pointer<real>(l.bias);
+            batch.timestep[g] = l.residual ? pointer<real>(l.timestep) : nullptr;
+            batch.energyShift[g] = (real) energyShift[t];
+        }
+        return batch;
+    }
+
+    /**
      * Forward through the hidden layers of every type; then either the scalar
      * energy output (fitting) or the linear M-output layer into `output` (node).
      */
     void forwardNetwork(const DeviceNetworks& networks, std::vector<std::unique_ptr<CudaArray>>& activations,
                         std::vector<std::unique_ptr<CudaArray>>& preActivations, const real* input, int inputStride, real* output,
                         int outputStride, bool isNode, cudaStream_t stream) {
-        for (int t = 0; t < model->numTypes; t++) {
-            const int rows = typeOffsets[t + 1] - typeOffsets[t];
-            if (rows == 0)
-                continue;
-            const int* rowNodes = pointer<int>(nodesByType) + typeOffsets[t];
+        const int* rowNodes = pointer<int>(nodesByType);
+        for (const std::vector<int>& batchTypes : batchesOf(networks)) {
+            const int t0 = batchTypes[0];
             const real* h = input;
             int stride = inputStride;
             for (int l = 0; l < networks.numHidden; l++) {
-                const DeviceLayer& layer = networks.hidden[t][l];
-                launchDenseForward<real>(rows, rowNodes, h, stride, pointer<real>(layer.weight), pointer<real>(layer.bias),
-                                         layer.residual ? pointer<real>(layer.timestep) : nullptr, layer.numInputs, layer.numOutputs, activation,
+                const DeviceLayer& layer = networks.hidden[t0][l];
+                launchDenseForward<real>(makeBatch(networks, l, batchTypes), rowNodes, h, stride, layer.numInputs, layer.numOutputs, activation,
                                          layer.residual, pointer<real>(preActivations[l]), pointer<real>(activations[l]),
                                          networks.layerWidth[l], stream);
                 h = pointer<real>(activations[l]);
                 stride = networks.layerWidth[l];
             }
-            const DeviceLayer& out = networks.output[t];
+            const DeviceLayer& out = networks.output[t0];
             if (isNode)
-                launchDenseForward<real>(rows, rowNodes, h, stride, pointer<real>(out.weight), pointer<real>(out.bias), nullptr, out.numInputs,
-                                         out.numOutputs, GraphIdentity, false, nullptr, output, outputStride, stream);
+                launchDenseForward<real>(makeBatch(networks, -1, batchTypes), rowNodes, h, stride, out.numInputs, out.numOutputs, GraphIdentity,
+                                         false, nullptr, output, outputStride, stream);
             else
-                launchEnergyOutput<real>(rows, rowNodes, h, stride, out.numInputs, pointer<real>(out.weight), (real) networks.outputBias[t],
-                                         (real) energyShift[t], pointer<real>(particleEnergy), nullptr, stream);
+                launchEnergyOutput<real>(makeBatch(networks, -1, batchTypes), rowNodes, h, stride, out.numInputs, pointer<real>(particleEnergy),
+                                         nullptr, stream);
         }
     }
 
@@ -380,33 +419,27 @@ private:
     void backwardNetwork(const DeviceNetworks& networks, std::vector<std::unique_ptr<CudaArray>>& activations,
                          std::vector<std::unique_ptr<CudaArray>>& preActivations, const real* input, int inputStride, real* gradInput,
                          int gradInputStride, bool isNode, cudaStream_t stream) {
-        for (int t = 0; t < model->numTypes; t++) {
-            const int rows = typeOffsets[t + 1] - typeOffsets[t];
-            if (rows == 0)
-                continue;
-            const int* rowNodes = pointer<int>(nodesByType) + typeOffsets[t];
-            const int H = networks.numHidden;
-            // dE/dh_H.
+        const int* rowNodes = pointer<int>(nodesByType);
+        const int H = networks.numHidden;
+        for (const std::vector<int>& batchTypes : batchesOf(networks)) {
+            const int t0 = batchTypes[0];
             real* grad = pointer<real>(gradientScratch[0]);
-            int gradStride = H > 0 ? networks.layerWidth[H - 1] : inputStride;
-            if (isNode) {
+            const int gradStride = H > 0 ? networks.layerWidth[H - 1] : inputStride;
+            const DeviceLayer& out = networks.output[t0];
+            if (isNode)
                 // phi = W_out h + b: dE/dh = W_out^T dE/dphi.
-                const DeviceLayer& out = networks.output[t];
-                launchDenseBackward<real>(rows, rowNodes, pointer<real>(nodeFeatureGrad), M, nullptr, pointer<real>(out.weight), nullptr,
+                launchDenseBackward<real>(makeBatch(networks, -1, batchTypes), rowNodes, pointer<real>(nodeFeatureGrad), M, nullptr,
                                           out.numInputs, out.numOutputs, GraphIdentity, false, pointer<real>(gradientScratch[2]),
                                           H > 0 ? grad : gradInput, H > 0 ? gradStride : gradInputStride, stream);
-            }
             else {
                 // E = w . h_H + b + shift: dE/dh_H = w (the energies are recomputed bitwise identically on the way).
-                const DeviceLayer& out = networks.output[t];
                 const real* hidden = H > 0 ? pointer<real>(activations[H - 1]) : input;
-                launchEnergyOutput<real>(rows, rowNodes, hidden, H > 0 ? gradStride : inputStride, out.numInputs, pointer<real>(out.weight),
-                                         (real) networks.outputBias[t], (real) energyShift[t], pointer<real>(particleEnergy),
-                                         H > 0 ? grad : gradInput, stream);
+                launchEnergyOutput<real>(makeBatch(networks, -1, batchTypes), rowNodes, hidden, H > 0 ? gradStride : inputStride, out.numInputs,
+                                         pointer<real>(particleEnergy), H > 0 ? grad : gradInput, stream);
             }
             int current = 0;
             for (int l = H - 1; l >= 0; l--) {
-                const DeviceLayer& layer = networks.hidden[t][l];
+                const DeviceLayer& layer = networks.hidden[t0][l];
                 real* target;
                 int targetStride;
                 if (l == 0) {
@@ -418,8 +451,7 @@ private:
                     target = pointer<real>(gradientScratch[current]);
                     targetStride = networks.layerWidth[l - 1];
                 }
-                launchDenseBackward<real>(rows, rowNodes, grad, networks.layerWidth[l], pointer<real>(preActivations[l]),
-                                          pointer<real>(layer.weight), layer.residual ? pointer<real>(layer.timestep) : nullptr,
+                launchDenseBackward<real>(makeBatch(networks, l, batchTypes), rowNodes, grad, networks.layerWidth[l], pointer<real>(preActivations[l]),
                                           layer.numInputs, layer.numOutputs, activation, layer.residual, pointer<real>(gradZ), target,
                                           targetStride, stream);
                 grad = target;

@@ -15,7 +15,12 @@ namespace GraphPlugin {
 
 namespace {
 
-constexpr int TileRows = 64, TileCols = 64, TileK = 16;
+constexpr int TileRows = DenseTileRows, TileCols = 64, TileK = 16;
+
+int elementBlocks(size_t count) {
+    return (int) std::min<size_t>((count + 255) / 256, 65535 * 16);
+}
+
 
 template <typename real>
 __device__ inline real activate(int activation, real z) {
@@ -39,28 +44,49 @@ __device__ inline real activateDerivative(int activation, real z) {
     return 1;
 }
 
+/** The group of a row tile (linear search over at most MaxBatchedGroups groups). */
+template <typename real>
+__device__ inline int groupOfTile(const DenseBatch<real>& batch, int tile) {
+    int g = 0;
+    while (g < batch.numGroups - 1 && tile >= batch.tileStart[g + 1])
+        g++;
+    return g;
+}
+
+template <typename real>
+__device__ inline int groupOfRow(const DenseBatch<real>& batch, int row) {
+    int g = 0;
+    while (g < batch.numGroups - 1 && row >= batch.rowStart[g + 1])
+        g++;
+    return g;
+}
+
 /**
  * C[row][c] = sum_k A[node(row)][k] * B(k, c), B(k, c) = W[c * ldw + k] (forward,
- * W^T) or W[k * ldw + c] (backward, W).  Epilogue:
+ * W^T) or W[k * ldw + c] (backward, W), W the weights of the row's group.
+ * Epilogue:
  * forward:  z = C + bias; preActivation = z; out = act(z) (+ residualSource + timestep * act(z) if residual)
  * backward: out = C (+ residualSource if residual)
  */
 template <typename real, bool Forward>
-__global__ void __launch_bounds__(256) denseGemmKernel(int numRows, const int* __restrict__ rowNodes, const real* __restrict__ A, int aStride,
-                                                       const real* __restrict__ W, int K, int N, int ldw, const real* __restrict__ bias,
-                                                       const real* __restrict__ timestep, int activation, int residual,
+__global__ void __launch_bounds__(256) denseGemmKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ A,
+                                                       int aStride, int K, int N, int ldw, int activation, int residual,
                                                        const real* __restrict__ residualSource, int residualStride,
                                                        real* __restrict__ preActivation, real* __restrict__ out, int outStride) {
     __shared__ real As[TileK][TileRows + 1];
     __shared__ real Bs[TileK][TileCols + 1];
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-    const int rowBase = blockIdx.x * TileRows, colBase = blockIdx.y * TileCols;
+    const int group = groupOfTile(batch, blockIdx.x);
+    const int rowBase = batch.rowStart[group] + (blockIdx.x - batch.tileStart[group]) * TileRows;
+    const int rowEnd = batch.rowStart[group + 1];
+    const int colBase = blockIdx.y * TileCols;
+    const real* __restrict__ W = batch.weight[group];
     real acc[4][4] = {};
     for (int k0 = 0; k0 < K; k0 += TileK) {
         for (int e = threadIdx.x; e < TileK * TileRows; e += blockDim.x) {
             const int kk = e % TileK, rr = e / TileK;
             const int row = rowBase + rr, k = k0 + kk;
-            As[kk][rr] = (row < numRows && k < K) ? A[(size_t) rowNodes[row] * aStride + k] : real(0);
+            As[kk][rr] = (row < rowEnd && k < K) ? A[(size_t) rowNodes[row] * aStride + k] : real(0);
         }
         for (int e = threadIdx.x; e < TileK * TileCols; e += blockDim.x) {
             int kk, cc;
@@ -75,23 +101,31 @@ __global__ void __launch_bounds__(256) denseGemmKernel(int numRows, const int* _
             Bs[kk][cc] = value;
         }
         __syncthreads();
+#pragma unroll
         for (int kk = 0; kk < TileK; kk++) {
             real a[4], b[4];
+#pragma unroll
             for (int x = 0; x < 4; x++) {
                 a[x] = As[kk][ty * 4 + x];
                 b[x] = Bs[kk][tx * 4 + x];
             }
+#pragma unroll
             for (int x = 0; x < 4; x++)
+#pragma unroll
                 for (int y = 0; y < 4; y++)
                     acc[x][y] = fma(a[x], b[y], acc[x][y]);
         }
         __syncthreads();
     }
+    const real* __restrict__ bias = batch.bias[group];
+    const real* __restrict__ timestep = batch.timestep[group];
+#pragma unroll
     for (int x = 0; x < 4; x++) {
         const int row = rowBase + ty * 4 + x;
-        if (row >= numRows)
+        if (row >= rowEnd)
             continue;
         const size_t node = rowNodes[row];
+#pragma unroll
         for (int y = 0; y < 4; y++) {
             const int col = colBase + tx * 4 + y;
             if (col >= N)
@@ -110,26 +144,29 @@ __global__ void __launch_bounds__(256) denseGemmKernel(int numRows, const int* _
 }
 
 template <typename real>
-__global__ void gradientThroughActivationKernel(int numRows, const int* __restrict__ rowNodes, const real* __restrict__ gradOutput,
-                                                const real* __restrict__ preActivation, int stride, int width,
-                                                const real* __restrict__ timestep, int activation, int residual,
+__global__ void gradientThroughActivationKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ gradOutput,
+                                                const real* __restrict__ preActivation, int stride, int width, int activation, int residual,
                                                 real* __restrict__ gradZ) {
+    const int firstRow = batch.rowStart[0], numRows = batch.rowStart[batch.numGroups] - firstRow;
     for (size_t index = blockIdx.x * (size_t) blockDim.x + threadIdx.x; index < (size_t) numRows * width;
          index += (size_t) gridDim.x * blockDim.x) {
-        const size_t node = rowNodes[index / width];
+        const int row = firstRow + (int) (index / width);
+        const size_t node = rowNodes[row];
         const int col = (int) (index % width);
         const size_t at = node * stride + col;
-        real g = activation == GraphIdentity ? gradOutput[at] : gradOutput[at] * activateDerivative(activation, preActivation[at]);
-        gradZ[at] = residual ? g * timestep[col] : g;
+        const real g = activation == GraphIdentity ? gradOutput[at] : gradOutput[at] * activateDerivative(activation, preActivation[at]);
+        gradZ[at] = residual ? g * batch.timestep[groupOfRow(batch, row)][col] : g;
     }
 }
 
 template <typename real>
-__global__ void energyOutputKernel(int numRows, const int* __restrict__ rowNodes, const real* __restrict__ hidden, int stride, int width,
-                                   const real* __restrict__ weight, real bias, real shift, real* __restrict__ particleEnergy,
-                                   real* __restrict__ gradHidden) {
+__global__ void energyOutputKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ hidden, int stride,
+                                   int width, real* __restrict__ particleEnergy, real* __restrict__ gradHidden) {
     const int lane = threadIdx.x & 31;
-    for (int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; row < numRows; row += (gridDim.x * blockDim.x) >> 5) {
+    const int firstRow = batch.rowStart[0], lastRow = batch.rowStart[batch.numGroups];
+    for (int row = firstRow + ((blockIdx.x * blockDim.x + threadIdx.x) >> 5); row < lastRow; row += (gridDim.x * blockDim.x) >> 5) {
+        const int group = groupOfRow(batch, row);
+        const real* __restrict__ weight = batch.weight[group];
         const size_t node = rowNodes[row];
         real sum = 0;
         for (int k = lane; k < width; k += 32) {
@@ -139,7 +176,7 @@ __global__ void energyOutputKernel(int numRows, const int* __restrict__ rowNodes
         }
         sum = warpSum(sum);
         if (lane == 0)
-            particleEnergy[node] = sum + bias + shift;
+            particleEnergy[node] = sum + batch.bias[group][0] + batch.energyShift[group];
     }
 }
 
@@ -168,47 +205,48 @@ __global__ void addKernel(const real* __restrict__ in, real* __restrict__ out, s
         out[i] += in[i];
 }
 
-int elementBlocks(size_t count) {
-    return (int) std::min<size_t>((count + 255) / 256, 65535 * 16);
-}
 
 } // namespace
 
 template <typename real>
-void launchDenseForward(int numRows, const int* rowNodes, const real* input, int inStride, const real* weight, const real* bias,
-                        const real* timestep, int numInputs, int numOutputs, int activation, bool residual, real* preActivation,
-                        real* output, int outStride, cudaStream_t stream) {
-    if (numRows == 0)
-        return;
-    dim3 blocks((numRows + TileRows - 1) / TileRows, (numOutputs + TileCols - 1) / TileCols);
-    denseGemmKernel<real, true><<<blocks, 256, 0, stream>>>(numRows, rowNodes, input, inStride, weight, numInputs, numOutputs, numInputs,
-                                                            bias, timestep, activation, residual ? 1 : 0, input, inStride, preActivation,
-                                                            output, outStride);
+int rowsOf(const DenseBatch<real>& batch) {
+    return batch.rowStart[batch.numGroups] - batch.rowStart[0];
 }
 
 template <typename real>
-void launchDenseBackward(int numRows, const int* rowNodes, const real* gradOutput, int outStride, const real* preActivation,
-                         const real* weight, const real* timestep, int numInputs, int numOutputs, int activation, bool residual,
-                         real* gradZ, real* gradInput, int inStride, cudaStream_t stream) {
-    if (numRows == 0)
+void launchDenseForward(const DenseBatch<real>& batch, const int* rowNodes, const real* input, int inStride, int numInputs, int numOutputs,
+                        int activation, bool residual, real* preActivation, real* output, int outStride, cudaStream_t stream) {
+    const int tiles = batch.tileStart[batch.numGroups];
+    if (tiles == 0)
         return;
-    gradientThroughActivationKernel<real><<<elementBlocks((size_t) numRows * numOutputs), 256, 0, stream>>>(
-        numRows, rowNodes, gradOutput, preActivation, outStride, numOutputs, timestep, activation, residual ? 1 : 0, gradZ);
-    dim3 blocks((numRows + TileRows - 1) / TileRows, (numInputs + TileCols - 1) / TileCols);
-    denseGemmKernel<real, false><<<blocks, 256, 0, stream>>>(numRows, rowNodes, gradZ, outStride, weight, numOutputs, numInputs, numInputs,
-                                                             nullptr, nullptr, GraphIdentity, residual ? 1 : 0, gradOutput, outStride,
-                                                             nullptr, gradInput, inStride);
+    dim3 blocks(tiles, (numOutputs + TileCols - 1) / TileCols);
+    denseGemmKernel<real, true><<<blocks, 256, 0, stream>>>(batch, rowNodes, input, inStride, numInputs, numOutputs, numInputs, activation,
+                                                            residual ? 1 : 0, input, inStride, preActivation, output, outStride);
 }
 
 template <typename real>
-void launchEnergyOutput(int numRows, const int* rowNodes, const real* hidden, int stride, int width, const real* weight, real bias,
-                        real shift, real* particleEnergy, real* gradHidden, cudaStream_t stream) {
-    if (numRows == 0)
+void launchDenseBackward(const DenseBatch<real>& batch, const int* rowNodes, const real* gradOutput, int outStride, const real* preActivation,
+                         int numInputs, int numOutputs, int activation, bool residual, real* gradZ, real* gradInput, int inStride,
+                         cudaStream_t stream) {
+    const int tiles = batch.tileStart[batch.numGroups];
+    if (tiles == 0)
+        return;
+    gradientThroughActivationKernel<real><<<elementBlocks((size_t) rowsOf(batch) * numOutputs), 256, 0, stream>>>(
+        batch, rowNodes, gradOutput, preActivation, outStride, numOutputs, activation, residual ? 1 : 0, gradZ);
+    dim3 blocks(tiles, (numInputs + TileCols - 1) / TileCols);
+    denseGemmKernel<real, false><<<blocks, 256, 0, stream>>>(batch, rowNodes, gradZ, outStride, numOutputs, numInputs, numInputs,
+                                                             GraphIdentity, residual ? 1 : 0, gradOutput, outStride, nullptr, gradInput, inStride);
+}
+
+template <typename real>
+void launchEnergyOutput(const DenseBatch<real>& batch, const int* rowNodes, const real* hidden, int stride, int width, real* particleEnergy,
+                        real* gradHidden, cudaStream_t stream) {
+    const int rows = rowsOf(batch);
+    if (rows == 0)
         return;
     const int warpsPerBlock = 4;
-    const int blocks = (int) std::min<size_t>(((size_t) numRows + warpsPerBlock - 1) / warpsPerBlock, 65535 * 8);
-    energyOutputKernel<real><<<blocks, 32 * warpsPerBlock, 0, stream>>>(numRows, rowNodes, hidden, stride, width, weight, bias, shift,
-                                                                        particleEnergy, gradHidden);
+    const int blocks = (int) std::min<size_t>(((size_t) rows + warpsPerBlock - 1) / warpsPerBlock, 65535 * 8);
+    energyOutputKernel<real><<<blocks, 32 * warpsPerBlock, 0, stream>>>(batch, rowNodes, hidden, stride, width, particleEnergy, gradHidden);
 }
 
 template <typename real>
@@ -227,11 +265,11 @@ void launchAdd(const real* in, real* out, size_t count, cudaStream_t stream) {
 }
 
 #define GRAPH_INSTANTIATE_DENSE(real)                                                                                                        \
-    template void launchDenseForward<real>(int, const int*, const real*, int, const real*, const real*, const real*, int, int, int, bool, \
-                                           real*, real*, int, cudaStream_t);                                                              \
-    template void launchDenseBackward<real>(int, const int*, const real*, int, const real*, const real*, const real*, int, int, int,      \
-                                            bool, real*, real*, int, cudaStream_t);                                                       \
-    template void launchEnergyOutput<real>(int, const int*, const real*, int, int, const real*, real, real, real*, real*, cudaStream_t); \
+    template void launchDenseForward<real>(const DenseBatch<real>&, const int*, const real*, int, int, int, int, bool, real*, real*, int,  \
+                                           cudaStream_t);                                                                                 \
+    template void launchDenseBackward<real>(const DenseBatch<real>&, const int*, const real*, int, const real*, int, int, int, bool,      \
+                                            real*, real*, int, cudaStream_t);                                                             \
+    template void launchEnergyOutput<real>(const DenseBatch<real>&, const int*, const real*, int, int, real*, real*, cudaStream_t);       \
     template void launchEnergyReduction<real>(const real*, int, long long*, void*, bool, GraphStatus*, cudaStream_t);                     \
     template void launchAdd<real>(const real*, real*, size_t, cudaStream_t);
 GRAPH_INSTANTIATE_DENSE(float)

@@ -108,15 +108,35 @@ void launchForces(const GraphModelParams<real>& model, const real* gradA, const 
 
 enum GraphActivation : int { GraphTanh = 0, GraphSilu = 1, GraphIdentity = 2 };
 
+constexpr int MaxBatchedGroups = 16;
+
 /**
- * One dense layer for the rows [0, numRows) of a type group, rows mapped to
- * nodes by rowNodes: z = W h + b; out = act(z) (+ h, scaled, if residual).
- * W is [numOutputs][numInputs]; input [node][inStride], z/out [node][outStride].
+ * One dense layer of several type groups at once (same shape, each group its
+ * own weights): group g owns the rows [rowStart[g], rowStart[g+1]) of the
+ * node list and the row tiles [tileStart[g], tileStart[g+1]).  Passed by value.
  */
 template <typename real>
-void launchDenseForward(int numRows, const int* rowNodes, const real* input, int inStride, const real* weight, const real* bias,
-                        const real* timestep, int numInputs, int numOutputs, int activation, bool residual, real* preActivation,
-                        real* output, int outStride, cudaStream_t stream);
+struct DenseBatch {
+    int numGroups;
+    int rowStart[MaxBatchedGroups + 1];
+    int tileStart[MaxBatchedGroups + 1];
+    const real* weight[MaxBatchedGroups];   ///< [numOutputs][numInputs]
+    const real* bias[MaxBatchedGroups];     ///< [numOutputs]
+    const real* timestep[MaxBatchedGroups]; ///< [numOutputs] or nullptr
+    real energyShift[MaxBatchedGroups];     ///< energy output only
+};
+
+/** Rows per tile of the dense kernels (DenseBatch::tileStart counts tiles of this many rows). */
+constexpr int DenseTileRows = 64;
+
+/**
+ * One dense layer for every group of the batch, rows mapped to nodes by
+ * rowNodes: z = W h + b; out = act(z) (h + timestep * act(z) if residual).
+ * input [node][inStride], preActivation/output [node][outStride].
+ */
+template <typename real>
+void launchDenseForward(const DenseBatch<real>& batch, const int* rowNodes, const real* input, int inStride, int numInputs, int numOutputs,
+                        int activation, bool residual, real* preActivation, real* output, int outStride, cudaStream_t stream);
 
 /**
  * Backward of launchDenseForward: given dE/d(out) in gradOutput [node][outStride],
@@ -124,17 +144,17 @@ void launchDenseForward(int numRows, const int* rowNodes, const real* input, int
  * gradZ is scratch [node][outStride].
  */
 template <typename real>
-void launchDenseBackward(int numRows, const int* rowNodes, const real* gradOutput, int outStride, const real* preActivation,
-                         const real* weight, const real* timestep, int numInputs, int numOutputs, int activation, bool residual,
-                         real* gradZ, real* gradInput, int inStride, cudaStream_t stream);
+void launchDenseBackward(const DenseBatch<real>& batch, const int* rowNodes, const real* gradOutput, int outStride, const real* preActivation,
+                         int numInputs, int numOutputs, int activation, bool residual, real* gradZ, real* gradInput, int inStride,
+                         cudaStream_t stream);
 
 /**
- * The fitting network's scalar output: E_i = w . h_i + b + shift for the rows of
- * a type group; also seeds dE/dh_i = w.
+ * The fitting network's scalar output for every group: E_i = w . h_i + b + shift
+ * (weight [width], bias [1] of each group); also dE/dh_i = w when gradHidden.
  */
 template <typename real>
-void launchEnergyOutput(int numRows, const int* rowNodes, const real* hidden, int stride, int width, const real* weight, real bias,
-                        real shift, real* particleEnergy, real* gradHidden, cudaStream_t stream);
+void launchEnergyOutput(const DenseBatch<real>& batch, const int* rowNodes, const real* hidden, int stride, int width, real* particleEnergy,
+                        real* gradHidden, cudaStream_t stream);
 
 /**
  * Sum the particle energies in 64-bit fixed point (order independent, so
