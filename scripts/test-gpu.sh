@@ -6,4 +6,5 @@ cd "$(dirname "$0")/.."
 source scripts/setup-env.sh
 python -m pip install -q --no-build-isolation . -Ccmake.define.GRAPH_BUILD_TESTS=ON -Cbuild-dir=build/tests
 ctest --test-dir build/tests -L gpu --output-on-failure --no-tests=error
-python -m pytest -m gpu -q
+# pytest exits 5 when no test carries the gpu marker; that is not a failure.
+python -m pytest -m gpu -q || [ $? -eq 5 ]
