@@ -1,0 +1,123 @@
+/*
+ * openmm-graph: zero-copy DLPack views of an OpenMM Context's state.
+ *
+ * A stable C ABI (no C++ types) for any language: Python (ctypes), Julia
+ * (ccall + DLPack.jl), C.  Every function returns 0 on success and a nonzero
+ * OMMGraphStatus on failure; ommgraph_last_error() then gives a message (per
+ * thread) that names the problem.
+ *
+ * Views (OMMGraphView) and their layout, per platform:
+ *
+ *  view                     CUDA platform (device memory, kDLCUDA)          Reference / CPU (host memory, kDLCPU)
+ *  POSITIONS                posq: float32 or float64 [padded][4]: x, y, z   float64 [n][3], nm
+ *                           in nm, w = charge (e); rows >= n are padding
+ *  POSITION_CORRECTION      float32 [padded][4], mixed precision only       not available (error)
+ *  VELOCITIES               velm: float32/float64 [padded][4]: v in nm/ps,  float64 [n][3], nm/ps
+ *                           w = 1/mass (1/amu), 0 for massless particles
+ *  FORCES                   int64 [3][padded]: 64-bit fixed point,          float64 [n][3], kJ/mol/nm
+ *                           2^32 units per kJ/mol/nm
+ *  ATOM_ORDER               int32 [padded]: System index of the particle    int32 [n]: the identity (a copy)
+ *                           in each sorted slot (read-only)
+ *  BOX                      float64 [3][3]: rows a, b, c in nm (a copy, read-only) on every platform
+ *
+ * On the CUDA platform rows are in OpenMM's sorted order, which OpenMM changes
+ * when it reorders atoms (ATOM_ORDER maps slots to System indices); the
+ * pointers themselves stay valid until the Context is destroyed or
+ * reinitialised.  ommgraph_view_* copy nothing unless OMMGRAPH_VIEW_COPY is
+ * given (then the tensor owns a copy, flagged IS_COPIED).
+ *
+ * Lifetime: a view points into the Context's memory and is valid until the
+ * Context is destroyed or reinitialised (Context.reinitialize()); the deleter
+ * (which the consumer calls exactly once) frees only the view's own
+ * bookkeeping and copies, never OpenMM's memory.  Language bindings keep the
+ * Context alive for as long as a view exists (Python: the capsule holds a
+ * reference; Julia: unsafe_wrap's owner).
+ */
+#ifndef OPENMM_GRAPH_DLPACK_H_
+#define OPENMM_GRAPH_DLPACK_H_
+
+#include "GraphDLPackABI.h"
+
+#if defined(_MSC_VER)
+#define OMMGRAPH_C_EXPORT __declspec(dllexport)
+#else
+#define OMMGRAPH_C_EXPORT __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    OMMGRAPH_VIEW_POSITIONS = 0,
+    OMMGRAPH_VIEW_POSITION_CORRECTION = 1,
+    OMMGRAPH_VIEW_VELOCITIES = 2,
+    OMMGRAPH_VIEW_FORCES = 3,
+    OMMGRAPH_VIEW_ATOM_ORDER = 4,
+    OMMGRAPH_VIEW_BOX = 5,
+} OMMGraphView;
+
+typedef enum {
+    OMMGRAPH_OK = 0,
+    OMMGRAPH_ERROR_ARGUMENT = 1,    /* a null pointer, an unknown view or flag */
+    OMMGRAPH_ERROR_UNAVAILABLE = 2, /* the view does not exist on this platform or precision */
+    OMMGRAPH_ERROR_PLATFORM = 3,    /* a platform other than Reference, CPU or CUDA */
+    OMMGRAPH_ERROR_RUNTIME = 4,     /* OpenMM or CUDA reported an error (see the message) */
+} OMMGraphStatus;
+
+/* Flags of ommgraph_view_* (bitwise or). */
+#define OMMGRAPH_VIEW_READ_ONLY 1u /* mark the tensor read-only (always set for ATOM_ORDER and BOX) */
+#define OMMGRAPH_VIEW_COPY 2u      /* return an owned copy instead of a view */
+#define OMMGRAPH_VIEW_HOST 4u      /* with COPY: the copy lives in host memory (kDLCPU) */
+
+/** Called once by a view's deleter to release what keeps the Context alive (may be NULL). */
+typedef void (*OMMGraphReleaseOwner)(void* owner);
+
+/**
+ * A versioned DLPack tensor (DLPack 1.1) of one view of an OpenMM Context.
+ * context: an OpenMM::Context* (from C++: &context; from Python: int(context.this);
+ * from OpenMM's C API: the OpenMM_Context*).  owner/releaseOwner: an object
+ * that keeps the Context alive and the function the deleter calls to release
+ * it (both may be NULL).  *out receives the tensor; the consumer calls
+ * (*out)->deleter(*out) exactly once.
+ */
+OMMGRAPH_C_EXPORT int ommgraph_view_versioned(void* context, int view, unsigned flags, void* owner, OMMGraphReleaseOwner releaseOwner,
+                                              DLManagedTensorVersioned** out);
+
+/** The same view as a legacy DLManagedTensor (for consumers without DLPack 1.x, e.g. JAX, DLPack.jl). */
+OMMGRAPH_C_EXPORT int ommgraph_view_legacy(void* context, int view, unsigned flags, void* owner, OMMGraphReleaseOwner releaseOwner,
+                                           DLManagedTensor** out);
+
+/*
+ * Python helpers (resolved in the running interpreter at first use, so this
+ * library does not link libpython):
+ *  - ommgraph_python_release(owner): a releaseOwner that takes the GIL and
+ *    decrements the reference count of the PyObject* owner;
+ *  - ommgraph_capsule_destructor(capsule): a PyCapsule destructor for capsules
+ *    named "dltensor" or "dltensor_versioned" that calls the tensor's deleter if
+ *    no consumer took it (a consumed capsule is renamed "used_dltensor[...]").
+ */
+OMMGRAPH_C_EXPORT void ommgraph_python_release(void* owner);
+OMMGRAPH_C_EXPORT void ommgraph_capsule_destructor(void* capsule);
+
+/** The device of the Context's views: kDLCUDA and the CUDA device ordinal, or kDLCPU and 0. */
+OMMGRAPH_C_EXPORT int ommgraph_view_device(void* context, int32_t* deviceType, int32_t* deviceId);
+
+/**
+ * The stream handshake of the Python array API: make `consumerStream` (a
+ * CUstream / cudaStream_t; 0 is the legacy default stream, 2 the per-thread
+ * one) wait for the work OpenMM has queued so far.  A no-op on host platforms.
+ */
+OMMGRAPH_C_EXPORT int ommgraph_synchronize_stream(void* context, uintptr_t consumerStream);
+
+/** The message of the last failed call on this thread ("" if none). */
+OMMGRAPH_C_EXPORT const char* ommgraph_last_error(void);
+
+/** The number of views whose deleter has not run yet (for tests of the deleter contract). */
+OMMGRAPH_C_EXPORT int64_t ommgraph_live_views(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* OPENMM_GRAPH_DLPACK_H_ */
