@@ -116,3 +116,29 @@ def test_particle_energies_match_torch():
     expected = GraphModelTorch(model).energy(torch.tensor(positions), torch.tensor(types), torch.tensor(box), particle_energies=True)
     expected = expected.detach().numpy()
     assert np.max(np.abs(energies - expected)) <= 1e-10 * max(1.0, np.max(np.abs(expected)))
+
+
+def test_cpu_platform_matches_reference_platform():
+    """The CPU platform runs the same evaluator spread over its threads."""
+    model = make_model(grade="small", seed=12, n_interactions=1, radial_intervals=50)
+    positions, types, box = lattice_system(300, seed=13)
+    results = {}
+    for name in ("Reference", "CPU"):
+        system = openmm.System()
+        for _ in range(300):
+            system.addParticle(12.0)
+        system.setDefaultPeriodicBoxVectors(*[openmm.Vec3(*row) for row in box])
+        force = openmmgraph.GraphForce.fromModelBytes(model.to_bytes())
+        for i in range(300):
+            force.addParticle(i, int(types[i]))
+        force.setUsesPeriodicBoundaryConditions(True)
+        system.addForce(force)
+        properties = {"Threads": "2"} if name == "CPU" else {}
+        context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName(name), properties)
+        context.setPositions(positions)
+        state = context.getState(getEnergy=True, getForces=True)
+        results[name] = (
+            state.getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole),
+            np.array(state.getForces(asNumpy=True).value_in_unit(openmm.unit.kilojoule_per_mole / openmm.unit.nanometer)),
+        )
+    assert_agree(*results["CPU"], *results["Reference"], tolerance=1e-12)

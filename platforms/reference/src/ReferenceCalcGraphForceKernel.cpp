@@ -18,7 +18,7 @@ ReferencePlatform::PlatformData& platformData(ContextImpl& context) {
 
 void ReferenceCalcGraphForceKernel::initialize(const System& system, const GraphForce& force) {
     model = force.getModel();
-    evaluator.reset(new ReferenceGraphEvaluator(model));
+    evaluator.reset();
     periodic = force.usesPeriodicBoundaryConditions();
     checkFinite = force.getProperty("CheckFinite") == "true";
     int n = force.getNumParticles();
@@ -55,6 +55,8 @@ void ReferenceCalcGraphForceKernel::buildGraph(ContextImpl& context) {
 
 double ReferenceCalcGraphForceKernel::execute(ContextImpl& context, bool includeForces, bool includeEnergy) {
     buildGraph(context);
+    if (!evaluator)
+        evaluator.reset(new ReferenceGraphEvaluator(model, &platformData(context).threads));
     const int n = (int) particles.size();
     localForces.assign(n, Vec3());
     double energy = evaluator->evaluate(types, graph, includeForces ? &localForces : nullptr, nullptr);
@@ -76,6 +78,8 @@ double ReferenceCalcGraphForceKernel::execute(ContextImpl& context, bool include
 
 void ReferenceCalcGraphForceKernel::getParticleEnergies(ContextImpl& context, std::vector<double>& energies) {
     buildGraph(context);
+    if (!evaluator)
+        evaluator.reset(new ReferenceGraphEvaluator(model, &platformData(context).threads));
     evaluator->evaluate(types, graph, nullptr, &energies);
 }
 

@@ -7,7 +7,7 @@
 using namespace GraphPlugin;
 using namespace OpenMM;
 
-ReferenceGraphEvaluator::ReferenceGraphEvaluator(std::shared_ptr<const GraphModel> model) : model(model) {}
+ReferenceGraphEvaluator::ReferenceGraphEvaluator(std::shared_ptr<const GraphModel> model, OpenMM::ThreadPool* pool) : model(model), pool(pool) {}
 
 void ReferenceGraphEvaluator::scanMoments(int i, const std::vector<int>& types, const ReferenceNeighborGraph& graph,
                                           const std::vector<double>& table, const double* nodeWeights, double* moments) const {
@@ -64,6 +64,20 @@ void ReferenceGraphEvaluator::invariantsBackward(const double* X, const double* 
     }
 }
 
+void ReferenceGraphEvaluator::parallelFor(int n, const std::function<void(int begin, int end, int thread)>& body) const {
+    const int numThreads = pool ? pool->getNumThreads() : 1;
+    if (numThreads <= 1 || n < 2 * numThreads) {
+        body(0, n, 0);
+        return;
+    }
+    pool->execute([&](OpenMM::ThreadPool&, int thread) { body((int) ((long long) n * thread / numThreads), (int) ((long long) n * (thread + 1) / numThreads), thread); });
+    pool->waitForThreads();
+}
+
+int ReferenceGraphEvaluator::numThreads() const {
+    return pool ? std::max(1, pool->getNumThreads()) : 1;
+}
+
 double ReferenceGraphEvaluator::evaluate(const std::vector<int>& types, const ReferenceNeighborGraph& graph, std::vector<Vec3>* forces,
                                          std::vector<double>* particleEnergies) {
     const GraphModel& m = *model;
@@ -74,126 +88,150 @@ double ReferenceGraphEvaluator::evaluate(const std::vector<int>& types, const Re
 
     // Stage 1: moments A and invariants D of every node.
     std::vector<double> A((size_t) n * HM), D((size_t) n * descriptorSize);
-    for (int i = 0; i < n; i++) {
-        scanMoments(i, types, graph, m.radialTable, nullptr, &A[(size_t) i * HM]);
-        invariants(&A[(size_t) i * HM], &A[(size_t) i * HM], &D[(size_t) i * descriptorSize]);
-    }
+    parallelFor(n, [&](int begin, int end, int) {
+        for (int i = begin; i < end; i++) {
+            scanMoments(i, types, graph, m.radialTable, nullptr, &A[(size_t) i * HM]);
+            invariants(&A[(size_t) i * HM], &A[(size_t) i * HM], &D[(size_t) i * descriptorSize]);
+        }
+    });
 
     // Stage 2 (interaction block): node features phi, moments B, invariants D2.
     std::vector<ReferenceDenseNetwork> nodeNetworks(interacting ? n : 0);
     std::vector<double> phi, B, D2;
     if (interacting) {
         phi.resize((size_t) n * M);
-        std::vector<double> out;
-        for (int j = 0; j < n; j++) {
-            nodeNetworks[j].forward(m.node[types[j]], m.activation, &D[(size_t) j * descriptorSize], out);
-            std::copy(out.begin(), out.end(), &phi[(size_t) j * M]);
-        }
+        parallelFor(n, [&](int begin, int end, int) {
+            std::vector<double> out;
+            for (int j = begin; j < end; j++) {
+                nodeNetworks[j].forward(m.node[types[j]], m.activation, &D[(size_t) j * descriptorSize], out);
+                std::copy(out.begin(), out.end(), &phi[(size_t) j * M]);
+            }
+        });
         B.resize((size_t) n * HM);
         D2.resize((size_t) n * descriptorSize);
-        for (int i = 0; i < n; i++) {
-            scanMoments(i, types, graph, m.interactionTable, phi.data(), &B[(size_t) i * HM]);
-            invariants(&B[(size_t) i * HM], &A[(size_t) i * HM], &D2[(size_t) i * descriptorSize]);
-        }
+        parallelFor(n, [&](int begin, int end, int) {
+            for (int i = begin; i < end; i++) {
+                scanMoments(i, types, graph, m.interactionTable, phi.data(), &B[(size_t) i * HM]);
+                invariants(&B[(size_t) i * HM], &A[(size_t) i * HM], &D2[(size_t) i * descriptorSize]);
+            }
+        });
     }
 
     // Stage 3: fitting network, energies and dE/dD, dE/dD2.
     const int fittingInput = m.fittingInputSize();
-    std::vector<double> input(fittingInput), out, gradInput;
     std::vector<double> gradD((size_t) n * descriptorSize), gradD2(interacting ? (size_t) n * descriptorSize : 0);
-    ReferenceDenseNetwork fitting;
-    double energy = 0;
-    if (particleEnergies)
-        particleEnergies->assign(n, 0.0);
-    const double one = 1.0;
-    for (int i = 0; i < n; i++) {
-        std::copy(&D[(size_t) i * descriptorSize], &D[(size_t) (i + 1) * descriptorSize], input.begin());
-        if (interacting)
-            std::copy(&D2[(size_t) i * descriptorSize], &D2[(size_t) (i + 1) * descriptorSize], input.begin() + descriptorSize);
-        fitting.forward(m.fitting[types[i]], m.activation, input.data(), out);
-        double energyI = out[0] + m.energyShift[types[i]];
-        energy += energyI;
-        if (particleEnergies)
-            (*particleEnergies)[i] = energyI;
-        if (forces) {
-            fitting.backward(m.fitting[types[i]], m.activation, &one, gradInput);
-            std::copy(gradInput.begin(), gradInput.begin() + descriptorSize, &gradD[(size_t) i * descriptorSize]);
+    std::vector<double> energies(n);
+    parallelFor(n, [&](int begin, int end, int) {
+        std::vector<double> input(fittingInput), out, gradInput;
+        ReferenceDenseNetwork fitting;
+        const double one = 1.0;
+        for (int i = begin; i < end; i++) {
+            std::copy(&D[(size_t) i * descriptorSize], &D[(size_t) (i + 1) * descriptorSize], input.begin());
             if (interacting)
-                std::copy(gradInput.begin() + descriptorSize, gradInput.end(), &gradD2[(size_t) i * descriptorSize]);
+                std::copy(&D2[(size_t) i * descriptorSize], &D2[(size_t) (i + 1) * descriptorSize], input.begin() + descriptorSize);
+            fitting.forward(m.fitting[types[i]], m.activation, input.data(), out);
+            energies[i] = out[0] + m.energyShift[types[i]];
+            if (forces) {
+                fitting.backward(m.fitting[types[i]], m.activation, &one, gradInput);
+                std::copy(gradInput.begin(), gradInput.begin() + descriptorSize, &gradD[(size_t) i * descriptorSize]);
+                if (interacting)
+                    std::copy(gradInput.begin() + descriptorSize, gradInput.end(), &gradD2[(size_t) i * descriptorSize]);
+            }
         }
-    }
+    });
+    double energy = 0;
+    for (int i = 0; i < n; i++)
+        energy += energies[i];
+    if (particleEnergies)
+        *particleEnergies = energies;
     if (!forces)
         return energy;
 
     // Stage 4: back to dE/dA (and dE/dB, dE/dphi through the interaction block).
     std::vector<double> gradA((size_t) n * HM, 0.0), gradB(interacting ? (size_t) n * HM : 0, 0.0);
     if (interacting) {
-        for (int i = 0; i < n; i++)
-            invariantsBackward(&B[(size_t) i * HM], &A[(size_t) i * HM], &gradD2[(size_t) i * descriptorSize], &gradB[(size_t) i * HM],
-                               &gradA[(size_t) i * HM]);
-        // dE/dphi_j = sum over edges (i, j) of (1/n_norm) sum_lm gradB_i[lm][k] R2(r) Y_lm.
-        std::vector<double> gradPhi((size_t) n * M, 0.0), value(M), deriv(M);
-        for (int i = 0; i < n; i++)
-            for (int64_t e = graph.rowOffsets[i]; e < graph.rowOffsets[i + 1]; e++) {
-                int j = graph.neighbors[e];
-                const Vec3& d = graph.edgeVectors[e];
-                EdgeGeometry edge(d, m.lMax);
-                const double r = edge.r;
-                const double* Y = edge.Y;
-                for (int l = 0; l <= m.lMax; l++) {
-                    evaluateRadial(m, m.interactionTable, types[i], types[j], l, r, value.data(), deriv.data());
-                    for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
-                        for (int k = 0; k < M; k++)
-                            gradPhi[(size_t) j * M + k] += gradB[(size_t) i * HM + lm * M + k] * value[k] * Y[lm] / m.nNorm;
-                }
-            }
-        std::vector<double> gradNodeInput;
-        for (int j = 0; j < n; j++) {
-            nodeNetworks[j].backward(m.node[types[j]], m.activation, &gradPhi[(size_t) j * M], gradNodeInput);
-            for (int x = 0; x < descriptorSize; x++)
-                gradD[(size_t) j * descriptorSize + x] += gradNodeInput[x];
-        }
-    }
-    for (int i = 0; i < n; i++)
-        invariantsBackward(&A[(size_t) i * HM], &A[(size_t) i * HM], &gradD[(size_t) i * descriptorSize], &gradA[(size_t) i * HM],
-                           &gradA[(size_t) i * HM]);
-
-    // Stage 5: edge backward.  dE/dd for d = x_j - x_i; F_i += dE/dd, F_j -= dE/dd.
-    std::vector<double> value(M), deriv(M);
-    for (int i = 0; i < n; i++)
-        for (int64_t e = graph.rowOffsets[i]; e < graph.rowOffsets[i + 1]; e++) {
-            int j = graph.neighbors[e];
-            const Vec3& d = graph.edgeVectors[e];
-            EdgeGeometry edge(d, m.lMax);
-            const double r = edge.r;
-            const double* u = edge.u;
-            const double* Y = edge.Y;
-            Vec3 gradEdge;
-            for (int block = 0; block < (interacting ? 2 : 1); block++) {
-                const std::vector<double>& table = block == 0 ? m.radialTable : m.interactionTable;
-                const double* G = block == 0 ? &gradA[(size_t) i * HM] : &gradB[(size_t) i * HM];
-                for (int l = 0; l <= m.lMax; l++) {
-                    evaluateRadial(m, table, types[i], types[j], l, r, value.data(), deriv.data());
-                    if (block == 1)
-                        for (int k = 0; k < M; k++) {
-                            value[k] *= phi[(size_t) j * M + k];
-                            deriv[k] *= phi[(size_t) j * M + k];
-                        }
-                    for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
-                        double sumValue = 0, sumDeriv = 0;
-                        for (int k = 0; k < M; k++) {
-                            sumValue += G[lm * M + k] * value[k];
-                            sumDeriv += G[lm * M + k] * deriv[k];
-                        }
-                        // d/dd [R(r) Y(u)] = R'(r) Y u + R(r) (g - u (u.g)) / r, g = dY/du.
-                        double uDotG = u[0] * edge.grad[lm][0] + u[1] * edge.grad[lm][1] + u[2] * edge.grad[lm][2];
-                        for (int c = 0; c < 3; c++)
-                            gradEdge[c] += (sumDeriv * Y[lm] * u[c] + sumValue * (edge.grad[lm][c] - u[c] * uDotG) / r) / m.nNorm;
+        parallelFor(n, [&](int begin, int end, int) {
+            for (int i = begin; i < end; i++)
+                invariantsBackward(&B[(size_t) i * HM], &A[(size_t) i * HM], &gradD2[(size_t) i * descriptorSize], &gradB[(size_t) i * HM],
+                                   &gradA[(size_t) i * HM]);
+        });
+        // dE/dphi_j = sum over the centers i that have j as a neighbour of (1/n_norm) sum_lm gradB_i[lm][k] R2(t_i, t_j)(r) Y_lm(u_ij),
+        // pulled over the row of j (the graph is symmetric; u_ij = -u_ji).
+        std::vector<double> gradPhi((size_t) n * M, 0.0);
+        parallelFor(n, [&](int begin, int end, int) {
+            std::vector<double> value(M), deriv(M);
+            for (int j = begin; j < end; j++)
+                for (int64_t e = graph.rowOffsets[j]; e < graph.rowOffsets[j + 1]; e++) {
+                    const int i = graph.neighbors[e];
+                    EdgeGeometry edge(-graph.edgeVectors[e], m.lMax);
+                    for (int l = 0; l <= m.lMax; l++) {
+                        evaluateRadial(m, m.interactionTable, types[i], types[j], l, edge.r, value.data(), deriv.data());
+                        for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
+                            for (int k = 0; k < M; k++)
+                                gradPhi[(size_t) j * M + k] += gradB[(size_t) i * HM + lm * M + k] * value[k] * edge.Y[lm] / m.nNorm;
                     }
                 }
+        });
+        parallelFor(n, [&](int begin, int end, int) {
+            std::vector<double> gradNodeInput;
+            for (int j = begin; j < end; j++) {
+                nodeNetworks[j].backward(m.node[types[j]], m.activation, &gradPhi[(size_t) j * M], gradNodeInput);
+                for (int x = 0; x < descriptorSize; x++)
+                    gradD[(size_t) j * descriptorSize + x] += gradNodeInput[x];
             }
-            (*forces)[i] += gradEdge;
-            (*forces)[j] -= gradEdge;
-        }
+        });
+    }
+    parallelFor(n, [&](int begin, int end, int) {
+        for (int i = begin; i < end; i++)
+            invariantsBackward(&A[(size_t) i * HM], &A[(size_t) i * HM], &gradD[(size_t) i * descriptorSize], &gradA[(size_t) i * HM],
+                               &gradA[(size_t) i * HM]);
+    });
+
+    // Stage 5: edge backward.  dE/dd for d = x_j - x_i; F_i += dE/dd, F_j -= dE/dd, into one buffer per
+    // thread, added in thread order (deterministic for a given number of threads).
+    const int threads = numThreads();
+    std::vector<std::vector<Vec3>> threadForces(threads, std::vector<Vec3>(threads > 1 ? n : 0));
+    parallelFor(n, [&](int begin, int end, int thread) {
+        std::vector<Vec3>& target = threads > 1 ? threadForces[thread] : *forces;
+        std::vector<double> value(M), deriv(M);
+        for (int i = begin; i < end; i++)
+            for (int64_t e = graph.rowOffsets[i]; e < graph.rowOffsets[i + 1]; e++) {
+                const int j = graph.neighbors[e];
+                EdgeGeometry edge(graph.edgeVectors[e], m.lMax);
+                const double r = edge.r;
+                const double* u = edge.u;
+                const double* Y = edge.Y;
+                Vec3 gradEdge;
+                for (int block = 0; block < (interacting ? 2 : 1); block++) {
+                    const std::vector<double>& table = block == 0 ? m.radialTable : m.interactionTable;
+                    const double* G = block == 0 ? &gradA[(size_t) i * HM] : &gradB[(size_t) i * HM];
+                    for (int l = 0; l <= m.lMax; l++) {
+                        evaluateRadial(m, table, types[i], types[j], l, r, value.data(), deriv.data());
+                        if (block == 1)
+                            for (int k = 0; k < M; k++) {
+                                value[k] *= phi[(size_t) j * M + k];
+                                deriv[k] *= phi[(size_t) j * M + k];
+                            }
+                        for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
+                            double sumValue = 0, sumDeriv = 0;
+                            for (int k = 0; k < M; k++) {
+                                sumValue += G[lm * M + k] * value[k];
+                                sumDeriv += G[lm * M + k] * deriv[k];
+                            }
+                            // d/dd [R(r) Y(u)] = R'(r) Y u + R(r) (g - u (u.g)) / r, g = dY/du.
+                            double uDotG = u[0] * edge.grad[lm][0] + u[1] * edge.grad[lm][1] + u[2] * edge.grad[lm][2];
+                            for (int c = 0; c < 3; c++)
+                                gradEdge[c] += (sumDeriv * Y[lm] * u[c] + sumValue * (edge.grad[lm][c] - u[c] * uDotG) / r) / m.nNorm;
+                        }
+                    }
+                }
+                target[i] += gradEdge;
+                target[j] -= gradEdge;
+            }
+    });
+    if (threads > 1)
+        for (int t = 0; t < threads; t++)
+            for (int i = 0; i < n; i++)
+                (*forces)[i] += threadForces[t][i];
     return energy;
 }

@@ -4,6 +4,8 @@
 #include "ReferenceNeighborGraph.h"
 #include "internal/GraphModel.h"
 #include "openmm/Vec3.h"
+#include "openmm/internal/ThreadPool.h"
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -19,7 +21,12 @@ namespace GraphPlugin {
  */
 class ReferenceGraphEvaluator {
 public:
-    explicit ReferenceGraphEvaluator(std::shared_ptr<const GraphModel> model);
+    /**
+     * @param pool  threads to spread the work over (the CPU platform's), or
+     *              nullptr for one thread.  Results are deterministic for a
+     *              given number of threads.
+     */
+    ReferenceGraphEvaluator(std::shared_ptr<const GraphModel> model, OpenMM::ThreadPool* pool);
     /**
      * @param types            [n] model type of each node of the graph
      * @param graph            the canonical graph over the same n nodes
@@ -39,7 +46,12 @@ private:
     /** Back through invariants(): adds dE/dX and dE/dA given dE/dD (either may be the same array when X == A). */
     void invariantsBackward(const double* X, const double* A, const double* gradD, double* gradX, double* gradA) const;
 
+    /** body(begin, end, thread) over a static partition of [0, n) among the pool's threads. */
+    void parallelFor(int n, const std::function<void(int begin, int end, int thread)>& body) const;
+    int numThreads() const;
+
     std::shared_ptr<const GraphModel> model;
+    OpenMM::ThreadPool* pool;
 };
 
 } // namespace GraphPlugin
