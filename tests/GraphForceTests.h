@@ -97,6 +97,23 @@ Configuration makeConfiguration(Geometry geometry, int n, int numTypes, unsigned
     return config;
 }
 
+/**
+ * The configuration with its particles in a random order: permuted particle i is
+ * original particle order[i].
+ */
+Configuration permuteConfiguration(const Configuration& config, unsigned seed, std::vector<int>& order) {
+    order.resize(config.positions.size());
+    for (size_t i = 0; i < order.size(); i++)
+        order[i] = (int) i;
+    std::shuffle(order.begin(), order.end(), std::mt19937(seed));
+    Configuration permuted = config;
+    for (size_t i = 0; i < order.size(); i++) {
+        permuted.positions[i] = config.positions[order[i]];
+        permuted.types[i] = config.types[order[i]];
+    }
+    return permuted;
+}
+
 std::unique_ptr<GraphForce> makeForce(const GraphTest::ModelOptions& options) {
     return std::unique_ptr<GraphForce>(GraphForce::fromModelBytes(GraphTest::makeModelBytes(options)));
 }
@@ -327,15 +344,8 @@ TEST(GraphForce, PermutingSystemParticlesPermutesForces) {
     Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 5);
     std::unique_ptr<System> system(makeSystem(config, options));
     Result original = evaluateOnTestPlatform(*system, config.positions);
-    std::vector<int> order(config.positions.size());
-    for (size_t i = 0; i < order.size(); i++)
-        order[i] = (int) i;
-    std::shuffle(order.begin(), order.end(), std::mt19937(7));
-    Configuration permuted = config;
-    for (size_t i = 0; i < order.size(); i++) {
-        permuted.positions[i] = config.positions[order[i]];
-        permuted.types[i] = config.types[order[i]];
-    }
+    std::vector<int> order;
+    Configuration permuted = permuteConfiguration(config, 7, order);
     std::unique_ptr<System> permutedSystem(makeSystem(permuted, options));
     Result result = evaluateOnTestPlatform(*permutedSystem, permuted.positions);
     std::vector<Vec3> expected(order.size());

@@ -28,8 +28,9 @@ MODELS = [
 ]
 
 
-def reference_energy_forces(model_bytes, positions, types, box, periodic=True, particle_subset=None):
-    """Energy (kJ/mol) and forces (kJ/mol/nm) of the model on the Reference platform."""
+def reference_energy_forces(model_bytes, positions, types, box, periodic=True, particle_subset=None, platform="Reference",
+                            properties=None):
+    """Energy (kJ/mol) and forces (kJ/mol/nm) of the model on an OpenMM platform (Reference by default)."""
     n = len(positions)
     system = openmm.System()
     for _ in range(n):
@@ -41,7 +42,7 @@ def reference_energy_forces(model_bytes, positions, types, box, periodic=True, p
         force.addParticle(int(i), int(types[i]))
     force.setUsesPeriodicBoundaryConditions(periodic)
     system.addForce(force)
-    context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+    context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName(platform), properties or {})
     context.setPositions(positions)
     state = context.getState(getEnergy=True, getForces=True)
     energy = state.getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole)
@@ -122,23 +123,6 @@ def test_cpu_platform_matches_reference_platform():
     """The CPU platform runs the same evaluator spread over its threads."""
     model = make_model(grade="small", seed=12, n_interactions=1, radial_intervals=50)
     positions, types, box = lattice_system(300, seed=13)
-    results = {}
-    for name in ("Reference", "CPU"):
-        system = openmm.System()
-        for _ in range(300):
-            system.addParticle(12.0)
-        system.setDefaultPeriodicBoxVectors(*[openmm.Vec3(*row) for row in box])
-        force = openmmgraph.GraphForce.fromModelBytes(model.to_bytes())
-        for i in range(300):
-            force.addParticle(i, int(types[i]))
-        force.setUsesPeriodicBoundaryConditions(True)
-        system.addForce(force)
-        properties = {"Threads": "2"} if name == "CPU" else {}
-        context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName(name), properties)
-        context.setPositions(positions)
-        state = context.getState(getEnergy=True, getForces=True)
-        results[name] = (
-            state.getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole),
-            np.array(state.getForces(asNumpy=True).value_in_unit(openmm.unit.kilojoule_per_mole / openmm.unit.nanometer)),
-        )
-    assert_agree(*results["CPU"], *results["Reference"], tolerance=1e-12)
+    reference = reference_energy_forces(model.to_bytes(), positions, types, box)
+    cpu = reference_energy_forces(model.to_bytes(), positions, types, box, platform="CPU", properties={"Threads": "2"})
+    assert_agree(*cpu, *reference, tolerance=1e-12)

@@ -9,15 +9,8 @@ TEST(CudaGraphForce, PermutedSystemGivesBitwiseIdenticalResults) {
     Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 31);
     std::unique_ptr<System> system(makeSystem(config, options));
     Result original = evaluateOnTestPlatform(*system, config.positions);
-    std::vector<int> order(config.positions.size());
-    for (size_t i = 0; i < order.size(); i++)
-        order[i] = (int) i;
-    std::shuffle(order.begin(), order.end(), std::mt19937(32));
-    Configuration permuted = config;
-    for (size_t i = 0; i < order.size(); i++) {
-        permuted.positions[i] = config.positions[order[i]];
-        permuted.types[i] = config.types[order[i]];
-    }
+    std::vector<int> order;
+    Configuration permuted = permuteConfiguration(config, 32, order);
     std::unique_ptr<System> permutedSystem(makeSystem(permuted, options));
     Result result = evaluateOnTestPlatform(*permutedSystem, permuted.positions);
     EXPECT_EQ(result.energy, original.energy);
