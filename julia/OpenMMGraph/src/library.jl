@@ -1,0 +1,220 @@
+# Locating libOpenMMGraphDLPack and the ccall wrappers of every function of
+# wrappers/include/OpenMMGraphDLPack.h.  The library is found at run time, so
+# every ccall names it through a call, `libpath()` (see "Non-constant Function
+# Specifications" in the Julia manual): the call runs when the ccall is first
+# executed and its result is cached.
+
+const LIBNAME = Sys.isapple() ? "libOpenMMGraphDLPack.dylib" :
+                Sys.iswindows() ? "OpenMMGraphDLPack.dll" : "libOpenMMGraphDLPack.so"
+
+const PYTHON_QUERY = "import openmmgraph, os; " *
+    "print(os.path.join(os.path.dirname(openmmgraph.__file__), 'lib', '$LIBNAME'))"
+
+const _LIBPATH = Ref{String}("")
+
+# Set by the PythonCall extension: asks the embedded interpreter, the one whose
+# openmm created the Contexts, where its openmmgraph package is.
+const _PYTHON_LIBPATH_HOOK = Ref{Any}(nothing)
+
+function _find_library()
+    env = get(ENV, "OPENMMGRAPH_LIB", "")
+    if !isempty(env)
+        isfile(env) || error("OPENMMGRAPH_LIB=$(repr(env)) is not a file")
+        return env
+    end
+    hook = _PYTHON_LIBPATH_HOOK[]
+    if hook !== nothing
+        path = hook()
+        path isa AbstractString && isfile(path) && return String(path)
+    end
+    python = get(ENV, "OPENMMGRAPH_PYTHON", Sys.iswindows() ? "python" : "python3")
+    path = try
+        String(strip(read(Cmd([python, "-c", PYTHON_QUERY]), String)))
+    catch err
+        error("cannot locate $LIBNAME: set OPENMMGRAPH_LIB to its path, or make " *
+              "`$python -c \"import openmmgraph\"` work (OPENMMGRAPH_PYTHON names the " *
+              "interpreter); asking Python failed: $(sprint(showerror, err))")
+    end
+    isfile(path) || error("openmmgraph (asked through $python) names $(repr(path)), which is not a file; " *
+                          "set OPENMMGRAPH_LIB to the library's path")
+    return path
+end
+
+"""
+    OpenMMGraph.libpath() -> String
+
+The path of `libOpenMMGraphDLPack`, found once and cached: the environment
+variable `OPENMMGRAPH_LIB`; else, with PythonCall loaded, the `openmmgraph`
+package of the embedded Python; else `python3 -c "import openmmgraph ..."`
+(`OPENMMGRAPH_PYTHON` overrides the interpreter).  The library is opened with
+`RTLD_GLOBAL` so that it shares libOpenMM with the Python `openmm` module.
+"""
+function libpath()
+    if isempty(_LIBPATH[])
+        path = _find_library()
+        Libdl.dlopen(path, Libdl.RTLD_NOW | Libdl.RTLD_GLOBAL)   # fails early, with the loader's message
+        _LIBPATH[] = path
+    end
+    return _LIBPATH[]
+end
+
+## Status codes and flags (OMMGraphStatus, OMMGRAPH_VIEW_*)
+
+const OMMGRAPH_OK = 0
+const OMMGRAPH_ERROR_ARGUMENT = 1
+const OMMGRAPH_ERROR_UNAVAILABLE = 2
+const OMMGRAPH_ERROR_PLATFORM = 3
+const OMMGRAPH_ERROR_RUNTIME = 4
+
+const STATUS_NAMES = Dict(
+    OMMGRAPH_ERROR_ARGUMENT => "OMMGRAPH_ERROR_ARGUMENT",
+    OMMGRAPH_ERROR_UNAVAILABLE => "OMMGRAPH_ERROR_UNAVAILABLE",
+    OMMGRAPH_ERROR_PLATFORM => "OMMGRAPH_ERROR_PLATFORM",
+    OMMGRAPH_ERROR_RUNTIME => "OMMGRAPH_ERROR_RUNTIME",
+)
+
+const VIEW_READ_ONLY = Cuint(1)
+const VIEW_COPY = Cuint(2)
+const VIEW_HOST = Cuint(4)
+
+# DLDeviceType values of the DLPack ABI.
+const kDLCPU = Int32(1)
+const kDLCUDA = Int32(2)
+
+"""
+    OpenMMGraphError(func, view, status, message)
+
+A call of the C API failed: `func` is the C function, `view` the view asked
+for (a `Symbol`, or `nothing`), `status` the `OMMGraphStatus` and `message`
+what `ommgraph_last_error()` said.
+"""
+struct OpenMMGraphError <: Exception
+    func::Symbol
+    view::Union{Nothing,Symbol}
+    status::Int
+    message::String
+end
+
+function Base.showerror(io::IO, e::OpenMMGraphError)
+    print(io, "OpenMMGraphError: ", e.func)
+    e.view === nothing || print(io, " (view :", e.view, ")")
+    print(io, " failed with ", get(STATUS_NAMES, e.status, "status $(e.status)"))
+    isempty(e.message) || print(io, ": ", e.message)
+end
+
+## Raw wrappers.  `ctx` is anything `_context` accepts; the OpenMMContext is
+## preserved across each call so that its owner keeps the Context alive.
+
+"""
+    OpenMMGraph.last_error() -> String
+
+`ommgraph_last_error()`: the message of the last failed call on this thread ("" if none).
+"""
+function last_error()
+    p = ccall((:ommgraph_last_error, libpath()), Ptr{UInt8}, ())
+    return p == C_NULL ? "" : unsafe_string(p)
+end
+
+"""
+    OpenMMGraph.live_views() -> Int
+
+`ommgraph_live_views()`: the number of views whose deleter has not run yet.
+"""
+live_views() = Int(ccall((:ommgraph_live_views, libpath()), Int64, ()))
+
+function _check(rc::Integer, func::Symbol, view::Union{Nothing,Symbol}=nothing)
+    rc == OMMGRAPH_OK && return nothing
+    # The message is per thread; nothing between the failed call and this one yields.
+    throw(OpenMMGraphError(func, view, Int(rc), last_error()))
+end
+
+"""
+    OpenMMGraph.view_device(ctx) -> (device_type::Int32, device_id::Int32)
+
+`ommgraph_view_device`: `(2, ordinal)` (kDLCUDA) on the CUDA platform, `(1, 0)`
+(kDLCPU) on Reference and CPU.
+"""
+function view_device(ctx)
+    c = _context(ctx)
+    devtype = Ref{Int32}(0)
+    devid = Ref{Int32}(0)
+    rc = GC.@preserve c ccall((:ommgraph_view_device, libpath()), Cint,
+                              (Ptr{Cvoid}, Ref{Int32}, Ref{Int32}), c.ptr, devtype, devid)
+    _check(rc, :ommgraph_view_device)
+    return (devtype[], devid[])
+end
+
+"""
+    OpenMMGraph.synchronize_stream(ctx, stream::Integer)
+
+`ommgraph_synchronize_stream`: make the CUDA stream `stream` (a `CUstream`
+handle; 0 is the legacy default stream, 2 the per-thread one) wait for the work
+OpenMM has queued so far.  A no-op on host platforms.  See
+[`OpenMMGraph.synchronize`](@ref) for the form that uses CUDA.jl's stream.
+"""
+function synchronize_stream(ctx, stream::Integer)
+    c = _context(ctx)
+    rc = GC.@preserve c ccall((:ommgraph_synchronize_stream, libpath()), Cint,
+                              (Ptr{Cvoid}, UInt), c.ptr, UInt(stream))
+    _check(rc, :ommgraph_synchronize_stream)
+    return nothing
+end
+
+"""
+    OpenMMGraph.view_legacy(ctx, view, flags=0) -> Ptr{DLPack.DLManagedTensor}
+
+`ommgraph_view_legacy` with no owner: the caller owns the tensor and must call
+its deleter exactly once (`DLPack.DLManagedTensor(ptr)` arranges that through a
+finalizer).  Prefer [`OpenMMGraph.view`](@ref).
+"""
+function view_legacy(ctx, view, flags::Integer=0)
+    c = _context(ctx)
+    v = _view(view)
+    out = Ref{Ptr{DLPack.DLManagedTensor}}(C_NULL)
+    rc = GC.@preserve c ccall((:ommgraph_view_legacy, libpath()), Cint,
+                              (Ptr{Cvoid}, Cint, Cuint, Ptr{Cvoid}, Ptr{Cvoid}, Ref{Ptr{DLPack.DLManagedTensor}}),
+                              c.ptr, Cint(v), Cuint(flags), C_NULL, C_NULL, out)
+    _check(rc, :ommgraph_view_legacy, _viewname(v))
+    out[] == C_NULL && throw(OpenMMGraphError(:ommgraph_view_legacy, _viewname(v), OMMGRAPH_ERROR_RUNTIME,
+                                              "returned success and a null tensor"))
+    return out[]
+end
+
+# The C layout of DLManagedTensorVersioned (DLPack >= 1.0).  DLPack.jl 0.3 has a
+# mutable struct of that name but no way to wrap one; the versioned view is
+# handed to DLPack.jl as a DLManagedTensor whose deleter is the versioned one.
+struct DLPackVersionC
+    major::Cuint
+    minor::Cuint
+end
+
+struct DLManagedTensorVersionedC
+    version::DLPackVersionC
+    manager_ctx::Ptr{Cvoid}
+    deleter::Ptr{Cvoid}
+    flags::UInt64
+    dl_tensor::DLPack.DLTensor
+end
+
+const DLPACK_FLAG_BITMASK_READ_ONLY = UInt64(1)
+const DLPACK_FLAG_BITMASK_IS_COPIED = UInt64(2)
+
+"""
+    OpenMMGraph.view_versioned(ctx, view, flags=0) -> Ptr{OpenMMGraph.DLManagedTensorVersionedC}
+
+`ommgraph_view_versioned` with no owner (DLPack 1.1 tensor); the caller must
+call its deleter exactly once.  Prefer [`OpenMMGraph.view`](@ref) with
+`versioned=true`.
+"""
+function view_versioned(ctx, view, flags::Integer=0)
+    c = _context(ctx)
+    v = _view(view)
+    out = Ref{Ptr{DLManagedTensorVersionedC}}(C_NULL)
+    rc = GC.@preserve c ccall((:ommgraph_view_versioned, libpath()), Cint,
+                              (Ptr{Cvoid}, Cint, Cuint, Ptr{Cvoid}, Ptr{Cvoid}, Ref{Ptr{DLManagedTensorVersionedC}}),
+                              c.ptr, Cint(v), Cuint(flags), C_NULL, C_NULL, out)
+    _check(rc, :ommgraph_view_versioned, _viewname(v))
+    out[] == C_NULL && throw(OpenMMGraphError(:ommgraph_view_versioned, _viewname(v), OMMGRAPH_ERROR_RUNTIME,
+                                              "returned success and a null tensor"))
+    return out[]
+end
