@@ -13,6 +13,8 @@ __version__ = "0.1.0"
 
 # Names served by the compiled module (see _plugin.py), resolved on first access.
 _COMPILED_NAMES = ("GraphForce", "pluginLoadFailures", "createGraphForce")
+# Names served by the DLPack views (see dlpack.py; ctypes, loads its library on first call).
+_DLPACK_NAMES = ("views",)
 
 
 def __getattr__(name):
@@ -22,8 +24,17 @@ def __getattr__(name):
         value = getattr(_plugin, name)
         globals()[name] = value
         return value
+    if name in _DLPACK_NAMES or name == "dlpack":
+        import importlib
+
+        # import_module, not `from . import dlpack`: the latter asks this
+        # __getattr__ for "dlpack" again.
+        dlpack = importlib.import_module(__name__ + ".dlpack")
+        value = dlpack if name == "dlpack" else getattr(dlpack, name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'openmmgraph' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(list(globals()) + list(_COMPILED_NAMES))
+    return sorted(set(globals()) | set(_COMPILED_NAMES) | set(_DLPACK_NAMES) | {"dlpack"})

@@ -1,0 +1,728 @@
+"""Zero-copy DLPack views of an OpenMM Context's state (positions, velocities,
+forces, the atom order, the box), for NumPy, PyTorch, CuPy, JAX or any other
+consumer of the Python array API's DLPack protocol.
+
+    import numpy as np, torch
+    from openmmgraph import dlpack
+
+    v = dlpack.views(context)            # a StateViews of an openmm.Context
+    f = torch.from_dlpack(v.forces)      # zero copy (device memory on CUDA)
+    x = np.from_dlpack(v.positions)      # zero copy on Reference/CPU
+    x = np.from_dlpack(v.positions, device="cpu")   # host copy on CUDA (NumPy >= 2.1)
+
+    dlpack.forces(context)               # float64 [n, 3] kJ/mol/nm in System order, any platform
+    dlpack.positions(context, xp=torch)  # the same for positions, as torch tensors
+
+Every attribute of :class:`StateViews` is a :class:`View`, an object that
+implements ``__dlpack__`` and ``__dlpack_device__`` exactly as the Python array
+API specifies, so any ``from_dlpack`` accepts it.  Each call of
+``from_dlpack`` exports a new tensor through the C library
+``libOpenMMGraphDLPack`` (``wrappers/include/OpenMMGraphDLPack.h``), loaded
+with ctypes from ``openmmgraph/lib`` on first use (or from the path in the
+environment variable ``OPENMMGRAPH_DLPACK_LIBRARY``).
+
+Layout of the views, per platform (the raw memory OpenMM keeps; the helpers
+:func:`forces`, :func:`positions`, :func:`velocities` and :func:`box` turn it
+into float64 [n, 3] in System order on every platform):
+
+====================  ===============================================  ======================================
+view                  CUDA platform (device memory, kDLCUDA)           Reference / CPU (host memory, kDLCPU)
+====================  ===============================================  ======================================
+positions             posq: float32 or float64 [padded][4]: x, y, z    float64 [n][3], nm
+                      in nm, w = charge (e); rows >= n are padding
+position_correction   float32 [padded][4], mixed precision only        not available (error)
+                      (x, y, z + correction = the position)
+velocities            velm: float32/float64 [padded][4]: v in nm/ps,   float64 [n][3], nm/ps
+                      w = 1/mass (1/amu), 0 for massless particles
+forces                int64 [3][padded]: 64-bit fixed point,           float64 [n][3], kJ/mol/nm
+                      2^32 units per kJ/mol/nm
+atom_order            int32 [padded]: System index of the particle     int32 [n]: the identity (a copy)
+                      in each sorted slot (read-only)
+box                   float64 [3][3]: rows a, b, c in nm (a copy,      the same
+                      read-only) on every platform, in host memory
+                      (kDLCPU) also on CUDA
+====================  ===============================================  ======================================
+
+``padded`` is OpenMM's padded number of atoms (a multiple of 32, >= n).
+
+Atom reordering (CUDA): OpenMM sorts the atoms in space every so often (every
+250 steps or so, when the System has a nonbonded force with a cutoff).  The
+pointers of the views stay valid (a tensor taken before a reordering still
+points at the Context's memory), but the rows change order: row ``i`` of
+positions, velocities and forces (column ``i`` of forces) then belongs to
+particle ``atom_order[i]`` of the System, with ``atom_order`` as it is *now*.
+The helpers always read the current ``atom_order`` and reorder by it; code
+that uses the raw views must do the same every time it reads them.  When it
+reorders, OpenMM also moves each molecule into the periodic box, so on CUDA
+:func:`positions` gives the wrapped positions, which may differ from
+``context.getState(getPositions=True)`` by whole periodic box vectors (the
+C API does not export OpenMM's cell offsets).
+
+Which forces are in the forces view: those of the Context's last force
+evaluation (``context.getState(getForces=True)`` or an integrator step), never
+computed by the views or the helpers.
+
+Lifetime: every exported tensor holds a reference to the Python Context
+object (released by the tensor's deleter, even after a consumer took the
+capsule), so ``del context`` does not free the memory an array points into.
+Context.reinitialize() does reallocate OpenMM's memory: tensors taken before
+it dangle; take new ones.
+
+The DLPack protocol: ``__dlpack__(stream=None, max_version=None,
+dl_device=None, copy=None)`` returns a versioned capsule
+("dltensor_versioned", DLPack 1.1) when ``max_version[0] >= 1``, else a legacy
+one ("dltensor"; JAX and other older consumers).  atom_order and box carry
+the read-only flag (visible only through the versioned protocol: NumPy makes
+them non-writeable arrays).  ``copy=True`` exports an owned copy;
+``dl_device=(kDLCPU, 0)`` of a CUDA view exports a host copy (refused with
+``copy=False``); any other device raises BufferError.  ``stream`` (CUDA):
+``None`` or 1 is the legacy default stream, 2 the per-thread default stream,
+any other integer > 2 a ``cudaStream_t``; the consumer's stream is made to
+wait for the work OpenMM has queued, and ``-1`` skips that.  On host
+platforms only ``None`` and ``-1`` are accepted (ValueError otherwise).
+
+Errors of the C library raise ValueError (an argument error), or
+RuntimeError (:class:`UnavailableViewError` for a view that does not exist on
+the Context's platform or precision), with the library's message.
+"""
+
+import ctypes
+import enum
+import operator
+import os
+import sys
+import threading
+
+__all__ = [
+    "views",
+    "StateViews",
+    "View",
+    "ViewInfo",
+    "forces",
+    "positions",
+    "velocities",
+    "box",
+    "live_views",
+    "DLDeviceType",
+    "UnavailableViewError",
+]
+
+# OMMGraphView
+VIEW_POSITIONS = 0
+VIEW_POSITION_CORRECTION = 1
+VIEW_VELOCITIES = 2
+VIEW_FORCES = 3
+VIEW_ATOM_ORDER = 4
+VIEW_BOX = 5
+
+# Flags of ommgraph_view_*
+FLAG_READ_ONLY = 1
+FLAG_COPY = 2
+FLAG_HOST = 4
+
+# OMMGraphStatus
+_OK = 0
+_ERROR_ARGUMENT = 1
+_ERROR_UNAVAILABLE = 2
+_ERROR_PLATFORM = 3
+_ERROR_RUNTIME = 4
+
+# DLPack tensor flags (versioned tensors only)
+_DLPACK_FLAG_READ_ONLY = 1
+_DLPACK_FLAG_IS_COPIED = 2
+
+_VIEW_NAMES = {
+    VIEW_POSITIONS: "POSITIONS",
+    VIEW_POSITION_CORRECTION: "POSITION_CORRECTION",
+    VIEW_VELOCITIES: "VELOCITIES",
+    VIEW_FORCES: "FORCES",
+    VIEW_ATOM_ORDER: "ATOM_ORDER",
+    VIEW_BOX: "BOX",
+}
+_ATTRIBUTES = {
+    "positions": VIEW_POSITIONS,
+    "position_correction": VIEW_POSITION_CORRECTION,
+    "velocities": VIEW_VELOCITIES,
+    "forces": VIEW_FORCES,
+    "atom_order": VIEW_ATOM_ORDER,
+    "box": VIEW_BOX,
+}
+_READ_ONLY_VIEWS = (VIEW_ATOM_ORDER, VIEW_BOX)
+
+# The capsule names must outlive every capsule: module constants.
+_CAPSULE_NAME_VERSIONED = b"dltensor_versioned"
+_CAPSULE_NAME_LEGACY = b"dltensor"
+
+# Fixed point of CUDA forces: 2^32 units per kJ/mol/nm.
+FORCE_SCALE = float(2**32)
+
+
+class DLDeviceType(enum.IntEnum):
+    """DLPack device types (the ones OpenMM's platforms use, and a few more)."""
+
+    kDLCPU = 1
+    kDLCUDA = 2
+    kDLCUDAHost = 3
+    kDLOpenCL = 4
+    kDLROCM = 10
+    kDLCUDAManaged = 13
+
+
+class UnavailableViewError(RuntimeError):
+    """The view does not exist on the Context's platform or precision
+    (e.g. position_correction outside mixed precision on CUDA)."""
+
+
+# --- the DLPack ABI (wrappers/include/GraphDLPackABI.h) ---------------------
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class _DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [
+        ("version", _DLPackVersion),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", _DLTensor),
+    ]
+
+
+_Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+# Private function objects of the C API of Python (setting argtypes on
+# ctypes.pythonapi's shared attributes would change them for everyone).
+_PyCapsule_New = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi)
+)
+_Py_IncRef = ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_IncRef", ctypes.pythonapi))
+_Py_DecRef = ctypes.PYFUNCTYPE(None, ctypes.py_object)(("Py_DecRef", ctypes.pythonapi))
+
+_DTYPES = {(0, 32): "int32", (0, 64): "int64", (1, 8): "uint8", (2, 32): "float32", (2, 64): "float64"}
+
+
+# --- the C library ------------------------------------------------------------
+
+_LIBRARY_ENV = "OPENMMGRAPH_DLPACK_LIBRARY"
+_LIBRARY_NAMES = {
+    "darwin": "libOpenMMGraphDLPack.dylib",
+    "win32": "OpenMMGraphDLPack.dll",
+}
+_lib = None
+_libLock = threading.Lock()
+
+
+class _Library:
+    """The loaded C library, its functions typed, and the addresses of its
+    Python helpers."""
+
+    def __init__(self, path):
+        import openmm  # noqa: F401  (loads libOpenMM, which the library links)
+
+        try:
+            # openmm-graph's platform plugins: the CUDA views are served by
+            # libOpenMMGraphCUDA.so, which must be loaded into OpenMM.
+            from . import _plugin  # noqa: F401
+        except ImportError:
+            pass  # host platforms work without the plugins
+        self.path = path
+        self.dll = ctypes.CDLL(path)
+        dll = self.dll
+        tensorOut = ctypes.POINTER(ctypes.POINTER(_DLManagedTensorVersioned))
+        legacyOut = ctypes.POINTER(ctypes.POINTER(_DLManagedTensor))
+        common = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p]
+        self.viewVersioned = dll.ommgraph_view_versioned
+        self.viewVersioned.argtypes = common + [tensorOut]
+        self.viewVersioned.restype = ctypes.c_int
+        self.viewLegacy = dll.ommgraph_view_legacy
+        self.viewLegacy.argtypes = common + [legacyOut]
+        self.viewLegacy.restype = ctypes.c_int
+        self.viewDevice = dll.ommgraph_view_device
+        self.viewDevice.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32)]
+        self.viewDevice.restype = ctypes.c_int
+        self.synchronizeStream = dll.ommgraph_synchronize_stream
+        self.synchronizeStream.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        self.synchronizeStream.restype = ctypes.c_int
+        self.lastError = dll.ommgraph_last_error
+        self.lastError.argtypes = []
+        self.lastError.restype = ctypes.c_char_p
+        self.liveViews = dll.ommgraph_live_views
+        self.liveViews.argtypes = []
+        self.liveViews.restype = ctypes.c_int64
+        self.pythonRelease = ctypes.cast(dll.ommgraph_python_release, ctypes.c_void_p).value
+        self.capsuleDestructor = ctypes.cast(dll.ommgraph_capsule_destructor, ctypes.c_void_p).value
+
+    def check(self, status, what):
+        """Raise the exception of a nonzero status, with the library's message."""
+        if status == _OK:
+            return
+        message = self.lastError()
+        message = message.decode("utf-8", "replace") if message else f"status {status}"
+        text = f"{what}: {message}"
+        if status == _ERROR_ARGUMENT:
+            error = ValueError(text)
+        elif status == _ERROR_UNAVAILABLE:
+            error = UnavailableViewError(text)
+        else:
+            error = RuntimeError(text)
+        error.status = status
+        raise error
+
+
+def _libraryPath():
+    override = os.environ.get(_LIBRARY_ENV)
+    if override:
+        return override
+    name = _LIBRARY_NAMES.get(sys.platform, "libOpenMMGraphDLPack.so")
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", name)
+
+
+def _library():
+    global _lib
+    if _lib is None:
+        with _libLock:
+            if _lib is None:
+                path = _libraryPath()
+                if not os.path.exists(path):
+                    raise ImportError(
+                        f"openmmgraph.dlpack: the C library {path} is not installed; install the package "
+                        f"with `pip install .` from the openmm-graph sources (or set {_LIBRARY_ENV})"
+                    )
+                _lib = _Library(path)
+    return _lib
+
+
+def live_views():
+    """The number of exported tensors whose deleter has not run yet (all
+    Contexts; for tests of the deleter contract)."""
+    return int(_library().liveViews())
+
+
+# --- the Context ----------------------------------------------------------------
+
+
+def _asContext(context):
+    """The openmm.Context of a Context (or of an object with a .context, such
+    as an openmm.app.Simulation)."""
+    import openmm
+
+    if isinstance(context, openmm.Context):
+        return context
+    inner = getattr(context, "context", None)
+    if isinstance(inner, openmm.Context):
+        return inner
+    raise TypeError(f"openmmgraph.dlpack: expected an openmm.Context, found {type(context).__name__}")
+
+
+def _contextPointer(context):
+    pointer = int(context.this)
+    if not pointer:
+        raise ValueError("openmmgraph.dlpack: the Context has been deleted")
+    return pointer
+
+
+def _device(context):
+    lib = _library()
+    deviceType = ctypes.c_int32()
+    deviceId = ctypes.c_int32()
+    lib.check(
+        lib.viewDevice(_contextPointer(context), ctypes.byref(deviceType), ctypes.byref(deviceId)),
+        "ommgraph_view_device",
+    )
+    try:
+        kind = DLDeviceType(deviceType.value)
+    except ValueError:
+        kind = deviceType.value
+    return (kind, int(deviceId.value))
+
+
+def _streamHandle(stream, device):
+    """The consumer's stream as the C API's uintptr_t (None: no
+    synchronization), validated as the array API specifies."""
+    if stream is None:
+        return None if device[0] == DLDeviceType.kDLCPU else 0
+    try:
+        stream = operator.index(stream)
+    except TypeError:
+        raise TypeError(f"__dlpack__: stream must be None or an integer, found {type(stream).__name__}") from None
+    if device[0] == DLDeviceType.kDLCPU:
+        if stream != -1:
+            raise ValueError(f"__dlpack__: stream must be None (or -1) for a tensor on the CPU, found {stream}")
+        return None
+    if stream == -1:
+        return None  # the consumer asks for no synchronization
+    if stream == 0:
+        raise ValueError("__dlpack__: stream=0 is ambiguous and disallowed; use None or 1 (legacy default) or 2 (per-thread)")
+    if stream < -1:
+        raise ValueError(f"__dlpack__: invalid stream {stream}")
+    if stream == 1:
+        return 0  # the legacy default stream (the C API's 0)
+    return stream  # 2 (per-thread default) or a cudaStream_t
+
+
+class ViewInfo:
+    """What a view exports: shape, strides (in elements), dtype (a NumPy
+    dtype name), device (DLPack type, id) and the read-only flag."""
+
+    __slots__ = ("shape", "strides", "dtype", "device", "read_only")
+
+    def __init__(self, shape, strides, dtype, device, read_only):
+        self.shape = shape
+        self.strides = strides
+        self.dtype = dtype
+        self.device = device
+        self.read_only = read_only
+
+    def __repr__(self):
+        return (
+            f"ViewInfo(shape={self.shape}, strides={self.strides}, dtype={self.dtype!r}, "
+            f"device={tuple(int(d) for d in self.device)}, read_only={self.read_only})"
+        )
+
+
+def _tensorInfo(tensor, flags):
+    ndim = tensor.ndim
+    shape = tuple(int(tensor.shape[i]) for i in range(ndim))
+    if tensor.strides:
+        strides = tuple(int(tensor.strides[i]) for i in range(ndim))
+    else:
+        strides = []
+        step = 1
+        for extent in reversed(shape):
+            strides.insert(0, step)
+            step *= extent
+        strides = tuple(strides)
+    dtype = _DTYPES.get((tensor.dtype.code, tensor.dtype.bits), f"code{tensor.dtype.code}/bits{tensor.dtype.bits}")
+    if tensor.dtype.lanes != 1:
+        dtype += f"x{tensor.dtype.lanes}"
+    try:
+        kind = DLDeviceType(tensor.device.device_type)
+    except ValueError:
+        kind = tensor.device.device_type
+    return ViewInfo(shape, strides, dtype, (kind, int(tensor.device.device_id)), bool(flags & _DLPACK_FLAG_READ_ONLY))
+
+
+class View:
+    """One view of a Context's state (see the module's table); implements
+    the DLPack protocol of the Python array API."""
+
+    __slots__ = ("_context", "_view")
+
+    def __init__(self, context, view):
+        if view not in _VIEW_NAMES:
+            raise ValueError(f"openmmgraph.dlpack: unknown view {view!r}")
+        self._context = _asContext(context)
+        self._view = view
+
+    @property
+    def name(self):
+        """The view's name in the C API (POSITIONS, FORCES, ...)."""
+        return _VIEW_NAMES[self._view]
+
+    @property
+    def context(self):
+        return self._context
+
+    @property
+    def read_only(self):
+        """Whether exported tensors are flagged read-only (atom_order, box)."""
+        return self._view in _READ_ONLY_VIEWS
+
+    def _flags(self):
+        return FLAG_READ_ONLY if self._view in _READ_ONLY_VIEWS else 0
+
+    def __dlpack_device__(self):
+        """(device type, device id) of the exported tensor: (kDLCUDA, ordinal)
+        on the CUDA platform, (kDLCPU, 0) on Reference and CPU; the box, a
+        host copy, is always (kDLCPU, 0)."""
+        if self._view == VIEW_BOX:
+            return self.info().device
+        return _device(self._context)
+
+    def info(self):
+        """Shape, strides, dtype and device of the tensor this view exports
+        now (a :class:`ViewInfo`)."""
+        lib = _library()
+        out = ctypes.POINTER(_DLManagedTensorVersioned)()
+        lib.check(
+            lib.viewVersioned(_contextPointer(self._context), self._view, self._flags(), None, None, ctypes.byref(out)),
+            f"view {self.name}",
+        )
+        try:
+            return _tensorInfo(out.contents.dl_tensor, out.contents.flags)
+        finally:
+            if out.contents.deleter:
+                _Deleter(out.contents.deleter)(ctypes.cast(out, ctypes.c_void_p))
+
+    @property
+    def shape(self):
+        return self.info().shape
+
+    @property
+    def dtype(self):
+        return self.info().dtype
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """Export the view as a DLPack capsule (the Python array API's
+        protocol; see the module documentation for each argument)."""
+        lib = _library()
+        context = self._context
+        pointer = _contextPointer(context)
+        device = self.__dlpack_device__()
+        flags = self._flags()
+        if copy is not None and not isinstance(copy, bool):
+            raise TypeError(f"__dlpack__: copy must be None, True or False, found {copy!r}")
+        if dl_device is not None:
+            try:
+                target = (int(dl_device[0]), int(dl_device[1]))
+            except (TypeError, ValueError, IndexError):
+                raise BufferError(f"__dlpack__: invalid dl_device {dl_device!r}") from None
+            if target != (int(device[0]), device[1]):
+                if target == (int(DLDeviceType.kDLCPU), 0):
+                    if copy is False:
+                        raise BufferError(
+                            f"__dlpack__: view {self.name} lives on device {tuple(int(d) for d in device)}; "
+                            "exporting it to the CPU needs a copy, and copy=False forbids one"
+                        )
+                    flags |= FLAG_COPY | FLAG_HOST
+                    device = (DLDeviceType.kDLCPU, 0)
+                else:
+                    raise BufferError(
+                        f"__dlpack__: view {self.name} lives on device {tuple(int(d) for d in device)} and can "
+                        f"only be exported there or (as a copy) to the CPU (1, 0), not to {target}"
+                    )
+        if copy:
+            flags |= FLAG_COPY
+        streamHandle = _streamHandle(stream, device)
+        versioned = max_version is not None and int(tuple(max_version)[0]) >= 1
+
+        # The tensor holds a reference to the Context (released by its deleter).
+        _Py_IncRef(context)
+        try:
+            if versioned:
+                out = ctypes.POINTER(_DLManagedTensorVersioned)()
+                status = lib.viewVersioned(pointer, self._view, flags, id(context), lib.pythonRelease, ctypes.byref(out))
+            else:
+                out = ctypes.POINTER(_DLManagedTensor)()
+                status = lib.viewLegacy(pointer, self._view, flags, id(context), lib.pythonRelease, ctypes.byref(out))
+        except BaseException:
+            _Py_DecRef(context)
+            raise
+        if status != _OK or not out:
+            _Py_DecRef(context)  # no tensor: the library did not take the reference
+            lib.check(status if status != _OK else _ERROR_RUNTIME, f"view {self.name}")
+        address = ctypes.cast(out, ctypes.c_void_p).value
+        try:
+            if streamHandle is not None:
+                lib.check(lib.synchronizeStream(pointer, streamHandle), f"view {self.name}: ommgraph_synchronize_stream")
+            name = _CAPSULE_NAME_VERSIONED if versioned else _CAPSULE_NAME_LEGACY
+            return _PyCapsule_New(address, name, lib.capsuleDestructor)
+        except BaseException:
+            # No capsule owns the tensor: free it here (this also releases the Context).
+            _Deleter(out.contents.deleter)(address)
+            raise
+
+    def __repr__(self):
+        return f"<openmmgraph.dlpack.View {self.name} of {self._context!r}>"
+
+
+class StateViews:
+    """The views of one Context: positions, position_correction, velocities,
+    forces, atom_order, box (each a :class:`View`)."""
+
+    __slots__ = ("context",) + tuple(_ATTRIBUTES)
+
+    def __init__(self, context):
+        context = _asContext(context)
+        self.context = context
+        for attribute, view in _ATTRIBUTES.items():
+            setattr(self, attribute, View(context, view))
+
+    @property
+    def device(self):
+        """The DLPack device of the views: (kDLCUDA, ordinal) or (kDLCPU, 0)."""
+        return _device(self.context)
+
+    def __iter__(self):
+        return iter((attribute, getattr(self, attribute)) for attribute in _ATTRIBUTES)
+
+    def __repr__(self):
+        return f"<openmmgraph.dlpack.StateViews of {self.context!r}>"
+
+
+def views(context):
+    """The DLPack views of an openmm.Context's state (a :class:`StateViews`;
+    an openmm.app.Simulation is accepted too)."""
+    return StateViews(context)
+
+
+# --- helpers: float64 [n, 3] in System order on every platform -------------------
+
+
+class _HostCopy:
+    """A DLPack exporter of a view's host copy (for NumPy, whatever its version)."""
+
+    __slots__ = ("_view",)
+
+    def __init__(self, view):
+        self._view = view
+
+    def __dlpack_device__(self):
+        return (DLDeviceType.kDLCPU, 0)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        return self._view.__dlpack__(max_version=max_version, dl_device=(DLDeviceType.kDLCPU, 0))
+
+
+def _namespace(xp):
+    if xp is None:
+        import numpy
+
+        return numpy
+    return xp
+
+
+def _isNumpy(xp):
+    return xp is None or getattr(xp, "__name__", "") == "numpy"
+
+
+def _isTorch(xp):
+    return getattr(xp, "__name__", "") == "torch"
+
+
+def _array(view, xp):
+    """The view as an array of xp (NumPy: a host copy of device memory)."""
+    if _isNumpy(xp):
+        numpy = _namespace(xp)
+        if view.__dlpack_device__()[0] == DLDeviceType.kDLCPU:
+            return numpy.from_dlpack(view)
+        return numpy.from_dlpack(_HostCopy(view))
+    return xp.from_dlpack(view)
+
+
+def _astype(xp, array, name):
+    """array as dtype xp.<name> (a new array unless it already is one)."""
+    xp = _namespace(xp)
+    if _isTorch(xp):
+        return array.to(getattr(xp, name))
+    return array.astype(getattr(xp, name))
+
+
+def _toSystemOrder(xp, sortedRows, order):
+    """Rows in System order: out[order[i]] = sortedRows[i]."""
+    out = _namespace(xp).empty_like(sortedRows)
+    out[_astype(xp, order, "int64")] = sortedRows
+    return out
+
+
+def _numParticles(context):
+    return context.getSystem().getNumParticles()
+
+
+def _isHost(context):
+    return _device(context)[0] == DLDeviceType.kDLCPU
+
+
+def forces(context, xp=None):
+    """The forces of the Context's last force evaluation, float64 [n, 3] in
+    kJ/mol/nm, rows in System order.
+
+    Reference/CPU: the forces view itself (zero copy: it changes at the next
+    force evaluation; copy it to keep it).  CUDA: the int64 fixed-point
+    buffer [3][padded] / 2**32, transposed and reordered by the current
+    atom_order; with the default ``xp`` (NumPy) from host copies, with
+    ``xp=cupy`` or ``xp=torch`` on the device.
+    """
+    context = _asContext(context)
+    v = views(context)
+    if _isHost(context):
+        return _array(v.forces, xp)
+    n = _numParticles(context)
+    raw = _array(v.forces, xp)
+    order = _array(v.atom_order, xp)
+    sortedForces = _astype(xp, raw[:, :n].T, "float64") / FORCE_SCALE
+    return _toSystemOrder(xp, sortedForces, order[:n])
+
+
+def positions(context, xp=None):
+    """The positions, float64 [n, 3] in nm, rows in System order.
+
+    Reference/CPU: the positions view itself (zero copy; writing into it
+    moves the particles).  CUDA: posq[:, :3] (+ position_correction in mixed
+    precision) reordered by the current atom_order; these are the positions
+    OpenMM keeps wrapped into the periodic box when it reorders atoms, which
+    may differ from getState()'s by whole box vectors.
+    """
+    context = _asContext(context)
+    v = views(context)
+    if _isHost(context):
+        return _array(v.positions, xp)
+    n = _numParticles(context)
+    posq = _array(v.positions, xp)
+    order = _array(v.atom_order, xp)
+    result = _astype(xp, posq[:n, :3], "float64")
+    if posq.dtype == _namespace(xp).float32:
+        try:
+            correction = _array(v.position_correction, xp)
+        except UnavailableViewError:
+            correction = None  # single precision
+        if correction is not None:
+            result = result + _astype(xp, correction[:n, :3], "float64")
+    return _toSystemOrder(xp, result, order[:n])
+
+
+def velocities(context, xp=None):
+    """The velocities, float64 [n, 3] in nm/ps, rows in System order
+    (Reference/CPU: the view itself; CUDA: velm[:, :3] reordered by the
+    current atom_order)."""
+    context = _asContext(context)
+    v = views(context)
+    if _isHost(context):
+        return _array(v.velocities, xp)
+    n = _numParticles(context)
+    velm = _array(v.velocities, xp)
+    order = _array(v.atom_order, xp)
+    return _toSystemOrder(xp, _astype(xp, velm[:n, :3], "float64"), order[:n])
+
+
+def box(context, xp=None):
+    """The periodic box vectors, float64 [3, 3] in nm (rows a, b, c); a new,
+    writeable array in host memory on every platform (a CPU tensor with
+    ``xp=torch``; ``xp.asarray`` of the host array for other array modules,
+    e.g. a device array with CuPy)."""
+    import numpy
+
+    context = _asContext(context)
+    array = numpy.from_dlpack(views(context).box).copy()
+    if _isNumpy(xp):
+        return array
+    if _isTorch(xp):
+        return xp.from_numpy(array)
+    return xp.asarray(array)
+
