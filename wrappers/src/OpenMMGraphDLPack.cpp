@@ -1,0 +1,169 @@
+/*
+ * The C entry points of OpenMMGraphDLPack.h.  Each one runs its body through
+ * guarded(): the one error path, which turns a DLPackError (or an OpenMM or
+ * allocation failure) into the returned status and the thread's last-error
+ * message, and clears the message on success.
+ */
+#include "OpenMMGraphDLPack.h"
+#include "ContextAccess.h"
+#include "DLPackError.h"
+#include "ManagedView.h"
+#include "PythonApi.h"
+#include "StateViewProvider.h"
+#include "openmm/OpenMMException.h"
+#include <new>
+#include <sstream>
+
+using namespace GraphPlugin;
+using namespace OpenMM;
+
+namespace {
+
+template <class Body> int guarded(const std::string& subject, Body body) noexcept {
+    try {
+        try {
+            body();
+            clearLastError();
+            return OMMGRAPH_OK;
+        }
+        catch (const DLPackError& error) {
+            setLastError(subject, error.what());
+            return error.status();
+        }
+        catch (const OpenMMException& error) {
+            setLastError(subject, std::string("OpenMM reported an error: ") + error.what());
+        }
+        catch (const std::bad_alloc&) {
+            setLastError(subject, "out of host memory");
+        }
+        catch (const std::exception& error) {
+            setLastError(subject, error.what());
+        }
+    }
+    catch (...) {
+        // Even the message could not be stored; the status still says what happened.
+    }
+    return OMMGRAPH_ERROR_RUNTIME;
+}
+
+ContextImpl& contextImpl(void* context) {
+    if (context == nullptr)
+        throw DLPackError(OMMGRAPH_ERROR_ARGUMENT, "the context is NULL (pass an OpenMM::Context*)");
+    return ContextAccess::implOf(*static_cast<Context*>(context));
+}
+
+void checkFlags(unsigned flags) {
+    const unsigned known = OMMGRAPH_VIEW_READ_ONLY | OMMGRAPH_VIEW_COPY | OMMGRAPH_VIEW_HOST;
+    if ((flags & ~known) != 0) {
+        std::stringstream message;
+        message << "unknown flags 0x" << std::hex << (flags & ~known)
+                << "; the flags are OMMGRAPH_VIEW_READ_ONLY (1), OMMGRAPH_VIEW_COPY (2) and OMMGRAPH_VIEW_HOST (4)";
+        throw DLPackError(OMMGRAPH_ERROR_ARGUMENT, message.str());
+    }
+    if ((flags & OMMGRAPH_VIEW_HOST) != 0 && (flags & OMMGRAPH_VIEW_COPY) == 0)
+        throw DLPackError(OMMGRAPH_ERROR_ARGUMENT,
+                          "OMMGRAPH_VIEW_HOST needs OMMGRAPH_VIEW_COPY (only a copy can live elsewhere than OpenMM's arrays)");
+}
+
+/**
+ * The view (or copy) that a tensor will describe, and its DLPack flags:
+ * READ_ONLY when asked or when writes would not reach the Context, IS_COPIED
+ * when the tensor owns its data (a copy, the box, the host ATOM_ORDER).
+ */
+StateView makeStateView(void* context, int view, unsigned flags, uint64_t& dlpackFlags) {
+    if (viewName(view)[0] == '\0')
+        throw DLPackError(OMMGRAPH_ERROR_ARGUMENT, "unknown view number " + std::to_string(view) +
+                                                       " (the views are 0 POSITIONS, 1 POSITION_CORRECTION, 2 VELOCITIES, 3 "
+                                                       "FORCES, 4 ATOM_ORDER, 5 BOX)");
+    checkFlags(flags);
+    std::unique_ptr<StateViewProvider> provider = StateViewProvider::forContext(contextImpl(context));
+    StateView state = provider->describe(view);
+    if ((flags & OMMGRAPH_VIEW_COPY) != 0 && state.owned.data() == nullptr)
+        state = provider->copy(state, (flags & OMMGRAPH_VIEW_HOST) != 0);
+    dlpackFlags = 0;
+    if (state.readOnly || (flags & OMMGRAPH_VIEW_READ_ONLY) != 0)
+        dlpackFlags |= DLPACK_FLAG_BITMASK_READ_ONLY;
+    if (state.owned.data() != nullptr)
+        dlpackFlags |= DLPACK_FLAG_BITMASK_IS_COPIED;
+    return state;
+}
+
+} // namespace
+
+extern "C" {
+
+OMMGRAPH_C_EXPORT int ommgraph_view_versioned(void* context, int view, unsigned flags, void* owner, OMMGraphReleaseOwner releaseOwner,
+                                              DLManagedTensorVersioned** out) {
+    return guarded(viewSubject(view), [&] {
+        if (out == nullptr)
+            throw DLPackError(OMMGRAPH_ERROR_ARGUMENT, "out is NULL (pass the address of a DLManagedTensorVersioned*)");
+        *out = nullptr;
+        uint64_t dlpackFlags = 0;
+        StateView state = makeStateView(context, view, flags, dlpackFlags);
+        *out = ManagedView::createVersioned(std::move(state), dlpackFlags, owner, releaseOwner);
+    });
+}
+
+OMMGRAPH_C_EXPORT int ommgraph_view_legacy(void* context, int view, unsigned flags, void* owner, OMMGraphReleaseOwner releaseOwner,
+                                           DLManagedTensor** out) {
+    return guarded(viewSubject(view), [&] {
+        if (out == nullptr)
+            throw DLPackError(OMMGRAPH_ERROR_ARGUMENT, "out is NULL (pass the address of a DLManagedTensor*)");
+        *out = nullptr;
+        uint64_t dlpackFlags = 0;
+        StateView state = makeStateView(context, view, flags, dlpackFlags);
+        *out = ManagedView::createLegacy(std::move(state), owner, releaseOwner);
+    });
+}
+
+OMMGRAPH_C_EXPORT int ommgraph_view_device(void* context, int32_t* deviceType, int32_t* deviceId) {
+    return guarded("ommgraph_view_device", [&] {
+        if (deviceType == nullptr || deviceId == nullptr)
+            throw DLPackError(OMMGRAPH_ERROR_ARGUMENT, "deviceType and deviceId must not be NULL");
+        DLDevice device = StateViewProvider::forContext(contextImpl(context))->device();
+        *deviceType = device.device_type;
+        *deviceId = device.device_id;
+    });
+}
+
+OMMGRAPH_C_EXPORT int ommgraph_synchronize_stream(void* context, uintptr_t consumerStream) {
+    return guarded("ommgraph_synchronize_stream",
+                   [&] { StateViewProvider::forContext(contextImpl(context))->synchronize(consumerStream); });
+}
+
+OMMGRAPH_C_EXPORT const char* ommgraph_last_error(void) {
+    return lastError();
+}
+
+OMMGRAPH_C_EXPORT int64_t ommgraph_live_views(void) {
+    return ManagedView::liveCount();
+}
+
+OMMGRAPH_C_EXPORT void ommgraph_python_release(void* owner) {
+    const PythonApi* python = PythonApi::find();
+    if (owner == nullptr || python == nullptr || !python->isInitialized())
+        return; // no interpreter (any more): nothing can be released
+    int gil = python->gilStateEnsure();
+    python->decRef(owner);
+    python->gilStateRelease(gil);
+}
+
+OMMGRAPH_C_EXPORT void ommgraph_capsule_destructor(void* capsule) {
+    const PythonApi* python = PythonApi::find();
+    if (capsule == nullptr || python == nullptr)
+        return;
+    // Python runs capsule destructors with the GIL held.  A consumed capsule is
+    // renamed "used_dltensor[_versioned]", is valid under neither name, and is left alone.
+    if (python->capsuleIsValid(capsule, "dltensor_versioned")) {
+        auto* tensor = static_cast<DLManagedTensorVersioned*>(python->capsuleGetPointer(capsule, "dltensor_versioned"));
+        if (tensor != nullptr && tensor->deleter != nullptr)
+            tensor->deleter(tensor);
+    }
+    else if (python->capsuleIsValid(capsule, "dltensor")) {
+        auto* tensor = static_cast<DLManagedTensor*>(python->capsuleGetPointer(capsule, "dltensor"));
+        if (tensor != nullptr && tensor->deleter != nullptr)
+            tensor->deleter(tensor);
+    }
+}
+
+} // extern "C"
