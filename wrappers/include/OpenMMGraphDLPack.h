@@ -12,7 +12,8 @@
  *  POSITIONS                posq: float32 or float64 [padded][4]: x, y, z   float64 [n][3], nm
  *                           in nm, w = charge (e); rows >= n are padding
  *  POSITION_CORRECTION      float32 [padded][4], mixed precision only       not available (error)
- *  VELOCITIES               velm: float32/float64 [padded][4]: v in nm/ps,  float64 [n][3], nm/ps
+ *  VELOCITIES               velm: [padded][4], float32 in single precision, float64 [n][3], nm/ps
+ *                           float64 in mixed and double: v in nm/ps,
  *                           w = 1/mass (1/amu), 0 for massless particles
  *  FORCES                   int64 [3][padded]: 64-bit fixed point,          float64 [n][3], kJ/mol/nm
  *                           2^32 units per kJ/mol/nm
@@ -23,7 +24,12 @@
  * On the CUDA platform rows are in OpenMM's sorted order, which OpenMM changes
  * when it reorders atoms (ATOM_ORDER maps slots to System indices); the
  * pointers themselves stay valid until the Context is destroyed or
- * reinitialised.  ommgraph_view_* copy nothing unless OMMGRAPH_VIEW_COPY is
+ * reinitialised.  In a periodic box OpenMM may also move a particle's stored
+ * position by whole box vectors when it reorders (it keeps the image offsets
+ * apart), so POSITIONS can differ from State.getPositions() by box vectors.
+ * Tensors that own their data (copies, BOX, and ATOM_ORDER on host
+ * platforms) carry DLPACK_FLAG_BITMASK_IS_COPIED; a failed call takes no
+ * ownership of `owner`.  ommgraph_view_* copy nothing unless OMMGRAPH_VIEW_COPY is
  * given (then the tensor owns a copy, flagged IS_COPIED).
  *
  * Lifetime: a view points into the Context's memory and is valid until the
