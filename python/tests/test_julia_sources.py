@@ -48,7 +48,8 @@ def syntax_errors(path):
 
 
 def julia_files():
-    return sorted(JULIA_DIR.rglob("*.jl"))
+    """The Julia package and the Julia examples."""
+    return sorted(JULIA_DIR.rglob("*.jl")) + sorted((ROOT / "examples").glob("*.jl"))
 
 
 def ccall_symbols(text):
@@ -60,9 +61,10 @@ def header_functions():
 
 
 def test_there_are_julia_sources():
-    names = {p.relative_to(JULIA_DIR).as_posix() for p in julia_files()}
-    assert "OpenMMGraph/src/OpenMMGraph.jl" in names
-    assert "OpenMMGraph/test/runtests.jl" in names
+    names = {p.relative_to(ROOT).as_posix() for p in julia_files()}
+    assert "julia/OpenMMGraph/src/OpenMMGraph.jl" in names
+    assert "julia/OpenMMGraph/test/runtests.jl" in names
+    assert "examples/julia_forces.jl" in names
 
 
 @pytest.mark.parametrize("path", julia_files(), ids=lambda p: p.relative_to(ROOT).as_posix())
