@@ -122,6 +122,32 @@ OMMGRAPH_C_EXPORT const char* ommgraph_last_error(void);
 /** The number of views whose deleter has not run yet (for tests of the deleter contract). */
 OMMGRAPH_C_EXPORT int64_t ommgraph_live_views(void);
 
+/**
+ * The function of a callback force, called inside every force evaluation:
+ * add forces in place into `forces` (NULL when only the energy is asked for),
+ * store the energy (kJ/mol) in *energy, return 0 (nonzero makes the evaluation
+ * throw).  The tensors are borrowed (valid during the call only) and have the
+ * layouts of the table above; stream is OpenMM's CUDA stream (CUstream) on the
+ * CUDA platform, 0 on host platforms.  See CallbackForce.h.
+ */
+typedef int (*OMMGraphForceCallback)(void* userData, const DLTensor* positions, DLTensor* forces, const DLTensor* box,
+                                     const DLTensor* atomOrder, uintptr_t stream, double* energy);
+
+/**
+ * A new GraphPlugin::CallbackForce (an OpenMM::Force*, to add to a System,
+ * which then owns it) that calls `function` with `userData`.
+ */
+OMMGRAPH_C_EXPORT int ommgraph_callback_force_create(OMMGraphForceCallback function, void* userData, void** force);
+
+/**
+ * Wrap a borrowed DLTensor (e.g. an argument of a callback) as a managed tensor
+ * whose deleter frees only the wrapper: versioned (DLManagedTensorVersioned*,
+ * with the READ_ONLY flag when flags has OMMGRAPH_VIEW_READ_ONLY) when
+ * `versioned` is nonzero, else legacy (DLManagedTensor*).  The data stays the
+ * lender's: valid only as long as the borrowed tensor is.
+ */
+OMMGRAPH_C_EXPORT int ommgraph_borrow_tensor(const DLTensor* tensor, int versioned, unsigned flags, void** out);
+
 #ifdef __cplusplus
 }
 #endif

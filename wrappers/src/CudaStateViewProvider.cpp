@@ -77,6 +77,17 @@ void CudaStateViewProvider::synchronize(uintptr_t consumerStream) {
     check(plugin.synchronize(&context, consumerStream, message, MessageSize), message);
 }
 
+uintptr_t CudaStateViewProvider::stream() {
+    static auto currentStream = reinterpret_cast<OMMGraphCudaCurrentStreamFunction>(findPluginSymbol(OMMGRAPH_CUDA_CURRENT_STREAM_SYMBOL));
+    if (currentStream == nullptr)
+        throw DLPackError(OMMGRAPH_ERROR_PLATFORM, "the CUDA plugin of openmm-graph has no " OMMGRAPH_CUDA_CURRENT_STREAM_SYMBOL
+                                                   " (an older build?)");
+    char message[MessageSize] = "";
+    uintptr_t result = 0;
+    check(currentStream(&context, &result, message, MessageSize), message);
+    return result;
+}
+
 DLDevice CudaStateViewProvider::device() {
     StateView positions = describe(OMMGRAPH_VIEW_POSITIONS);
     return DLDevice{(DLDeviceType) positions.layout.deviceType, positions.layout.deviceId};

@@ -20,6 +20,7 @@ public:
     StateView describe(int view) override;
     void synchronize(uintptr_t consumerStream) override;
     DLDevice device() override;
+    uintptr_t stream() override;
 
     /** The plugin's functions, found once (all four, or none). */
     struct PluginFunctions {

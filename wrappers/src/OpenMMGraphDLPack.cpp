@@ -5,6 +5,7 @@
  * message, and clears the message on success.
  */
 #include "OpenMMGraphDLPack.h"
+#include "CallbackForce.h"
 #include "ContextAccess.h"
 #include "DLPackError.h"
 #include "ManagedView.h"
@@ -137,6 +138,45 @@ OMMGRAPH_C_EXPORT const char* ommgraph_last_error(void) {
 
 OMMGRAPH_C_EXPORT int64_t ommgraph_live_views(void) {
     return ManagedView::liveCount();
+}
+
+OMMGRAPH_C_EXPORT int ommgraph_callback_force_create(OMMGraphForceCallback function, void* userData, void** force) {
+    return guarded("ommgraph_callback_force_create", [&] {
+        if (function == nullptr || force == nullptr)
+            throw DLPackError(OMMGRAPH_ERROR_ARGUMENT, "function and force must not be NULL");
+        CallbackForce* created = new CallbackForce();
+        created->setFunction(reinterpret_cast<CallbackForce::Function>(function), userData);
+        *force = static_cast<OpenMM::Force*>(created);
+    });
+}
+
+OMMGRAPH_C_EXPORT int ommgraph_borrow_tensor(const DLTensor* tensor, int versioned, unsigned flags, void** out) {
+    return guarded("ommgraph_borrow_tensor", [&] {
+        if (tensor == nullptr || out == nullptr)
+            throw DLPackError(OMMGRAPH_ERROR_ARGUMENT, "tensor and out must not be NULL");
+        if (tensor->ndim < 1 || tensor->ndim > OMMGRAPH_VIEW_MAX_DIMS || tensor->byte_offset != 0)
+            throw DLPackError(OMMGRAPH_ERROR_ARGUMENT, "only tensors of 1 or 2 dimensions without byte_offset can be borrowed (found ndim " +
+                                                           std::to_string(tensor->ndim) + ")");
+        StateView view;
+        view.layout.structSize = sizeof(OMMGraphViewDescriptor);
+        view.layout.data = tensor->data;
+        view.layout.deviceType = tensor->device.device_type;
+        view.layout.deviceId = tensor->device.device_id;
+        view.layout.dtypeCode = tensor->dtype.code;
+        view.layout.dtypeBits = tensor->dtype.bits;
+        view.layout.ndim = tensor->ndim;
+        int64_t stride = 1;
+        for (int i = tensor->ndim - 1; i >= 0; i--) {
+            view.layout.shape[i] = tensor->shape[i];
+            view.layout.strides[i] = tensor->strides != nullptr ? tensor->strides[i] : stride;
+            stride *= tensor->shape[i];
+        }
+        uint64_t dlpackFlags = (flags & OMMGRAPH_VIEW_READ_ONLY) != 0 ? DLPACK_FLAG_BITMASK_READ_ONLY : 0;
+        if (versioned)
+            *out = ManagedView::createVersioned(std::move(view), dlpackFlags, nullptr, nullptr);
+        else
+            *out = ManagedView::createLegacy(std::move(view), nullptr, nullptr);
+    });
 }
 
 OMMGRAPH_C_EXPORT void ommgraph_python_release(void* owner) {

@@ -45,6 +45,11 @@ public:
     /** The device of the views of OpenMM's arrays. */
     virtual DLDevice device() = 0;
 
+    /** OpenMM's current stream (a CUstream) on device platforms, 0 on host platforms. */
+    virtual uintptr_t stream() {
+        return 0;
+    }
+
     /** The size in bytes of a compact view. */
     static size_t byteSize(const OMMGraphViewDescriptor& layout);
 

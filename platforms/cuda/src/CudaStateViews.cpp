@@ -185,6 +185,10 @@ extern "C" OPENMM_EXPORT_GRAPH int ommgraphCudaSynchronizeStream(void* contextIm
     });
 }
 
+extern "C" OPENMM_EXPORT_GRAPH int ommgraphCudaCurrentStream(void* contextImpl, uintptr_t* stream, char* message, size_t messageSize) {
+    return guarded(message, messageSize, [&] { *stream = (uintptr_t) cudaContextOf(contextImpl).getCurrentStream(); });
+}
+
 extern "C" OPENMM_EXPORT_GRAPH int ommgraphCudaCopy(void* contextImpl, const OMMGraphViewDescriptor* source, int toHost, void** copy,
                                                     void** cudaContext, char* message, size_t messageSize) {
     return guarded(message, messageSize, [&] {
@@ -245,3 +249,4 @@ static_assert(std::is_same<decltype(&ommgraphCudaDescribeView), OMMGraphCudaDesc
 static_assert(std::is_same<decltype(&ommgraphCudaSynchronizeStream), OMMGraphCudaSynchronizeStreamFunction>::value, "sync signature");
 static_assert(std::is_same<decltype(&ommgraphCudaCopy), OMMGraphCudaCopyFunction>::value, "copy signature");
 static_assert(std::is_same<decltype(&ommgraphCudaFree), OMMGraphCudaFreeFunction>::value, "free signature");
+static_assert(std::is_same<decltype(&ommgraphCudaCurrentStream), OMMGraphCudaCurrentStreamFunction>::value, "stream signature");

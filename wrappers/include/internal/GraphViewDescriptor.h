@@ -70,6 +70,10 @@ typedef int (*OMMGraphCudaCopyFunction)(void* contextImpl, const OMMGraphViewDes
 typedef void (*OMMGraphCudaFreeFunction)(void* cudaContext, void* copy);
 #define OMMGRAPH_CUDA_FREE_SYMBOL "ommgraphCudaFree"
 
+/** OpenMM's current CUDA stream of the Context (a CUstream), for work that must be ordered with OpenMM's. */
+typedef int (*OMMGraphCudaCurrentStreamFunction)(void* contextImpl, uintptr_t* stream, char* message, size_t messageSize);
+#define OMMGRAPH_CUDA_CURRENT_STREAM_SYMBOL "ommgraphCudaCurrentStream"
+
 #ifdef __cplusplus
 }
 #endif

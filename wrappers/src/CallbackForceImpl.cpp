@@ -1,0 +1,71 @@
+#include "CallbackForceImpl.h"
+#include "DLPackError.h"
+#include "ManagedView.h"
+#include "StateViewProvider.h"
+#include "openmm/OpenMMException.h"
+#include <cmath>
+
+using namespace GraphPlugin;
+using namespace OpenMM;
+
+namespace {
+
+/** A borrowed DLTensor of a view (shape and strides stored beside it). */
+struct BorrowedTensor {
+    DLTensor tensor{};
+    int64_t shape[OMMGRAPH_VIEW_MAX_DIMS] = {};
+    int64_t strides[OMMGRAPH_VIEW_MAX_DIMS] = {};
+    explicit BorrowedTensor(const StateView& view) {
+        const OMMGraphViewDescriptor& layout = view.layout;
+        for (int i = 0; i < layout.ndim; i++) {
+            shape[i] = layout.shape[i];
+            strides[i] = layout.strides[i];
+        }
+        tensor.data = layout.data;
+        tensor.device = DLDevice{(DLDeviceType) layout.deviceType, layout.deviceId};
+        tensor.ndim = layout.ndim;
+        tensor.dtype = DLDataType{layout.dtypeCode, layout.dtypeBits, 1};
+        tensor.shape = shape;
+        tensor.strides = strides;
+        tensor.byte_offset = 0;
+    }
+};
+
+} // namespace
+
+void CallbackForceImpl::initialize(ContextImpl& context) {
+    if (owner.getFunction() == nullptr)
+        throw OpenMMException("CallbackForce: no function was set; call setFunction() before creating the Context");
+    try {
+        StateViewProvider::forContext(context);
+    }
+    catch (const DLPackError& e) {
+        throw OpenMMException(std::string("CallbackForce: ") + e.what());
+    }
+}
+
+double CallbackForceImpl::calcForcesAndEnergy(ContextImpl& context, bool includeForces, bool includeEnergy, int groups) {
+    if ((groups & (1 << owner.getForceGroup())) == 0)
+        return 0.0;
+    double energy = 0.0;
+    int status;
+    try {
+        std::unique_ptr<StateViewProvider> provider = StateViewProvider::forContext(context);
+        StateView positions = provider->describe(OMMGRAPH_VIEW_POSITIONS);
+        StateView forces = provider->describe(OMMGRAPH_VIEW_FORCES);
+        StateView box = provider->describe(OMMGRAPH_VIEW_BOX);
+        StateView order = provider->describe(OMMGRAPH_VIEW_ATOM_ORDER);
+        BorrowedTensor positionsTensor(positions), forcesTensor(forces), boxTensor(box), orderTensor(order);
+        status = owner.getFunction()(owner.getUserData(), &positionsTensor.tensor, includeForces ? &forcesTensor.tensor : nullptr,
+                                     &boxTensor.tensor, &orderTensor.tensor, provider->stream(), &energy);
+    }
+    catch (const DLPackError& e) {
+        throw OpenMMException(std::string("CallbackForce: ") + e.what());
+    }
+    if (status != 0)
+        throw OpenMMException("CallbackForce: the callback function reported failure (status " + std::to_string(status) +
+                              "); see its own output for the reason");
+    if (!std::isfinite(energy))
+        throw OpenMMException("CallbackForce: the callback function returned a non-finite energy (" + std::to_string(energy) + ")");
+    return energy;
+}
