@@ -275,6 +275,9 @@ class _Library:
         self.liveViews = dll.ommgraph_live_views
         self.liveViews.argtypes = []
         self.liveViews.restype = ctypes.c_int64
+        self.borrowTensor = dll.ommgraph_borrow_tensor
+        self.borrowTensor.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)]
+        self.borrowTensor.restype = ctypes.c_int
         self.pythonRelease = ctypes.cast(dll.ommgraph_python_release, ctypes.c_void_p).value
         self.capsuleDestructor = ctypes.cast(dll.ommgraph_capsule_destructor, ctypes.c_void_p).value
 
@@ -550,6 +553,115 @@ class View:
 
     def __repr__(self):
         return f"<openmmgraph.dlpack.View {self.name} of {self._context!r}>"
+
+
+class BorrowedView:
+    """A tensor lent to a :func:`callback_force` function for the duration of
+    one call (positions, forces, box or atom order of the Context, in the
+    layouts of the module documentation).  Like :class:`View` it implements
+    ``__dlpack__`` and ``__dlpack_device__``, so ``torch.from_dlpack(view)``,
+    ``numpy.from_dlpack(view)`` and friends give zero-copy arrays; those arrays
+    point into the Context's memory and must not be used after the call
+    returns (OpenMM then owns the buffers again)."""
+
+    def __init__(self, address, name, read_only):
+        self._address = address
+        self._tensor = _DLTensor.from_address(address)
+        self.name = name
+        self.read_only = read_only
+
+    def __dlpack_device__(self):
+        return (DLDeviceType(self._tensor.device.device_type), int(self._tensor.device.device_id))
+
+    @property
+    def shape(self):
+        return tuple(self._tensor.shape[i] for i in range(self._tensor.ndim))
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        if copy:
+            raise BufferError(f"__dlpack__: the callback's {self.name} view cannot be copied here; copy the array you get")
+        if dl_device is not None and (int(dl_device[0]), int(dl_device[1])) != tuple(int(d) for d in self.__dlpack_device__()):
+            raise BufferError(f"__dlpack__: the callback's {self.name} view lives on {self.__dlpack_device__()}, not {tuple(dl_device)}")
+        # No stream handshake: inside the callback the caller works on OpenMM's stream (the `stream` argument).
+        lib = _library()
+        versioned = max_version is not None and int(tuple(max_version)[0]) >= 1
+        out = ctypes.c_void_p()
+        lib.check(lib.borrowTensor(self._address, 1 if versioned else 0, FLAG_READ_ONLY if self.read_only else 0, ctypes.byref(out)),
+                  f"callback view {self.name}")
+        name = _CAPSULE_NAME_VERSIONED if versioned else _CAPSULE_NAME_LEGACY
+        return _PyCapsule_New(out.value, name, lib.capsuleDestructor)
+
+    def __repr__(self):
+        return f"<openmmgraph.dlpack.BorrowedView {self.name} {self.shape}>"
+
+
+_CALLBACK_TYPE = ctypes.CFUNCTYPE(
+    ctypes.c_int,
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.POINTER(ctypes.c_double),
+)
+# The ctypes trampolines of all callback forces, kept for the life of the process:
+# a System or Context may call them at any time, whatever happens to the Python objects.
+_CALLBACK_TRAMPOLINES = []
+
+
+def callback_force(function, periodic=False):
+    """A force whose energy and forces come from a Python function, called
+    inside every force evaluation of the Context (enhanced sampling biases,
+    coupling to other models).
+
+    ``function(positions, forces, box, atom_order, stream) -> energy``:
+    each argument but ``stream`` is a :class:`BorrowedView` of the Context's
+    own memory in the layouts of the module documentation (on the CUDA
+    platform: posq, the int64 fixed-point force buffer with 2**32 units per
+    kJ/mol/nm, the atom order of the sorted slots; on Reference/CPU: float64
+    [n, 3] in System order); ``forces`` is None when OpenMM asks for the energy
+    alone.  Add the bias forces in place into ``forces`` (for example
+    ``torch.from_dlpack(forces).add_(...)``; on CUDA add integers, which makes
+    the sum independent of the order of additions) and return the energy in
+    kJ/mol.  On CUDA, queue GPU work on ``stream`` (OpenMM's CUstream, e.g.
+    ``torch.cuda.ExternalStream(stream)``) or synchronise with it.  An exception
+    in the function is printed and makes OpenMM raise an OpenMMException.
+
+    Returns the force (an openmm.Force; add it to a System).  Function and
+    force live as long as the process (OpenMM may call the function whenever a
+    Context with the force evaluates forces).
+    """
+    from . import _plugin
+    from .graphforce import CallbackForce
+
+    if not callable(function):
+        raise TypeError(f"callback_force: function must be callable, found {type(function).__name__}")
+
+    def trampoline(userData, positions, forces, box, atomOrder, stream, energy):
+        try:
+            result = function(
+                BorrowedView(positions, "positions", False),
+                BorrowedView(forces, "forces", False) if forces else None,
+                BorrowedView(box, "box", True),
+                BorrowedView(atomOrder, "atom_order", True),
+                int(stream),
+            )
+            energy[0] = float(result)
+            return 0
+        except BaseException:  # noqa: B902 - reported to OpenMM, never raised through C
+            import traceback
+
+            traceback.print_exc()
+            return 1
+
+    callback = _CALLBACK_TYPE(trampoline)
+    _CALLBACK_TRAMPOLINES.append(callback)
+    force = CallbackForce()
+    force.setFunctionAddress(ctypes.cast(callback, ctypes.c_void_p).value, 0)
+    force.setUsesPeriodicBoundaryConditions(bool(periodic))
+    force._callback = callback
+    return force
 
 
 class StateViews:

@@ -34,6 +34,7 @@
 
 %{
 #include "GraphForce.h"
+#include "CallbackForce.h"
 #include "OpenMM.h"
 #include "OpenMMAmoeba.h"
 #include "OpenMMDrude.h"
@@ -224,6 +225,10 @@ static void graphSetOpenMMException(const char* message) {
  * ------------------------------------------------------------------------- */
 
 #define OPENMM_EXPORT_GRAPH
+#define OPENMM_EXPORT_GRAPH_DLPACK
+%ignore GraphPlugin::CallbackForce::setFunction;
+%ignore GraphPlugin::CallbackForce::getFunction;
+%ignore GraphPlugin::CallbackForce::getUserData;
 %ignore GraphPlugin::GraphModel;
 %ignore GraphPlugin::GraphForce::getModel;
 %newobject GraphPlugin::GraphForce::fromModelBytes;
@@ -249,6 +254,9 @@ openmm.Force: use GraphForce.cast(force) to get the GraphForce.
 ";
 
 %include "GraphForce.h"
+
+/* The C++ class behind openmmgraph.dlpack.callback_force (which sets the function through ctypes). */
+%include "CallbackForce.h"
 
 %extend GraphPlugin::GraphForce {
     /* A non-owning GraphForce view of a Force; throws when it is not a GraphForce. */

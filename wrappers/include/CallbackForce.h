@@ -4,10 +4,12 @@
 #include "openmm/Force.h"
 #include <cstdint>
 
+#ifndef OPENMM_EXPORT_GRAPH_DLPACK
 #if defined(_MSC_VER)
 #define OPENMM_EXPORT_GRAPH_DLPACK __declspec(dllexport)
 #else
 #define OPENMM_EXPORT_GRAPH_DLPACK __attribute__((visibility("default")))
+#endif
 #endif
 
 namespace GraphPlugin {
