@@ -3,6 +3,7 @@
 # in the embedded Python's openmmgraph package.
 module OpenMMGraphPythonCallExt
 
+using DLPack
 using OpenMMGraph
 using OpenMMGraph: OpenMMContext
 using PythonCall
@@ -42,6 +43,18 @@ OpenMMGraph._context(obj::Py) = OpenMMContext(obj)
 function OpenMMGraph._compute_forces!(owner::Py)
     owner.getState(getForces=true)
     return nothing
+end
+
+function OpenMMGraph.callback_force(f; periodic::Bool=false)
+    dlpack = pyimport("openmmgraph.dlpack")
+    wrapper = pyfunc(function (positions, forces, box, atom_order, stream)
+        X = DLPack.from_dlpack(positions)
+        F = pyis(forces, pybuiltins.None) ? nothing : DLPack.from_dlpack(forces)
+        B = DLPack.from_dlpack(box)
+        O = DLPack.from_dlpack(atom_order)
+        return Float64(f(X, F, B, O, pyconvert(UInt, stream)))
+    end)
+    return dlpack.callback_force(wrapper; periodic=periodic)
 end
 
 function _python_libpath()

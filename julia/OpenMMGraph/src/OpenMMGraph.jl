@@ -34,4 +34,21 @@ include("context.jl")
 include("views.jl")
 include("state.jl")
 
+"""
+    OpenMMGraph.callback_force(f; periodic=false)
+
+A Python `openmm.Force` (needs PythonCall) whose energy and forces come from
+the Julia function `f(positions, forces, box, atom_order, stream)`, called
+inside every force evaluation of the Context with zero-copy arrays of the
+Context's own memory (through `openmmgraph.dlpack.callback_force` and
+DLPack.jl, so the dimensions are reversed: host platforms give `3×n`
+`Float64` positions and forces in System order; CUDA gives posq `4×padded`
+and the fixed-point force buffer `padded×3` of `Int64`, 2^32 per kJ/mol/nm,
+in sorted order, with `atom_order` mapping slots to System indices).
+`forces` is `nothing` when OpenMM asks for the energy alone.  Add the bias
+forces in place and return the energy in kJ/mol.  The arrays must not be kept
+after the call.  Add the returned force to the Python System.
+"""
+function callback_force end
+
 end # module OpenMMGraph

@@ -218,3 +218,36 @@ function view_versioned(ctx, view, flags::Integer=0)
                                               "returned success and a null tensor"))
     return out[]
 end
+
+"""
+    OpenMMGraph.callback_force_create(function_pointer::Ptr{Cvoid}, userdata::Ptr{Cvoid}=C_NULL) -> Ptr{Cvoid}
+
+`ommgraph_callback_force_create`: a new `GraphPlugin::CallbackForce` (an
+`OpenMM::Force*`, for C++ or OpenMM's C API, which then owns it) calling the C
+function `function_pointer` (from `@cfunction`, with the signature of
+`OMMGraphForceCallback`).  Low level: from Python Systems use
+[`OpenMMGraph.callback_force`](@ref).
+"""
+function callback_force_create(function_pointer::Ptr{Cvoid}, userdata::Ptr{Cvoid}=C_NULL)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    rc = ccall((:ommgraph_callback_force_create, libpath()), Cint, (Ptr{Cvoid}, Ptr{Cvoid}, Ref{Ptr{Cvoid}}),
+               function_pointer, userdata, out)
+    _check(rc, :ommgraph_callback_force_create)
+    return out[]
+end
+
+"""
+    OpenMMGraph.borrow_tensor(tensor::Ptr{Cvoid}; versioned=false, readonly=false) -> Ptr{Cvoid}
+
+`ommgraph_borrow_tensor`: wrap a borrowed `DLTensor*` (an argument of a
+callback) as a managed tensor whose deleter frees only the wrapper, e.g. for
+`unsafe_wrap(DLPack.DLManagedTensor(ptr), owner)`.  The data stays valid only
+as long as the borrowed tensor does.
+"""
+function borrow_tensor(tensor::Ptr{Cvoid}; versioned::Bool=false, readonly::Bool=false)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    rc = ccall((:ommgraph_borrow_tensor, libpath()), Cint, (Ptr{Cvoid}, Cint, Cuint, Ref{Ptr{Cvoid}}),
+               tensor, versioned ? 1 : 0, readonly ? VIEW_READ_ONLY : Cuint(0), out)
+    _check(rc, :ommgraph_borrow_tensor)
+    return out[]
+end
