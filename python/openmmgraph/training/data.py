@@ -1,0 +1,272 @@
+"""Training data: extended XYZ (through ASE) and DeePMD-kit's npy systems.
+
+See docs/training.md for the formats. Everything is kept in the data's own
+units (by default angstrom and eV, forces in eV/angstrom); the trained model
+is written in those units.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..grades import ELEMENT_SYMBOLS, atomic_number
+
+
+@dataclass
+class Frame:
+    """One labelled configuration (data units).
+
+    positions [n, 3]; types [n] (indices into the dataset's type_names);
+    energy (total); forces [n, 3]; cell: None (open boundaries) or [3, 3]
+    lattice vectors as rows (periodic in all three directions).
+    """
+
+    positions: np.ndarray
+    types: np.ndarray
+    energy: float
+    forces: np.ndarray
+    cell: np.ndarray | None = None
+    source: str = ""
+
+    @property
+    def n_atoms(self) -> int:
+        return int(self.positions.shape[0])
+
+
+@dataclass
+class Dataset:
+    frames: list[Frame] = field(default_factory=list)
+    type_names: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+
+def _sort_type_names(names) -> list[str]:
+    """Element symbols by atomic number, then other names alphabetically."""
+    names = set(names)
+    return sorted(names, key=lambda n: (atomic_number(n) == 0, atomic_number(n), n))
+
+
+def _remap(frames_with_names, type_map):
+    """[(frame with types indexing local names, local names)] -> Dataset with one type list."""
+    all_names = {name for _, names in frames_with_names for name in names}
+    if type_map is None:
+        type_map = _sort_type_names(all_names)
+    type_map = list(type_map)
+    missing = sorted(all_names - set(type_map))
+    if missing:
+        raise ValueError(f"training data: types {missing} are not in type_map {type_map}")
+    index = {name: i for i, name in enumerate(type_map)}
+    frames = []
+    for frame, names in frames_with_names:
+        lookup = np.array([index[name] for name in names], dtype=np.int64)
+        frame.types = lookup[frame.types] if len(frame.types) else frame.types
+        frames.append(frame)
+    return Dataset(frames, type_map)
+
+
+def read_extxyz(path, type_map=None, energy_key: str = "energy", forces_key: str = "forces", index=":") -> Dataset:
+    """Read labelled frames from an extended XYZ file (or any format ASE reads).
+
+    Energy: ``atoms.info[energy_key]`` if present, else
+    ``atoms.get_potential_energy()`` (ASE puts an ``energy=`` comment key on a
+    calculator). Forces: ``atoms.arrays[forces_key]`` if present, else
+    ``atoms.get_forces()``. Periodic frames need pbc in all three directions
+    (the cell rows are the lattice vectors); frames without pbc are open.
+    """
+    try:
+        import ase.io
+    except ImportError:  # pragma: no cover - ase is in scripts/requirements.txt
+        raise ValueError("reading extended XYZ needs ASE: pip install ase") from None
+    images = ase.io.read(str(path), index=index)
+    if not isinstance(images, list):
+        images = [images]
+    if not images:
+        raise ValueError(f"training data {path}: no frames")
+    frames = []
+    for number, atoms in enumerate(images):
+        where = f"{path} frame {number}"
+        if energy_key in atoms.info:
+            energy = float(atoms.info[energy_key])
+        else:
+            try:
+                energy = float(atoms.get_potential_energy())
+            except Exception:
+                raise ValueError(f"training data {where}: no energy (expected info['{energy_key}'] or a calculator energy)") from None
+        if forces_key in atoms.arrays:
+            forces = np.asarray(atoms.arrays[forces_key], dtype=np.float64)
+        else:
+            try:
+                forces = np.asarray(atoms.get_forces(), dtype=np.float64)
+            except Exception:
+                raise ValueError(f"training data {where}: no forces (expected arrays['{forces_key}'] or calculator forces)") from None
+        pbc = np.asarray(atoms.pbc, dtype=bool)
+        if pbc.any() and not pbc.all():
+            raise ValueError(f"training data {where}: pbc {pbc.tolist()}: expected all True or all False")
+        symbols = atoms.get_chemical_symbols()
+        names = sorted(set(symbols))
+        local = {name: i for i, name in enumerate(names)}
+        frame = Frame(
+            positions=np.asarray(atoms.positions, dtype=np.float64).copy(),
+            types=np.array([local[s] for s in symbols], dtype=np.int64),
+            energy=energy,
+            forces=forces.reshape(-1, 3).copy(),
+            cell=np.asarray(atoms.cell.array, dtype=np.float64).copy() if pbc.all() else None,
+            source=where,
+        )
+        _check_frame(frame)
+        frames.append((frame, names))
+    return _remap(frames, type_map)
+
+
+def _deepmd_systems(path) -> list[str]:
+    """The DeePMD-kit systems at or under ``path`` (folders holding type.raw)."""
+    if os.path.isfile(os.path.join(path, "type.raw")):
+        return [path]
+    found = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(path, "**", "type.raw"), recursive=True))
+    if not found:
+        raise ValueError(f"training data {path}: no DeePMD-kit system (no type.raw at or under it)")
+    return found
+
+
+def read_deepmd(path, type_map=None) -> Dataset:
+    """Read DeePMD-kit npy systems: ``path`` is a system or a folder of systems.
+
+    A system has type.raw (one integer per atom), optionally type_map.raw (one
+    name per line; without it types are named T0, T1, ... unless ``type_map``
+    names them), and set.*/ folders with coord.npy [nf, 3n], energy.npy [nf],
+    force.npy [nf, 3n] and box.npy [nf, 9] (rows a, b, c; absent, or a file
+    ``nopbc`` in the system, means open boundaries).
+    """
+    frames = []
+    for system in _deepmd_systems(str(path)):
+        atom_types = np.loadtxt(os.path.join(system, "type.raw"), dtype=np.int64, ndmin=1)
+        map_path = os.path.join(system, "type_map.raw")
+        if os.path.isfile(map_path):
+            with open(map_path) as stream:
+                names = [line.strip() for line in stream if line.strip()]
+        elif type_map is not None:
+            names = list(type_map)
+        else:
+            names = [f"T{i}" for i in range(int(atom_types.max()) + 1)]
+        if atom_types.min() < 0 or atom_types.max() >= len(names):
+            raise ValueError(f"training data {system}: type.raw has types outside [0, {len(names)})")
+        n = len(atom_types)
+        nopbc = os.path.isfile(os.path.join(system, "nopbc"))
+        sets = sorted(glob.glob(os.path.join(system, "set.*")))
+        if not sets:
+            raise ValueError(f"training data {system}: no set.* folder")
+        for set_dir in sets:
+            def load(name, required=True):
+                file = os.path.join(set_dir, name)
+                if not os.path.isfile(file):
+                    if required:
+                        raise ValueError(f"training data {set_dir}: missing {name}")
+                    return None
+                return np.load(file).astype(np.float64)
+
+            coord = load("coord.npy").reshape(-1, n, 3)
+            count = coord.shape[0]
+            energy = load("energy.npy").reshape(count)
+            force = load("force.npy").reshape(count, n, 3)
+            box = None if nopbc else load("box.npy", required=False)
+            if box is not None:
+                box = box.reshape(count, 3, 3)
+            for f in range(count):
+                frame = Frame(coord[f].copy(), atom_types.copy(), float(energy[f]), force[f].copy(),
+                              None if box is None else box[f].copy(), f"{set_dir} frame {f}")
+                _check_frame(frame)
+                frames.append((frame, names))
+    return _remap(frames, type_map)
+
+
+def _check_frame(frame: Frame) -> None:
+    n = frame.positions.shape[0]
+    if frame.positions.shape != (n, 3) or frame.forces.shape != (n, 3) or n == 0:
+        raise ValueError(f"training data {frame.source}: expected positions and forces [n, 3] with n > 0, found "
+                         f"{list(frame.positions.shape)} and {list(frame.forces.shape)}")
+    values = [frame.positions, frame.forces, np.array([frame.energy])] + ([frame.cell] if frame.cell is not None else [])
+    if not all(np.all(np.isfinite(v)) for v in values):
+        raise ValueError(f"training data {frame.source}: non-finite positions, forces, energy or cell")
+    if frame.cell is not None and abs(np.linalg.det(frame.cell)) < 1e-12:
+        raise ValueError(f"training data {frame.source}: singular cell {frame.cell.tolist()}")
+
+
+def load_data(paths, data_format: str = "auto", type_map=None, energy_key="energy", forces_key="forces") -> Dataset:
+    """Read one or more data sources and merge them (one type list).
+
+    data_format: 'auto' (a folder is DeePMD-kit npy, a file extended XYZ),
+    'extxyz' or 'deepmd'.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    if data_format not in ("auto", "extxyz", "deepmd"):
+        raise ValueError(f"data_format: expected 'auto', 'extxyz' or 'deepmd', found {data_format!r}")
+    parts = []
+    for path in paths:
+        path = str(path)
+        if not os.path.exists(path):
+            raise ValueError(f"training data {path}: no such file or folder")
+        kind = data_format if data_format != "auto" else ("deepmd" if os.path.isdir(path) else "extxyz")
+        if kind == "deepmd":
+            parts.append(read_deepmd(path, type_map))
+        else:
+            parts.append(read_extxyz(path, type_map, energy_key, forces_key))
+    merged = [(frame, part.type_names) for part in parts for frame in part.frames]
+    return _remap(merged, type_map)
+
+
+def frame_pairs(positions: np.ndarray, cell: np.ndarray | None, cutoff: float):
+    """All ordered pairs (i, j) within ``cutoff``, every periodic image counted.
+
+    positions [n, 3]; cell None or [3, 3] lattice vectors as rows (any shape,
+    even smaller than the cut-off). Returns (i [P], j [P], shifts [P, 3]) as
+    numpy int64, int64, float64 with d_ij = x_j - x_i + shift. Raises
+    ValueError for two particles (or a particle and an image) at distance 0.
+    """
+    positions = np.asarray(positions, dtype=np.float64)
+    n = positions.shape[0]
+    cutoff_sq = cutoff * cutoff
+    if cell is None:
+        images = np.zeros((1, 3))
+    else:
+        cell = np.asarray(cell, dtype=np.float64)
+        volume = abs(np.linalg.det(cell))
+        heights = [volume / np.linalg.norm(np.cross(cell[(k + 1) % 3], cell[(k + 2) % 3])) for k in range(3)]
+        # Displacements are taken between wrapped positions (fractional differences in (-1, 1)).
+        fractional = positions @ np.linalg.inv(cell)
+        wrap = -np.floor(fractional)
+        span = [int(math.ceil(cutoff / h)) + 1 for h in heights]
+        grid = np.meshgrid(*[np.arange(-s, s + 1) for s in span], indexing="ij")
+        counts = np.stack([g.ravel() for g in grid], axis=1).astype(np.float64)
+        images = counts @ cell
+    base = positions if cell is None else positions + wrap @ cell
+    i_list, j_list, s_list = [], [], []
+    for image in images:
+        d = base[None, :, :] + image[None, None, :] - base[:, None, :]  # [i, j, 3]
+        dist_sq = np.einsum("ijk,ijk->ij", d, d)
+        zero_image = not np.any(image)
+        if zero_image:
+            np.fill_diagonal(dist_sq, np.inf)
+        if np.any(dist_sq == 0.0):
+            i, j = (int(v) for v in np.argwhere(dist_sq == 0.0)[0])
+            raise ValueError(f"particles {i} and {j} are at distance 0")
+        i, j = np.nonzero(dist_sq < cutoff_sq)
+        if i.size:
+            shift = image[None, :] + (0.0 if cell is None else (wrap[j] - wrap[i]) @ cell)
+            i_list.append(i)
+            j_list.append(j)
+            s_list.append(np.broadcast_to(shift, (i.size, 3)))
+    if not i_list:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 3))
+    return (np.concatenate(i_list).astype(np.int64), np.concatenate(j_list).astype(np.int64),
+            np.concatenate(s_list).astype(np.float64))
+
+
+__all__ = ["Frame", "Dataset", "read_extxyz", "read_deepmd", "load_data", "frame_pairs", "ELEMENT_SYMBOLS"]
