@@ -2,6 +2,7 @@
 
     openmm-graph inspect MODEL [--json]
     openmm-graph make-model --grade small|medium|large --seed N -o OUT [options]
+    openmm-graph train [CONFIG.json] [--data PATH ...] [-o OUT] [options] [--set KEY=JSON ...]
 
 Errors print one line ``openmm-graph: error: ...`` on stderr and exit with
 status 2 (no traceback).
@@ -161,8 +162,58 @@ def _make_model(arguments) -> int:
     return 0
 
 
+# Options of `train` with their own flag: (flag, TrainingConfig field, argparse type).
+_TRAIN_FLAGS = (
+    ("--format", "data_format", str), ("--epochs", "epochs", int), ("--batch-size", "batch_size", int),
+    ("--cutoff", "cutoff", float), ("--radial", "radial", str), ("--channels", "n_channels", int),
+    ("--axis", "n_axis", int), ("--l-max", "l_max", int), ("--interactions", "n_interactions", int),
+    ("--embedding-widths", "embedding_widths", _width_list), ("--fitting-widths", "fitting_widths", _width_list),
+    ("--activation", "activation", str), ("--start-lr", "start_lr", float), ("--stop-lr", "stop_lr", float),
+    ("--validation-fraction", "validation_fraction", float), ("--seed", "seed", int),
+    ("--intervals", "intervals", int), ("--r0", "r0", float), ("--checkpoint-dir", "checkpoint_dir", str),
+    ("--checkpoint-every", "checkpoint_every", int), ("--length-unit", "length_unit", str),
+    ("--energy-unit", "energy_unit", str), ("--type-map", "type_map", _comma_list),
+    ("--precision", "precision", str), ("--dtype", "output_dtype", str),
+)
+
+
+def _train(arguments) -> int:
+    from .training.train import TrainingConfig, train
+
+    values = {}
+    if arguments.config is not None:
+        try:
+            with open(arguments.config) as stream:
+                values = json.load(stream)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{arguments.config}: not valid JSON ({error})") from None
+        if not isinstance(values, dict):
+            raise ValueError(f"{arguments.config}: expected a JSON object of training options")
+    for _, name, _ in _TRAIN_FLAGS:
+        value = getattr(arguments, name)
+        if value is not None:
+            values[name] = value
+    if arguments.data:
+        values["data"] = arguments.data
+    if arguments.output is not None:
+        values["output"] = arguments.output
+    if arguments.no_progress:
+        values["progress"] = False
+    for item in arguments.set or []:
+        key, separator, text = item.partition("=")
+        if not separator or not key:
+            raise _UsageError(f"--set: expected KEY=VALUE, found {item!r}")
+        try:
+            values[key] = json.loads(text)
+        except json.JSONDecodeError:
+            values[key] = text
+    config = TrainingConfig.from_dict(values)
+    train(config)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _ArgumentParser(prog=PROGRAM, description="Inspect and generate openmm-graph model files.")
+    parser = _ArgumentParser(prog=PROGRAM, description="Inspect, generate and train openmm-graph model files.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
 
     inspect = commands.add_parser("inspect", help="print a model's units, shapes, sizes and FLOPs")
@@ -188,6 +239,20 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument("--energy-unit", choices=tuple(ENERGY_UNITS_KJ_PER_MOL), default="kJ/mol")
     make.add_argument("--activation", choices=ACTIVATIONS, default=None)
     make.set_defaults(run=_make_model)
+
+    trainer = commands.add_parser(
+        "train", help="train a model on energies and forces, compress it and write the model file",
+        description="Train a model (docs/training.md). Options come from the JSON CONFIG (keys of "
+                    "openmmgraph.training.TrainingConfig), overridden by the flags and --set.")
+    trainer.add_argument("config", nargs="?", default=None, help="JSON file of training options")
+    trainer.add_argument("--data", nargs="+", default=None, help="extended XYZ files and/or DeePMD-kit npy systems")
+    trainer.add_argument("-o", "--output", default=None, help="output model file (default model.safetensors)")
+    for flag, name, kind in _TRAIN_FLAGS:
+        trainer.add_argument(flag, dest=name, type=kind, default=None, help=f"training option '{name}'")
+    trainer.add_argument("--no-progress", action="store_true", help="no progress bar or per-epoch lines")
+    trainer.add_argument("--set", action="append", metavar="KEY=VALUE",
+                         help="any training option, VALUE as JSON (e.g. --set start_pref_f=100)")
+    trainer.set_defaults(run=_train)
     return parser
 
 

@@ -13,3 +13,7 @@ __all__ = [
     "EmbeddingModel", "compress", "export", "CompressionReport", "CompressedModelFile", "sample_configuration",
     "Dataset", "Frame", "frame_pairs", "load_data", "read_deepmd", "read_extxyz",
 ]
+
+from .train import TrainingConfig, TrainResult, evaluate, load_checkpoint, train
+
+__all__ += ["TrainingConfig", "TrainResult", "train", "evaluate", "load_checkpoint"]
