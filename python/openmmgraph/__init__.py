@@ -15,6 +15,8 @@ __version__ = "0.1.0"
 _COMPILED_NAMES = ("GraphForce", "pluginLoadFailures", "createGraphForce")
 # Names served by the DLPack views (see dlpack.py; ctypes, loads its library on first call).
 _DLPACK_NAMES = ("views",)
+# Names served by the OpenMM app integration (see app.py; loads the plugins).
+_APP_NAMES = ("createSystem", "createMixedSystem", "registerMLPotential")
 
 
 def __getattr__(name):
@@ -33,8 +35,15 @@ def __getattr__(name):
         value = dlpack if name == "dlpack" else getattr(dlpack, name)
         globals()[name] = value
         return value
+    if name in _APP_NAMES or name == "app":
+        import importlib
+
+        app = importlib.import_module(__name__ + ".app")
+        value = app if name == "app" else getattr(app, name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'openmmgraph' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_COMPILED_NAMES) | set(_DLPACK_NAMES) | {"dlpack"})
+    return sorted(set(globals()) | set(_COMPILED_NAMES) | set(_DLPACK_NAMES) | {"dlpack"} | set(_APP_NAMES) | {"app"})
