@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -137,8 +138,21 @@ def sample_configuration(model: EmbeddingModel, r0: float, seed: int = 0):
     return positions, types, None
 
 
+def aligned_r0(model: EmbeddingModel, intervals: int, r0: float) -> float:
+    """The r_0 >= ``r0`` closest to it that puts DeePMD's r_s on a knot (radial 'deepmd').
+
+    The polynomial switch is only C2 at r_s: inside an interval its jump in the
+    third derivative limits the quintic interpolant to O(dr^3) errors; on a
+    knot the interpolant is exact there and the error stays O(dr^6).
+    """
+    if model.radial != "deepmd" or not r0 < model.r_smooth:
+        return r0
+    knots_above = math.ceil(intervals * (model.cutoff - model.r_smooth) / (model.cutoff - r0) - 1e-9)
+    return model.cutoff - intervals * (model.cutoff - model.r_smooth) / knots_above
+
+
 def compress(model: EmbeddingModel, intervals: int = 400, r0: float | None = None, *, check_points: int = 10,
-             sample=None, verbose: bool = False) -> CompressedModelFile:
+             sample=None, align: bool = True, verbose: bool = False) -> CompressedModelFile:
     """Tabulate ``model`` into a model file (float64 tensors) and measure the errors.
 
     intervals: K; r0: the table's first knot (model length unit; default
@@ -156,6 +170,8 @@ def compress(model: EmbeddingModel, intervals: int = 400, r0: float | None = Non
         raise ValueError(f"compress: r0: expected 0 <= r0 < cutoff = {model.cutoff}, found {r0}")
     if model.radial == "deepmd" and r0 <= 0.0:
         raise ValueError("compress: r0: expected r0 > 0 with radial='deepmd' (s(r) = sw(r)/r diverges at 0)")
+    if align:
+        r0 = aligned_r0(model, intervals, r0)
     reference = copy.deepcopy(model).to(torch.float64)
     reference.requires_grad_(False)
     dr = (model.cutoff - r0) / intervals

@@ -1,0 +1,305 @@
+"""Tests of openmmgraph.training: the uncompressed model, compression, data readers, training, CLI."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from openmmgraph.cli import main
+from openmmgraph.modelfile import read_model
+from openmmgraph.torch_model import GraphModelTorch
+from openmmgraph.training import EmbeddingModel, compress, export, frame_pairs, load_data, load_checkpoint, read_deepmd, train
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: one intra-op thread is faster and immune to a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+SMALL = dict(n_channels=6, n_axis=3, embedding_widths=(8, 8), fitting_widths=(12, 12), n_norm=4.0)
+VARIANTS = {
+    "r": dict(radial="r"),
+    "deepmd-interaction-l2": dict(radial="deepmd", r_smooth=2.0, n_interactions=1, l_max=2, descriptor_l_sum=False,
+                                  activation="silu"),
+}
+
+
+def _model(variant, seed=0, **extra):
+    options = dict(SMALL, **VARIANTS[variant], **extra)
+    return EmbeddingModel(["O", "H"], 4.0, seed=seed, **options)
+
+
+def _cluster(rng, n, radius, minimum):
+    points = []
+    while len(points) < n:
+        p = rng.uniform(-radius, radius, 3)
+        if np.linalg.norm(p) <= radius and all(np.linalg.norm(p - q) >= minimum for q in points):
+            points.append(p)
+    return np.array(points)
+
+
+def _morse(positions, types, cell=None, depth=(1.0, 0.7), a=1.5, r_e=2.4):
+    """Energy and forces of a Morse cluster (open boundaries) with type-dependent depths, eV and angstrom."""
+    d = positions[None, :, :] - positions[:, None, :]
+    r = np.linalg.norm(d, axis=-1)
+    np.fill_diagonal(r, 1.0)
+    pair_depth = np.sqrt(np.asarray(depth)[types][:, None] * np.asarray(depth)[types][None, :])
+    e = np.exp(-a * (r - r_e))
+    energy_matrix = pair_depth * (e * e - 2 * e)
+    derivative = pair_depth * 2 * a * (e - e * e)
+    np.fill_diagonal(energy_matrix, 0.0)
+    np.fill_diagonal(derivative, 0.0)
+    forces = ((derivative / r)[:, :, None] * d).sum(axis=1)
+    return 0.5 * energy_matrix.sum(), forces
+
+
+def _write_morse_extxyz(path, count, seed=0, n=8):
+    import ase
+    import ase.io
+    from ase.calculators.singlepoint import SinglePointCalculator
+
+    rng = np.random.default_rng(seed)
+    images = []
+    for _ in range(count):
+        positions = _cluster(rng, n, 3.0, 2.0)
+        types = rng.integers(0, 2, n)
+        energy, forces = _morse(positions, types)
+        atoms = ase.Atoms(symbols=[("H", "O")[t] for t in types], positions=positions)
+        atoms.calc = SinglePointCalculator(atoms, energy=energy, forces=forces)
+        images.append(atoms)
+    ase.io.write(str(path), images, format="extxyz")
+
+
+# -- the uncompressed model ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("periodic", [False, True])
+def test_forces_are_minus_gradient(variant, periodic):
+    model = _model(variant, seed=3)
+    rng = np.random.default_rng(1)
+    if periodic:
+        cell = np.array([[7.0, 0.0, 0.0], [1.0, 6.5, 0.0], [-0.5, 0.8, 6.8]])  # smaller than 2 r_c: images count
+        positions = _cluster(rng, 10, 3.0, 1.6) + 3.0
+    else:
+        cell = None
+        positions = _cluster(rng, 10, 3.0, 1.6)
+    types = rng.integers(0, 2, 10)
+    energy, forces = model.energy_and_forces(positions, types, cell)
+    assert np.abs(forces).max() > 1e-3
+    step = 1e-5
+    numeric = np.zeros_like(forces)
+    checked = [0, 3, 7]
+    for atom in checked:
+        for axis in range(3):
+            plus, minus = positions.copy(), positions.copy()
+            plus[atom, axis] += step
+            minus[atom, axis] -= step
+            numeric[atom, axis] = -(model.energy_and_forces(plus, types, cell)[0]
+                                    - model.energy_and_forces(minus, types, cell)[0]) / (2 * step)
+    np.testing.assert_allclose(forces[checked], numeric[checked], atol=1e-7 * max(1.0, np.abs(forces).max()))
+    assert abs(forces.sum(axis=0)).max() < 1e-10 * max(1.0, np.abs(forces).max())  # translation invariance
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_radial_functions_and_two_derivatives_vanish_at_cutoff(variant):
+    model = _model(variant, seed=5).to(torch.float64)
+    cutoff = model.cutoff
+    ones = None
+
+    def derivatives(r, pair):
+        nonlocal ones
+        ones = torch.ones_like(r)
+        f = lambda x: model.radial_functions(model.embedding, pair, x)  # noqa: E731
+        first = lambda x: torch.func.jvp(f, (x,), (torch.ones_like(x),))[1]  # noqa: E731
+        with torch.no_grad():
+            return f(r), torch.func.jvp(f, (r,), (ones,))[1], torch.func.jvp(first, (r,), (ones,))[1]
+
+    for pair in range(4):
+        at_cutoff = derivatives(torch.tensor([cutoff], dtype=torch.float64), pair)
+        for values in at_cutoff:
+            assert float(values.abs().max()) < 1e-12
+        # Just inside: f ~ eps^3, f' ~ eps^2, f'' ~ eps (a C2 zero).
+        inside = [derivatives(torch.tensor([cutoff * (1 - eps)], dtype=torch.float64), pair) for eps in (1e-2, 1e-3)]
+        for order, power in ((0, 3), (1, 2), (2, 1)):
+            ratio = float(inside[0][order].abs().max()) / float(inside[1][order].abs().max())
+            assert ratio == pytest.approx(10.0 ** power, rel=0.2)
+    r = torch.tensor([cutoff, cutoff * 1.01, 2 * cutoff], dtype=torch.float64)
+    with torch.no_grad():
+        assert float(model._radial(model.embedding, torch.zeros(3, dtype=torch.long), r).abs().max()) == 0.0
+
+
+# -- compression -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_compression_error_decreases_with_intervals(variant):
+    model = _model(variant, seed=7)
+    r0 = 0.0 if variant == "r" else 0.8
+    errors = [compress(model, intervals, r0).report for intervals in (25, 50, 100, 400)]
+    values = [e.table_relative_error for e in errors]
+    assert all(a > b for a, b in zip(values, values[1:])), values
+    assert values[-1] < 1e-6
+    assert errors[-1].derivative_relative_error < 1e-5
+    assert errors[-1].energy_difference < 1e-6 * max(1.0, abs(errors[-1].energy))
+    # quintic Hermite: error ~ dr^6 once resolved
+    assert values[1] / values[2] > 20
+
+
+def test_deepmd_switch_point_is_put_on_a_knot():
+    model = _model("deepmd-interaction-l2", seed=7)  # r_s = 2, r_c = 4
+    aligned = compress(model, 100, 0.8)
+    unaligned = compress(model, 100, 0.8, align=False)
+    r0, dr = aligned.radial_r0, aligned.radial_dr
+    assert 0.8 <= r0 < 0.8 + dr and (2.0 - r0) / dr == pytest.approx(round((2.0 - r0) / dr), abs=1e-9)
+    assert unaligned.radial_r0 == 0.8
+    # r_s inside an interval: the switch's third-derivative jump limits the table to O(dr^3)
+    assert aligned.report.table_relative_error < 1e-2 * unaligned.report.table_relative_error
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_compressed_file_matches_uncompressed_model(variant, tmp_path):
+    model = _model(variant, seed=11, length_unit="angstrom", energy_unit="eV")
+    with torch.no_grad():
+        model.energy_shift.copy_(torch.tensor([-3.0, -0.5], dtype=torch.float64))
+    r0 = 0.0 if variant == "r" else 0.8
+    rng = np.random.default_rng(2)
+    positions = _cluster(rng, 16, 3.5, 1.5) + 5.0
+    types = rng.integers(0, 2, 16)
+    box = np.diag([10.0, 9.0, 9.5])  # reduced form, r_c <= half the smallest height
+    path = tmp_path / "model.safetensors"
+    written = export(model, path, intervals=400, r0=r0, sample=(positions, types, box))
+    model_file = read_model(path)
+    shape = model_file.validate()
+    assert (shape.radial_intervals, shape.cutoff) == (400, 4.0)
+    assert shape.radial_r0 == pytest.approx(r0, abs=1e-12)
+    assert shape.n_interactions == model.n_interactions
+    assert written.report.force_difference < 1e-6 * written.report.force_scale
+
+    energy, forces = model.energy_and_forces(positions, types, box)  # eV, eV/angstrom
+    compressed = GraphModelTorch(path)
+    energy_kj, forces_kj = compressed.energy_and_forces(positions * 0.1, types, box * 0.1)
+    ev = 96.48533212331
+    assert energy_kj / ev == pytest.approx(energy, rel=1e-6, abs=1e-7)
+    np.testing.assert_allclose(forces_kj / ev * 0.1, forces, atol=1e-6 * np.abs(forces).max())
+
+
+def test_compress_rejects_bad_r0():
+    with pytest.raises(ValueError, match="r0"):
+        compress(_model("deepmd-interaction-l2"), 10, r0=0.0)
+    with pytest.raises(ValueError, match="r0"):
+        compress(_model("r"), 10, r0=4.0)
+
+
+# -- data ----------------------------------------------------------------------------------
+
+
+def _write_deepmd_system(folder, rng, frames=3):
+    """A periodic 2-type system in a small triclinic cell (images within r_c count)."""
+    n = 6
+    folder.mkdir(parents=True)
+    atom_types = np.array([0, 1, 1, 0, 1, 1])
+    np.savetxt(folder / "type.raw", atom_types, fmt="%d")
+    (folder / "type_map.raw").write_text("O\nH\n")
+    cell = np.array([[4.5, 0.0, 0.0], [0.7, 4.2, 0.0], [0.3, -0.4, 4.8]])
+    for name, count in (("set.000", frames - 1), ("set.001", 1)):
+        coords = np.stack([rng.uniform(0, 1, (n, 3)) @ cell for _ in range(count)])
+        (folder / name).mkdir()
+        np.save(folder / name / "coord.npy", coords.reshape(count, -1))
+        np.save(folder / name / "energy.npy", rng.standard_normal(count))
+        np.save(folder / name / "force.npy", rng.standard_normal((count, n * 3)))
+        np.save(folder / name / "box.npy", np.tile(cell.reshape(1, 9), (count, 1)))
+    return atom_types, cell
+
+
+def test_deepmd_npy_reader_and_periodic_pairs(tmp_path):
+    import ase
+    from ase.neighborlist import neighbor_list
+
+    rng = np.random.default_rng(0)
+    atom_types, cell = _write_deepmd_system(tmp_path / "systems" / "water", rng)
+    dataset = load_data(tmp_path / "systems")  # a folder: DeePMD-kit npy, found recursively
+    assert dataset.type_names == ["H", "O"]  # sorted by atomic number
+    assert len(dataset) == 3
+    frame = dataset.frames[2]
+    raw = np.load(tmp_path / "systems" / "water" / "set.001" / "coord.npy").reshape(-1, 3)
+    np.testing.assert_array_equal(frame.positions, raw)
+    np.testing.assert_array_equal(frame.types, np.where(atom_types == 0, 1, 0))
+    np.testing.assert_array_equal(frame.cell, cell)
+    assert frame.forces.shape == (6, 3)
+    same_order = read_deepmd(tmp_path / "systems" / "water", type_map=["O", "H"])
+    np.testing.assert_array_equal(same_order.frames[0].types, atom_types)
+
+    # All images within the cut-off (which exceeds half the cell) against ASE's neighbour list.
+    cutoff = 3.9
+    for frame in dataset.frames:
+        i, j, shift = frame_pairs(frame.positions, frame.cell, cutoff)
+        atoms = ase.Atoms(positions=frame.positions, cell=frame.cell, pbc=True, numbers=[1] * 6)
+        ai, aj, distances = neighbor_list("ijd", atoms, cutoff)
+        ours = np.linalg.norm(frame.positions[j] - frame.positions[i] + shift, axis=1)
+        assert len(i) == len(ai)
+        np.testing.assert_allclose(np.sort(ours), np.sort(distances), atol=1e-12)
+
+
+# -- training -------------------------------------------------------------------------------
+
+
+def test_tiny_training_run_lowers_validation_loss_and_writes_a_model(tmp_path):
+    data = tmp_path / "morse.extxyz"
+    _write_morse_extxyz(data, 20)
+    lines = []
+    result = train(data=[str(data)], output=str(tmp_path / "model.safetensors"), cutoff=4.0, epochs=30,
+                   batch_size=4, validation_fraction=0.2, start_lr=1e-2, stop_lr=1e-4, start_pref_f=100,
+                   checkpoint_every=15,
+                   intervals=100, log=lines.append, **{k: v for k, v in SMALL.items() if k != "n_norm"})
+    assert result.type_names == ["H", "O"]
+    assert result.final_validation["frames"] == 4
+    assert result.final_validation["loss"] < 0.7 * result.initial_validation["loss"]
+    assert len(result.history) == 30 and result.history[-1]["lr"] < 2e-4
+    assert result.compression.table_relative_error < 1e-6
+    model_file = read_model(tmp_path / "model.safetensors")
+    model_file.validate()
+    assert (model_file.type_names, model_file.length_unit, model_file.energy_unit) == (["H", "O"], "angstrom", "eV")
+    checkpoints = tmp_path / "model.checkpoints"
+    assert {"best.pt", "epoch-00015.pt", "epoch-00030.pt"} <= set(os.listdir(checkpoints))
+    restored = load_checkpoint(checkpoints / "best.pt")
+    frame = load_data(data).frames[0]
+    assert restored.energy_and_forces(frame.positions, frame.types)[0] == pytest.approx(
+        result.model.energy_and_forces(frame.positions, frame.types)[0], rel=1e-12)
+    assert any(line.startswith("final model") and "eV/atom" in line for line in lines)
+
+    # The energy shift starts at the least-squares per-type energies (checked on a fresh fit).
+    from openmmgraph.training.train import fit_energy_shift
+
+    dataset = load_data(data)
+    counts = np.array([np.bincount(f.types, minlength=2) for f in dataset.frames])
+    energies = np.array([f.energy for f in dataset.frames])
+    shift = fit_energy_shift(EmbeddingModel(["H", "O"], 4.0, **SMALL), dataset, range(len(dataset)))
+    np.testing.assert_allclose(shift, np.linalg.lstsq(counts, energies, rcond=None)[0])
+
+
+def test_cli_train_end_to_end(tmp_path, capsys):
+    data = tmp_path / "morse.extxyz"
+    _write_morse_extxyz(data, 8, seed=4)
+    _write_deepmd_system(tmp_path / "npy", np.random.default_rng(3), frames=2)
+    config = tmp_path / "train.json"
+    config.write_text(json.dumps(dict(cutoff=4.0, epochs=2, batch_size=4, n_channels=4, n_axis=2,
+                                      embedding_widths=[6], fitting_widths=[8], validation_fraction=0.25,
+                                      checkpoint_every=0, radial="deepmd", r_smooth=1.0)))
+    output = tmp_path / "out.safetensors"
+    status = main(["train", str(config), "--data", str(data), str(tmp_path / "npy"), "-o", str(output),
+                   "--intervals", "60", "--set", "start_pref_f=10", "--no-progress"])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert "final model" in captured.out and "compression: K = 60" in captured.out
+    model_file = read_model(output)
+    assert model_file.radial_intervals == 60 and model_file.type_names == ["H", "O"]
+    assert model_file.radial_r0 > 0  # deepmd radial form: half the closest distance
+    assert main(["inspect", str(output)]) == 0
+    assert main(["train", "--data", str(data), "--set", "no_such_option=1"]) == 2
+    assert "unknown key 'no_such_option'" in capsys.readouterr().err
