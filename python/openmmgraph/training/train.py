@@ -34,6 +34,9 @@ from .data import Dataset, frame_pairs, load_data
 from .model import EmbeddingModel
 
 
+_OPTIONAL_FLOATS = ("r_smooth", "n_norm", "energy_weight", "force_weight", "r0")
+
+
 @dataclass
 class TrainingConfig:
     """All options of ``train`` (and of ``openmm-graph train``'s JSON config)."""
@@ -94,6 +97,21 @@ class TrainingConfig:
         config = cls(**values)
         if isinstance(config.data, (str, os.PathLike)):
             config.data = [config.data]
+        defaults = cls()
+        for item in dataclasses.fields(cls):
+            value, default = getattr(config, item.name), getattr(defaults, item.name)
+            kind = type(default) if default is not None else (float if item.name in _OPTIONAL_FLOATS else None)
+            if value is None or kind not in (int, float, bool):
+                continue
+            if kind is bool and not isinstance(value, bool):
+                raise ValueError(f"training config: {item.name!r}: expected true or false, found {value!r}")
+            try:
+                converted = kind(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"training config: {item.name!r}: expected a number, found {value!r}") from None
+            if kind is int and converted != value:
+                raise ValueError(f"training config: {item.name!r}: expected an integer, found {value!r}")
+            setattr(config, item.name, converted)
         return config
 
     def check(self) -> None:
