@@ -66,25 +66,38 @@ def pluginLoadFailures():
     return list(_pluginLoadFailures)
 
 
-def _atomIndices(topology, atoms):
+def _atomIndices(topology, atoms, caller="createGraphForce", argument="atoms"):
+    """atoms (an iterable of atom indices or openmm.app Atom objects; None for
+    all atoms) as a list of distinct indices checked against the topology.
+    Errors name `caller` and the `argument`."""
     numAtoms = topology.getNumAtoms()
     if atoms is None:
         return list(range(numAtoms))
+    if isinstance(atoms, (str, bytes)):
+        raise TypeError(f"{caller}: {argument} must be an iterable of atom indices or openmm.app Atom objects")
+    try:
+        items = list(atoms)
+    except TypeError:
+        raise TypeError(
+            f"{caller}: {argument} must be an iterable of atom indices or openmm.app Atom objects, "
+            f"found {type(atoms).__name__}"
+        ) from None
     indices = []
     seen = set()
-    for atom in atoms:
+    for atom in items:
         try:
             index = operator.index(atom.index if hasattr(atom, "index") else atom)
         except TypeError:
             raise TypeError(
-                f"createGraphForce: atoms must hold atom indices or openmm.app Atom objects, found {atom!r}"
+                f"{caller}: {argument} must hold atom indices or openmm.app Atom objects, found {atom!r}"
             ) from None
         if not 0 <= index < numAtoms:
             raise ValueError(
-                f"createGraphForce: atom index {index} is out of range; the topology has {numAtoms} atoms"
+                f"{caller}: atom index {index} in {argument} is out of range; the topology has {numAtoms} atoms "
+                f"(valid indices 0 to {numAtoms - 1})"
             )
         if index in seen:
-            raise ValueError(f"createGraphForce: atom {index} is listed twice in atoms")
+            raise ValueError(f"{caller}: atom {index} is listed twice in {argument}")
         seen.add(index)
         indices.append(index)
     return indices

@@ -59,37 +59,11 @@ _TERM_LISTS = (("Bonds", "Bond"), ("Angles", "Angle"), ("Torsions", "Torsion"))
 # Helpers
 
 
-def _atomIndexList(topology, atoms, caller, numParticles=None):
-    """atoms (ints or Atom objects) as a list of distinct indices, checked
-    against the topology (and the System when numParticles is given)."""
-    numAtoms = topology.getNumAtoms()
-    if isinstance(atoms, (str, bytes)):
-        raise TypeError(f"{caller}: mlAtoms must be an iterable of atom indices or openmm.app Atom objects")
-    try:
-        items = list(atoms)
-    except TypeError:
-        raise TypeError(
-            f"{caller}: mlAtoms must be an iterable of atom indices or openmm.app Atom objects, "
-            f"found {type(atoms).__name__}"
-        ) from None
-    indices = []
-    seen = set()
-    for atom in items:
-        try:
-            index = operator.index(atom.index if hasattr(atom, "index") else atom)
-        except TypeError:
-            raise TypeError(
-                f"{caller}: mlAtoms must hold atom indices or openmm.app Atom objects, found {atom!r}"
-            ) from None
-        if not 0 <= index < numAtoms:
-            raise ValueError(
-                f"{caller}: ML atom index {index} is out of range; the topology has {numAtoms} atoms "
-                f"(valid indices 0 to {numAtoms - 1})"
-            )
-        if index in seen:
-            raise ValueError(f"{caller}: atom {index} is listed twice in mlAtoms")
-        seen.add(index)
-        indices.append(index)
+def _atomIndexList(topology, atoms, caller):
+    """mlAtoms (ints or Atom objects) as a non-empty list of distinct indices, checked against the topology."""
+    from ._plugin import _atomIndices
+
+    indices = _atomIndices(topology, atoms, caller, "mlAtoms")
     if not indices:
         raise ValueError(f"{caller}: mlAtoms is empty; give at least one atom for the ML region")
     return indices

@@ -450,7 +450,7 @@ def test_mixed_system_errors(forcefield, solvated, model, waterModel):
     topology, positions, mlAtoms = solvated
     classical = forcefield.createSystem(topology, nonbondedMethod=app.NoCutoff)
     n = topology.getNumAtoms()
-    with pytest.raises(ValueError, match=rf"createMixedSystem: ML atom index {n} is out of range; the topology has {n} atoms"):
+    with pytest.raises(ValueError, match=rf"createMixedSystem: atom index {n} in mlAtoms is out of range; the topology has {n} atoms"):
         openmmgraph.createMixedSystem(topology, classical, [0, 1, n], model)
     with pytest.raises(ValueError, match="out of range"):
         openmmgraph.createMixedSystem(topology, classical, [-1], model)
