@@ -25,7 +25,6 @@ When openmm-ml is installed, importing this module (which the first use of
 
 import copy
 import math
-import operator
 import re
 import xml.etree.ElementTree as ET
 
