@@ -3,6 +3,7 @@
     openmm-graph inspect MODEL [--json]
     openmm-graph make-model --grade small|medium|large --seed N -o OUT [options]
     openmm-graph train [CONFIG.json] [--data PATH ...] [-o OUT] [options] [--set KEY=JSON ...]
+    openmm-graph convert-deepmd MODEL.pth -o OUT [--intervals K] [--r0 R0] [--dtype float64|float32]
 
 Errors print one line ``openmm-graph: error: ...`` on stderr and exit with
 status 2 (no traceback).
@@ -212,6 +213,16 @@ def _train(arguments) -> int:
     return 0
 
 
+def _convert_deepmd(arguments) -> int:
+    from .convert.deepmd import convert_deepmd
+
+    model_file = convert_deepmd(arguments.model, intervals=arguments.intervals, r0=arguments.r0)
+    model_file.write(arguments.output, dtype=arguments.dtype)
+    print(f"wrote {arguments.output}: DeePMD-kit se_e2_a model {arguments.model} ({model_file.n_types} types "
+          f"{model_file.type_names}, cutoff {model_file.cutoff:g} A, eV); {model_file.report.summary()}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(prog=PROGRAM, description="Inspect, generate and train openmm-graph model files.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
@@ -253,6 +264,18 @@ def build_parser() -> argparse.ArgumentParser:
     trainer.add_argument("--set", action="append", metavar="KEY=VALUE",
                          help="any training option, VALUE as JSON (e.g. --set start_pref_f=100)")
     trainer.set_defaults(run=_train)
+
+    converter = commands.add_parser(
+        "convert-deepmd", help="convert a DeePMD-kit se_e2_a energy model (PyTorch backend) to a model file",
+        description="Convert a DeePMD-kit se_e2_a model (.pth from `dp --pt freeze`, or a .pt checkpoint) "
+                    "(docs/deepmd-import.md); models that cannot be mapped exactly are refused.")
+    converter.add_argument("model", help="DeePMD-kit model (.pth or .pt)")
+    converter.add_argument("-o", "--output", required=True, help="output model file (.safetensors)")
+    converter.add_argument("--intervals", type=int, default=2000, help="radial table intervals K (default 2000)")
+    converter.add_argument("--r0", type=float, default=0.5,
+                           help="first table knot in Angstrom (default 0.5; moved down so rcut_smth is a knot)")
+    converter.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    converter.set_defaults(run=_convert_deepmd)
     return parser
 
 

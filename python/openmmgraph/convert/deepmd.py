@@ -54,13 +54,19 @@ DEFAULT_R0 = 0.5  # Angstrom
 
 # Activations of DeePMD-kit (deepmd.pt.utils.utils.ActivationFn) that are smooth
 # enough (C2) to tabulate; the fitting network of the format has tanh and silu only.
+def _gelu_tanh(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+# Written out so that forward-mode AD gives second derivatives (torch's silu and
+# softplus kernels have no forward AD of their backward).
 _EMBEDDING_ACTIVATIONS = {
     "tanh": torch.tanh,
-    "silu": torch.nn.functional.silu,
+    "silu": lambda x: x * torch.sigmoid(x),
     "sigmoid": torch.sigmoid,
-    "softplus": torch.nn.functional.softplus,
-    "gelu": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
-    "gelu_tf": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+    "softplus": lambda x: torch.where(x > 20.0, x, torch.log1p(torch.exp(torch.clamp(x, max=20.0)))),
+    "gelu": _gelu_tanh,
+    "gelu_tf": _gelu_tanh,
     "none": lambda x: x,
     "linear": lambda x: x,
 }

@@ -1,0 +1,223 @@
+"""openmm-graph convert-deepmd against DeePMD-kit itself.
+
+Tiny se_e2_a models are trained with DeePMD-kit's PyTorch backend (`dp --pt
+train`, 60 steps) on generated Morse data of two types, converted, and the
+Reference platform and GraphModelTorch are compared with DeePMD-kit's own
+inference (DeepPot) on periodic configurations where no sel cap is hit.
+Skipped when deepmd-kit is not installed (scripts/requirements.txt has it).
+"""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import openmm
+import pytest
+import torch
+
+pytest.importorskip("deepmd")
+
+import openmmgraph  # noqa: E402
+from openmmgraph.cli import main  # noqa: E402
+from openmmgraph.convert.deepmd import DeepmdConversionError, _ensure_deepmd_pytorch, convert_deepmd, load_deepmd  # noqa: E402
+from openmmgraph.modelfile import read_model  # noqa: E402
+from openmmgraph.torch_model import GraphModelTorch  # noqa: E402
+
+EV = 96.48533212331  # kJ/mol
+RCUT = 4.5
+SEL = [24, 24]
+_DP = ("import sys; from openmmgraph.convert.deepmd import _ensure_deepmd_pytorch; _ensure_deepmd_pytorch(); "
+       "from deepmd.main import main; sys.argv = ['dp'] + sys.argv[1:]; main()")
+_ENV = dict(os.environ, OMP_NUM_THREADS="1", DP_INTRA_OP_PARALLELISM_THREADS="1", DP_INTER_OP_PARALLELISM_THREADS="1")
+
+
+def _lattice(seed, spacing=2.5, n=4, jitter=0.35):
+    rng = np.random.default_rng(seed)
+    grid = np.stack(np.meshgrid(*[np.arange(n)] * 3, indexing="ij"), -1).reshape(-1, 3) * spacing
+    positions = grid + rng.uniform(-jitter, jitter, grid.shape)
+    return positions, rng.integers(0, 2, len(positions)), np.eye(3) * spacing * n
+
+
+def _morse_data(path, frames=20):
+    """Two-type Morse energies and forces (eV, Angstrom) in DeePMD-kit's npy format."""
+    depth = np.array([[0.3, 0.4], [0.4, 0.2]])
+    r_min = np.array([[2.2, 2.0], [2.0, 1.9]])
+    coords, energies, forces, boxes = [], [], [], []
+    for frame in range(frames):
+        x, types, box = _lattice(100 + frame, spacing=2.3, n=3, jitter=0.4)
+        types = np.array([0, 1] * 13 + [0])[: len(x)]
+        d = x[None, :, :] - x[:, None, :]
+        d -= box[0, 0] * np.round(d / box[0, 0])
+        r = np.linalg.norm(d, axis=-1) + np.eye(len(x)) * 100.0
+        pair = (types[:, None], types[None, :])
+        e = np.exp(-1.5 * (r - r_min[pair]))
+        inside = r < RCUT
+        energies.append(0.5 * (depth[pair] * (e * e - 2 * e) * inside).sum())
+        dv = depth[pair] * (-3.0 * e * e + 3.0 * e) * inside
+        forces.append(((dv / r)[:, :, None] * d).sum(1))
+        coords.append(x)
+        boxes.append(box.ravel())
+    os.makedirs(path / "set.000")
+    np.save(path / "set.000" / "coord.npy", np.array(coords).reshape(frames, -1))
+    np.save(path / "set.000" / "box.npy", np.array(boxes))
+    np.save(path / "set.000" / "energy.npy", np.array(energies))
+    np.save(path / "set.000" / "force.npy", np.array(forces).reshape(frames, -1))
+    np.savetxt(path / "type.raw", types, fmt="%d")
+    (path / "type_map.raw").write_text("A\nB\n")
+
+
+def _train(directory, descriptor, fitting, steps=60):
+    config = {
+        "model": {"type_map": ["A", "B"],
+                  "descriptor": {"type": "se_e2_a", "sel": SEL, "rcut_smth": 3.0, "rcut": RCUT, "neuron": [4, 8],
+                                 "axis_neuron": 4, "seed": 1, **descriptor},
+                  "fitting_net": {"neuron": [16, 16], "seed": 1, **fitting}},
+        "learning_rate": {"type": "exp", "decay_steps": 20, "start_lr": 0.003, "stop_lr": 1e-4},
+        "loss": {"type": "ener", "start_pref_e": 0.02, "limit_pref_e": 1, "start_pref_f": 1000, "limit_pref_f": 1},
+        "training": {"training_data": {"systems": ["../data"], "batch_size": 1}, "numb_steps": steps,
+                     "disp_freq": steps, "save_freq": steps, "seed": 1},
+    }
+    directory.mkdir()
+    (directory / "input.json").write_text(json.dumps(config))
+    for command in (["--pt", "train", "input.json", "--skip-neighbor-stat"], ["--pt", "freeze", "-o", "model.pth"]):
+        result = subprocess.run([sys.executable, "-c", _DP, *command], cwd=directory, env=_ENV,
+                                capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return directory
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("deepmd")
+    _morse_data(root / "data")
+    two_side = _train(root / "two_side", dict(type_one_side=False, set_davg_zero=True, resnet_dt=True),
+                      dict(resnet_dt=True))
+    one_side = _train(root / "one_side", dict(type_one_side=True, set_davg_zero=True, resnet_dt=False,
+                                             activation_function="silu"), dict(resnet_dt=False))
+    davg = _train(root / "davg", dict(set_davg_zero=False), dict(), steps=5)
+    return {"two_side": two_side / "model.pth", "one_side_checkpoint": one_side / "model.ckpt.pt",
+            "one_side": one_side / "model.pth", "davg": davg / "model.pth"}
+
+
+def _reference(model_file, positions, types, box):
+    system = openmm.System()
+    for _ in range(len(positions)):
+        system.addParticle(12.0)
+    system.setDefaultPeriodicBoxVectors(*[openmm.Vec3(*row) for row in box * 0.1])
+    force = openmmgraph.GraphForce.fromModelBytes(model_file.to_bytes())
+    for index, type_index in enumerate(types):
+        force.addParticle(index, int(type_index))
+    force.setUsesPeriodicBoundaryConditions(True)
+    system.addForce(force)
+    context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+    context.setPositions(positions * 0.1)
+    state = context.getState(getEnergy=True, getForces=True)
+    energy = state.getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole) / EV
+    forces = np.array(state.getForces(asNumpy=True).value_in_unit(openmm.unit.kilojoule_per_mole / openmm.unit.nanometer))
+    return energy, forces * 0.1 / EV
+
+
+def _deeppot(path, positions, types, box):
+    _ensure_deepmd_pytorch()
+    from deepmd.infer import DeepPot
+
+    energy, forces, _ = DeepPot(str(path)).eval(positions.reshape(1, -1), box.reshape(1, -1), types)
+    return float(np.ravel(energy)[0]), forces.reshape(-1, 3)
+
+
+def _neighbour_counts(positions, types, box):
+    d = positions[None] - positions[:, None]
+    d -= box[0, 0] * np.round(d / box[0, 0])
+    r = np.linalg.norm(d, axis=-1) + np.eye(len(positions)) * 100.0
+    return [int(((r < RCUT) & (types[None, :] == b)).sum(1).max()) for b in (0, 1)]
+
+
+@pytest.mark.parametrize("name", ["two_side", "one_side", "one_side_checkpoint"])
+def test_reference_and_torch_match_deeppot(models, name):
+    model_file = convert_deepmd(models[name])
+    assert model_file.report.table_error < 1e-10 * max(1.0, model_file.report.table_scale)
+    for seed in (1, 2):
+        positions, types, box = _lattice(seed)
+        assert all(count <= cap for count, cap in zip(_neighbour_counts(positions, types, box), SEL))
+        energy, forces = _deeppot(models[name], positions, types, box)
+        assert np.abs(forces).max() > 1e-3  # a non-trivial configuration
+        ours, our_forces = _reference(model_file, positions, types, box)
+        assert abs(ours - energy) / len(types) < 1e-6, (ours, energy)
+        assert np.abs(our_forces - forces).max() < 1e-5
+        torch_model = GraphModelTorch(model_file, dtype=torch.float64)
+        e, f = torch_model.energy_and_forces(torch.tensor(positions * 0.1), torch.tensor(types),
+                                             torch.tensor(box * 0.1))
+        assert abs(float(e) / EV - energy) / len(types) < 1e-6
+        assert np.abs(np.asarray(f) * 0.1 / EV - forces).max() < 1e-5
+
+
+def test_cli_converts_and_refuses(models, tmp_path, capsys):
+    output = tmp_path / "converted.safetensors"
+    assert main(["convert-deepmd", str(models["two_side"]), "-o", str(output), "--intervals", "1000"]) == 0
+    model_file = read_model(str(output))
+    assert model_file.type_names == ["A", "B"] and model_file.energy_unit == "eV"
+    assert model_file.length_unit == "angstrom" and model_file.n_norm == sum(SEL) and model_file.l_max == 1
+    assert model_file.radial_intervals == 1000
+    # rcut_smth = 3.0 is a knot of the grid.
+    knots = (3.0 - model_file.radial_r0) / model_file.radial_dr
+    assert abs(knots - round(knots)) < 1e-9
+    capsys.readouterr()
+    assert main(["convert-deepmd", str(models["davg"]), "-o", str(tmp_path / "x.safetensors")]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("openmm-graph: error: convert-deepmd: davg != 0") and "set_davg_zero" in error
+    assert len(error.strip().splitlines()) == 1
+
+
+def _mutated(serialized, change):
+    data = copy.deepcopy(serialized)
+    change(data["model"])
+    return data
+
+
+REFUSALS = [
+    ("descriptor 'se_e2_r'", lambda m: m["descriptor"].update(type="se_e2_r")),
+    ("descriptor 'se_atten'", lambda m: m["descriptor"].update(type="se_atten")),
+    ("exclude_types", lambda m: m["descriptor"].update(exclude_types=[[0, 1]])),
+    ("numb_fparam", lambda m: m["fitting"].update(numb_fparam=2)),
+    ("numb_aparam", lambda m: m["fitting"].update(numb_aparam=1)),
+    ("atom_ener", lambda m: m["fitting"].update(atom_ener=[0.0, 1.0])),
+    ("pair_exclude_types", lambda m: m.update(pair_exclude_types=[[0, 0]])),
+    ("model type 'zbl'", lambda m: m.update(type="zbl")),
+    ("env_protection", lambda m: m["descriptor"].update(env_protection=0.1)),
+    ("davg != 0", lambda m: m["descriptor"]["@variables"]["davg"].__setitem__((0, 0, 0), 0.1)),
+    ("davg != 0", lambda m: m["descriptor"]["@variables"]["davg"].__setitem__((1, 30, 2), 0.1)),
+    ("differs between the neighbour slots",
+     lambda m: m["descriptor"]["@variables"]["dstd"].__setitem__((0, 3, 0), 0.5)),
+    ("differs between the neighbour slots",
+     lambda m: m["descriptor"]["@variables"]["dstd"].__setitem__((1, 30, 2), 0.5)),
+    ("activation 'relu'",
+     lambda m: m["descriptor"]["embeddings"]["networks"][0]["layers"][0].update(activation_function="relu")),
+    ("activation 'gelu'", lambda m: [layer.update(activation_function="gelu")
+                                     for net in m["fitting"]["nets"]["networks"] for layer in net["layers"][:-1]]),
+    ("doubling residual", lambda m: [net["layers"][1]["@variables"].update(
+        w=np.zeros((16, 32)), b=np.zeros(32), idt=None) or net["layers"][2]["@variables"].update(w=np.zeros((32, 1)))
+        for net in m["fitting"]["nets"]["networks"]]),
+]
+
+
+@pytest.mark.parametrize("expected, change", REFUSALS, ids=[f"{i}-{r[0]}" for i, r in enumerate(REFUSALS)])
+def test_unsupported_models_are_refused(models, expected, change):
+    serialized = load_deepmd(str(models["two_side"]))
+    with pytest.raises(DeepmdConversionError, match="^convert-deepmd: ") as error:
+        convert_deepmd(_mutated(serialized, change), intervals=50)
+    assert expected in str(error.value)
+
+
+def test_type_embedding_model_definition_is_refused(models):
+    serialized = load_deepmd(str(models["two_side"]))
+    serialized = dict(serialized, model_def_script={"type_embedding": {"neuron": [8]}})
+    with pytest.raises(DeepmdConversionError, match="type_embedding"):
+        convert_deepmd(serialized, intervals=50)
+
+
+def test_not_a_pytorch_model_is_refused(tmp_path):
+    with pytest.raises(DeepmdConversionError, match="dp convert-backend"):
+        convert_deepmd(str(tmp_path / "frozen_model.pb"))
