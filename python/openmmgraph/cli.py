@@ -273,7 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     converter.add_argument("-o", "--output", required=True, help="output model file (.safetensors)")
     converter.add_argument("--intervals", type=int, default=2000, help="radial table intervals K (default 2000)")
     converter.add_argument("--r0", type=float, default=0.5,
-                           help="first table knot in Angstrom (default 0.5; moved down so rcut_smth is a knot)")
+                           help="first table knot in Angstrom (default 0.5; raised slightly so rcut_smth is a knot); "
+                                "must lie below every interatomic distance of the simulation")
     converter.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     converter.set_defaults(run=_convert_deepmd)
     return parser

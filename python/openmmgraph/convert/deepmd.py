@@ -27,7 +27,8 @@ degrees, n_norm = nnei, M = neuron[-1], M_axis = axis_neuron, and
 
 (the l = 1 harmonics of the format are u_x, u_y, u_z: DeePMD's columns 1-3).
 The tables are built by forward-mode autograd (value, f', f'') on a uniform
-grid whose r_0 is moved so that rcut_smth is a knot (s is only C2 there), as
+grid whose r_0 is raised slightly (to the nearest value >= the requested
+one) so that rcut_smth is a knot (s is only C2 there), as
 ``training.compress`` does for its ``deepmd`` radial form. The fitting
 networks map layer by layer (DeePMD's ``resnet`` with equal widths ->
 residual, ``idt`` -> timestep); energy_shift[a] = bias_atom_e[a] +
@@ -335,9 +336,10 @@ def convert_deepmd(source, intervals: int = DEFAULT_INTERVALS, r0: float = DEFAU
                    check_points: int = 4) -> DeepmdModelFile:
     """Convert a DeePMD-kit se_e2_a energy model (path to .pth/.pt, or its serialisation dict).
 
-    intervals: K of the radial tables; r0: first knot in Angstrom (moved down
-    so that rcut_smth is a knot; distances below r0 use the first interval's
-    polynomial, so r0 must be below every distance the model will see).
+    intervals: K of the radial tables; r0: first knot in Angstrom (raised to
+    the nearest value >= r0 that makes rcut_smth a knot; distances below r0
+    use the first interval's polynomial, so r0 must be below every distance
+    the model will see).
     Returns a validated DeepmdModelFile (float64 tensors) with a ``report``
     of the worst table errors on ``check_points`` points per interval.
     Raises DeepmdConversionError for anything that cannot be mapped exactly.
