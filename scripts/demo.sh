@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The main job: set up (system packages, .venv, build and install the plugin)
-# and run MD with the bundled model on the best platform present.
-# Extra arguments go to examples/run_md.py (e.g. --steps 2000 --platform CPU).
+# and run the silicon demo: MD of 512 Si atoms with the bundled trained model on
+# the best platform present, compared with the classical Stillinger-Weber
+# reference (speed of both, g(r) and angle distribution, examples/silicon/observables.png).
+# Extra arguments go to examples/silicon/silicon_md.py (e.g. --steps 500 --platform CPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup-env.sh
 python -m pip install -q --no-build-isolation .
-python examples/run_md.py "$@"
+python examples/silicon/silicon_md.py "$@"
