@@ -1,6 +1,6 @@
 """Molecular dynamics with a GraphForce on the best platform present.
 
-The main demo of the README.  It builds a periodic box of particles at liquid
+A second example (the README's main demo is examples/silicon/silicon_md.py).  It builds a periodic box of particles at liquid
 density (100 particles/nm^3), gives them the bundled model (an untrained model
 of the benchmark "small" grade with types O and H: its weights are random,
 so the physics is not that of any real substance, but the cost per step is that
