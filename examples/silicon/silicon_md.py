@@ -173,6 +173,7 @@ def plot(path, ml, ref, title):
     axes[1].legend()
     figure.suptitle(title)
     figure.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return True
@@ -187,7 +188,8 @@ def main(argv=None):
     parser.add_argument("--equilibrate", type=int, default=None, help="steps before sampling (default steps/4)")
     parser.add_argument("--sample-every", type=int, default=20, help="steps between sampled frames")
     parser.add_argument("--platform", default=None, help="CUDA, CPU or Reference (default: the fastest that works)")
-    parser.add_argument("--plot", default=os.path.join(HERE, "observables.png"), help="plot file ('' for none)")
+    parser.add_argument("--plot", default=os.path.join(HERE, "results", "observables.png"),
+                        help="plot file ('' for none; default examples/silicon/results/, git-ignored)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
 
