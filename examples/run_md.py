@@ -58,8 +58,9 @@ def build_system(model_path, n_particles, seed):
     return topology, system, positions
 
 
-def make_context(system, platform_name):
-    """A Context on the named platform, or on the fastest one that runs the GraphForce."""
+def make_context(system, platform_name, temperature=300.0, friction=1.0, seed=None):
+    """A Context (Langevin, 1 fs, temperature in K, friction in 1/ps) on the
+    named platform, or on the fastest one that can run the System."""
     names = [platform_name] if platform_name else ["CUDA", "CPU", "Reference"]
     errors = []
     for name in names:
@@ -68,12 +69,14 @@ def make_context(system, platform_name):
         except openmm.OpenMMException as error:
             errors.append(f"{name}: {error}")
             continue
-        integrator = openmm.LangevinMiddleIntegrator(300 * unit.kelvin, 1 / unit.picosecond, 0.001 * unit.picoseconds)
+        integrator = openmm.LangevinMiddleIntegrator(temperature * unit.kelvin, friction / unit.picosecond, 0.001 * unit.picoseconds)
+        if seed is not None:
+            integrator.setRandomNumberSeed(seed)
         try:
             return openmm.Context(system, integrator, platform), integrator
         except openmm.OpenMMException as error:
             errors.append(f"{name}: {error}")
-    raise SystemExit("no platform could run the GraphForce:\n  " + "\n  ".join(errors))
+    raise SystemExit("no platform could run the System:\n  " + "\n  ".join(errors))
 
 
 def main(argv=None):

@@ -30,6 +30,8 @@ import openmmgraph
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # examples/, for run_md
+import run_md  # noqa: E402
 import sw  # noqa: E402
 
 DEFAULT_MODEL = os.path.join(HERE, "..", "models", "silicon-sw.safetensors")
@@ -51,22 +53,8 @@ def ml_system(model_path, n_atoms, edge):
 
 
 def make_context(system, platform_name, temperature, seed):
-    names = [platform_name] if platform_name else ["CUDA", "CPU", "Reference"]
-    errors = []
-    for name in names:
-        try:
-            platform = openmm.Platform.getPlatformByName(name)
-        except openmm.OpenMMException as error:
-            errors.append(f"{name}: {error}")
-            continue
-        integrator = openmm.LangevinMiddleIntegrator(temperature * unit.kelvin, 2.0 / unit.picosecond,
-                                                     0.001 * unit.picoseconds)
-        integrator.setRandomNumberSeed(seed)
-        try:
-            return openmm.Context(system, integrator, platform), integrator
-        except openmm.OpenMMException as error:
-            errors.append(f"{name}: {error}")
-    raise SystemExit("no platform could run the System:\n  " + "\n  ".join(errors))
+    """A Langevin Context (friction 2/ps) on the named or the fastest platform (examples/run_md.py)."""
+    return run_md.make_context(system, platform_name, temperature=temperature, friction=2.0, seed=seed)
 
 
 def run(label, system, positions, args):
