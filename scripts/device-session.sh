@@ -5,29 +5,58 @@
 # (cp312: openmm==8.6.1, openmm-cuda-13==8.6.1, swig) and GoogleTest as
 # headers and static libraries in .device/gtest.  Logs go to $OUT (or ./out).
 #
-#   bash scripts/device-session.sh [test|bench|all]
+#   bash scripts/device-session.sh [PARTS]
+#
+# PARTS: comma-separated, of
+#   test     build with CMake, run every C++ test (ctest)
+#   py       pip install the package, run the Python tests marked gpu
+#   profile  per-kernel times under Nsight Compute (PROFILE_CASES, grade:n ...)
+#   bench    bench/run_benchmarks.py with $BENCH_ARGS
+#   extra    bash $EXTRA_SCRIPT (after the rest; the package is installed)
+# "all" = test,py,bench (the default).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-what="${1:-all}"
+parts="${1:-all}"
+[ "$parts" = all ] && parts=test,py,bench
+has() { [[ ",$parts," == *",$1,"* ]]; }
 source scripts/device-env.sh
 
 BUILD=/tmp/graph-build
 status=0
-if [ "$what" = test ] || [ "$what" = all ]; then
+if has test; then
     cmake -S . -B "$BUILD" -G Ninja -DOPENMM_DIR="$OPENMM_LIBS" -DGRAPH_BUILD_PYTHON=OFF -DGTEST_ROOT="$PWD/.device/gtest" \
         -DCMAKE_BUILD_TYPE=Release > "$OUT/cmake.log" 2>&1 && ninja -C "$BUILD" > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log" "$OUT/cmake.log"; exit 1; }
     ctest --test-dir "$BUILD" --output-on-failure -j 4 > "$OUT/ctest.log" 2>&1 || status=1
     grep -E "tests passed|Passed|Failed|\*\*\*" "$OUT/ctest.log" | tail -20
 fi
-if [ "$what" = bench ] || [ "$what" = all ]; then
+if has py || has profile || has bench || has extra; then
     rm -rf /tmp/graph-py
     python3 -m pip install -q --upgrade --no-build-isolation --no-deps --no-index --target "$SITE" . -Ccmake.define.OPENMM_DIR="$OPENMM_LIBS" \
         -Cbuild-dir=/tmp/graph-py > "$OUT/pip.log" 2>&1 || { tail -30 "$OUT/pip.log"; exit 1; }
-    python3 -m pytest -m gpu -q -p no:cacheprovider > "$OUT/pytest-gpu.log" 2>&1; rc=$?
+fi
+if has py; then
+    python3 -m pytest -m gpu -q -p no:cacheprovider -rs > "$OUT/pytest-gpu.log" 2>&1; rc=$?
     [ $rc -eq 0 ] || [ $rc -eq 5 ] || status=1
+    grep -E "FAILED|ERROR|SKIPPED" "$OUT/pytest-gpu.log" | head -30
     tail -3 "$OUT/pytest-gpu.log"
+fi
+if has profile; then
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+    for case in ${PROFILE_CASES:-small:512 medium:10296}; do
+        grade=${case%%:*}; n=${case##*:}
+        python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 20 --steps $([ "$n" -le 20000 ] && echo 2000 || echo 50) > "$OUT/wall-$grade-$n.log" 2>&1
+        cat "$OUT/wall-$grade-$n.log" | tail -2
+        [ -n "$NCU" ] && timeout 240 "$NCU" --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
+            python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 2 > "$OUT/ncu-$grade-$n.csv" 2> "$OUT/ncu-$grade-$n.err"
+    done
+fi
+if has bench; then
     python3 bench/run_benchmarks.py ${BENCH_ARGS:---time-budget 900} --out "$OUT/bench.json" --plot "$OUT/bench.png" > "$OUT/bench.log" 2>&1 \
         || status=1
     tail -40 "$OUT/bench.log"
+fi
+if has extra; then
+    bash "${EXTRA_SCRIPT:?}" > "$OUT/extra.log" 2>&1 || status=1
+    tail -30 "$OUT/extra.log"
 fi
 exit $status

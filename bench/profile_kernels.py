@@ -1,0 +1,84 @@
+"""Per-kernel times of GraphForce evaluations, for use under Nsight Compute.
+
+Builds the standard benchmark system of one grade and size (docs/benchmarks.md)
+on the CUDA platform, warms up, then brackets ``--evaluations`` force
+evaluations with cudaProfilerStart/Stop so that
+
+    ncu --clock-control none --profile-from-start off \
+        --metrics gpu__time_duration.sum --csv python bench/profile_kernels.py ...
+
+reports the duration of every kernel of those evaluations only.  Without ncu
+it prints the mean wall time of one evaluation.  Kernel times under ncu are
+of serialised kernels; they show where the time goes, not the step time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import ctypes.util
+import time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grade", default="small")
+    parser.add_argument("--n", type=int, default=512)
+    parser.add_argument("--evaluations", type=int, default=2)
+    parser.add_argument("--precision", default="mixed")
+    parser.add_argument("--steps", type=int, default=0, help="also time this many Verlet steps (outside the profiled range)")
+    args = parser.parse_args()
+
+    import openmm
+    import openmmgraph
+    from openmmgraph.grades import lattice_system, make_model
+    import os
+    import tempfile
+
+    model = make_model(grade=args.grade, seed=0)
+    directory = tempfile.mkdtemp()
+    path = os.path.join(directory, f"{args.grade}.safetensors")
+    model.write(path)
+    force = openmmgraph.GraphForce(path)
+    n_types = force.getNumTypes()
+    positions, types, box = lattice_system(args.n, n_types=n_types, seed=0)
+    system = openmm.System()
+    for i in range(args.n):
+        system.addParticle(28.0)
+        force.addParticle(i, int(types[i]))
+    force.setUsesPeriodicBoundaryConditions(True)
+    system.setDefaultPeriodicBoxVectors(*[openmm.Vec3(*map(float, row)) for row in box])
+    system.addForce(force)
+    integrator = openmm.VerletIntegrator(0.001)
+    platform = openmm.Platform.getPlatformByName("CUDA")
+    context = openmm.Context(system, integrator, platform, {"Precision": args.precision})
+    context.setPositions(positions)
+    for _ in range(3):
+        context.getState(getForces=True)
+    cudart = None
+    for name in ("libcudart.so.13", "libcudart.so.12", ctypes.util.find_library("cudart")):
+        try:
+            cudart = ctypes.CDLL(name)
+            break
+        except (OSError, TypeError):
+            continue
+    if cudart is not None:
+        cudart.cudaProfilerStart()
+    start = time.perf_counter()
+    for _ in range(args.evaluations):
+        context.getState(getForces=True)
+    elapsed = (time.perf_counter() - start) / args.evaluations
+    if cudart is not None:
+        cudart.cudaProfilerStop()
+    print(f"{args.grade} n={args.n}: {1e3 * elapsed:.3f} ms per evaluation (wall, {args.evaluations} evaluations)")
+    if args.steps:
+        integrator.step(10)
+        context.getState(getEnergy=True)
+        start = time.perf_counter()
+        integrator.step(args.steps)
+        context.getState(getEnergy=True)
+        print(f"{args.grade} n={args.n}: {1e3 * (time.perf_counter() - start) / args.steps:.4f} ms per step")
+
+
+if __name__ == "__main__":
+    main()
