@@ -58,9 +58,14 @@ def build_system(model_path, n_particles, seed):
     return topology, system, positions
 
 
-def make_context(system, platform_name, temperature=300.0, friction=1.0, seed=None):
+def make_context(system, platform_name, temperature=300.0, friction=1.0, seed=None,
+                 make_integrator=None, properties=None):
     """A Context (Langevin, 1 fs, temperature in K, friction in 1/ps) on the
-    named platform, or on the fastest one that can run the System."""
+    named platform, or on the fastest one that can run the System.
+
+    make_integrator: a function returning a fresh integrator to use instead of
+    the Langevin one (bench/nve_drift.py: a VerletIntegrator); properties: the
+    platform properties (e.g. {"Precision": "mixed"})."""
     names = [platform_name] if platform_name else ["CUDA", "CPU", "Reference"]
     errors = []
     for name in names:
@@ -69,10 +74,15 @@ def make_context(system, platform_name, temperature=300.0, friction=1.0, seed=No
         except openmm.OpenMMException as error:
             errors.append(f"{name}: {error}")
             continue
-        integrator = openmm.LangevinMiddleIntegrator(temperature * unit.kelvin, friction / unit.picosecond, 0.001 * unit.picoseconds)
-        if seed is not None:
-            integrator.setRandomNumberSeed(seed)
+        if make_integrator is not None:
+            integrator = make_integrator()
+        else:
+            integrator = openmm.LangevinMiddleIntegrator(temperature * unit.kelvin, friction / unit.picosecond, 0.001 * unit.picoseconds)
+            if seed is not None:
+                integrator.setRandomNumberSeed(seed)
         try:
+            if properties:
+                return openmm.Context(system, integrator, platform, properties), integrator
             return openmm.Context(system, integrator, platform), integrator
         except openmm.OpenMMException as error:
             errors.append(f"{name}: {error}")
