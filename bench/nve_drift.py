@@ -1,0 +1,386 @@
+"""NVE energy drift of the bundled silicon model on several OpenMM platforms.
+
+The silicon demo's system (examples/silicon/silicon_md.py: a periodic diamond
+crystal with the GraphForce of examples/models/silicon-sw.safetensors) runs
+under a VerletIntegrator (NVE) from one initial state, the same on every
+platform: the crystal's lattice sites and Maxwell-Boltzmann velocities drawn
+by numpy with a fixed seed (centre-of-mass momentum removed).  The total
+energy (kinetic + potential) is recorded every --report-every steps; for each
+platform the script prints and writes (JSON) its linear drift, the RMS
+fluctuation about that line, the largest excursion from the first value and
+the speed.
+
+    python bench/nve_drift.py [--platforms Reference,CUDA] [--precision mixed] [--steps 20000]
+
+See bench/README.md ("NVE energy drift").
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform as host_platform
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, "examples", "silicon"))
+import silicon_md  # noqa: E402  (it puts examples/ on the path for run_md, and imports sw)
+
+run_md = silicon_md.run_md
+sw = silicon_md.sw
+
+import openmm  # noqa: E402
+import openmm.unit as unit  # noqa: E402
+
+KB = unit.MOLAR_GAS_CONSTANT_R.value_in_unit(unit.kilojoule_per_mole / unit.kelvin)  # kJ/mol/K
+DEFAULT_TIMESTEP_FS = 1.0  # the silicon demo's step (examples/run_md.py make_context: 1 fs)
+PRECISION_PLATFORMS = ("CUDA", "OpenCL", "HIP")  # platforms with a "Precision" property
+PRECISIONS = ("single", "mixed", "double")
+
+
+class InputError(Exception):
+    """Bad command-line input: reported as one line, without a traceback."""
+
+
+def fit_drift(times_ns, energies_kj, n_atoms=None, temperature_k=None):
+    """Least-squares line through E(t); returns the drift and the spread.
+
+    times_ns, energies_kj: the sampled times (ns) and total energies (kJ/mol).
+    Returns drift_kj_per_mol_per_ns (the slope), intercept_kj_per_mol,
+    fluctuation_rms_kj_per_mol (RMS of the residuals about the line) and
+    max_abs_deviation_kj_per_mol (max |E - E[0]|); with n_atoms also the drift
+    in meV/atom/ps and the fluctuation in meV/atom, and with temperature_k
+    too the drift in kT/ns/atom (k_B T at temperature_k).
+    """
+    t = np.asarray(times_ns, dtype=float)
+    e = np.asarray(energies_kj, dtype=float)
+    if t.shape != e.shape or t.ndim != 1 or len(t) < 2:
+        raise ValueError("fit_drift needs two equally long 1-D series of at least 2 points")
+    # Centre both series: total energies are large (about -2e5 kJ/mol for 512 atoms) and the drift small.
+    t0, e0 = t.mean(), e[0]
+    dt, de = t - t0, e - e0
+    denominator = float(np.sum(dt * dt))
+    if denominator == 0.0:
+        raise ValueError("fit_drift needs at least two distinct times")
+    slope = float(np.sum(dt * (de - de.mean())) / denominator)
+    intercept = float(e0 + de.mean() - slope * t0)
+    residual = e - (intercept + slope * t)
+    result = dict(
+        drift_kj_per_mol_per_ns=slope,
+        intercept_kj_per_mol=intercept,
+        fluctuation_rms_kj_per_mol=float(np.sqrt(np.mean(residual * residual))),
+        max_abs_deviation_kj_per_mol=float(np.max(np.abs(de))),
+    )
+    if n_atoms:
+        # kJ/mol/ns -> meV/ps: / 1000 (ns -> ps) / EV (kJ/mol -> eV) * 1000 (eV -> meV).
+        result["drift_mev_per_atom_per_ps"] = slope / (sw.EV * n_atoms)
+        result["fluctuation_rms_mev_per_atom"] = result["fluctuation_rms_kj_per_mol"] * 1000.0 / (sw.EV * n_atoms)
+        if temperature_k:
+            result["drift_kt_per_ns_per_atom"] = slope / (KB * temperature_k * n_atoms)
+    return result
+
+
+def maxwell_boltzmann(masses_dalton, temperature_k, seed):
+    """Velocities (nm/ps, n x 3) drawn by numpy at temperature_k, centre-of-mass momentum removed and
+    scaled to a kinetic temperature of exactly temperature_k."""
+    masses = np.asarray(masses_dalton, dtype=float)
+    rng = np.random.default_rng(seed)
+    sigma = np.sqrt(KB * temperature_k / masses)  # kJ/mol / dalton = nm^2/ps^2
+    velocities = rng.standard_normal((len(masses), 3)) * sigma[:, None]
+    velocities -= (masses[:, None] * velocities).sum(0) / masses.sum()
+    # Scale to exactly temperature_k (3n - 3 degrees of freedom), so that every seed starts at the same energy.
+    drawn = (masses[:, None] * velocities ** 2).sum() / ((3 * len(masses) - 3) * KB)
+    return velocities * np.sqrt(temperature_k / drawn)
+
+
+def cells_for_atoms(n_atoms):
+    """Diamond cells per edge for n_atoms = 8 cells^3 (at least 2 cells: the box must hold twice the cut-off)."""
+    cells = round((n_atoms / 8) ** (1 / 3)) if n_atoms > 0 else 0
+    if n_atoms <= 0 or 8 * cells ** 3 != n_atoms or cells < 2:
+        valid = ", ".join(str(8 * c ** 3) for c in range(2, 9))
+        raise InputError(f"--atoms {n_atoms}: the diamond crystal has 8 x cells^3 atoms with at least 2 cells "
+                         f"per edge ({valid}, ...)")
+    return cells
+
+
+def available_platforms():
+    return [openmm.Platform.getPlatform(i).getName() for i in range(openmm.Platform.getNumPlatforms())]
+
+
+def run_command(arguments):
+    try:
+        out = subprocess.run(arguments, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_revision():
+    revision = run_command(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"])
+    if revision is None:
+        return None
+    status = run_command(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"])
+    return revision + ("-dirty" if status else "")
+
+
+def gpu_name_fallback():
+    """The first GPU's name from nvidia-smi, else torch; None when neither answers."""
+    text = run_command(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"])
+    if text:
+        return text.splitlines()[0].strip()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name(0)
+    except Exception:  # noqa: BLE001 - torch is optional
+        pass
+    return None
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--platforms", default=None,
+                        help="comma-separated OpenMM platforms (default: Reference, plus CUDA when present)")
+    parser.add_argument("--precision", default="mixed", help=f"{'/'.join(PRECISION_PLATFORMS)} Precision "
+                        f"property: single, mixed or double [mixed]; Reference computes in double, CPU at its own")
+    parser.add_argument("--atoms", type=int, default=512, help="atoms, 8 x cells^3 (64, 216, 512, ...) [512]")
+    parser.add_argument("--temperature", type=float, default=1000.0,
+                        help="K: of the initial velocities and of k_B T in the normalised drift [1000]")
+    parser.add_argument("--timestep-fs", type=float, default=DEFAULT_TIMESTEP_FS, help="fs [1.0, the demo's]")
+    parser.add_argument("--steps", type=int, default=20000, help="steps per platform [20000]")
+    parser.add_argument("--reference-steps", type=int, default=None,
+                        help="steps on the Reference platform (about 100 steps/s for 512 atoms on a CPU core) [--steps]")
+    parser.add_argument("--report-every", type=int, default=20, help="steps between total-energy samples [20]")
+    parser.add_argument("--seed", type=int, default=1, help="numpy seed of the initial velocities [1]")
+    parser.add_argument("--model", default=silicon_md.DEFAULT_MODEL, help="model file [the bundled silicon model]")
+    parser.add_argument("--out", default=os.path.join(HERE, "results", "nve_drift.json"),
+                        help="JSON output [bench/results/nve_drift.json]; '' for none")
+    parser.add_argument("--no-series", action="store_true", help="leave the energy series out of the JSON")
+    args = parser.parse_args(argv)
+    if args.steps <= 0:
+        raise InputError(f"--steps {args.steps}: give a positive number of steps")
+    if args.reference_steps is None:
+        args.reference_steps = args.steps
+    if args.reference_steps <= 0:
+        raise InputError(f"--reference-steps {args.reference_steps}: give a positive number of steps")
+    if args.report_every <= 0:
+        raise InputError(f"--report-every {args.report_every}: give a positive number of steps")
+    if not (args.timestep_fs > 0 and math.isfinite(args.timestep_fs)):
+        raise InputError(f"--timestep-fs {args.timestep_fs}: give a positive time step")
+    if not (args.temperature > 0 and math.isfinite(args.temperature)):
+        raise InputError(f"--temperature {args.temperature}: give a positive temperature in K")
+    if args.precision not in PRECISIONS:
+        raise InputError(f"--precision {args.precision}: use one of {', '.join(PRECISIONS)}")
+    if not os.path.isfile(args.model):
+        raise InputError(f"--model {args.model}: no such file")
+    args.cells = cells_for_atoms(args.atoms)
+    return args
+
+
+def choose_platforms(requested):
+    """(names, explicit): the platforms to run; unknown names are an InputError."""
+    present = available_platforms()
+    if requested is None:
+        return ["Reference"] + (["CUDA"] if "CUDA" in present else []), False
+    names = [name.strip() for name in requested.split(",") if name.strip()]
+    if not names:
+        raise InputError("--platforms: name at least one platform")
+    for name in names:
+        if name not in present:
+            raise InputError(f"--platforms: unknown or unavailable platform '{name}' "
+                             f"(this OpenMM has: {', '.join(present)})")
+    if len(set(names)) != len(names):
+        raise InputError(f"--platforms {requested}: a platform is named twice")
+    return names, True
+
+
+def make_context(system, name, args):
+    """A Context with a VerletIntegrator on one platform (examples/run_md.py make_context)."""
+    properties = {"Precision": args.precision} if name in PRECISION_PLATFORMS else None
+    timestep = args.timestep_fs * 1e-3 * unit.picoseconds
+    return run_md.make_context(system, name, make_integrator=lambda: openmm.VerletIntegrator(timestep),
+                               properties=properties)
+
+
+def platform_info(context):
+    """Precision actually used and the device name (where the platform has these properties)."""
+    platform = context.getPlatform()
+    names = set(platform.getPropertyNames())
+    precision = platform.getPropertyValue(context, "Precision") if "Precision" in names else (
+        "double" if platform.getName() == "Reference" else "default")
+    device = platform.getPropertyValue(context, "DeviceName") if "DeviceName" in names else None
+    return precision, device
+
+
+def run_platform(context, integrator, steps, args, n_atoms, label):
+    """Run NVE, sampling the energies; returns the record of this platform."""
+    dof = 3 * n_atoms - 3
+    step_list, total, potential, kinetic = [], [], [], []
+
+    def sample(step):
+        state = context.getState(getEnergy=True)
+        pot = state.getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
+        kin = state.getKineticEnergy().value_in_unit(unit.kilojoule_per_mole)
+        step_list.append(step)
+        potential.append(pot)
+        kinetic.append(kin)
+        total.append(pot + kin)
+        return math.isfinite(pot + kin)
+
+    sample(0)
+    done, error = 0, None
+    start = last_print = time.perf_counter()
+    try:
+        while done < steps:
+            chunk = min(args.report_every, steps - done)
+            integrator.step(chunk)
+            done += chunk
+            if not sample(done):
+                error = f"the total energy became {total[-1]} at step {done}"
+                break
+            now = time.perf_counter()
+            if now - last_print > 30.0 and done < steps:
+                print(f"  {label}: step {done}/{steps}, {done / (now - start):.1f} steps/s, "
+                      f"E - E0 = {total[-1] - total[0]:+.4f} kJ/mol", flush=True)
+                last_print = now
+    except openmm.OpenMMException as exception:
+        error = f"step {done}: {str(exception).strip()}"
+    elapsed = time.perf_counter() - start
+    timestep_ns = args.timestep_fs * 1e-6
+    times_ns = np.array(step_list, dtype=float) * timestep_ns
+    record = dict(steps=done, requested_steps=steps, time_ns=done * timestep_ns, reports=len(step_list),
+                  wall_s=elapsed, steps_per_s=done / elapsed if elapsed > 0 else None,
+                  initial_total_energy_kj_per_mol=total[0],
+                  initial_potential_energy_kj_per_mol=potential[0],
+                  mean_kinetic_temperature_k=float(2 * np.mean(kinetic) / (dof * KB)),
+                  error=error)
+    finite = [i for i, value in enumerate(total) if math.isfinite(value)]
+    if len(finite) >= 2:
+        record.update(fit_drift(times_ns[finite], np.array(total)[finite], n_atoms, args.temperature))
+        # The same fit over the second half only: the first ~0.2 ps from the lattice sites (forces building
+        # up) shifts the energy once, which dominates the drift of short runs; the second half is free of it.
+        half = finite[len(finite) // 2:]
+        if len(half) >= 2:
+            second = fit_drift(times_ns[half], np.array(total)[half], n_atoms, args.temperature)
+            record["second_half_drift_kj_per_mol_per_ns"] = second["drift_kj_per_mol_per_ns"]
+            record["second_half_drift_kt_per_ns_per_atom"] = second["drift_kt_per_ns_per_atom"]
+    if not args.no_series:
+        record["series"] = dict(step=step_list, total_kj_per_mol=total, potential_kj_per_mol=potential,
+                                kinetic_kj_per_mol=kinetic)
+    return record
+
+
+def print_table(runs, n_atoms):
+    header = (f"{'platform':<10} {'precision':<10} {'steps':>7} {'ns':>8} {'kJ/mol/ns':>11} {'kT/ns/atom':>11} "
+              f"{'meV/atom/ps':>12} {'rms kJ/mol':>11} {'max|dE|':>9} {'steps/s':>9}")
+    print(f"NVE drift, {n_atoms} atoms (drift: linear fit of the total energy; rms: about the fit; "
+          f"max|dE|: largest |E - E0|, kJ/mol)")
+    print(header)
+    for run in runs:
+        if "drift_kj_per_mol_per_ns" not in run:
+            print(f"{run['platform']:<10} {run.get('precision') or '-':<10} {run.get('steps', 0):>7}  {run['error']}")
+            continue
+        print(f"{run['platform']:<10} {run['precision']:<10} {run['steps']:>7} {run['time_ns']:>8.4g} "
+              f"{run['drift_kj_per_mol_per_ns']:>11.4g} {run['drift_kt_per_ns_per_atom']:>11.3e} "
+              f"{run['drift_mev_per_atom_per_ps']:>12.3e} {run['fluctuation_rms_kj_per_mol']:>11.4g} "
+              f"{run['max_abs_deviation_kj_per_mol']:>9.4g} {run['steps_per_s']:>9.1f}")
+        if run.get("error"):
+            print(f"{'':<10} stopped: {run['error']}")
+
+
+def write_json(path, document):
+    if not path:
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + ".tmp", "w") as handle:
+        json.dump(document, handle, indent=1, allow_nan=True)
+        handle.write("\n")
+    os.replace(path + ".tmp", path)
+
+
+def main(argv=None):
+    try:
+        args = parse_args(argv)
+        names, explicit = choose_platforms(args.platforms)
+    except InputError as error:
+        print(f"nve_drift: {error}", file=sys.stderr)
+        return 2
+
+    positions, edge = sw.diamond(args.cells)
+    n_atoms = len(positions)
+    system = silicon_md.ml_system(args.model, n_atoms, edge)  # loads the GraphForce plugins too
+    masses = [system.getParticleMass(i).value_in_unit(unit.dalton) for i in range(n_atoms)]
+    velocities = maxwell_boltzmann(masses, args.temperature, args.seed)
+    initial_temperature = float((np.asarray(masses)[:, None] * velocities ** 2).sum() / ((3 * n_atoms - 3) * KB))
+
+    # Every Context first, so that a platform that cannot run the System fails before hours of Reference steps.
+    contexts = []
+    for name in names:
+        try:
+            context, integrator = make_context(system, name, args)
+        except SystemExit as error:  # run_md.make_context's message
+            if explicit:
+                print(f"nve_drift: {error}", file=sys.stderr)
+                return 2
+            print(f"note: skipping {name}: {error}", flush=True)
+            continue
+        context.setPositions(positions * sw.ANGSTROM)
+        context.setVelocities(velocities)
+        contexts.append((name, context, integrator))
+
+    gpu_name = None
+    header = dict(
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        host=host_platform.node(),
+        openmm_version=openmm.__version__,
+        git_revision=git_revision(),
+        gpu_name=None,
+        model=os.path.relpath(os.path.abspath(args.model), REPO),
+        atoms=n_atoms, cells=args.cells, box_edge_nm=edge * sw.ANGSTROM,
+        temperature_k=args.temperature, kt_kj_per_mol=KB * args.temperature,
+        initial_kinetic_temperature_k=initial_temperature,
+        timestep_fs=args.timestep_fs, report_every=args.report_every, seed=args.seed,
+        steps=args.steps, reference_steps=args.reference_steps, platforms=[c[0] for c in contexts],
+        precision_requested=args.precision, command=["bench/nve_drift.py"] + list(sys.argv[1:] if argv is None else argv),
+        integrator="VerletIntegrator (NVE); initial state: diamond lattice sites, numpy Maxwell-Boltzmann "
+                   "velocities, centre-of-mass momentum removed",
+    )
+    document = dict(header=header, runs=[])
+    print(f"NVE drift: {n_atoms} Si atoms ({args.cells}^3 diamond cells), {args.temperature:g} K initial velocities "
+          f"(seed {args.seed}, kinetic {initial_temperature:.1f} K), dt {args.timestep_fs:g} fs, "
+          f"model {os.path.basename(args.model)}, platforms {', '.join(c[0] for c in contexts) or 'none'}", flush=True)
+    for name, context, integrator in contexts:
+        precision, device = platform_info(context)
+        if name in PRECISION_PLATFORMS and gpu_name is None:
+            gpu_name = device or gpu_name_fallback()
+            header["gpu_name"] = gpu_name
+        steps = args.reference_steps if name == "Reference" else args.steps
+        print(f"running {name} ({precision}{', ' + device if device else ''}): {steps} steps", flush=True)
+        record = dict(platform=name, precision=precision, device_name=device)
+        record.update(run_platform(context, integrator, steps, args, n_atoms, name))
+        document["runs"].append(record)
+        write_json(args.out, document)  # after every platform: a killed run keeps what it measured
+    print()
+    print_table(document["runs"], n_atoms)
+    reference = next((r for r in document["runs"] if r["platform"] == "Reference"), None)
+    if reference is not None:
+        for run in document["runs"]:
+            if run is not reference:
+                difference = run["initial_total_energy_kj_per_mol"] - reference["initial_total_energy_kj_per_mol"]
+                run["initial_energy_minus_reference_kj_per_mol"] = difference
+                print(f"{run['platform']} ({run['precision']}): initial total energy - Reference's = {difference:+.6g} kJ/mol")
+    write_json(args.out, document)
+    if args.out:
+        print(f"results: {args.out}")
+    return 0 if all(not r.get("error") for r in document["runs"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""bench/nve_drift.py: the drift fit on a known series, and a short Reference run (CPU only)."""
+
+import importlib.util
+import json
+import math
+import pathlib
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def nve():
+    spec = importlib.util.spec_from_file_location("nve_drift", ROOT / "bench" / "nve_drift.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fit_of_a_linear_series(nve):
+    times = np.linspace(0.0, 0.02, 1001)  # ns
+    slope, start = 37.5, -2.1e5  # kJ/mol/ns, kJ/mol: a drift that is small next to the energy
+    fit = nve.fit_drift(times, start + slope * times, n_atoms=512, temperature_k=1000.0)
+    assert fit["drift_kj_per_mol_per_ns"] == pytest.approx(slope, rel=1e-6)
+    assert fit["intercept_kj_per_mol"] == pytest.approx(start, rel=1e-12)
+    assert fit["fluctuation_rms_kj_per_mol"] < 1e-6
+    assert fit["max_abs_deviation_kj_per_mol"] == pytest.approx(slope * 0.02, rel=1e-6)
+    kb = 0.00831446261815324  # kJ/mol/K
+    assert fit["drift_kt_per_ns_per_atom"] == pytest.approx(slope / (kb * 1000.0 * 512), rel=1e-6)
+    # 1 kJ/mol/ns = 1/96.485 meV/ps
+    assert fit["drift_mev_per_atom_per_ps"] == pytest.approx(slope / (96.48533212331 * 512), rel=1e-6)
+
+
+def test_fit_with_an_oscillation(nve):
+    # A whole number of periods of a cosine (even about the middle, so uncorrelated with t) about the line:
+    # the slope is unchanged, the RMS about the fit is A/sqrt(2).
+    times = np.linspace(0.0, 0.01, 4001)
+    amplitude = 0.3
+    energies = 5.0 - 12.0 * times + amplitude * np.cos(2 * np.pi * 20 * times / 0.01)
+    fit = nve.fit_drift(times, energies)
+    assert fit["drift_kj_per_mol_per_ns"] == pytest.approx(-12.0, abs=1e-3)
+    assert fit["fluctuation_rms_kj_per_mol"] == pytest.approx(amplitude / math.sqrt(2), rel=0.01)
+    assert "drift_kt_per_ns_per_atom" not in fit  # no atom count given
+    with pytest.raises(ValueError):
+        nve.fit_drift([0.0], [1.0])
+
+
+def test_identical_initial_velocities(nve):
+    masses = np.full(64, 28.0855)
+    a = nve.maxwell_boltzmann(masses, 1000.0, seed=3)
+    assert np.array_equal(a, nve.maxwell_boltzmann(masses, 1000.0, seed=3))
+    assert np.allclose((masses[:, None] * a).sum(0), 0.0, atol=1e-10)
+    temperature = (masses[:, None] * a ** 2).sum() / ((3 * 64 - 3) * 0.00831446261815324)
+    assert temperature == pytest.approx(1000.0, rel=1e-9)
+
+
+def test_short_reference_run(nve, tmp_path, capsys):
+    out = tmp_path / "nve.json"
+    assert nve.main(["--platforms", "Reference", "--atoms", "64", "--steps", "40", "--report-every", "10",
+                     "--seed", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "kT/ns/atom" in printed and "Reference" in printed
+    document = json.loads(out.read_text())
+    header = document["header"]
+    assert header["openmm_version"] and header["atoms"] == 64 and header["timestep_fs"] == 1.0
+    assert "git_revision" in header and "gpu_name" in header
+    (run,) = document["runs"]
+    assert run["platform"] == "Reference" and run["precision"] == "double"
+    assert run["steps"] == 40 and run["reports"] == 5 and run["error"] is None
+    for key in ("drift_kj_per_mol_per_ns", "drift_kt_per_ns_per_atom", "drift_mev_per_atom_per_ps",
+                "fluctuation_rms_kj_per_mol", "max_abs_deviation_kj_per_mol", "steps_per_s", "time_ns",
+                "initial_total_energy_kj_per_mol", "mean_kinetic_temperature_k"):
+        assert math.isfinite(run[key]), key
+    assert run["time_ns"] == pytest.approx(40e-6)
+    assert run["series"]["step"] == [0, 10, 20, 30, 40]
+    # 64 atoms at 1 fs: the total energy stays within a few kJ/mol over 40 fs.
+    assert run["max_abs_deviation_kj_per_mol"] < 5.0
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--platforms", "NoSuchPlatform"], "unknown or unavailable platform"),
+    (["--steps", "0"], "positive number of steps"),
+    (["--reference-steps", "-5"], "positive number of steps"),
+    (["--atoms", "100"], "8 x cells^3"),
+])
+def test_bad_input_is_one_line(nve, capsys, arguments, message):
+    assert nve.main(arguments + ["--out", ""]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and "Traceback" not in captured.err
