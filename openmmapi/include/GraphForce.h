@@ -41,6 +41,13 @@ class GraphModel;
  *    checks that the energy and every force are finite and throws an
  *    OpenMMException naming the first bad particle otherwise.  When false the
  *    check is skipped (for benchmarks only).
+ *  - "CudaGraph": "auto" (default), "true" or "false".  CUDA platform only:
+ *    the whole evaluation (graph build, edge scans, networks, forces) is
+ *    captured once into a CUDA graph and replayed, one launch per evaluation;
+ *    it is captured again when the periodic box, the neighbour capacity, the
+ *    types or OpenMM's buffers change.  "auto" falls back to plain kernel
+ *    launches if a capture fails, "true" throws an OpenMMException instead,
+ *    "false" never captures.  Results are bitwise the same in every mode.
  */
 class OPENMM_EXPORT_GRAPH GraphForce : public OpenMM::Force {
 public:

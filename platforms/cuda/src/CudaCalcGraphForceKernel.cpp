@@ -15,7 +15,26 @@ void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce
     types.resize(n);
     for (int i = 0; i < n; i++)
         force.getParticleParameters(i, particles[i], types[i]);
-    pipeline = createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles());
+    const std::string graph = force.getProperty("CudaGraph");
+    const CudaGraphMode mode = graph == "true" ? CudaGraphMode::Required : graph == "false" ? CudaGraphMode::Off : CudaGraphMode::Auto;
+    pipeline = createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), mode);
+    // The status of an evaluation is read where OpenMM reads its own neighbour-list
+    // count: in finishComputation, after every force has been enqueued.
+    postComputation = std::make_shared<PostComputationState>();
+    postComputation->pipeline = pipeline.get();
+    cu.addPostComputation(new StatusCheck(postComputation, cu));
+}
+
+CudaCalcGraphForceKernel::~CudaCalcGraphForceKernel() {
+    if (postComputation)
+        postComputation->pipeline = nullptr;
+}
+
+double CudaCalcGraphForceKernel::StatusCheck::computeForceAndEnergy(bool includeForces, bool includeEnergy, int groups) {
+    CudaGraphPipelineBase* pipeline = state->pipeline;
+    if (pipeline != nullptr && !pipeline->finish())
+        cu.setForcesValid(false); // a neighbour row overflowed: capacity has grown, OpenMM recomputes
+    return 0.0;
 }
 
 void CudaCalcGraphForceKernel::checkBox() const {
@@ -34,14 +53,13 @@ void CudaCalcGraphForceKernel::checkBox() const {
 
 double CudaCalcGraphForceKernel::execute(ContextImpl& context, bool includeForces, bool includeEnergy) {
     checkBox();
-    pipeline->enqueue(includeForces, includeEnergy);
-    if (!pipeline->finish())
-        cu.setForcesValid(false); // a neighbour row overflowed: capacity has grown, OpenMM recomputes
-    return 0.0; // the energy went into OpenMM's energy buffer
+    pipeline->enqueue(includeForces, includeEnergy); // checked by StatusCheck in finishComputation
+    return 0.0;                                      // the energy goes into OpenMM's energy buffer
 }
 
 void CudaCalcGraphForceKernel::getParticleEnergies(ContextImpl& context, std::vector<double>& energies) {
     checkBox();
+    pipeline->finish(); // a pending evaluation of a step first
     do
         pipeline->enqueue(false, false);
     while (!pipeline->finish());

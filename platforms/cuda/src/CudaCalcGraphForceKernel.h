@@ -20,12 +20,28 @@ public:
     CudaCalcGraphForceKernel(std::string name, const OpenMM::Platform& platform, OpenMM::CudaContext& cu)
         : CalcGraphForceKernel(name, platform), cu(cu) {
     }
+    ~CudaCalcGraphForceKernel();
     void initialize(const OpenMM::System& system, const GraphForce& force) override;
     double execute(OpenMM::ContextImpl& context, bool includeForces, bool includeEnergy) override;
     void getParticleEnergies(OpenMM::ContextImpl& context, std::vector<double>& energies) override;
     void copyParametersToContext(OpenMM::ContextImpl& context, const GraphForce& force) override;
 
 private:
+    /** Shared by the kernel and its StatusCheck (owned by the CudaContext, which may outlive the kernel). */
+    struct PostComputationState {
+        CudaGraphPipelineBase* pipeline = nullptr;
+    };
+    /** Reads the status of the evaluation in OpenMM's finishComputation; asks for a recomputation after an overflow. */
+    class StatusCheck : public OpenMM::ComputeContext::ForcePostComputation {
+    public:
+        StatusCheck(std::shared_ptr<PostComputationState> state, OpenMM::CudaContext& cu) : state(state), cu(cu) {
+        }
+        double computeForceAndEnergy(bool includeForces, bool includeEnergy, int groups) override;
+
+    private:
+        std::shared_ptr<PostComputationState> state;
+        OpenMM::CudaContext& cu;
+    };
     void checkBox() const;
 
     OpenMM::CudaContext& cu;
@@ -33,6 +49,7 @@ private:
     std::vector<int> particles, types;
     bool periodic = false;
     std::unique_ptr<CudaGraphPipelineBase> pipeline;
+    std::shared_ptr<PostComputationState> postComputation;
 };
 
 } // namespace GraphPlugin

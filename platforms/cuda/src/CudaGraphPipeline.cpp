@@ -33,9 +33,11 @@ template <typename real>
 class CudaGraphPipeline : public CudaGraphPipelineBase {
 public:
     CudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles, const std::vector<int>& types,
-                      bool periodic, int numSystemParticles)
-        : cu(cu), model(model), n((int) particles.size()), periodic(periodic) {
+                      bool periodic, int numSystemParticles, CudaGraphMode graphMode)
+        : cu(cu), model(model), n((int) particles.size()), periodic(periodic), graphMode(graphMode) {
         ContextSelector selector(cu);
+        GRAPH_CU_CHECK(cuDeviceGetAttribute(&numMultiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cu.getDevice()));
+        GRAPH_CU_CHECK(cuStreamCreate(&captureStream, CU_STREAM_NON_BLOCKING));
         const GraphModel& m = *model;
         if (m.numChannels > 32 * 4)
             throw OpenMMException("GraphForce: the CUDA platform supports at most 128 channels (n_channels); this model has " +
@@ -130,6 +132,9 @@ public:
 
     ~CudaGraphPipeline() {
         ContextSelector selector(cu);
+        dropGraph();
+        if (captureStream)
+            cuStreamDestroy(captureStream);
         if (hostStatus)
             cuMemFreeHost(hostStatus);
         if (statusEvent)
@@ -138,6 +143,7 @@ public:
 
     void setTypes(const std::vector<int>& types) override {
         ContextSelector selector(cu);
+        dropGraph(); // the type groups are baked into a captured graph
         typeArray->upload(types);
         // Nodes grouped by type (stable), for the per-type networks.
         std::vector<int> order;
@@ -156,14 +162,40 @@ public:
     void enqueue(bool includeForces, bool addEnergy) override {
         ContextSelector selector(cu);
         cudaStream_t stream = (cudaStream_t) cu.getCurrentStream();
-        GraphBox<double> box = currentBox();
+        const GraphBox<double> box = currentBox();
+        energyIsDouble = cu.getEnergyBuffer().getElementSize() == sizeof(double);
+        pending = true;
+        if (graphMode != CudaGraphMode::Off) {
+            const LaunchKey key = currentKey(includeForces, addEnergy, box);
+            if (graphExec == nullptr || !(key == graphKey))
+                captureGraph(key, includeForces, addEnergy, box);
+            if (graphExec != nullptr) {
+                GRAPH_CUDA_CHECK(cudaGraphLaunch(graphExec, stream));
+                GRAPH_CU_CHECK(cuEventRecord(statusEvent, (CUstream) stream));
+                return;
+            }
+        }
+        enqueueWork(stream, includeForces, addEnergy, box);
+        GRAPH_CU_CHECK(cuEventRecord(statusEvent, (CUstream) stream));
+    }
+
+    bool capturing() const override {
+        return graphExec != nullptr;
+    }
+
+private:
+    /**
+     * Everything one evaluation does on the device, in stream order; no host
+     * synchronisation and no host reads, so that it can be captured into a CUDA
+     * graph.  Ends with the asynchronous copy of the status to pinned memory.
+     */
+    void enqueueWork(cudaStream_t stream, bool includeForces, bool addEnergy, const GraphBox<double>& box) {
         const GraphModel& m = *model;
         GRAPH_CUDA_CHECK(cudaMemsetAsync(pointer<GraphStatus>(status), 0, sizeof(GraphStatus), stream));
         if (n == 0)
-            return recordStatus(stream);
+            return copyStatus(stream);
         const int* types = pointer<int>(typeArray);
         double* x = pointer<double>(positions);
-        energyIsDouble = cu.getEnergyBuffer().getElementSize() == sizeof(double);
 
         // Stage 1: the canonical graph.
         const float4* correction =
@@ -209,7 +241,7 @@ public:
                                         (void*) cu.getEnergyBuffer().getDevicePointer(), energyIsDouble, pointer<GraphStatus>(status), stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
         if (!includeForces)
-            return recordStatus(stream);
+            return copyStatus(stream);
 
         // Stage 4: back to dE/dA (and dE/dB), then the edge backward into OpenMM's forces.
         real* gradInput = pointer<real>(fittingInputGrad);
@@ -232,10 +264,97 @@ public:
                            capacity, pointer<int>(slotOfNode), (long long*) cu.getLongForceBuffer().getDevicePointer(), cu.getPaddedNumAtoms(),
                            pointer<GraphStatus>(status), stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
-        recordStatus(stream);
+        copyStatus(stream);
     }
 
+    /** What a captured graph depends on besides the arrays this pipeline owns. */
+    struct LaunchKey {
+        bool includeForces = false, addEnergy = false, energyIsDouble = false;
+        GraphBox<double> box;
+        int capacity = 0;
+        CUdeviceptr posq = 0, correction = 0, atomIndex = 0, forces = 0, energy = 0;
+        bool operator==(const LaunchKey& o) const {
+            if (includeForces != o.includeForces || addEnergy != o.addEnergy || energyIsDouble != o.energyIsDouble || capacity != o.capacity ||
+                posq != o.posq || correction != o.correction || atomIndex != o.atomIndex || forces != o.forces || energy != o.energy ||
+                box.periodic != o.box.periodic)
+                return false;
+            for (int d = 0; d < 3; d++)
+                if (box.a[d] != o.box.a[d] || box.b[d] != o.box.b[d] || box.c[d] != o.box.c[d])
+                    return false;
+            return true;
+        }
+    };
+
+    LaunchKey currentKey(bool includeForces, bool addEnergy, const GraphBox<double>& box) {
+        LaunchKey key;
+        key.includeForces = includeForces;
+        key.addEnergy = addEnergy;
+        key.energyIsDouble = energyIsDouble;
+        key.box = box;
+        key.capacity = capacity;
+        key.posq = cu.getPosq().getDevicePointer();
+        key.correction = cu.getUseMixedPrecision() ? cu.getPosqCorrection().getDevicePointer() : 0;
+        key.atomIndex = cu.getAtomIndexArray().getDevicePointer();
+        key.forces = cu.getLongForceBuffer().getDevicePointer();
+        key.energy = cu.getEnergyBuffer().getDevicePointer();
+        return key;
+    }
+
+    /**
+     * Capture enqueueWork() into a CUDA graph (on a private stream: capturing
+     * runs nothing) and instantiate it, or update the instantiated graph in
+     * place.  A failed capture turns graphs off in "auto" mode and is an
+     * OpenMMException in "true" mode (a capture fails, among other reasons,
+     * when the work synchronises with the host).
+     */
+    void captureGraph(const LaunchKey& key, bool includeForces, bool addEnergy, const GraphBox<double>& box) {
+        cudaGraph_t graph = nullptr;
+        cudaError_t result = cudaStreamBeginCapture(captureStream, cudaStreamCaptureModeThreadLocal);
+        std::string failure;
+        if (result == cudaSuccess) {
+            try {
+                enqueueWork(captureStream, includeForces, addEnergy, box);
+            }
+            catch (const std::exception& error) {
+                failure = error.what();
+            }
+            const cudaError_t end = cudaStreamEndCapture(captureStream, &graph);
+            if (result == cudaSuccess)
+                result = end;
+        }
+        if (failure.empty() && result == cudaSuccess && graphExec != nullptr) {
+            cudaGraphExecUpdateResultInfo info;
+            if (cudaGraphExecUpdate(graphExec, graph, &info) != cudaSuccess) {
+                (void) cudaGetLastError();
+                cudaGraphExecDestroy(graphExec);
+                graphExec = nullptr;
+            }
+        }
+        if (failure.empty() && result == cudaSuccess && graphExec == nullptr)
+            result = cudaGraphInstantiate(&graphExec, graph, 0);
+        if (graph != nullptr)
+            cudaGraphDestroy(graph);
+        if (failure.empty() && result != cudaSuccess)
+            failure = cudaGetErrorString(result);
+        if (!failure.empty()) {
+            (void) cudaGetLastError();
+            if (graphExec != nullptr)
+                cudaGraphExecDestroy(graphExec);
+            graphExec = nullptr;
+            if (graphMode == CudaGraphMode::Required)
+                throw OpenMMException("GraphForce: CudaGraph is \"true\" but the evaluation could not be captured into a CUDA graph (" + failure +
+                                      "); set CudaGraph to \"auto\" or \"false\"");
+            graphMode = CudaGraphMode::Off;
+            return;
+        }
+        graphKey = key;
+    }
+
+public:
     bool finish() override {
+        if (!pending)
+            return true;
+        pending = false;
         ContextSelector selector(cu);
         GRAPH_CU_CHECK(cuEventSynchronize(statusEvent));
         const GraphStatus s = *hostStatus;
@@ -362,9 +481,10 @@ private:
     }
 
     /** The DenseBatch of layer `layer` (-1: the output layer) for the given types. */
-    DenseBatch<real> makeBatch(const DeviceNetworks& networks, int layer, const std::vector<int>& batchTypes) {
+    DenseBatch<real> makeBatch(const DeviceNetworks& networks, int layer, const std::vector<int>& batchTypes, int columns) {
         DenseBatch<real> batch;
         batch.numGroups = (int) batchTypes.size();
+        batch.tileRows = chooseDenseTileRows(typeOffsets[batchTypes.back() + 1] - typeOffsets[batchTypes[0]], columns, numMultiprocessors);
         batch.rowStart[0] = typeOffsets[batchTypes[0]];
         batch.tileStart[0] = 0;
         for (int g = 0; g < batch.numGroups; g++) {
@@ -372,7 +492,7 @@ private:
             const DeviceLayer& l = layer < 0 ? networks.output[t] : networks.hidden[t][layer];
             const int rows = typeOffsets[t + 1] - typeOffsets[t];
             batch.rowStart[g + 1] = typeOffsets[t + 1];
-            batch.tileStart[g + 1] = batch.tileStart[g] + (rows + DenseTileRows - 1) / DenseTileRows;
+            batch.tileStart[g + 1] = batch.tileStart[g] + (rows + batch.tileRows - 1) / batch.tileRows;
             batch.weight[g] = pointer<real>(l.weight);
             batch.bias[g] = pointer<real>(l.bias);
             batch.timestep[g] = l.residual ? pointer<real>(l.timestep) : nullptr;
@@ -395,7 +515,7 @@ private:
             int stride = inputStride;
             for (int l = 0; l < networks.numHidden; l++) {
                 const DeviceLayer& layer = networks.hidden[t0][l];
-                launchDenseForward<real>(makeBatch(networks, l, batchTypes), rowNodes, h, stride, layer.numInputs, layer.numOutputs, activation,
+                launchDenseForward<real>(makeBatch(networks, l, batchTypes, layer.numOutputs), rowNodes, h, stride, layer.numInputs, layer.numOutputs, activation,
                                          layer.residual, pointer<real>(preActivations[l]), pointer<real>(activations[l]),
                                          networks.layerWidth[l], stream);
                 h = pointer<real>(activations[l]);
@@ -403,10 +523,10 @@ private:
             }
             const DeviceLayer& out = networks.output[t0];
             if (isNode)
-                launchDenseForward<real>(makeBatch(networks, -1, batchTypes), rowNodes, h, stride, out.numInputs, out.numOutputs, GraphIdentity,
+                launchDenseForward<real>(makeBatch(networks, -1, batchTypes, out.numOutputs), rowNodes, h, stride, out.numInputs, out.numOutputs, GraphIdentity,
                                          false, nullptr, output, outputStride, stream);
             else
-                launchEnergyOutput<real>(makeBatch(networks, -1, batchTypes), rowNodes, h, stride, out.numInputs, pointer<real>(particleEnergy),
+                launchEnergyOutput<real>(makeBatch(networks, -1, batchTypes, 1), rowNodes, h, stride, out.numInputs, pointer<real>(particleEnergy),
                                          nullptr, stream);
         }
     }
@@ -428,13 +548,13 @@ private:
             const DeviceLayer& out = networks.output[t0];
             if (isNode)
                 // phi = W_out h + b: dE/dh = W_out^T dE/dphi.
-                launchDenseBackward<real>(makeBatch(networks, -1, batchTypes), rowNodes, pointer<real>(nodeFeatureGrad), M, nullptr,
+                launchDenseBackward<real>(makeBatch(networks, -1, batchTypes, out.numInputs), rowNodes, pointer<real>(nodeFeatureGrad), M, nullptr,
                                           out.numInputs, out.numOutputs, GraphIdentity, false, pointer<real>(gradientScratch[2]),
                                           H > 0 ? grad : gradInput, H > 0 ? gradStride : gradInputStride, stream);
             else {
                 // E = w . h_H + b + shift: dE/dh_H = w (the energies are recomputed bitwise identically on the way).
                 const real* hidden = H > 0 ? pointer<real>(activations[H - 1]) : input;
-                launchEnergyOutput<real>(makeBatch(networks, -1, batchTypes), rowNodes, hidden, H > 0 ? gradStride : inputStride, out.numInputs,
+                launchEnergyOutput<real>(makeBatch(networks, -1, batchTypes, 1), rowNodes, hidden, H > 0 ? gradStride : inputStride, out.numInputs,
                                          pointer<real>(particleEnergy), H > 0 ? grad : gradInput, stream);
             }
             int current = 0;
@@ -451,7 +571,7 @@ private:
                     target = pointer<real>(gradientScratch[current]);
                     targetStride = networks.layerWidth[l - 1];
                 }
-                launchDenseBackward<real>(makeBatch(networks, l, batchTypes), rowNodes, grad, networks.layerWidth[l], pointer<real>(preActivations[l]),
+                launchDenseBackward<real>(makeBatch(networks, l, batchTypes, layer.numInputs), rowNodes, grad, networks.layerWidth[l], pointer<real>(preActivations[l]),
                                           layer.numInputs, layer.numOutputs, activation, layer.residual, pointer<real>(gradZ), target,
                                           targetStride, stream);
                 grad = target;
@@ -471,7 +591,14 @@ private:
         return std::max(1, std::min(capacity, std::max(1, n - 1)));
     }
 
+    void dropGraph() {
+        if (graphExec != nullptr)
+            cudaGraphExecDestroy(graphExec);
+        graphExec = nullptr;
+    }
+
     void allocateRows(int newCapacity) {
+        dropGraph();
         capacity = newCapacity;
         const size_t size = (size_t) std::max(1, n) * capacity;
         unsortedNeighbors.reset(CudaArray::create<int>(cu, size, "graphUnsortedNeighbors"));
@@ -492,9 +619,8 @@ private:
         return box;
     }
 
-    void recordStatus(cudaStream_t stream) {
-        GRAPH_CU_CHECK(cuMemcpyDtoHAsync(hostStatus, status->getDevicePointer(), sizeof(GraphStatus), (CUstream) stream));
-        GRAPH_CU_CHECK(cuEventRecord(statusEvent, (CUstream) stream));
+    void copyStatus(cudaStream_t stream) {
+        GRAPH_CUDA_CHECK(cudaMemcpyAsync(hostStatus, pointer<GraphStatus>(status), sizeof(GraphStatus), cudaMemcpyDeviceToHost, stream));
     }
 
     std::string particleName(int node) const {
@@ -522,19 +648,25 @@ private:
     std::vector<std::unique_ptr<CudaArray>> fittingActivations, fittingPreActivations, nodeActivations, nodePreActivations;
     GraphStatus* hostStatus = nullptr;
     CUevent statusEvent = nullptr;
+    bool pending = false; ///< an enqueue() whose status finish() has not read yet
+    int numMultiprocessors = 1;
+    CudaGraphMode graphMode;
+    CUstream captureStream = nullptr;
+    cudaGraphExec_t graphExec = nullptr;
+    LaunchKey graphKey;
 };
 
 } // namespace
 
 std::unique_ptr<CudaGraphPipelineBase> GraphPlugin::createCudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model,
                                                                             const std::vector<int>& particles, const std::vector<int>& types,
-                                                                            bool periodic, int numSystemParticles) {
+                                                                            bool periodic, int numSystemParticles, CudaGraphMode graphMode) {
     if (cu.getUseDoublePrecision()) {
-        auto pipeline = new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles);
+        auto pipeline = new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles, graphMode);
         pipeline->setParticleNames(particles);
         return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
     }
-    auto pipeline = new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles);
+    auto pipeline = new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode);
     pipeline->setParticleNames(particles);
     return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
 }

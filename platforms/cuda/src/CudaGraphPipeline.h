@@ -10,6 +10,9 @@
 
 namespace GraphPlugin {
 
+/** The GraphForce property CudaGraph: "false", "auto" (capture, fall back to plain launches) or "true" (capture or fail). */
+enum class CudaGraphMode { Off, Auto, Required };
+
 /**
  * The whole evaluation of a GraphForce on the CUDA platform, for one
  * precision (`real` = float for single and mixed, double for double).
@@ -25,15 +28,22 @@ public:
      * Enqueue one evaluation: graph, energy (added to OpenMM's energy buffer
      * when addEnergy) and, when includeForces, forces into OpenMM's force
      * buffer.  The status of the evaluation is copied asynchronously to
-     * pinned host memory; finish() waits for it.
+     * pinned host memory; finish() reads it.  Nothing here waits for the
+     * device; with CudaGraph on, the whole evaluation is one graph launch
+     * (captured again when the box, the capacity or OpenMM's buffers change).
      */
     virtual void enqueue(bool includeForces, bool addEnergy) = 0;
     /**
-     * Wait for the status of the last enqueue() and act on it: throws an
-     * OpenMMException for an error, returns false when a neighbour row
-     * overflowed (capacity has then grown and the caller must recompute).
+     * Read the status of the last enqueue() (waiting for it if the device is
+     * not done) and act on it: throws an OpenMMException for an error, returns
+     * false when a neighbour row overflowed (capacity has then grown and the
+     * caller must recompute).  Returns true at once when nothing is pending.
+     * Called from OpenMM's finishComputation (a ForcePostComputation), the
+     * point where OpenMM reads its own neighbour-list count.
      */
     virtual bool finish() = 0;
+    /** Whether the last enqueue() replayed a captured CUDA graph. */
+    virtual bool capturing() const = 0;
     /** Set the model type of every particle (force order). */
     virtual void setTypes(const std::vector<int>& types) = 0;
     /** Download the last per-particle energies (kJ/mol, force order); synchronises. */
@@ -46,10 +56,11 @@ public:
  * @param particles  [n] System index of each particle of the force
  * @param types      [n] model type of each particle
  * @param periodic   whether the force uses the periodic box
+ * @param graphMode  the CudaGraph property
  */
 std::unique_ptr<CudaGraphPipelineBase> createCudaGraphPipeline(OpenMM::CudaContext& cu, std::shared_ptr<const GraphModel> model,
                                                                const std::vector<int>& particles, const std::vector<int>& types,
-                                                               bool periodic, int numSystemParticles);
+                                                               bool periodic, int numSystemParticles, CudaGraphMode graphMode);
 
 } // namespace GraphPlugin
 

@@ -15,7 +15,7 @@ namespace GraphPlugin {
 
 namespace {
 
-constexpr int TileRows = DenseTileRows, TileCols = 64, TileK = 16;
+constexpr int TileCols = 64, TileK = 16;
 
 int elementBlocks(size_t count) {
     return (int) std::min<size_t>((count + 255) / 256, 65535 * 16);
@@ -64,31 +64,47 @@ __device__ inline int groupOfRow(const DenseBatch<real>& batch, int row) {
 /**
  * C[row][c] = sum_k A[node(row)][k] * B(k, c), B(k, c) = W[c * ldw + k] (forward,
  * W^T) or W[k * ldw + c] (backward, W), W the weights of the row's group.
+ * A tile of 16 * RPT rows by 64 columns per block of 256 threads, each thread
+ * RPT x 4 outputs; the next k-slice is loaded into registers while the current
+ * one is multiplied out of shared memory (double buffered), so a block waits
+ * for global memory once per tile instead of once per k-slice.
  * Epilogue:
  * forward:  z = C + bias; preActivation = z; out = act(z) (+ residualSource + timestep * act(z) if residual)
  * backward: out = C (+ residualSource if residual)
  */
-template <typename real, bool Forward>
+template <typename real, bool Forward, int RPT>
 __global__ void __launch_bounds__(256) denseGemmKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ A,
                                                        int aStride, int K, int N, int ldw, int activation, int residual,
                                                        const real* __restrict__ residualSource, int residualStride,
                                                        real* __restrict__ preActivation, real* __restrict__ out, int outStride) {
-    __shared__ real As[TileK][TileRows + 1];
-    __shared__ real Bs[TileK][TileCols + 1];
+    constexpr int Rows = 16 * RPT;
+    constexpr int ALoads = TileK * Rows / 256, BLoads = TileK * TileCols / 256;
+    __shared__ real As[2][TileK][Rows + 1];
+    __shared__ real Bs[2][TileK][TileCols + 1];
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     const int group = groupOfTile(batch, blockIdx.x);
-    const int rowBase = batch.rowStart[group] + (blockIdx.x - batch.tileStart[group]) * TileRows;
+    const int rowBase = batch.rowStart[group] + (blockIdx.x - batch.tileStart[group]) * Rows;
     const int rowEnd = batch.rowStart[group + 1];
     const int colBase = blockIdx.y * TileCols;
     const real* __restrict__ W = batch.weight[group];
-    real acc[4][4] = {};
-    for (int k0 = 0; k0 < K; k0 += TileK) {
-        for (int e = threadIdx.x; e < TileK * TileRows; e += blockDim.x) {
-            const int kk = e % TileK, rr = e / TileK;
-            const int row = rowBase + rr, k = k0 + kk;
-            As[kk][rr] = (row < rowEnd && k < K) ? A[(size_t) rowNodes[row] * aStride + k] : real(0);
+    // The A rows this thread loads (fixed over k): element e = threadIdx.x + 256 * m, kk = e % TileK, rr = e / TileK.
+    const int aK = threadIdx.x % TileK;
+    const real* aRow[ALoads];
+#pragma unroll
+    for (int m = 0; m < ALoads; m++) {
+        const int row = rowBase + (threadIdx.x + 256 * m) / TileK;
+        aRow[m] = row < rowEnd ? A + (size_t) rowNodes[row] * aStride : nullptr;
+    }
+    real aNext[ALoads], bNext[BLoads];
+    auto load = [&](int k0) {
+#pragma unroll
+        for (int m = 0; m < ALoads; m++) {
+            const int k = k0 + aK;
+            aNext[m] = (aRow[m] != nullptr && k < K) ? aRow[m][k] : real(0);
         }
-        for (int e = threadIdx.x; e < TileK * TileCols; e += blockDim.x) {
+#pragma unroll
+        for (int m = 0; m < BLoads; m++) {
+            const int e = threadIdx.x + 256 * m;
             int kk, cc;
             if (Forward)
                 kk = e % TileK, cc = e / TileK;
@@ -98,30 +114,57 @@ __global__ void __launch_bounds__(256) denseGemmKernel(DenseBatch<real> batch, c
             real value = 0;
             if (col < N && k < K)
                 value = Forward ? W[(size_t) col * ldw + k] : W[(size_t) k * ldw + col];
-            Bs[kk][cc] = value;
+            bNext[m] = value;
         }
-        __syncthreads();
+    };
+    auto store = [&](int buffer) {
+#pragma unroll
+        for (int m = 0; m < ALoads; m++)
+            As[buffer][aK][(threadIdx.x + 256 * m) / TileK] = aNext[m];
+#pragma unroll
+        for (int m = 0; m < BLoads; m++) {
+            const int e = threadIdx.x + 256 * m;
+            if (Forward)
+                Bs[buffer][e % TileK][e / TileK] = bNext[m];
+            else
+                Bs[buffer][e / TileCols][e % TileCols] = bNext[m];
+        }
+    };
+    real acc[RPT][4] = {};
+    load(0);
+    store(0);
+    __syncthreads();
+    int buffer = 0;
+    for (int k0 = 0; k0 < K; k0 += TileK) {
+        const bool more = k0 + TileK < K;
+        if (more)
+            load(k0 + TileK);
 #pragma unroll
         for (int kk = 0; kk < TileK; kk++) {
-            real a[4], b[4];
+            real a[RPT], b[4];
 #pragma unroll
-            for (int x = 0; x < 4; x++) {
-                a[x] = As[kk][ty * 4 + x];
-                b[x] = Bs[kk][tx * 4 + x];
-            }
+            for (int x = 0; x < RPT; x++)
+                a[x] = As[buffer][kk][ty * RPT + x];
 #pragma unroll
-            for (int x = 0; x < 4; x++)
+            for (int y = 0; y < 4; y++)
+                b[y] = Bs[buffer][kk][tx * 4 + y];
+#pragma unroll
+            for (int x = 0; x < RPT; x++)
 #pragma unroll
                 for (int y = 0; y < 4; y++)
                     acc[x][y] = fma(a[x], b[y], acc[x][y]);
         }
-        __syncthreads();
+        if (more) {
+            store(1 - buffer);
+            __syncthreads();
+            buffer = 1 - buffer;
+        }
     }
     const real* __restrict__ bias = batch.bias[group];
     const real* __restrict__ timestep = batch.timestep[group];
 #pragma unroll
-    for (int x = 0; x < 4; x++) {
-        const int row = rowBase + ty * 4 + x;
+    for (int x = 0; x < RPT; x++) {
+        const int row = rowBase + ty * RPT + x;
         if (row >= rowEnd)
             continue;
         const size_t node = rowNodes[row];
@@ -141,6 +184,23 @@ __global__ void __launch_bounds__(256) denseGemmKernel(DenseBatch<real> batch, c
                 out[node * outStride + col] = acc[x][y] + (residual ? residualSource[node * residualStride + col] : real(0));
         }
     }
+}
+
+/** Launches denseGemmKernel with the batch's tile rows. */
+template <typename real, bool Forward>
+void launchGemm(const DenseBatch<real>& batch, dim3 blocks, cudaStream_t stream, const int* rowNodes, const real* A, int aStride, int K, int N,
+                int ldw, int activation, int residual, const real* residualSource, int residualStride, real* preActivation, real* out,
+                int outStride) {
+#define GRAPH_GEMM(RPT)                                                                                                                      \
+    denseGemmKernel<real, Forward, RPT><<<blocks, 256, 0, stream>>>(batch, rowNodes, A, aStride, K, N, ldw, activation, residual,         \
+                                                                    residualSource, residualStride, preActivation, out, outStride)
+    if (batch.tileRows == 16)
+        GRAPH_GEMM(1);
+    else if (batch.tileRows == 32)
+        GRAPH_GEMM(2);
+    else
+        GRAPH_GEMM(4);
+#undef GRAPH_GEMM
 }
 
 template <typename real>
@@ -208,6 +268,14 @@ __global__ void addKernel(const real* __restrict__ in, real* __restrict__ out, s
 
 } // namespace
 
+int chooseDenseTileRows(int rows, int numOutputs, int numMultiprocessors) {
+    const int columnTiles = (numOutputs + TileCols - 1) / TileCols;
+    for (int tileRows : DenseTileRowChoices)
+        if ((long long) ((rows + tileRows - 1) / tileRows) * columnTiles >= 2LL * numMultiprocessors)
+            return tileRows;
+    return DenseTileRowChoices[2];
+}
+
 template <typename real>
 int rowsOf(const DenseBatch<real>& batch) {
     return batch.rowStart[batch.numGroups] - batch.rowStart[0];
@@ -220,8 +288,8 @@ void launchDenseForward(const DenseBatch<real>& batch, const int* rowNodes, cons
     if (tiles == 0)
         return;
     dim3 blocks(tiles, (numOutputs + TileCols - 1) / TileCols);
-    denseGemmKernel<real, true><<<blocks, 256, 0, stream>>>(batch, rowNodes, input, inStride, numInputs, numOutputs, numInputs, activation,
-                                                            residual ? 1 : 0, input, inStride, preActivation, output, outStride);
+    launchGemm<real, true>(batch, blocks, stream, rowNodes, input, inStride, numInputs, numOutputs, numInputs, activation, residual ? 1 : 0,
+                           input, inStride, preActivation, output, outStride);
 }
 
 template <typename real>
@@ -234,8 +302,8 @@ void launchDenseBackward(const DenseBatch<real>& batch, const int* rowNodes, con
     gradientThroughActivationKernel<real><<<elementBlocks((size_t) rowsOf(batch) * numOutputs), 256, 0, stream>>>(
         batch, rowNodes, gradOutput, preActivation, outStride, numOutputs, activation, residual ? 1 : 0, gradZ);
     dim3 blocks(tiles, (numInputs + TileCols - 1) / TileCols);
-    denseGemmKernel<real, false><<<blocks, 256, 0, stream>>>(batch, rowNodes, gradZ, outStride, numOutputs, numInputs, numInputs,
-                                                             GraphIdentity, residual ? 1 : 0, gradOutput, outStride, nullptr, gradInput, inStride);
+    launchGemm<real, false>(batch, blocks, stream, rowNodes, gradZ, outStride, numOutputs, numInputs, numInputs, GraphIdentity,
+                            residual ? 1 : 0, gradOutput, outStride, nullptr, gradInput, inStride);
 }
 
 template <typename real>

@@ -113,11 +113,13 @@ constexpr int MaxBatchedGroups = 16;
 /**
  * One dense layer of several type groups at once (same shape, each group its
  * own weights): group g owns the rows [rowStart[g], rowStart[g+1]) of the
- * node list and the row tiles [tileStart[g], tileStart[g+1]).  Passed by value.
+ * node list and the row tiles [tileStart[g], tileStart[g+1]) of tileRows rows
+ * each.  Passed by value.
  */
 template <typename real>
 struct DenseBatch {
     int numGroups;
+    int tileRows; ///< one of DenseTileRowChoices (chooseDenseTileRows)
     int rowStart[MaxBatchedGroups + 1];
     int tileStart[MaxBatchedGroups + 1];
     const real* weight[MaxBatchedGroups];   ///< [numOutputs][numInputs]
@@ -126,8 +128,17 @@ struct DenseBatch {
     real energyShift[MaxBatchedGroups];     ///< energy output only
 };
 
-/** Rows per tile of the dense kernels (DenseBatch::tileStart counts tiles of this many rows). */
-constexpr int DenseTileRows = 64;
+/** The row tiles the dense kernels are compiled for (64 output columns per tile). */
+constexpr int DenseTileRowChoices[3] = {64, 32, 16};
+
+/**
+ * Launch choice of the dense kernels: the tallest row tile (64, 32 or 16 rows)
+ * that still gives at least two blocks per multiprocessor for `rows` rows and
+ * `numOutputs` columns; small batches get short tiles, so more blocks share
+ * the device (the k-loop of a tile is latency bound).  The choice never
+ * changes a result: every output element sums over k in the same order.
+ */
+int chooseDenseTileRows(int rows, int numOutputs, int numMultiprocessors);
 
 /**
  * One dense layer for every group of the batch, rows mapped to nodes by

@@ -1,5 +1,6 @@
-// CUDA-only tests (after the shared body): bitwise reproducibility and the
-// transparent recomputation when a neighbour row outgrows its capacity.
+// CUDA-only tests (after the shared body): bitwise reproducibility, CUDA graph
+// capture and replay, and the transparent recomputation when a neighbour row
+// outgrows its capacity.
 #include "openmm/NonbondedForce.h"
 
 TEST(CudaGraphForce, PermutedSystemGivesBitwiseIdenticalResults) {
@@ -65,6 +66,74 @@ TEST(CudaGraphForce, CrowdedRowsAreRecomputedTransparently) {
     config.box[0] = Vec3(10, 0, 0);
     config.box[1] = Vec3(0, 10, 0);
     config.box[2] = Vec3(0, 0, 10);
-    std::unique_ptr<System> system(makeSystem(config, options));
-    checkAgainstReference(*system, config.positions);
+    for (const char* mode : {"false", "true"}) {
+        GraphForce* force;
+        std::unique_ptr<System> system(makeSystem(config, options, &force));
+        force->setProperty("CudaGraph", mode); // "true": the capacity growth re-captures the graph
+        checkAgainstReference(*system, config.positions);
+    }
+}
+
+/**
+ * One trajectory with the evaluation captured into a CUDA graph ("true": a
+ * failed capture throws, and a capture fails if the evaluation synchronises
+ * with the host) and with plain launches: energies and forces bitwise equal,
+ * through MD steps (replays), a box change (re-capture), a type change and
+ * energy-only evaluations.
+ */
+std::vector<Result> graphModeTrajectory(const char* mode) {
+    GraphTest::ModelOptions options;
+    options.numInteractions = 1;
+    options.lMax = 2;
+    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 35);
+    GraphForce* force;
+    std::unique_ptr<System> system(makeSystem(config, options, &force));
+    force->setProperty("CudaGraph", mode);
+    VerletIntegrator integrator(0.0005);
+    Context context(*system, integrator, testPlatform(), testPlatformProperties());
+    context.setPositions(config.positions);
+    context.setVelocitiesToTemperature(300, 5);
+    std::vector<Result> results;
+    auto record = [&]() {
+        State state = context.getState(State::Energy | State::Forces | State::Positions);
+        results.push_back({state.getPotentialEnergy(), state.getForces()});
+        results.push_back({context.getState(State::Energy).getPotentialEnergy(), {}});
+    };
+    record();
+    integrator.step(25);
+    record();
+    Vec3 a, b, c;
+    context.getState(State::Positions).getPeriodicBoxVectors(a, b, c);
+    context.setPeriodicBoxVectors(a * 1.02, b * 1.02, c * 1.02);
+    integrator.step(5);
+    record();
+    for (int i = 0; i < force->getNumParticles(); i += 4) {
+        int particle, type;
+        force->getParticleParameters(i, particle, type);
+        force->setParticleParameters(i, particle, 1 - type);
+    }
+    force->updateParametersInContext(context);
+    integrator.step(5);
+    record();
+    return results;
+}
+
+TEST(CudaGraphForce, CapturedGraphGivesBitwiseIdenticalTrajectories) {
+    std::vector<Result> plain = graphModeTrajectory("false");
+    std::vector<Result> captured = graphModeTrajectory("true");
+    ASSERT_EQ(plain.size(), captured.size());
+    for (size_t k = 0; k < plain.size(); k++) {
+        EXPECT_EQ(plain[k].energy, captured[k].energy) << "record " << k;
+        ASSERT_EQ(plain[k].forces.size(), captured[k].forces.size());
+        for (size_t i = 0; i < plain[k].forces.size(); i++)
+            for (int c = 0; c < 3; c++)
+                ASSERT_EQ(plain[k].forces[i][c], captured[k].forces[i][c]) << "record " << k << ", particle " << i;
+    }
+    EXPECT_NE(plain[0].energy, plain[2].energy); // the trajectory moved
+}
+
+TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
+    GraphTest::ModelOptions options;
+    std::unique_ptr<GraphForce> force(makeForce(options));
+    EXPECT_THROW(force->setProperty("CudaGraph", "yes"), OpenMMException);
 }
