@@ -27,6 +27,7 @@ def main() -> None:
     parser.add_argument("--evaluations", type=int, default=2)
     parser.add_argument("--precision", default="mixed")
     parser.add_argument("--steps", type=int, default=0, help="also time this many Verlet steps (outside the profiled range)")
+    parser.add_argument("--cuda-graph", default="auto", choices=("auto", "true", "false"), help="the GraphForce's CudaGraph property")
     args = parser.parse_args()
 
     import openmm
@@ -40,6 +41,7 @@ def main() -> None:
     path = os.path.join(directory, f"{args.grade}.safetensors")
     model.write(path)
     force = openmmgraph.GraphForce(path)
+    force.setProperty("CudaGraph", args.cuda_graph)
     n_types = force.getNumTypes()
     positions, types, box = lattice_system(args.n, n_types=n_types, seed=0)
     system = openmm.System()
@@ -70,14 +72,14 @@ def main() -> None:
     elapsed = (time.perf_counter() - start) / args.evaluations
     if cudart is not None:
         cudart.cudaProfilerStop()
-    print(f"{args.grade} n={args.n}: {1e3 * elapsed:.3f} ms per evaluation (wall, {args.evaluations} evaluations)")
+    print(f"{args.grade} n={args.n} CudaGraph={args.cuda_graph}: {1e3 * elapsed:.3f} ms per evaluation (wall, {args.evaluations} evaluations)")
     if args.steps:
         integrator.step(10)
         context.getState(getEnergy=True)
         start = time.perf_counter()
         integrator.step(args.steps)
         context.getState(getEnergy=True)
-        print(f"{args.grade} n={args.n}: {1e3 * (time.perf_counter() - start) / args.steps:.4f} ms per step")
+        print(f"{args.grade} n={args.n} CudaGraph={args.cuda_graph}: {1e3 * (time.perf_counter() - start) / args.steps:.4f} ms per step")
 
 
 if __name__ == "__main__":

@@ -44,8 +44,11 @@ if has profile; then
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
     for case in ${PROFILE_CASES:-small:512 medium:10296}; do
         grade=${case%%:*}; n=${case##*:}
-        python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 20 --steps $([ "$n" -le 20000 ] && echo 2000 || echo 50) > "$OUT/wall-$grade-$n.log" 2>&1
-        cat "$OUT/wall-$grade-$n.log" | tail -2
+        for graph in false auto; do
+            python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 20 --cuda-graph $graph \
+                --steps $([ "$n" -le 20000 ] && echo 2000 || echo 50) > "$OUT/wall-$grade-$n-$graph.log" 2>&1
+            tail -2 "$OUT/wall-$grade-$n-$graph.log"
+        done
         [ -n "$NCU" ] && timeout 240 "$NCU" --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
             python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 2 > "$OUT/ncu-$grade-$n.csv" 2> "$OUT/ncu-$grade-$n.err"
     done
@@ -59,4 +62,6 @@ if has extra; then
     bash "${EXTRA_SCRIPT:?}" > "$OUT/extra.log" 2>&1 || status=1
     tail -30 "$OUT/extra.log"
 fi
+# The logs travel back as one archive (the device returns a limited number of files).
+(cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude='*.json' --exclude='*.png' . && find . -type f ! -name logs.tgz ! -name '*.json' ! -name '*.png' -delete)
 exit $status

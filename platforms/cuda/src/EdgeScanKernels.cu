@@ -47,8 +47,61 @@ __device__ inline void rowChunk(int count, int warp, int numWarps, int& first, i
 }
 
 /**
+ * The per-edge quantities that every lane of a warp needs, computed once per
+ * edge (lane e of the warp for edge e of a batch) instead of once per lane:
+ * neighbour, its type, the table interval and Hermite basis, the harmonics and
+ * (Full, for the forces) their gradients, the unit vector and the distance.
+ * One per warp in shared memory; a batch holds StageEdges edges.
+ */
+template <typename real, int H, bool Full>
+struct EdgeStage {
+    static constexpr int E = sizeof(real) == 4 ? 32 : 16;
+    int j[E], tj[E], interval[E];
+    real h[6][E];
+    real d[Full ? 6 : 1][E];
+    real Y[H][E];
+    real grad[Full ? 3 * H : 1][E];
+    real u[Full ? 3 : 1][E];
+    real r[E];
+
+    /** Lane `slot` stages edge (i, j). */
+    __device__ void fill(int slot, int LMAX, const GraphModelParams<real>& model, const double* positions, const int* types, int i, int jj,
+                         const GraphBox<double>& box) {
+        real uu[3], YY[MaxHarmonics], gg[MaxHarmonics][3];
+        const real rr = edgeGeometry(positions, i, jj, box, uu);
+        harmonics(LMAX, uu, YY, gg);
+        const HermiteBasis<real> basis(rr, model);
+        j[slot] = jj;
+        tj[slot] = types[jj];
+        interval[slot] = basis.interval;
+        for (int x = 0; x < 6; x++) {
+            h[x][slot] = basis.h[x];
+            if (Full)
+                d[x][slot] = basis.d[x];
+        }
+        for (int lm = 0; lm < H; lm++) {
+            Y[lm][slot] = YY[lm];
+            if (Full)
+                for (int c = 0; c < 3; c++)
+                    grad[3 * lm + c][slot] = gg[lm][c];
+        }
+        if (Full)
+            for (int c = 0; c < 3; c++)
+                u[c][slot] = uu[c];
+        r[slot] = rr;
+    }
+};
+
+template <typename real, int LMAX, bool Full>
+constexpr size_t stageBytes() {
+    return sizeof(EdgeStage<real, (LMAX + 1) * (LMAX + 1), Full>);
+}
+
+/**
  * One block per center, WarpsPerBlock warps over contiguous chunks of its row;
- * lane k of a warp handles channels k, k + 32, ... (CPL per lane).
+ * lane k of a warp handles channels k, k + 32, ... (CPL per lane).  Edges are
+ * staged a batch at a time (EdgeStage), then every lane walks the batch in
+ * canonical order, so the sums are in row order as before.
  */
 template <typename real, int LMAX, int CPL>
 __global__ void __launch_bounds__(32 * WarpsPerBlock) momentsKernel(GraphModelParams<real> model, const real* __restrict__ table,
@@ -57,9 +110,11 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock) momentsKernel(GraphModelPa
                                                                      const int* __restrict__ neighbors, const int* __restrict__ rowCount,
                                                                      int capacity, real* __restrict__ moments) {
     constexpr int H = (LMAX + 1) * (LMAX + 1);
+    using Stage = EdgeStage<real, H, false>;
     extern __shared__ unsigned char sharedBytes[];
-    real* partial = reinterpret_cast<real*>(sharedBytes); // [WarpsPerBlock][H][M]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    Stage* stage = reinterpret_cast<Stage*>(sharedBytes) + warp;
+    real* partial = reinterpret_cast<real*>(sharedBytes + WarpsPerBlock * sizeof(Stage)); // [WarpsPerBlock][H][M]
     const int M = model.numChannels;
     for (int i = blockIdx.x; i < n; i += gridDim.x) {
         real acc[H][CPL];
@@ -71,29 +126,38 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock) momentsKernel(GraphModelPa
         const int ti = types[i];
         int first, last;
         rowChunk(rowCount[i], warp, WarpsPerBlock, first, last);
-        for (int e = first; e < last; e++) {
-            const int j = neighbors[(size_t) i * capacity + e];
-            real u[3], Y[MaxHarmonics], grad[MaxHarmonics][3];
-            const real r = edgeGeometry(positions, i, j, box, u);
-            harmonics(LMAX, u, Y, grad);
-            const HermiteBasis<real> basis(r, model);
-            const int tj = types[j];
+        for (int base = first; base < last; base += Stage::E) {
+            const int count = min(Stage::E, last - base);
+            if (lane < count)
+                stage->fill(lane, LMAX, model, positions, types, i, neighbors[(size_t) i * capacity + base + lane], box);
+            __syncwarp();
+            for (int q = 0; q < count; q++) {
+                const int j = stage->j[q], tj = stage->tj[q], interval = stage->interval[q];
+                real h[6], Y[H];
 #pragma unroll
-            for (int c = 0; c < CPL; c++) {
-                const int k = lane + 32 * c;
-                if (k < M) {
-                    const real weight = nodeWeights ? nodeWeights[(size_t) j * M + k] : real(1);
+                for (int x = 0; x < 6; x++)
+                    h[x] = stage->h[x][q];
 #pragma unroll
-                    for (int l = 0; l <= LMAX; l++) {
-                        real value, deriv;
-                        basis.evaluate(table, model, ti, tj, l, k, value, deriv);
-                        value *= weight;
+                for (int lm = 0; lm < H; lm++)
+                    Y[lm] = stage->Y[lm][q];
 #pragma unroll
-                        for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
-                            acc[lm][c] += value * Y[lm];
+                for (int c = 0; c < CPL; c++) {
+                    const int k = lane + 32 * c;
+                    if (k < M) {
+                        const real weight = nodeWeights ? nodeWeights[(size_t) j * M + k] : real(1);
+#pragma unroll
+                        for (int l = 0; l <= LMAX; l++) {
+                            real value, unused;
+                            hermiteEvaluate<real, false>(table, model, ti, tj, l, k, interval, h, nullptr, value, unused);
+                            value *= weight;
+#pragma unroll
+                            for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
+                                acc[lm][c] += value * Y[lm];
+                        }
                     }
                 }
             }
+            __syncwarp();
         }
 #pragma unroll
         for (int c = 0; c < CPL; c++) {
@@ -235,6 +299,45 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
     }
 }
 
+/**
+ * Sum each of V values over the 32 lanes and leave the total of value q in the
+ * lanes whose top log2(V) bits are q (a reduce-scatter butterfly: V - 1 +
+ * 5 - log2(V) shuffles instead of 5 V).  A fixed order: bitwise reproducible.
+ */
+template <typename real, int V>
+__device__ inline real warpReduceScatter(real v[V], int lane) {
+    constexpr int steps = V == 1 ? 0 : V == 2 ? 1 : V == 4 ? 2 : V == 8 ? 3 : V == 16 ? 4 : 5;
+#pragma unroll
+    for (int step = 0; step < steps; step++) {
+        const int width = V >> (step + 1), offset = 16 >> step;
+        const bool upper = (lane & offset) != 0;
+#pragma unroll
+        for (int t = 0; t < V / 2; t++)
+            if (t < width) {
+                const real send = upper ? v[t] : v[t + width];
+                const real keep = upper ? v[t + width] : v[t];
+                v[t] = keep + __shfl_xor_sync(0xffffffff, send, offset);
+            }
+    }
+    real x = v[0];
+#pragma unroll
+    for (int offset = 16 >> steps; offset > 0; offset >>= 1)
+        x += __shfl_xor_sync(0xffffffff, x, offset);
+    return x;
+}
+
+/** The smallest power of two >= x (x <= 32). */
+__host__ __device__ constexpr int powerOfTwoAtLeast(int x) {
+    return x <= 1 ? 1 : x <= 2 ? 2 : x <= 4 ? 4 : x <= 8 ? 8 : x <= 16 ? 16 : 32;
+}
+
+/**
+ * Forces.  Per edge, each lane sums its channels' share of
+ * S_lm = sum_k G_lm,k R_l,k and P_lm = sum_k G_lm,k R'_l,k; one reduce-scatter
+ * leaves each (S or P, lm) total in its own lanes, which turn it into their
+ * share of dE/dd, and three warp sums give dE/dd.  Edges are staged a batch at
+ * a time as in the moments.
+ */
 template <typename real, int LMAX, int CPL>
 __global__ void __launch_bounds__(32 * WarpsPerBlock)
     forcesKernel(GraphModelParams<real> model, const real* __restrict__ gradA, const real* __restrict__ gradB, const real* __restrict__ phi,
@@ -242,69 +345,100 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
                  const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity, const int* __restrict__ slotOfNode,
                  long long* __restrict__ forceBuffer, int paddedAtoms, GraphStatus* status) {
     constexpr int H = (LMAX + 1) * (LMAX + 1);
+    constexpr int V = powerOfTwoAtLeast(2 * H);
+    constexpr int lanesPerValue = 32 / V;
+    using Stage = EdgeStage<real, H, true>;
+    extern __shared__ unsigned char sharedBytes[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    Stage* stage = reinterpret_cast<Stage*>(sharedBytes) + warp;
     const int M = model.numChannels;
     const int numBlocks = model.numInteractions == 1 ? 2 : 1;
+    // The (S or P, lm) this lane finishes, and whether it is the first of its copies.
+    const int mine = lane / lanesPerValue;
+    const bool owner = lane % lanesPerValue == 0 && mine < 2 * H;
     for (int i = blockIdx.x; i < n; i += gridDim.x) {
         const int ti = types[i];
         int first, last;
         rowChunk(rowCount[i], warp, WarpsPerBlock, first, last);
         real forceI[3] = {0, 0, 0};
-        for (int e = first; e < last; e++) {
-            const int j = neighbors[(size_t) i * capacity + e];
-            real u[3], Y[MaxHarmonics], grad[MaxHarmonics][3];
-            const real r = edgeGeometry(positions, i, j, box, u);
-            harmonics(LMAX, u, Y, grad);
-            const HermiteBasis<real> basis(r, model);
-            const int tj = types[j];
-            real sumValue[H], sumDeriv[H];
+        for (int base = first; base < last; base += Stage::E) {
+            const int count = min(Stage::E, last - base);
+            if (lane < count)
+                stage->fill(lane, LMAX, model, positions, types, i, neighbors[(size_t) i * capacity + base + lane], box);
+            __syncwarp();
+            for (int q = 0; q < count; q++) {
+                const int j = stage->j[q], tj = stage->tj[q], interval = stage->interval[q];
+                real h[6], d[6];
 #pragma unroll
-            for (int lm = 0; lm < H; lm++)
-                sumValue[lm] = sumDeriv[lm] = 0;
-            for (int block = 0; block < numBlocks; block++) {
-                const real* table = block == 0 ? model.radialTable : model.interactionTable;
-                const real* G = (block == 0 ? gradA : gradB) + (size_t) i * H * M;
+                for (int x = 0; x < 6; x++) {
+                    h[x] = stage->h[x][q];
+                    d[x] = stage->d[x][q];
+                }
+                real v[V];
 #pragma unroll
-                for (int c = 0; c < CPL; c++) {
-                    const int k = lane + 32 * c;
-                    if (k < M) {
-                        const real weight = block == 0 ? real(1) : phi[(size_t) j * M + k];
+                for (int x = 0; x < V; x++)
+                    v[x] = 0;
+                for (int block = 0; block < numBlocks; block++) {
+                    const real* table = block == 0 ? model.radialTable : model.interactionTable;
+                    const real* G = (block == 0 ? gradA : gradB) + (size_t) i * H * M;
 #pragma unroll
-                        for (int l = 0; l <= LMAX; l++) {
-                            real value, deriv;
-                            basis.evaluate(table, model, ti, tj, l, k, value, deriv);
-                            value *= weight;
-                            deriv *= weight;
+                    for (int c = 0; c < CPL; c++) {
+                        const int k = lane + 32 * c;
+                        if (k < M) {
+                            const real weight = block == 0 ? real(1) : phi[(size_t) j * M + k];
 #pragma unroll
-                            for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
-                                sumValue[lm] += G[lm * M + k] * value;
-                                sumDeriv[lm] += G[lm * M + k] * deriv;
+                            for (int l = 0; l <= LMAX; l++) {
+                                real value, deriv;
+                                hermiteEvaluate<real, true>(table, model, ti, tj, l, k, interval, h, d, value, deriv);
+                                value *= weight;
+                                deriv *= weight;
+#pragma unroll
+                                for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
+                                    v[lm] += G[lm * M + k] * value;
+                                    v[H + lm] += G[lm * M + k] * deriv;
+                                }
                             }
                         }
                     }
                 }
-            }
-            // dE/dd = (1/n_norm) sum_lm [ P_lm Y_lm u + S_lm (dY/du - u (u . dY/du)) / r ]
-            real g[3] = {0, 0, 0};
+                // dE/dd = (1/n_norm) sum_lm [ P_lm Y_lm u + S_lm (dY/du - u (u . dY/du)) / r ]
+                const real total = warpReduceScatter<real, V>(v, lane);
+                real g[3] = {0, 0, 0};
+                if (owner) {
+                    const real u[3] = {stage->u[0][q], stage->u[1][q], stage->u[2][q]};
+                    if (mine < H) {
+                        const int lm = mine;
+                        const real gr[3] = {stage->grad[3 * lm][q], stage->grad[3 * lm + 1][q], stage->grad[3 * lm + 2][q]};
+                        const real uDotGrad = u[0] * gr[0] + u[1] * gr[1] + u[2] * gr[2];
+                        const real r = stage->r[q];
 #pragma unroll
-            for (int lm = 0; lm < H; lm++) {
-                const real S = warpSum(sumValue[lm]), P = warpSum(sumDeriv[lm]);
-                const real uDotGrad = u[0] * grad[lm][0] + u[1] * grad[lm][1] + u[2] * grad[lm][2];
+                        for (int c = 0; c < 3; c++)
+                            g[c] = total * (gr[c] - u[c] * uDotGrad) / r;
+                    }
+                    else {
+                        const real Y = stage->Y[mine - H][q];
+#pragma unroll
+                        for (int c = 0; c < 3; c++)
+                            g[c] = total * Y * u[c];
+                    }
+                }
 #pragma unroll
                 for (int c = 0; c < 3; c++)
-                    g[c] += P * Y[lm] * u[c] + S * (grad[lm][c] - u[c] * uDotGrad) / r;
-            }
-            if (lane == 0) {
-                const int slot = slotOfNode[j];
+                    g[c] = warpSum(g[c]);
+                if (lane == 0) {
+                    const int slot = slotOfNode[j];
 #pragma unroll
-                for (int c = 0; c < 3; c++) {
-                    const real gc = g[c] * model.invNorm;
-                    if (!(fabs((double) gc) < FixedPointLimit))
-                        reportError(status, GraphErrorForceOutOfRange, i, j, (double) gc);
-                    forceI[c] += gc;
-                    atomicAdd((unsigned long long*) &forceBuffer[slot + c * paddedAtoms], (unsigned long long) realToFixedPoint(-(double) gc));
+                    for (int c = 0; c < 3; c++) {
+                        const real gc = g[c] * model.invNorm;
+                        if (!(fabs((double) gc) < FixedPointLimit))
+                            reportError(status, GraphErrorForceOutOfRange, i, j, (double) gc);
+                        forceI[c] += gc;
+                        atomicAdd((unsigned long long*) &forceBuffer[slot + c * paddedAtoms],
+                                  (unsigned long long) realToFixedPoint(-(double) gc));
+                    }
                 }
             }
+            __syncwarp();
         }
         // Each warp adds its chunk's share of F_i (integer atomics: order independent).
         if (lane == 0 && last > first) {
@@ -350,8 +484,9 @@ int centerBlocks(int n) {
 template <typename real>
 void launchMoments(const GraphModelParams<real>& model, const real* table, const real* nodeWeights, const double* positions, const int* types,
                    int n, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity, real* moments, cudaStream_t stream) {
-    const size_t shared = sizeof(real) * WarpsPerBlock * (model.lMax + 1) * (model.lMax + 1) * model.numChannels;
     dispatchShape(model.lMax, model.numChannels, [&](auto l, auto cpl) {
+        const size_t shared = WarpsPerBlock * (stageBytes<real, decltype(l)::value, false>() +
+                                               sizeof(real) * (model.lMax + 1) * (model.lMax + 1) * model.numChannels);
         momentsKernel<real, decltype(l)::value, decltype(cpl)::value><<<centerBlocks(n), 32 * WarpsPerBlock, shared, stream>>>(
             model, table, nodeWeights, positions, types, n, box, neighbors, rowCount, capacity, moments);
     });
@@ -387,7 +522,8 @@ void launchForces(const GraphModelParams<real>& model, const real* gradA, const 
                   const int* types, int n, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity,
                   const int* slotOfNode, long long* forceBuffer, int paddedAtoms, GraphStatus* status, cudaStream_t stream) {
     dispatchShape(model.lMax, model.numChannels, [&](auto l, auto cpl) {
-        forcesKernel<real, decltype(l)::value, decltype(cpl)::value><<<centerBlocks(n), 32 * WarpsPerBlock, 0, stream>>>(
+        const size_t shared = WarpsPerBlock * stageBytes<real, decltype(l)::value, true>();
+        forcesKernel<real, decltype(l)::value, decltype(cpl)::value><<<centerBlocks(n), 32 * WarpsPerBlock, shared, stream>>>(
             model, gradA, gradB, phi, positions, types, n, box, neighbors, rowCount, capacity, slotOfNode, forceBuffer, paddedAtoms, status);
     });
 }

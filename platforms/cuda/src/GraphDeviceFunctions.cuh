@@ -80,6 +80,25 @@ __device__ inline void harmonics(int lMax, const real u[3], real Y[MaxHarmonics]
 }
 
 /** The quintic Hermite basis at t and its t-derivative (docs/model-format.md section 3). */
+/**
+ * R (and, when Deriv, dR/dr) of channel k of table (a, b, l) in the given
+ * interval, from the Hermite basis values h[6] (and derivatives d[6]) of the
+ * edge's position in it.  The one implementation of the table lookup.
+ */
+template <typename real, bool Deriv>
+__device__ inline void hermiteEvaluate(const real* table, const GraphModelParams<real>& model, int a, int b, int l, int k, int interval,
+                                       const real h[6], const real* d, real& value, real& deriv) {
+    const int M = model.numChannels;
+    const real* knot0 = table + ((((size_t) a * model.numTypes + b) * (model.lMax + 1) + l) * (model.radialIntervals + 1) + interval) * 3 * M;
+    const real* knot1 = knot0 + 3 * M;
+    const real dr = model.radialDr;
+    const real p0 = knot0[k], v0 = knot0[M + k] * dr, a0 = knot0[2 * M + k] * dr * dr;
+    const real p1 = knot1[k], v1 = knot1[M + k] * dr, a1 = knot1[2 * M + k] * dr * dr;
+    value = p0 * h[0] + v0 * h[1] + a0 * h[2] + a1 * h[3] + v1 * h[4] + p1 * h[5];
+    if (Deriv)
+        deriv = (p0 * d[0] + v0 * d[1] + a0 * d[2] + a1 * d[3] + v1 * d[4] + p1 * d[5]) * model.invDr;
+}
+
 template <typename real>
 struct HermiteBasis {
     real h[6], d[6]; ///< order: p0, v0, a0, a1, v1, p1
@@ -106,15 +125,7 @@ struct HermiteBasis {
     /** R and dR/dr of channel k of table (a, b, l). */
     __device__ void evaluate(const real* table, const GraphModelParams<real>& model, int a, int b, int l, int k, real& value,
                              real& deriv) const {
-        const int M = model.numChannels;
-        const real* knot0 =
-            table + ((((size_t) a * model.numTypes + b) * (model.lMax + 1) + l) * (model.radialIntervals + 1) + interval) * 3 * M;
-        const real* knot1 = knot0 + 3 * M;
-        const real dr = model.radialDr;
-        const real p0 = knot0[k], v0 = knot0[M + k] * dr, a0 = knot0[2 * M + k] * dr * dr;
-        const real p1 = knot1[k], v1 = knot1[M + k] * dr, a1 = knot1[2 * M + k] * dr * dr;
-        value = p0 * h[0] + v0 * h[1] + a0 * h[2] + a1 * h[3] + v1 * h[4] + p1 * h[5];
-        deriv = (p0 * d[0] + v0 * d[1] + a0 * d[2] + a1 * d[3] + v1 * d[4] + p1 * d[5]) * model.invDr;
+        hermiteEvaluate<real, true>(table, model, a, b, l, k, interval, h, d, value, deriv);
     }
 };
 
