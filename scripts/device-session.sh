@@ -63,5 +63,6 @@ if has extra; then
     tail -30 "$OUT/extra.log"
 fi
 # The logs travel back as one archive (the device returns a limited number of files).
-(cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude='*.json' --exclude='*.png' . && find . -type f ! -name logs.tgz ! -name '*.json' ! -name '*.png' -delete)
+(cd "$OUT" && tar czf /tmp/graph-logs.tgz --exclude=bench.json --exclude=bench.png . && find . -type f ! -name bench.json ! -name bench.png -delete \
+    && mv /tmp/graph-logs.tgz logs.tgz)
 exit $status
