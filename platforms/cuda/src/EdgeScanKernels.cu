@@ -53,8 +53,7 @@ __device__ inline void rowChunk(int count, int warp, int numWarps, int& first, i
  * (Full, for the forces) their gradients, the unit vector and the distance.
  * One per warp in shared memory; a batch holds StageEdges edges.
  */
-template <typename real, int H, bool Full>
-struct EdgeStage {
+template <typename real, int H, bool Full> struct EdgeStage {
     static constexpr int E = sizeof(real) == 4 ? 32 : 16;
     int j[E], tj[E], interval[E];
     real h[6][E];
@@ -92,9 +91,28 @@ struct EdgeStage {
     }
 };
 
-template <typename real, int LMAX, bool Full>
-constexpr size_t stageBytes() {
+template <typename real, int LMAX, bool Full> constexpr size_t stageBytes() {
     return sizeof(EdgeStage<real, (LMAX + 1) * (LMAX + 1), Full>);
+}
+
+/**
+ * Walk the edges [first, last) of center i's row in canonical order, a batch
+ * at a time: the warp's lanes stage the batch, then every lane calls body(q)
+ * for q = 0, 1, ... over the staged edges.
+ */
+template <int LMAX, typename real, typename Stage, typename Body>
+__device__ inline void forEachStagedEdge(Stage* stage, int lane, const GraphModelParams<real>& model, const double* positions,
+                                         const int* types, int i, const int* neighbors, int capacity, const GraphBox<double>& box,
+                                         int first, int last, Body body) {
+    for (int base = first; base < last; base += Stage::E) {
+        const int count = min(Stage::E, last - base);
+        if (lane < count)
+            stage->fill(lane, LMAX, model, positions, types, i, neighbors[(size_t) i * capacity + base + lane], box);
+        __syncwarp();
+        for (int q = 0; q < count; q++)
+            body(q);
+        __syncwarp();
+    }
 }
 
 /**
@@ -104,11 +122,10 @@ constexpr size_t stageBytes() {
  * canonical order, so the sums are in row order as before.
  */
 template <typename real, int LMAX, int CPL>
-__global__ void __launch_bounds__(32 * WarpsPerBlock) momentsKernel(GraphModelParams<real> model, const real* __restrict__ table,
-                                                                     const real* __restrict__ nodeWeights, const double* __restrict__ positions,
-                                                                     const int* __restrict__ types, int n, GraphBox<double> box,
-                                                                     const int* __restrict__ neighbors, const int* __restrict__ rowCount,
-                                                                     int capacity, real* __restrict__ moments) {
+__global__ void __launch_bounds__(32 * WarpsPerBlock)
+    momentsKernel(GraphModelParams<real> model, const real* __restrict__ table, const real* __restrict__ nodeWeights,
+                  const double* __restrict__ positions, const int* __restrict__ types, int n, GraphBox<double> box,
+                  const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity, real* __restrict__ moments) {
     constexpr int H = (LMAX + 1) * (LMAX + 1);
     using Stage = EdgeStage<real, H, false>;
     extern __shared__ unsigned char sharedBytes[];
@@ -126,39 +143,32 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock) momentsKernel(GraphModelPa
         const int ti = types[i];
         int first, last;
         rowChunk(rowCount[i], warp, WarpsPerBlock, first, last);
-        for (int base = first; base < last; base += Stage::E) {
-            const int count = min(Stage::E, last - base);
-            if (lane < count)
-                stage->fill(lane, LMAX, model, positions, types, i, neighbors[(size_t) i * capacity + base + lane], box);
-            __syncwarp();
-            for (int q = 0; q < count; q++) {
-                const int j = stage->j[q], tj = stage->tj[q], interval = stage->interval[q];
-                real h[6], Y[H];
+        forEachStagedEdge<LMAX>(stage, lane, model, positions, types, i, neighbors, capacity, box, first, last, [&](int q) {
+            const int j = stage->j[q], tj = stage->tj[q], interval = stage->interval[q];
+            real h[6], Y[H];
 #pragma unroll
-                for (int x = 0; x < 6; x++)
-                    h[x] = stage->h[x][q];
+            for (int x = 0; x < 6; x++)
+                h[x] = stage->h[x][q];
 #pragma unroll
-                for (int lm = 0; lm < H; lm++)
-                    Y[lm] = stage->Y[lm][q];
+            for (int lm = 0; lm < H; lm++)
+                Y[lm] = stage->Y[lm][q];
 #pragma unroll
-                for (int c = 0; c < CPL; c++) {
-                    const int k = lane + 32 * c;
-                    if (k < M) {
-                        const real weight = nodeWeights ? nodeWeights[(size_t) j * M + k] : real(1);
+            for (int c = 0; c < CPL; c++) {
+                const int k = lane + 32 * c;
+                if (k < M) {
+                    const real weight = nodeWeights ? nodeWeights[(size_t) j * M + k] : real(1);
 #pragma unroll
-                        for (int l = 0; l <= LMAX; l++) {
-                            real value, unused;
-                            hermiteEvaluate<real, false>(table, model, ti, tj, l, k, interval, h, nullptr, value, unused);
-                            value *= weight;
+                    for (int l = 0; l <= LMAX; l++) {
+                        real value, unused;
+                        hermiteEvaluate<real, false>(table, model, ti, tj, l, k, interval, h, nullptr, value, unused);
+                        value *= weight;
 #pragma unroll
-                            for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
-                                acc[lm][c] += value * Y[lm];
-                        }
+                        for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
+                            acc[lm][c] += value * Y[lm];
                     }
                 }
             }
-            __syncwarp();
-        }
+        });
 #pragma unroll
         for (int c = 0; c < CPL; c++) {
             const int k = lane + 32 * c;
@@ -184,7 +194,8 @@ __global__ void invariantsKernel(GraphModelParams<real> model, const real* __res
     const int M = model.numChannels, Maxis = model.numAxis, H = (model.lMax + 1) * (model.lMax + 1);
     const int perDegree = M * Maxis;
     const int size = model.descriptorSize;
-    for (size_t index = blockIdx.x * (size_t) blockDim.x + threadIdx.x; index < (size_t) n * size; index += (size_t) gridDim.x * blockDim.x) {
+    for (size_t index = blockIdx.x * (size_t) blockDim.x + threadIdx.x; index < (size_t) n * size;
+         index += (size_t) gridDim.x * blockDim.x) {
         const int i = (int) (index / size), flat = (int) (index % size);
         const int kp = flat % Maxis, k = (flat / Maxis) % M;
         const int lFirst = model.descriptorLSum ? 0 : flat / perDegree;
@@ -213,7 +224,8 @@ __global__ void invariantsBackwardKernel(GraphModelParams<real> model, const rea
                                          real* __restrict__ gradA, int accumulate) {
     const int M = model.numChannels, Maxis = model.numAxis, H = (model.lMax + 1) * (model.lMax + 1);
     const bool same = X == A;
-    for (size_t index = blockIdx.x * (size_t) blockDim.x + threadIdx.x; index < (size_t) n * H * M; index += (size_t) gridDim.x * blockDim.x) {
+    for (size_t index = blockIdx.x * (size_t) blockDim.x + threadIdx.x; index < (size_t) n * H * M;
+         index += (size_t) gridDim.x * blockDim.x) {
         const int i = (int) (index / (H * M)), lm = (int) ((index / M) % H), k = (int) (index % M);
         const int l = degreeOf(lm);
         const real* g = gradIn + (size_t) i * gradStride + gradOffset;
@@ -304,8 +316,7 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
  * lanes whose top log2(V) bits are q (a reduce-scatter butterfly: V - 1 +
  * 5 - log2(V) shuffles instead of 5 V).  A fixed order: bitwise reproducible.
  */
-template <typename real, int V>
-__device__ inline real warpReduceScatter(real v[V], int lane) {
+template <typename real, int V> __device__ inline real warpReduceScatter(real v[V], int lane) {
     constexpr int steps = V == 1 ? 0 : V == 2 ? 1 : V == 4 ? 2 : V == 8 ? 3 : V == 16 ? 4 : 5;
 #pragma unroll
     for (int step = 0; step < steps; step++) {
@@ -361,91 +372,85 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
         int first, last;
         rowChunk(rowCount[i], warp, WarpsPerBlock, first, last);
         real forceI[3] = {0, 0, 0};
-        for (int base = first; base < last; base += Stage::E) {
-            const int count = min(Stage::E, last - base);
-            if (lane < count)
-                stage->fill(lane, LMAX, model, positions, types, i, neighbors[(size_t) i * capacity + base + lane], box);
-            __syncwarp();
-            for (int q = 0; q < count; q++) {
-                const int j = stage->j[q], tj = stage->tj[q], interval = stage->interval[q];
-                real h[6], d[6];
+        forEachStagedEdge<LMAX>(stage, lane, model, positions, types, i, neighbors, capacity, box, first, last, [&](int q) {
+            const int j = stage->j[q], tj = stage->tj[q], interval = stage->interval[q];
+            real h[6], d[6];
 #pragma unroll
-                for (int x = 0; x < 6; x++) {
-                    h[x] = stage->h[x][q];
-                    d[x] = stage->d[x][q];
-                }
-                real v[V];
+            for (int x = 0; x < 6; x++) {
+                h[x] = stage->h[x][q];
+                d[x] = stage->d[x][q];
+            }
+            real v[V];
 #pragma unroll
-                for (int x = 0; x < V; x++)
-                    v[x] = 0;
-                for (int block = 0; block < numBlocks; block++) {
-                    const real* table = block == 0 ? model.radialTable : model.interactionTable;
-                    const real* G = (block == 0 ? gradA : gradB) + (size_t) i * H * M;
+            for (int x = 0; x < V; x++)
+                v[x] = 0;
+            for (int block = 0; block < numBlocks; block++) {
+                const real* table = block == 0 ? model.radialTable : model.interactionTable;
+                const real* G = (block == 0 ? gradA : gradB) + (size_t) i * H * M;
 #pragma unroll
-                    for (int c = 0; c < CPL; c++) {
-                        const int k = lane + 32 * c;
-                        if (k < M) {
-                            const real weight = block == 0 ? real(1) : phi[(size_t) j * M + k];
+                for (int c = 0; c < CPL; c++) {
+                    const int k = lane + 32 * c;
+                    if (k < M) {
+                        const real weight = block == 0 ? real(1) : phi[(size_t) j * M + k];
 #pragma unroll
-                            for (int l = 0; l <= LMAX; l++) {
-                                real value, deriv;
-                                hermiteEvaluate<real, true>(table, model, ti, tj, l, k, interval, h, d, value, deriv);
-                                value *= weight;
-                                deriv *= weight;
+                        for (int l = 0; l <= LMAX; l++) {
+                            real value, deriv;
+                            hermiteEvaluate<real, true>(table, model, ti, tj, l, k, interval, h, d, value, deriv);
+                            value *= weight;
+                            deriv *= weight;
 #pragma unroll
-                                for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
-                                    v[lm] += G[lm * M + k] * value;
-                                    v[H + lm] += G[lm * M + k] * deriv;
-                                }
+                            for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
+                                v[lm] += G[lm * M + k] * value;
+                                v[H + lm] += G[lm * M + k] * deriv;
                             }
                         }
                     }
                 }
-                // dE/dd = (1/n_norm) sum_lm [ P_lm Y_lm u + S_lm (dY/du - u (u . dY/du)) / r ]
-                const real total = warpReduceScatter<real, V>(v, lane);
-                real g[3] = {0, 0, 0};
-                if (owner) {
-                    const real u[3] = {stage->u[0][q], stage->u[1][q], stage->u[2][q]};
-                    if (mine < H) {
-                        const int lm = mine;
-                        const real gr[3] = {stage->grad[3 * lm][q], stage->grad[3 * lm + 1][q], stage->grad[3 * lm + 2][q]};
-                        const real uDotGrad = u[0] * gr[0] + u[1] * gr[1] + u[2] * gr[2];
-                        const real r = stage->r[q];
+            }
+            // dE/dd = (1/n_norm) sum_lm [ P_lm Y_lm u + S_lm (dY/du - u (u . dY/du)) / r ]
+            const real total = warpReduceScatter<real, V>(v, lane);
+            real g[3] = {0, 0, 0};
+            if (owner) {
+                const real u[3] = {stage->u[0][q], stage->u[1][q], stage->u[2][q]};
+                if (mine < H) {
+                    const int lm = mine;
+                    const real gr[3] = {stage->grad[3 * lm][q], stage->grad[3 * lm + 1][q], stage->grad[3 * lm + 2][q]};
+                    const real uDotGrad = u[0] * gr[0] + u[1] * gr[1] + u[2] * gr[2];
+                    const real r = stage->r[q];
 #pragma unroll
-                        for (int c = 0; c < 3; c++)
-                            g[c] = total * (gr[c] - u[c] * uDotGrad) / r;
-                    }
-                    else {
-                        const real Y = stage->Y[mine - H][q];
-#pragma unroll
-                        for (int c = 0; c < 3; c++)
-                            g[c] = total * Y * u[c];
-                    }
+                    for (int c = 0; c < 3; c++)
+                        g[c] = total * (gr[c] - u[c] * uDotGrad) / r;
                 }
+                else {
+                    const real Y = stage->Y[mine - H][q];
 #pragma unroll
-                for (int c = 0; c < 3; c++)
-                    g[c] = warpSum(g[c]);
-                if (lane == 0) {
-                    const int slot = slotOfNode[j];
-#pragma unroll
-                    for (int c = 0; c < 3; c++) {
-                        const real gc = g[c] * model.invNorm;
-                        if (!(fabs((double) gc) < FixedPointLimit))
-                            reportError(status, GraphErrorForceOutOfRange, i, j, (double) gc);
-                        forceI[c] += gc;
-                        atomicAdd((unsigned long long*) &forceBuffer[slot + c * paddedAtoms],
-                                  (unsigned long long) realToFixedPoint(-(double) gc));
-                    }
+                    for (int c = 0; c < 3; c++)
+                        g[c] = total * Y * u[c];
                 }
             }
-            __syncwarp();
-        }
+#pragma unroll
+            for (int c = 0; c < 3; c++)
+                g[c] = warpSum(g[c]);
+            if (lane == 0) {
+                const int slot = slotOfNode[j];
+#pragma unroll
+                for (int c = 0; c < 3; c++) {
+                    const real gc = g[c] * model.invNorm;
+                    if (!(fabs((double) gc) < FixedPointLimit))
+                        reportError(status, GraphErrorForceOutOfRange, i, j, (double) gc);
+                    forceI[c] += gc;
+                    atomicAdd((unsigned long long*) &forceBuffer[slot + c * paddedAtoms],
+                              (unsigned long long) realToFixedPoint(-(double) gc));
+                }
+            }
+        });
         // Each warp adds its chunk's share of F_i (integer atomics: order independent).
         if (lane == 0 && last > first) {
             const int slot = slotOfNode[i];
 #pragma unroll
             for (int c = 0; c < 3; c++)
-                atomicAdd((unsigned long long*) &forceBuffer[slot + c * paddedAtoms], (unsigned long long) realToFixedPoint((double) forceI[c]));
+                atomicAdd((unsigned long long*) &forceBuffer[slot + c * paddedAtoms],
+                          (unsigned long long) realToFixedPoint((double) forceI[c]));
         }
     }
 }
@@ -457,8 +462,7 @@ int elementBlocks(size_t count) {
 } // namespace
 
 /** Calls body.template operator()<LMAX, CPL>() for the model's L and channels per lane. */
-template <typename Body>
-void dispatchShape(int lMax, int numChannels, Body body) {
+template <typename Body> void dispatchShape(int lMax, int numChannels, Body body) {
     const int cpl = (numChannels + 31) / 32;
     auto withL = [&](auto lTag) {
         constexpr int L = decltype(lTag)::value;
@@ -482,8 +486,9 @@ int centerBlocks(int n) {
 }
 
 template <typename real>
-void launchMoments(const GraphModelParams<real>& model, const real* table, const real* nodeWeights, const double* positions, const int* types,
-                   int n, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity, real* moments, cudaStream_t stream) {
+void launchMoments(const GraphModelParams<real>& model, const real* table, const real* nodeWeights, const double* positions,
+                   const int* types, int n, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity, real* moments,
+                   cudaStream_t stream) {
     dispatchShape(model.lMax, model.numChannels, [&](auto l, auto cpl) {
         const size_t shared = WarpsPerBlock * (stageBytes<real, decltype(l)::value, false>() +
                                                sizeof(real) * (model.lMax + 1) * (model.lMax + 1) * model.numChannels);
@@ -523,19 +528,20 @@ void launchForces(const GraphModelParams<real>& model, const real* gradA, const 
                   const int* slotOfNode, long long* forceBuffer, int paddedAtoms, GraphStatus* status, cudaStream_t stream) {
     dispatchShape(model.lMax, model.numChannels, [&](auto l, auto cpl) {
         const size_t shared = WarpsPerBlock * stageBytes<real, decltype(l)::value, true>();
-        forcesKernel<real, decltype(l)::value, decltype(cpl)::value><<<centerBlocks(n), 32 * WarpsPerBlock, shared, stream>>>(
-            model, gradA, gradB, phi, positions, types, n, box, neighbors, rowCount, capacity, slotOfNode, forceBuffer, paddedAtoms, status);
+        forcesKernel<real, decltype(l)::value, decltype(cpl)::value>
+            <<<centerBlocks(n), 32 * WarpsPerBlock, shared, stream>>>(model, gradA, gradB, phi, positions, types, n, box, neighbors,
+                                                                      rowCount, capacity, slotOfNode, forceBuffer, paddedAtoms, status);
     });
 }
 
-#define GRAPH_INSTANTIATE_EDGES(real)                                                                                                        \
+#define GRAPH_INSTANTIATE_EDGES(real)                                                                                                      \
     template void launchMoments<real>(const GraphModelParams<real>&, const real*, const real*, const double*, const int*, int,             \
-                                      GraphBox<double>, const int*, const int*, int, real*, cudaStream_t);                                  \
-    template void launchInvariants<real>(const GraphModelParams<real>&, const real*, const real*, int, real*, int, int, cudaStream_t);    \
-    template void launchInvariantsBackward<real>(const GraphModelParams<real>&, const real*, const real*, const real*, int, int, int,     \
-                                                 real*, real*, bool, cudaStream_t);                                                       \
-    template void launchNodeFeatureGradient<real>(const GraphModelParams<real>&, const real*, const double*, const int*, int,             \
-                                                  GraphBox<double>, const int*, const int*, int, real*, cudaStream_t);                      \
+                                      GraphBox<double>, const int*, const int*, int, real*, cudaStream_t);                                 \
+    template void launchInvariants<real>(const GraphModelParams<real>&, const real*, const real*, int, real*, int, int, cudaStream_t);     \
+    template void launchInvariantsBackward<real>(const GraphModelParams<real>&, const real*, const real*, const real*, int, int, int,      \
+                                                 real*, real*, bool, cudaStream_t);                                                        \
+    template void launchNodeFeatureGradient<real>(const GraphModelParams<real>&, const real*, const double*, const int*, int,              \
+                                                  GraphBox<double>, const int*, const int*, int, real*, cudaStream_t);                     \
     template void launchForces<real>(const GraphModelParams<real>&, const real*, const real*, const real*, const double*, const int*, int, \
                                      GraphBox<double>, const int*, const int*, int, const int*, long long*, int, GraphStatus*,             \
                                      cudaStream_t);
