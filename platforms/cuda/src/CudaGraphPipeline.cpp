@@ -106,7 +106,8 @@ public:
         fittingInput.reset(CudaArray::create<real>(cu, (size_t) n1 * fittingInputSize, "graphFittingInput"));
         fittingInputGrad.reset(CudaArray::create<real>(cu, (size_t) n1 * fittingInputSize, "graphFittingInputGrad"));
         allocateActivations(fitting, fittingActivations, fittingPreActivations, "graphFitting");
-        int widest = std::max(fittingInputSize, *std::max_element(fitting.layerWidth.begin(), fitting.layerWidth.end()));
+        // Gradient scratch holds dE/d(output) of hidden and output layers (the input gradients have their own arrays).
+        int widest = *std::max_element(fitting.layerWidth.begin(), fitting.layerWidth.end());
         if (m.numInteractions == 1) {
             nodeFeatures.reset(CudaArray::create<real>(cu, (size_t) n1 * M, "graphNodeFeatures"));
             nodeFeatureGrad.reset(CudaArray::create<real>(cu, (size_t) n1 * M, "graphNodeFeatureGrad"));
@@ -119,8 +120,9 @@ public:
             widest = std::max(widest, M);
         }
         gradWidth = widest;
-        for (auto& buffer : gradientScratch)
-            buffer.reset(CudaArray::create<real>(cu, (size_t) n1 * gradWidth, "graphGradientScratch"));
+        // Two buffers ping-pong through the hidden layers; the node network's output gradient needs a third.
+        for (int b = 0; b < (m.numInteractions == 1 ? 3 : 2); b++)
+            gradientScratch[b].reset(CudaArray::create<real>(cu, (size_t) n1 * gradWidth, "graphGradientScratch"));
         gradZ.reset(CudaArray::create<real>(cu, (size_t) n1 * gradWidth, "graphGradZ"));
         particleEnergy.reset(CudaArray::create<real>(cu, n1, "graphParticleEnergy"));
         energyAccumulator.reset(CudaArray::create<long long>(cu, 1, "graphEnergyAccumulator"));
@@ -213,7 +215,8 @@ private:
                        pointer<int>(nodeIds), pointer<int>(sortedNodes), pointer<int>(cellStart), pointer<int>(cellEnd), pointer<char>(sortScratch),
                        sortScratchBytes, stream);
         launchBuildRows(x, n, box, pointer<GraphGrid<double>>(grid), pointer<int>(sortedNodes), pointer<int>(cellStart), pointer<int>(cellEnd),
-                        model->cutoff, capacity, pointer<int>(unsortedNeighbors), pointer<uint32_t>(neighborKeys), pointer<int>(neighbors),
+                        model->cutoff, capacity, buildScratchRows, pointer<int>(unsortedNeighbors), pointer<uint32_t>(neighborKeys),
+                        pointer<int>(neighbors),
                         pointer<int>(rowCount), pointer<GraphStatus>(status), stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
 
@@ -585,7 +588,7 @@ private:
             Vec3 a, b, c;
             cu.getPeriodicBoxVectors(a, b, c);
             double density = n / (a[0] * b[1] * c[2]);
-            expected = 1.5 * density * 4.0 / 3.0 * Pi * std::pow(model->cutoff, 3) + 32;
+            expected = 1.25 * density * 4.0 / 3.0 * Pi * std::pow(model->cutoff, 3) + 32;
         }
         int capacity = ((int) expected + 31) / 32 * 32;
         return std::max(1, std::min(capacity, std::max(1, n - 1)));
@@ -600,10 +603,15 @@ private:
     void allocateRows(int newCapacity) {
         dropGraph();
         capacity = newCapacity;
-        const size_t size = (size_t) std::max(1, n) * capacity;
-        unsortedNeighbors.reset(CudaArray::create<int>(cu, size, "graphUnsortedNeighbors"));
-        neighborKeys.reset(CudaArray::create<uint32_t>(cu, size, "graphNeighborKeys"));
-        neighbors.reset(CudaArray::create<int>(cu, size, "graphNeighbors"));
+        // The row build's scratch: one row per warp that can be resident (64 per multiprocessor), reused row after row.
+        buildScratchRows = std::max(1, std::min(n, 64 * numMultiprocessors));
+        const size_t scratch = (size_t) buildScratchRows * capacity;
+        unsortedNeighbors.reset();
+        neighborKeys.reset();
+        neighbors.reset();
+        unsortedNeighbors.reset(CudaArray::create<int>(cu, scratch, "graphUnsortedNeighbors"));
+        neighborKeys.reset(CudaArray::create<uint32_t>(cu, scratch, "graphNeighborKeys"));
+        neighbors.reset(CudaArray::create<int>(cu, (size_t) std::max(1, n) * capacity, "graphNeighbors"));
     }
 
     GraphBox<double> currentBox() const {
@@ -637,7 +645,7 @@ private:
     DeviceNetworks fitting, node;
     std::vector<double> energyShift;
     std::vector<int> typeOffsets, particleNames;
-    int capacity = 1, maxCells = 1;
+    int capacity = 1, maxCells = 1, buildScratchRows = 1;
     size_t sortScratchBytes = 1;
     bool energyIsDouble = true;
     std::unique_ptr<CudaArray> radialTable, interactionTable, nodeOfParticle, typeArray, nodesByType, positions, slotOfNode, grid, cellOfNode,

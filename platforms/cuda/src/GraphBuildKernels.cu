@@ -172,8 +172,9 @@ __global__ void buildRowsKernel(const real* __restrict__ positions, int n, Graph
         for (int d = 0; d < 3; d++)
             numOffsets[d] = axisOffsets(grid.numCells[d], box.periodic, offsets[d]);
         int count = 0;
-        int* rowScratch = unsortedScratch + (size_t) i * capacity;
-        uint32_t* rowKeys = keyScratch + (size_t) i * capacity;
+        // Scratch per warp, reused row after row (the grid is capped at the scratch's rows).
+        int* rowScratch = unsortedScratch + (size_t) warp * capacity;
+        uint32_t* rowKeys = keyScratch + (size_t) warp * capacity;
         for (int oz = 0; oz < numOffsets[2]; oz++)
             for (int oy = 0; oy < numOffsets[1]; oy++)
                 for (int ox = 0; ox < numOffsets[0]; ox++) {
@@ -231,6 +232,7 @@ __global__ void buildRowsKernel(const real* __restrict__ positions, int n, Graph
         }
         if (lane == 0)
             rowCount[i] = stored;
+        __syncwarp(); // the scratch is rewritten by this warp's next row
     }
 }
 
@@ -273,10 +275,11 @@ void launchCellSort(const double* positions, int n, GraphBox<double> box, const 
 }
 
 void launchBuildRows(const double* positions, int n, GraphBox<double> box, const GraphGrid<double>* grid, const int* sortedNodes,
-                     const int* cellStart, const int* cellEnd, double cutoff, int capacity, int* unsortedScratch, uint32_t* keyScratch,
-                     int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream) {
+                     const int* cellStart, const int* cellEnd, double cutoff, int capacity, int scratchRows, int* unsortedScratch,
+                     uint32_t* keyScratch, int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream) {
     const int threads = 32 * WarpsPerBlock;
-    buildRowsKernel<double><<<blocksFor((size_t) n * 32, threads), threads, 0, stream>>>(
+    const size_t warps = std::min<size_t>(n, scratchRows);
+    buildRowsKernel<double><<<(unsigned) ((warps + WarpsPerBlock - 1) / WarpsPerBlock), threads, 0, stream>>>(
         positions, n, box, grid, sortedNodes, cellStart, cellEnd, cutoff, capacity, unsortedScratch, keyScratch, neighbors, rowCount,
         status);
 }

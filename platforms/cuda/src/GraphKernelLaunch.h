@@ -52,11 +52,12 @@ size_t getCellSortScratchBytes(int n, int maxCells);
  * The canonical rows: neighbors[i * capacity + e], e < rowCount[i], sorted by
  * fixed-point r^2 and then index.  Rows longer than capacity raise
  * status->maxRowCount above capacity (the caller grows and recomputes).
- * unsortedScratch and keyScratch are [n * capacity].
+ * unsortedScratch and keyScratch are [scratchRows * capacity]: one row per
+ * warp, reused; the launch runs min(n, scratchRows) warps.
  */
 void launchBuildRows(const double* positions, int n, GraphBox<double> box, const GraphGrid<double>* grid, const int* sortedNodes,
-                     const int* cellStart, const int* cellEnd, double cutoff, int capacity, int* unsortedScratch, uint32_t* keyScratch,
-                     int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream);
+                     const int* cellStart, const int* cellEnd, double cutoff, int capacity, int scratchRows, int* unsortedScratch,
+                     uint32_t* keyScratch, int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream);
 
 // ---------------------------------------------------------------- edge scans (EdgeScanKernels.cu)
 
