@@ -1,0 +1,330 @@
+"""The project's model as a TorchScript module with the graph interface of
+docs/torch-models.md: the reference example of a bring-your-own-model for the
+LibTorch path of the GraphForce (issue 6, part 1).
+
+    from openmmgraph.torch_export import export_torchscript, read_metadata
+    export_torchscript("model.safetensors", "model.pt")        # TorchScript archive
+    module = torch.jit.load("model.pt")
+    energies = module(positions, types, row_offsets, neighbors, edge_vectors, box, n_owned, 0)
+
+The module computes the same model as ``GraphModelTorch`` (and the Reference
+platform), but takes the graph from its caller, as the plugin hands it over:
+
+positions     [n_local, 3]  model length unit; rows [0, n_owned) are the owned
+              particles, the rest ghosts (copies owned by another domain)
+types         [n_local]     int64, model types
+row_offsets   [n_owned + 1] int64, CSR offsets of the rows of the owned centers
+neighbors     [n_edges]     int64, local index (owned or ghost) of each edge's neighbour,
+              rows in canonical order (fixed-point r^2, then index)
+edge_vectors  [n_edges, 3]  x_neighbor - x_center with periodic shifts applied,
+              model length unit (the model differentiates with respect to these)
+box           [3, 3] rows a, b, c in the model length unit, or [0, 3] when not periodic
+n_owned       int
+communicator  int, a handle of the communicate interface (0: one domain)
+
+It returns the energies of the owned particles, [n_owned], in the model's
+energy unit (their sum is the energy of this domain); forces follow by
+autograd with respect to edge_vectors (and positions).  Node features of the
+interaction block reach ghost rows through ``torch.ops.openmmgraph.communicate``
+when the module was exported with that operator loaded; without it a module
+with an interaction block refuses ghosts with a clear error.
+
+The archive carries ``openmmgraph.json`` (an extra file): format, version,
+units, cut-off (model length unit), types, dtype and outputs; see
+``read_metadata``.
+"""
+
+import json
+import math
+import os
+from typing import List, Optional
+
+import torch
+
+from .modelfile import ModelFile, read_model
+from .torch_model import GraphModelTorch, _Network
+
+METADATA_FILE = "openmmgraph.json"
+METADATA_FORMAT = "openmm-graph-torch"
+METADATA_VERSION = 1
+
+
+class _ScriptNetwork(torch.nn.Module):
+    """A scriptable copy of one network (hidden layers, optionally residual, then a linear output)."""
+
+    weights: List[torch.Tensor]
+    biases: List[torch.Tensor]
+    timesteps: List[torch.Tensor]
+    residual: List[bool]
+
+    def __init__(self, network: _Network, dtype: torch.dtype):
+        super().__init__()
+        self.weights = [w.detach().to(dtype).clone() for w in network.weights]
+        self.biases = [b.detach().to(dtype).clone() for b in network.biases]
+        self.timesteps = []
+        for index in range(len(network.weights)):
+            key = str(index)
+            step = network.timesteps[key].detach().to(dtype).clone() if key in network.timesteps else torch.zeros(0, dtype=dtype)
+            self.timesteps.append(step)
+        self.residual = [bool(r) for r in network.residual]
+        self.output_weight = torch.nn.Parameter(network.output_weight.detach().to(dtype).clone(), requires_grad=False)
+        self.output_bias = torch.nn.Parameter(network.output_bias.detach().to(dtype).clone(), requires_grad=False)
+        self.tanh = network.activation is torch.tanh
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        hidden = inputs
+        for index in range(len(self.weights)):
+            z = hidden @ self.weights[index].t() + self.biases[index]
+            activated = torch.tanh(z) if self.tanh else torch.nn.functional.silu(z)
+            if self.residual[index]:
+                step = self.timesteps[index]
+                hidden = hidden + (activated if step.numel() == 0 else step * activated)
+            else:
+                hidden = activated
+        return hidden @ self.output_weight.t() + self.output_bias
+
+
+class GraphScriptModel(torch.nn.Module):
+    """The model of docs/model-format.md on a graph given by the caller (see the module docstring)."""
+
+    def __init__(self, model: GraphModelTorch, dtype: torch.dtype = torch.float64):
+        super().__init__()
+        self.n_types = int(model.n_types)
+        self.l_max = int(model.l_max)
+        self.n_channels = int(model.n_channels)
+        self.n_axis = int(model.n_axis)
+        self.descriptor_l_sum = bool(model.descriptor_l_sum)
+        self.n_norm = float(model.n_norm)
+        self.cutoff = float(model.cutoff)
+        self.radial_r0 = float(model.radial_r0)
+        self.radial_dr = float(model.radial_dr)
+        self.radial_intervals = int(model.radial_intervals)
+        self.n_interactions = int(model.n_interactions)
+        self.register_buffer("radial_intervals_table", model.radial_intervals_table.detach().to(dtype).clone())
+        self.register_buffer("harmonic_degree", model.harmonic_degree.detach().clone())
+        self.register_buffer("energy_shift", model.energy_shift.detach().to(dtype).clone())
+        if self.n_interactions == 1:
+            self.register_buffer("interaction_intervals_table", model.interaction_intervals_table.detach().to(dtype).clone())
+            self.node_networks = torch.nn.ModuleList(_ScriptNetwork(n, dtype) for n in model.node_networks)
+        else:
+            self.register_buffer("interaction_intervals_table", torch.zeros(0, dtype=dtype))
+            self.node_networks = torch.nn.ModuleList()
+        self.fitting_networks = torch.nn.ModuleList(_ScriptNetwork(n, dtype) for n in model.fitting_networks)
+
+    def _radial(self, table: torch.Tensor, pair_types: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        """R(r) for every edge: [E, L+1, M]; zero at and beyond the cut-off."""
+        s = (r - self.radial_r0) / self.radial_dr
+        interval = torch.clamp(torch.floor(s.detach()), 0, self.radial_intervals - 1)
+        t = (r - (self.radial_r0 + interval * self.radial_dr)) / self.radial_dr
+        rows = pair_types * self.radial_intervals + interval.to(torch.long)
+        t2 = t * t
+        t3 = t2 * t
+        t4 = t3 * t
+        t5 = t4 * t
+        basis = torch.stack(
+            (
+                1 - 10 * t3 + 15 * t4 - 6 * t5,
+                t - 6 * t3 + 8 * t4 - 3 * t5,
+                (t2 - 3 * t3 + 3 * t4 - t5) / 2,
+                (t3 - 2 * t4 + t5) / 2,
+                -4 * t3 + 7 * t4 - 3 * t5,
+                10 * t3 - 15 * t4 + 6 * t5,
+            ),
+            dim=-1,
+        )
+        values = torch.einsum("ec,eclm->elm", basis, table[rows])
+        return torch.where((r < self.cutoff)[:, None, None], values, torch.zeros_like(values))
+
+    def _harmonics(self, unit: torch.Tensor) -> torch.Tensor:
+        x, y, z = unit[:, 0], unit[:, 1], unit[:, 2]
+        columns = [torch.ones_like(x)]
+        if self.l_max >= 1:
+            columns += [x, y, z]
+        if self.l_max >= 2:
+            sqrt3 = math.sqrt(3.0)
+            columns += [sqrt3 * x * y, sqrt3 * y * z, sqrt3 * z * x, sqrt3 / 2 * (x * x - y * y), (3 * z * z - 1) / 2]
+        return torch.stack(columns, dim=-1)
+
+    def _invariants(self, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+        n = left.shape[0]
+        axis = right[:, :, : self.n_axis]
+        if self.descriptor_l_sum:
+            return torch.einsum("nak,naj->nkj", left, axis).reshape(n, -1)
+        blocks: List[torch.Tensor] = []
+        for degree in range(self.l_max + 1):
+            first, last = degree * degree, (degree + 1) * (degree + 1)
+            blocks.append(torch.einsum("nak,naj->nkj", left[:, first:last], axis[:, first:last]))
+        return torch.stack(blocks, dim=1).reshape(n, -1)
+
+    def _node_features(self, descriptor: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
+        result = descriptor.new_zeros((descriptor.shape[0], self.n_channels))
+        for type_index, network in enumerate(self.node_networks):
+            members = torch.nonzero(types == type_index).flatten()
+            if members.numel() > 0:
+                result = result.index_copy(0, members, network(descriptor.index_select(0, members)))
+        return result
+
+    def _fitting(self, inputs: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
+        result = inputs.new_zeros((inputs.shape[0],))
+        for type_index, network in enumerate(self.fitting_networks):
+            members = torch.nonzero(types == type_index).flatten()
+            if members.numel() > 0:
+                result = result.index_copy(0, members, network(inputs.index_select(0, members))[:, 0])
+        return result
+
+    def _exchange(self, features: torch.Tensor, communicator: int, n_owned: int) -> torch.Tensor:
+        """Fill the ghost rows of features [n_local, M] from their owners."""
+        raise RuntimeError(
+            "this module has an interaction block and was given ghost particles, but it was exported without the "
+            "openmmgraph::communicate operator; export it with the operator loaded (openmmgraph.communicate)"
+        )
+
+    def forward(
+        self,
+        positions: torch.Tensor,
+        types: torch.Tensor,
+        row_offsets: torch.Tensor,
+        neighbors: torch.Tensor,
+        edge_vectors: torch.Tensor,
+        box: torch.Tensor,
+        n_owned: int,
+        communicator: int,
+    ) -> torch.Tensor:
+        n_local = positions.shape[0]
+        if row_offsets.shape[0] != n_owned + 1:
+            raise RuntimeError("row_offsets must have n_owned + 1 entries")
+        if neighbors.shape[0] != edge_vectors.shape[0]:
+            raise RuntimeError("neighbors and edge_vectors must have one row per edge")
+        counts = row_offsets[1:] - row_offsets[:-1]
+        center = torch.repeat_interleave(torch.arange(n_owned, device=positions.device), counts)
+        r = torch.linalg.vector_norm(edge_vectors, dim=-1)
+        unit = edge_vectors / r[:, None]
+        harmonics = self._harmonics(unit)
+        owned_types = types[:n_owned]
+        pair_types = types.index_select(0, center) * self.n_types + types.index_select(0, neighbors)
+        degree = self.harmonic_degree
+        radial = self._radial(self.radial_intervals_table, pair_types, r)
+        lm_count = harmonics.shape[1]
+        edge_moments = radial[:, degree, :] * harmonics[:, :, None]
+        moments = edge_vectors.new_zeros((n_owned, lm_count, self.n_channels)).index_add(0, center, edge_moments) / self.n_norm
+        descriptor = self._invariants(moments, moments)
+        fitting_input = descriptor
+        if self.n_interactions == 1:
+            features = self._node_features(descriptor, owned_types)
+            if n_local > n_owned:
+                padded = torch.cat((features, features.new_zeros((n_local - n_owned, self.n_channels))), dim=0)
+                features = self._exchange(padded, communicator, n_owned)
+            radial2 = self._radial(self.interaction_intervals_table, pair_types, r)
+            edge_messages = radial2[:, degree, :] * features.index_select(0, neighbors)[:, None, :] * harmonics[:, :, None]
+            messages = edge_vectors.new_zeros((n_owned, lm_count, self.n_channels)).index_add(0, center, edge_messages) / self.n_norm
+            fitting_input = torch.cat((descriptor, self._invariants(messages, moments)), dim=1)
+        return self._fitting(fitting_input, owned_types) + self.energy_shift.index_select(0, owned_types)
+
+
+class GraphScriptModelWithCommunicate(GraphScriptModel):
+    """GraphScriptModel whose interaction block fills ghost node features with openmmgraph::communicate
+    (scriptable only once the operator is registered: import openmmgraph.communicate first)."""
+
+    def _exchange(self, features: torch.Tensor, communicator: int, n_owned: int) -> torch.Tensor:
+        return torch.ops.openmmgraph.communicate(features, communicator, n_owned)
+
+
+def _communicate_available() -> bool:
+    try:
+        return hasattr(torch.ops.openmmgraph, "communicate") and torch.ops.openmmgraph.communicate is not None
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def export_torchscript(model, path: str, dtype: str = "float64", use_communicate: Optional[bool] = None) -> dict:
+    """Write the model (a model file path, bytes, ModelFile or GraphModelTorch) as a TorchScript
+    archive with the graph interface and its metadata; returns the metadata.
+
+    dtype: "float64" or "float32", the precision of the exported computation.
+    use_communicate: route ghost node features through openmmgraph::communicate (default: when the
+    model has an interaction block and the operator is registered).
+    """
+    if dtype not in ("float64", "float32"):
+        raise ValueError(f"dtype must be 'float64' or 'float32', found {dtype!r}")
+    torch_dtype = torch.float64 if dtype == "float64" else torch.float32
+    if not isinstance(model, GraphModelTorch):
+        model = GraphModelTorch(model if isinstance(model, ModelFile) else read_model(model), dtype=torch.float64)
+    if use_communicate is None:
+        use_communicate = model.n_interactions == 1 and _communicate_available()
+    if use_communicate and not _communicate_available():
+        raise RuntimeError("use_communicate=True but torch.ops.openmmgraph.communicate is not registered; import openmmgraph.communicate")
+    cls = GraphScriptModelWithCommunicate if use_communicate else GraphScriptModel
+    scripted = torch.jit.script(cls(model, torch_dtype).eval())
+    metadata = {
+        "format": METADATA_FORMAT,
+        "version": METADATA_VERSION,
+        "interface": "particle_energies",
+        "length_unit": model.metadata.get("length_unit", "nm"),
+        "energy_unit": model.metadata.get("energy_unit", "kJ/mol"),
+        "length_scale_nm": model.length_scale_nm,
+        "energy_scale_kj_per_mol": model.energy_scale_kj_per_mol,
+        "cutoff": model.cutoff,
+        "types": [
+            {"name": name, "atomic_number": int(z)}
+            for name, z in zip(_type_names(model), _atomic_numbers(model))
+        ],
+        "dtype": dtype,
+        "uses_communicate": bool(use_communicate),
+        "n_interactions": int(model.n_interactions),
+    }
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    torch.jit.save(scripted, path, _extra_files={METADATA_FILE: json.dumps(metadata, indent=1)})
+    return metadata
+
+
+def read_metadata(path: str) -> dict:
+    """The openmmgraph.json metadata of an exported TorchScript archive (validated)."""
+    extra = {METADATA_FILE: ""}
+    torch.jit.load(path, map_location="cpu", _extra_files=extra)
+    if not extra[METADATA_FILE]:
+        raise ValueError(f"{path}: no {METADATA_FILE} in the archive: not a model exported for openmm-graph")
+    metadata = json.loads(extra[METADATA_FILE])
+    if metadata.get("format") != METADATA_FORMAT or metadata.get("version") != METADATA_VERSION:
+        raise ValueError(f"{path}: {METADATA_FILE} has format {metadata.get('format')!r} version {metadata.get('version')!r}; "
+                         f"expected {METADATA_FORMAT!r} version {METADATA_VERSION}")
+    return metadata
+
+
+def _type_names(model: GraphModelTorch):
+    names = model.metadata.get("type_names")
+    if isinstance(names, str):
+        names = json.loads(names)
+    return list(names) if names else [str(t) for t in range(model.n_types)]
+
+
+def _atomic_numbers(model: GraphModelTorch):
+    numbers = model.metadata.get("type_atomic_numbers")
+    if isinstance(numbers, str):
+        numbers = json.loads(numbers)
+    return list(numbers) if numbers else [0] * model.n_types
+
+
+def canonical_graph(positions_nm, box_nm, cutoff_nm: float, length_scale_nm: float = 1.0):
+    """The compact canonical graph of all particles as the plugin builds it (one domain):
+    (row_offsets [n+1], neighbors [E], edge_vectors [E, 3] in the model length unit), rows sorted
+    by r^2 / r_c^2 in 32-bit fixed point, then neighbour index.  positions_nm [n, 3] float64 tensor
+    (edge_vectors are differentiable with respect to it); box_nm [3, 3] or None."""
+    from .torch_model import neighbor_pairs
+
+    positions_nm = torch.as_tensor(positions_nm, dtype=torch.float64)
+    box = None if box_nm is None else torch.as_tensor(box_nm, dtype=torch.float64)
+    center, neighbor, shifts = neighbor_pairs(positions_nm.detach(), box, cutoff_nm)
+    vectors = positions_nm[neighbor] - positions_nm[center]
+    if box is not None and shifts.shape[0]:
+        vectors = vectors + shifts.to(torch.float64) @ box
+    r2 = (vectors.detach() ** 2).sum(-1)
+    key = torch.clamp(r2 / (cutoff_nm * cutoff_nm) * 4294967295.0, max=4294967295.0).to(torch.int64)
+    inside = r2 < cutoff_nm * cutoff_nm
+    center, neighbor, vectors, key = center[inside], neighbor[inside], vectors[inside], key[inside]
+    n = positions_nm.shape[0]
+    order = torch.from_numpy(__import__("numpy").lexsort((neighbor.numpy(), key.numpy(), center.numpy())))
+    center, neighbor, vectors = center[order], neighbor[order], vectors[order]
+    row_offsets = torch.zeros(n + 1, dtype=torch.int64)
+    row_offsets[1:] = torch.cumsum(torch.bincount(center, minlength=n), 0)
+    return row_offsets, neighbor.to(torch.int64), vectors / length_scale_nm
