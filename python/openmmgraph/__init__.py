@@ -15,6 +15,8 @@ __version__ = "0.1.0"
 _COMPILED_NAMES = ("GraphForce", "pluginLoadFailures", "createGraphForce")
 # Names served by the DLPack views (see dlpack.py; ctypes, loads its library on first call).
 _DLPACK_NAMES = ("views",)
+# Submodules imported on first access (openmmgraph.communicate loads the torch operators).
+_LAZY_SUBMODULES = ("communicate", "simulated_domains")
 # Names served by the OpenMM app integration (see app.py; loads the plugins).
 _APP_NAMES = ("createSystem", "createMixedSystem", "registerMLPotential")
 
@@ -35,6 +37,12 @@ def __getattr__(name):
         value = dlpack if name == "dlpack" else getattr(dlpack, name)
         globals()[name] = value
         return value
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        value = importlib.import_module(__name__ + "." + name)
+        globals()[name] = value
+        return value
     if name in _APP_NAMES or name == "app":
         import importlib
 
@@ -46,4 +54,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_COMPILED_NAMES) | set(_DLPACK_NAMES) | {"dlpack"} | set(_APP_NAMES) | {"app"})
+    return sorted(set(globals()) | set(_COMPILED_NAMES) | set(_DLPACK_NAMES) | {"dlpack"} | set(_APP_NAMES) | {"app"} | set(_LAZY_SUBMODULES))
