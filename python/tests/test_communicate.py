@@ -23,7 +23,6 @@ import subprocess
 import sys
 import threading
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -323,8 +322,10 @@ def test_torch_export_with_autograd_in_the_program():
             energy = (h**2).sum()
             return torch.autograd.grad(energy, [x])[0]
 
+    from torch.export import Dim
+
     x = torch.randn(5, 3, dtype=torch.float64)
-    program = torch.export.export(Forces(), (x, 0, 3), dynamic_shapes={"x": None, "handle": Dim_dynamic(), "num_owned": Dim_dynamic()})
+    program = torch.export.export(Forces(), (x, 0, 3), dynamic_shapes={"x": None, "handle": Dim.DYNAMIC, "num_owned": Dim.DYNAMIC})
     targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
     assert "openmmgraph.communicate_reverse.default" in targets, targets
     with SimulatedDomains([[0, 1, 2]], [[2, 0]]) as domains:
@@ -334,12 +335,6 @@ def test_torch_export_with_autograd_in_the_program():
         expected[0] += 2 * x[0]
         expected[3:] = 0
         assert torch.equal(program.module()(x, handle, 3), expected)
-
-
-def Dim_dynamic():
-    from torch.export import Dim
-
-    return Dim.DYNAMIC
 
 
 # --- errors ----------------------------------------------------------------------------------------
