@@ -40,6 +40,19 @@ public:
     virtual void copyParametersToContext(OpenMM::ContextImpl& context, const GraphForce& force) = 0;
 };
 
+/**
+ * The same kernel for a TorchScript model (docs/torch-models.md), provided by
+ * the LibTorch plugin (libOpenMMGraphTorch) under its own name, so that a
+ * platform without it says so instead of running the native kernel.
+ */
+class CalcTorchGraphForceKernel : public CalcGraphForceKernel {
+public:
+    static std::string Name() {
+        return "CalcTorchGraphForce";
+    }
+    CalcTorchGraphForceKernel(std::string name, const OpenMM::Platform& platform) : CalcGraphForceKernel(name, platform) {}
+};
+
 } // namespace GraphPlugin
 
 #endif

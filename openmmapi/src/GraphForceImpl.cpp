@@ -41,9 +41,24 @@ void GraphForceImpl::validate(const GraphForce& force, const System& system) {
     }
 }
 
+namespace {
+
+std::string kernelNameFor(const GraphForce& force) {
+    return force.getModel()->kind == ModelKind::TorchScript ? CalcTorchGraphForceKernel::Name() : CalcGraphForceKernel::Name();
+}
+
+} // namespace
+
 void GraphForceImpl::initialize(ContextImpl& context) {
     validate(owner, context.getSystem());
-    kernel = context.getPlatform().createKernel(CalcGraphForceKernel::Name(), context);
+    const std::string name = kernelNameFor(owner);
+    if (!context.getPlatform().supportsKernels({name}))
+        throw OpenMMException(name == CalcTorchGraphForceKernel::Name()
+                                  ? "GraphForce: this is a TorchScript model and the " + context.getPlatform().getName() +
+                                        " platform has no LibTorch kernel for it: load the LibTorch plugin (libOpenMMGraphTorch; `import "
+                                        "openmmgraph` loads it when torch is installed) or use the Reference or CPU platform"
+                                  : "GraphForce: the " + context.getPlatform().getName() + " platform has no GraphForce kernel");
+    kernel = context.getPlatform().createKernel(name, context);
     kernel.getAs<CalcGraphForceKernel>().initialize(context.getSystem(), owner);
 }
 
@@ -54,7 +69,7 @@ double GraphForceImpl::calcForcesAndEnergy(ContextImpl& context, bool includeFor
 }
 
 std::vector<std::string> GraphForceImpl::getKernelNames() {
-    return {CalcGraphForceKernel::Name()};
+    return {kernelNameFor(owner)};
 }
 
 void GraphForceImpl::updateParametersInContext(ContextImpl& context) {

@@ -1,5 +1,7 @@
 #include "internal/GraphModelLoader.h"
 #include "JsonValue.h"
+#include "ZipArchive.h"
+#include <map>
 #include "openmm/OpenMMException.h"
 #include <algorithm>
 #include <cctype>
@@ -287,28 +289,16 @@ private:
         return result;
     }
 
-    static bool unitScale(const std::string& unit, bool length, double& scale) {
-        static const std::map<std::string, double> lengths = {{"nm", 1.0}, {"angstrom", 0.1}, {"bohr", 0.052917721090}};
-        static const std::map<std::string, double> energies = {
-            {"kJ/mol", 1.0}, {"kcal/mol", 4.184}, {"eV", 96.48533212331}, {"hartree", 2625.4996394799}};
-        const auto& table = length ? lengths : energies;
-        auto it = table.find(unit);
-        if (it == table.end())
-            return false;
-        scale = it->second;
-        return true;
-    }
-
     void fillMetadata() {
         if (meta("format") != "openmm-graph")
             fail("metadata key 'format': expected \"openmm-graph\", found \"" + meta("format") + "\"");
         if (meta("format_version") != "1")
             fail("metadata key 'format_version': expected \"1\" (this reader knows version 1), found \"" + meta("format_version") + "\"");
         m->lengthUnit = meta("length_unit");
-        if (!unitScale(m->lengthUnit, true, m->lengthScale))
+        if (!GraphModelLoader::unitScale(m->lengthUnit, true, m->lengthScale))
             fail("metadata key 'length_unit': expected one of nm, angstrom, bohr, found \"" + m->lengthUnit + "\"");
         m->energyUnit = meta("energy_unit");
-        if (!unitScale(m->energyUnit, false, m->energyScale))
+        if (!GraphModelLoader::unitScale(m->energyUnit, false, m->energyScale))
             fail("metadata key 'energy_unit': expected one of kJ/mol, kcal/mol, eV, hartree, found \"" + m->energyUnit + "\"");
 
         JsonValue names = metaJsonArray("type_names", "a JSON list of type names");
@@ -511,7 +501,21 @@ private:
 } // namespace
 
 std::shared_ptr<const GraphModel> GraphModelLoader::fromBytes(const std::string& bytes) {
+    if (ZipArchive::looksLikeZip(bytes))
+        return fromTorchScriptBytes(bytes);
     return Loader(bytes).load();
+}
+
+bool GraphModelLoader::unitScale(const std::string& unit, bool length, double& scale) {
+    static const std::map<std::string, double> lengths = {{"nm", 1.0}, {"angstrom", 0.1}, {"bohr", 0.052917721090}};
+    static const std::map<std::string, double> energies = {
+        {"kJ/mol", 1.0}, {"kcal/mol", 4.184}, {"eV", 96.48533212331}, {"hartree", 2625.4996394799}};
+    const auto& table = length ? lengths : energies;
+    auto it = table.find(unit);
+    if (it == table.end())
+        return false;
+    scale = it->second;
+    return true;
 }
 
 std::string GraphModelLoader::readFile(const std::string& path) {

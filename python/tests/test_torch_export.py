@@ -172,3 +172,132 @@ def test_bad_inputs_are_refused(tmp_path):
         module(positions, types, torch.zeros(3, dtype=torch.int64), torch.zeros(0, dtype=torch.int64),
                torch.zeros(0, 3, dtype=torch.float64), box, len(types), 0)
     assert os.path.exists(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The GraphForce with a TorchScript model (the LibTorch plugin) against the native GraphForce
+# ---------------------------------------------------------------------------------------------
+def torch_plugin_loaded():
+    openmmgraph.GraphForce  # noqa: B018  (the package loads its plugins on first use)
+    try:
+        return openmm.Platform.getPlatformByName("Reference").supportsKernels(["CalcTorchGraphForce"])
+    except Exception:
+        return False
+
+
+needs_plugin = pytest.mark.skipif(not torch_plugin_loaded(), reason="the LibTorch plugin (libOpenMMGraphTorch) is not loaded: "
+                                  + "; ".join(m for m in openmm.Platform.getPluginLoadFailures() if "Torch" in m))
+
+
+def graph_context(path, types, box, positions, platform, configure=None):
+    force = openmmgraph.GraphForce(path)
+    system = openmm.System()
+    for i in range(len(types)):
+        system.addParticle(12.0)
+        force.addParticle(i, int(types[i]))
+    force.setUsesPeriodicBoundaryConditions(True)
+    if configure:
+        configure(force)
+    system.setDefaultPeriodicBoxVectors(*[openmm.Vec3(*map(float, row)) for row in np.asarray(box)])
+    system.addForce(force)
+    context = openmm.Context(system, openmm.VerletIntegrator(0.0005), openmm.Platform.getPlatformByName(platform))
+    context.setPositions(np.asarray(positions))
+    return context, force, system
+
+
+def energy_forces(context):
+    state = context.getState(getEnergy=True, getForces=True)
+    return (state.getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole),
+            state.getForces(asNumpy=True).value_in_unit(openmm.unit.kilojoule_per_mole / openmm.unit.nanometer))
+
+
+@needs_plugin
+@pytest.mark.parametrize("platform", ["Reference", "CPU"])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_graphforce_runs_torchscript_models(tmp_path, name, platform):
+    model = small_model(name, seed=7)
+    native, exported = str(tmp_path / "model.safetensors"), str(tmp_path / "model.pt")
+    model.write(native)
+    export_torchscript(model, exported)
+    positions, types, box = lattice_system(250, n_types=model.n_types, seed=4)
+    expected_context, expected_force, _ = graph_context(native, types, box, positions, "Reference")
+    context, force, system = graph_context(exported, types, box, positions, platform)
+    assert force.getNumTypes() == model.n_types and force.getCutoff() == pytest.approx(expected_force.getCutoff())
+    expected_energy, expected_forces = energy_forces(expected_context)
+    energy, forces = energy_forces(context)
+    assert energy == pytest.approx(expected_energy, rel=1e-12)
+    np.testing.assert_allclose(forces, expected_forces, rtol=0, atol=1e-11 * np.abs(expected_forces).max())
+    np.testing.assert_allclose(force.getParticleEnergies(context), expected_force.getParticleEnergies(expected_context), rtol=0,
+                               atol=1e-12 * abs(expected_energy))
+    # The archive travels inside a serialized System.
+    copy = openmm.XmlSerializer.deserialize(openmm.XmlSerializer.serialize(system))
+    again = openmm.Context(copy, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName(platform))
+    again.setPositions(np.asarray(positions))
+    assert energy_forces(again)[0] == energy
+    # Types can change in the Context, as for native models.
+    for i in range(0, len(types), 3):
+        types[i] = (types[i] + 1) % model.n_types
+        force.setParticleParameters(i, i, int(types[i]))
+        expected_force.setParticleParameters(i, i, int(types[i]))
+    force.updateParametersInContext(context)
+    expected_force.updateParametersInContext(expected_context)
+    assert energy_forces(context)[0] == pytest.approx(energy_forces(expected_context)[0], rel=1e-12)
+    # MD runs.
+    context.getIntegrator().step(5)
+    assert np.isfinite(energy_forces(context)[0])
+
+
+@needs_plugin
+def test_graphforce_float32_torchscript_model(tmp_path):
+    model = small_model("interaction", seed=8)
+    native, exported = str(tmp_path / "model.safetensors"), str(tmp_path / "model32.pt")
+    model.write(native)
+    export_torchscript(model, exported, dtype="float32")
+    positions, types, box = lattice_system(250, n_types=model.n_types, seed=5)
+    expected_energy, expected_forces = energy_forces(graph_context(native, types, box, positions, "Reference")[0])
+    energy, forces = energy_forces(graph_context(exported, types, box, positions, "Reference")[0])
+    assert energy == pytest.approx(expected_energy, rel=1e-5)
+    rms = np.sqrt(np.mean(np.sum(expected_forces**2, axis=1)))
+    assert np.sqrt(np.mean(np.sum((forces - expected_forces) ** 2, axis=1))) < 1e-4 * rms
+
+
+def test_torchscript_archives_are_checked(tmp_path):
+    """The metadata is read (and checked) when the GraphForce is created, plugin or not."""
+    plain = torch.jit.script(torch.nn.Linear(2, 2))
+    foreign = str(tmp_path / "foreign.pt")
+    torch.jit.save(plain, foreign)
+    with pytest.raises(openmm.OpenMMException, match="openmmgraph.json"):
+        openmmgraph.GraphForce(foreign)
+    metadata = export_torchscript(small_model("plain"), str(tmp_path / "model.pt"))
+    for change, message in [({"length_unit": "furlong"}, "length_unit"), ({"cutoff": -1}, "cutoff"),
+                            ({"dtype": "float16"}, "dtype"), ({"extra": 1}, "unknown key"), ({"format": "x"}, "format"),
+                            ({"types": []}, "types"), ({"length_scale_nm": 0.5}, "length_scale_nm")]:
+        path = str(tmp_path / "bad.pt")
+        torch.jit.save(plain, path, _extra_files={"openmmgraph.json": json.dumps({**metadata, **change})})
+        with pytest.raises(openmm.OpenMMException, match=message):
+            openmmgraph.GraphForce(path)
+    good = open(str(tmp_path / "model.pt"), "rb").read()
+    truncated = str(tmp_path / "truncated.pt")
+    with open(truncated, "wb") as handle:
+        handle.write(good[: len(good) // 2])
+    with pytest.raises(openmm.OpenMMException, match="zip"):
+        openmmgraph.GraphForce(truncated)
+    force = openmmgraph.GraphForce(str(tmp_path / "model.pt"))
+    assert force.getTypeName(0) == metadata["types"][0]["name"]
+    assert force.getCutoff() == pytest.approx(metadata["cutoff"] * metadata["length_scale_nm"])
+
+
+@needs_plugin
+def test_a_module_with_the_wrong_output_is_refused(tmp_path):
+    class Wrong(torch.nn.Module):
+        def forward(self, positions: torch.Tensor, types: torch.Tensor, row_offsets: torch.Tensor, neighbors: torch.Tensor,
+                    edge_vectors: torch.Tensor, box: torch.Tensor, n_owned: int, communicator: int) -> torch.Tensor:
+            return edge_vectors.sum()
+
+    metadata = export_torchscript(small_model("plain"), str(tmp_path / "model.pt"))
+    path = str(tmp_path / "wrong.pt")
+    torch.jit.save(torch.jit.script(Wrong()), path, _extra_files={"openmmgraph.json": json.dumps(metadata)})
+    positions, types, box = lattice_system(250, n_types=2, seed=4)
+    context = graph_context(path, types, box, positions, "Reference")[0]
+    with pytest.raises(openmm.OpenMMException, match="shape"):
+        context.getState(getEnergy=True)

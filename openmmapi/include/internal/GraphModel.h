@@ -32,6 +32,9 @@ struct DenseNetwork {
 
 enum class Activation { Tanh, Silu };
 
+/** What a model file holds: the project's format, or a TorchScript module with the graph interface (docs/torch-models.md). */
+enum class ModelKind { Native, TorchScript };
+
 /**
  * A parsed, validated and immutable graph model, already converted to OpenMM
  * units (nm, kJ/mol).  Built only by GraphModelLoader; every platform reads
@@ -44,6 +47,14 @@ enum class Activation { Tanh, Silu };
  */
 class OPENMM_EXPORT_GRAPH GraphModel {
 public:
+    ModelKind kind = ModelKind::Native;
+    /**
+     * TorchScript models: the module computes in float32 (else float64) and
+     * routes ghost node features through openmmgraph::communicate.  Only the
+     * fields above cutoff (types, units, cut-off) are set for them; the module
+     * itself is the model's bytes, loaded by the LibTorch plugin.
+     */
+    bool torchFloat32 = false, torchUsesCommunicate = false;
     int numTypes = 0; ///< T
     std::vector<std::string> typeNames;
     std::vector<int> typeAtomicNumbers;

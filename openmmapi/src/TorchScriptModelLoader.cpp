@@ -1,0 +1,109 @@
+/**
+ * GraphModelLoader for TorchScript archives (docs/torch-models.md): reads and
+ * checks the openmmgraph.json metadata the archive carries; the module itself
+ * is loaded by the LibTorch plugin from the force's model bytes.
+ */
+#include "JsonValue.h"
+#include "ZipArchive.h"
+#include "internal/GraphModelLoader.h"
+#include "openmm/OpenMMException.h"
+#include <cmath>
+#include <set>
+#include <stdexcept>
+
+using namespace GraphPlugin;
+using OpenMM::OpenMMException;
+
+namespace {
+
+[[noreturn]] void fail(const std::string& message) {
+    throw OpenMMException("GraphForce: TorchScript model: " + message);
+}
+
+const JsonValue& member(const JsonValue& object, const std::string& key, JsonValue::Kind kind) {
+    auto it = object.object.find(key);
+    if (it == object.object.end())
+        fail("openmmgraph.json has no key '" + key + "'");
+    if (it->second.kind != kind)
+        fail("openmmgraph.json key '" + key + "': expected " + JsonValue::kindName(kind) + ", found " + JsonValue::kindName(it->second.kind));
+    return it->second;
+}
+
+const std::string& text(const JsonValue& object, const std::string& key) {
+    return member(object, key, JsonValue::Kind::String).string;
+}
+
+double number(const JsonValue& object, const std::string& key) {
+    return member(object, key, JsonValue::Kind::Number).number;
+}
+
+} // namespace
+
+std::shared_ptr<const GraphModel> GraphModelLoader::fromTorchScriptBytes(const std::string& bytes) {
+    std::string json;
+    try {
+        if (!ZipArchive::readEntry(bytes, "/extra/openmmgraph.json", json))
+            fail("the archive has no extra file openmmgraph.json: it is not a model exported for openmm-graph "
+                 "(see docs/torch-models.md; openmmgraph.torch_export.export_torchscript writes one)");
+    }
+    catch (const std::runtime_error& error) {
+        fail(error.what());
+    }
+    const JsonValue meta = JsonValue::parse(json.data(), json.size(), "openmmgraph.json");
+    if (meta.kind != JsonValue::Kind::Object)
+        fail("openmmgraph.json: expected a JSON object");
+    static const std::set<std::string> known = {"format",   "version", "interface", "length_unit",      "energy_unit",   "length_scale_nm",
+                                                "energy_scale_kj_per_mol", "cutoff", "types", "dtype", "uses_communicate", "n_interactions"};
+    for (const std::string& key : meta.keyOrder)
+        if (!known.count(key))
+            fail("openmmgraph.json has an unknown key '" + key + "'");
+    if (text(meta, "format") != "openmm-graph-torch")
+        fail("openmmgraph.json key 'format': expected \"openmm-graph-torch\", found \"" + text(meta, "format") + "\"");
+    if (member(meta, "version", JsonValue::Kind::Number).numberText != "1")
+        fail("openmmgraph.json key 'version': this version reads version 1, found " + member(meta, "version", JsonValue::Kind::Number).numberText);
+    if (text(meta, "interface") != "particle_energies")
+        fail("openmmgraph.json key 'interface': expected \"particle_energies\", found \"" + text(meta, "interface") + "\"");
+    auto model = std::make_shared<GraphModel>();
+    model->kind = ModelKind::TorchScript;
+    model->lengthUnit = text(meta, "length_unit");
+    model->energyUnit = text(meta, "energy_unit");
+    if (!unitScale(model->lengthUnit, true, model->lengthScale))
+        fail("openmmgraph.json key 'length_unit': expected nm, angstrom or bohr, found \"" + model->lengthUnit + "\"");
+    if (!unitScale(model->energyUnit, false, model->energyScale))
+        fail("openmmgraph.json key 'energy_unit': expected kJ/mol, kcal/mol, eV or hartree, found \"" + model->energyUnit + "\"");
+    for (const char* key : {"length_scale_nm", "energy_scale_kj_per_mol"})
+        if (meta.object.count(key)) {
+            const double expected = std::string(key) == "length_scale_nm" ? model->lengthScale : model->energyScale;
+            if (std::fabs(number(meta, key) - expected) > 1e-9 * expected)
+                fail(std::string("openmmgraph.json key '") + key + "' (" + std::to_string(number(meta, key)) + ") disagrees with the unit (" +
+                     std::to_string(expected) + ")");
+        }
+    const double cutoff = number(meta, "cutoff");
+    if (!(cutoff > 0) || !std::isfinite(cutoff))
+        fail("openmmgraph.json key 'cutoff': expected a positive number (model length unit), found " + std::to_string(cutoff));
+    model->cutoff = cutoff * model->lengthScale;
+    const JsonValue& types = member(meta, "types", JsonValue::Kind::Array);
+    if (types.array.empty() || types.array.size() > 256)
+        fail("openmmgraph.json key 'types': expected 1 to 256 types, found " + std::to_string(types.array.size()));
+    for (const JsonValue& type : types.array) {
+        if (type.kind != JsonValue::Kind::Object)
+            fail("openmmgraph.json key 'types': each entry must be an object {\"name\", \"atomic_number\"}");
+        const std::string& name = text(type, "name");
+        const double z = number(type, "atomic_number");
+        if (name.empty() || z < 0 || z > 118 || z != std::floor(z))
+            fail("openmmgraph.json key 'types': bad entry \"" + name + "\" (a non-empty name and an atomic number in 0..118)");
+        model->typeNames.push_back(name);
+        model->typeAtomicNumbers.push_back((int) z);
+    }
+    model->numTypes = (int) model->typeNames.size();
+    const std::string& dtype = text(meta, "dtype");
+    if (dtype != "float64" && dtype != "float32")
+        fail("openmmgraph.json key 'dtype': expected \"float64\" or \"float32\", found \"" + dtype + "\"");
+    model->torchFloat32 = dtype == "float32";
+    model->fileIsFloat32 = model->torchFloat32;
+    if (meta.object.count("uses_communicate"))
+        model->torchUsesCommunicate = member(meta, "uses_communicate", JsonValue::Kind::Bool).boolean;
+    if (meta.object.count("n_interactions"))
+        model->numInteractions = (int) number(meta, "n_interactions");
+    return model;
+}
