@@ -301,3 +301,57 @@ def test_a_module_with_the_wrong_output_is_refused(tmp_path):
     context = graph_context(path, types, box, positions, "Reference")[0]
     with pytest.raises(openmm.OpenMMException, match="shape"):
         context.getState(getEnergy=True)
+
+
+def test_interaction_model_across_domains_with_communicate(tmp_path):
+    """An exported model with an interaction block split into two domains (one thread each, the
+    simulated engine of openmmgraph.simulated_domains): ghost node features come through
+    openmmgraph::communicate and their gradients go back to the owners, so the energies and the
+    forces equal the one-domain run's."""
+    communicate = pytest.importorskip("openmmgraph.communicate")
+    try:
+        communicate.load_library()
+    except Exception as error:
+        pytest.skip(f"the communicate operator is not available: {error}")
+    import threading
+
+    from openmmgraph.simulated_domains import SimulatedDomains
+
+    model = small_model("interaction", seed=9)
+    reference = GraphModelTorch(model)
+    path = str(tmp_path / "model.pt")
+    assert export_torchscript(model, path, use_communicate=True)["uses_communicate"]
+    module = torch.jit.load(path)
+    positions, types, box = system_of(250, model.n_types, seed=6)
+    expected_energy, expected_forces = module_energy_and_forces(module, reference, positions, types, box)
+
+    masks = (positions[:, 0] < box[0, 0] / 2, positions[:, 0] >= box[0, 0] / 2)
+    domains = [domain_inputs(positions, types, box, reference, mask) for mask in masks]
+    rows, neighbors, _ = canonical_graph(positions, box, reference.cutoff_nm, reference.length_scale_nm)
+    centers = torch.repeat_interleave(torch.arange(len(types)), rows[1:] - rows[:-1])
+    results = [None, None]
+    with SimulatedDomains(owned=[d[0][: d[4]] for d in domains], ghosts=[d[0][d[4]:] for d in domains]) as engine:
+
+        def run(d):
+            local, owned_rows, local_neighbors, vectors, n_owned = domains[d]
+            vectors = vectors.detach().clone().requires_grad_(True)
+            energies = module(positions[local] / reference.length_scale_nm, types[local], owned_rows, local_neighbors, vectors,
+                              box / reference.length_scale_nm, n_owned, engine.handles[d])
+            energy = energies.sum() * reference.energy_scale_kj_per_mol
+            (gradient,) = torch.autograd.grad(energy, vectors)
+            results[d] = (float(energy.detach()), gradient.detach())
+
+        threads = [threading.Thread(target=run, args=(d,)) for d in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    assert all(result is not None for result in results), "a domain failed (see the thread's exception)"
+    assert results[0][0] + results[1][0] == pytest.approx(expected_energy, rel=1e-12)
+    forces = np.zeros((len(types), 3))
+    for d, mask in enumerate(masks):
+        keep = mask[centers]
+        g = (results[d][1] / reference.length_scale_nm).numpy()  # dE/d(edge vector) per nm
+        np.add.at(forces, centers[keep].numpy(), g)
+        np.add.at(forces, neighbors[keep].numpy(), -g)
+    np.testing.assert_allclose(forces, expected_forces, rtol=0, atol=1e-11 * np.abs(expected_forces).max())
