@@ -3,6 +3,7 @@
 
 #include "GraphForce.h"
 #include "openmm/KernelImpl.h"
+#include "openmm/OpenMMException.h"
 #include "openmm/Platform.h"
 #include "openmm/System.h"
 #include <string>
@@ -38,6 +39,33 @@ public:
      * Copy new particle types from the force (same particles as at initialize).
      */
     virtual void copyParametersToContext(OpenMM::ContextImpl& context, const GraphForce& force) = 0;
+
+protected:
+    /**
+     * The force's particle types for updateParametersInContext, checked: the
+     * particles (their number and System indices, `particles`) must be those
+     * the kernel was initialized with, and every type in range; otherwise an
+     * OpenMMException that names the particle.
+     */
+    static std::vector<int> updatedTypes(const GraphForce& force, const std::vector<int>& particles) {
+        const std::string where = "GraphForce: updateParametersInContext: ";
+        const std::string only = "; only types can change (reinitialize the Context to change the particles)";
+        if (force.getNumParticles() != (int) particles.size())
+            throw OpenMM::OpenMMException(where + "the number of particles changed from " + std::to_string(particles.size()) + " to " +
+                                          std::to_string(force.getNumParticles()) + only);
+        std::vector<int> types(particles.size());
+        for (int i = 0; i < force.getNumParticles(); i++) {
+            int particle;
+            force.getParticleParameters(i, particle, types[i]);
+            if (particle != particles[i])
+                throw OpenMM::OpenMMException(where + "particle " + std::to_string(i) + " changed from System particle " +
+                                              std::to_string(particles[i]) + " to " + std::to_string(particle) + only);
+            if (types[i] < 0 || types[i] >= force.getNumTypes())
+                throw OpenMM::OpenMMException(where + "particle " + std::to_string(i) + " has type " + std::to_string(types[i]) +
+                                              ", out of range: the model has " + std::to_string(force.getNumTypes()) + " types");
+        }
+        return types;
+    }
 };
 
 /**

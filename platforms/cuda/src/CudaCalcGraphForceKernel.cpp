@@ -67,21 +67,6 @@ void CudaCalcGraphForceKernel::getParticleEnergies(ContextImpl& context, std::ve
 }
 
 void CudaCalcGraphForceKernel::copyParametersToContext(ContextImpl& context, const GraphForce& force) {
-    if (force.getNumParticles() != (int) particles.size())
-        throw OpenMMException("GraphForce: updateParametersInContext: the number of particles changed from " + std::to_string(particles.size()) +
-                              " to " + std::to_string(force.getNumParticles()) +
-                              "; only types can change (reinitialize the Context to change the particles)");
-    for (int i = 0; i < force.getNumParticles(); i++) {
-        int particle, type;
-        force.getParticleParameters(i, particle, type);
-        if (particle != particles[i])
-            throw OpenMMException("GraphForce: updateParametersInContext: particle " + std::to_string(i) + " changed from System particle " +
-                                  std::to_string(particles[i]) + " to " + std::to_string(particle) +
-                                  "; only types can change (reinitialize the Context to change the particles)");
-        if (type < 0 || type >= model->numTypes)
-            throw OpenMMException("GraphForce: updateParametersInContext: particle " + std::to_string(i) + " has type " + std::to_string(type) +
-                                  ", out of range: the model has " + std::to_string(model->numTypes) + " types");
-        types[i] = type;
-    }
+    types = updatedTypes(force, particles);
     pipeline->setTypes(types);
 }

@@ -1,0 +1,55 @@
+#include "ReferenceGraphInput.h"
+#include "openmm/OpenMMException.h"
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+using namespace GraphPlugin;
+using namespace OpenMM;
+
+ReferencePlatform::PlatformData& GraphPlugin::referencePlatformData(ContextImpl& context) {
+    return *reinterpret_cast<ReferencePlatform::PlatformData*>(context.getPlatformData());
+}
+
+const Vec3* GraphPlugin::buildReferenceGraph(ContextImpl& context, double cutoff, bool periodic, const std::vector<int>& particles,
+                                             std::vector<Vec3>& localPositions, ReferenceNeighborGraph& graph) {
+    ReferencePlatform::PlatformData& data = referencePlatformData(context);
+    const std::vector<Vec3>& positions = *data.positions;
+    const int n = (int) particles.size();
+    localPositions.resize(n);
+    for (int i = 0; i < n; i++) {
+        localPositions[i] = positions[particles[i]];
+        if (!std::isfinite(localPositions[i][0]) || !std::isfinite(localPositions[i][1]) || !std::isfinite(localPositions[i][2]))
+            throw OpenMMException("GraphForce: the position of particle " + std::to_string(particles[i]) + " is not finite");
+    }
+    const Vec3* box = nullptr;
+    if (periodic) {
+        box = data.periodicBoxVectors;
+        const double smallest = std::min(box[0][0], std::min(box[1][1], box[2][2]));
+        if (cutoff > 0.5 * smallest) {
+            std::stringstream s;
+            s << "GraphForce: the model's cut-off (" << cutoff << " nm) is larger than half the smallest height of the periodic box ("
+              << 0.5 * smallest << " nm); the box must be at least " << 2 * cutoff << " nm in every direction";
+            throw OpenMMException(s.str());
+        }
+    }
+    graph.build(localPositions, box, cutoff, particles);
+    return box;
+}
+
+void GraphPlugin::addReferenceForces(ContextImpl& context, const std::vector<int>& particles, const std::vector<Vec3>* localForces, double energy,
+                                     bool checkFinite) {
+    const int n = (int) particles.size();
+    if (checkFinite) {
+        if (!std::isfinite(energy))
+            throw OpenMMException("GraphForce: the model's energy is not finite (" + std::to_string(energy) + "); check the positions and the model");
+        for (int i = 0; i < n && localForces != nullptr; i++)
+            if (!std::isfinite((*localForces)[i][0]) || !std::isfinite((*localForces)[i][1]) || !std::isfinite((*localForces)[i][2]))
+                throw OpenMMException("GraphForce: the force on particle " + std::to_string(particles[i]) + " is not finite");
+    }
+    if (localForces != nullptr) {
+        std::vector<Vec3>& forces = *referencePlatformData(context).forces;
+        for (int i = 0; i < n; i++)
+            forces[particles[i]] += (*localForces)[i];
+    }
+}
