@@ -28,3 +28,15 @@ def test_dlpack_example_runs(capsys):
         sys.path.remove(str(ROOT / "examples"))
     out = capsys.readouterr().out
     assert "match State.getForces()" in out and "moved by 0.0100 nm" in out
+
+
+def test_torch_model_example_runs(capsys):
+    import openmm
+    import openmmgraph
+    import pytest
+
+    openmmgraph.GraphForce  # noqa: B018  (loads the plugins)
+    if not openmm.Platform.getPlatformByName("Reference").supportsKernels(["CalcTorchGraphForce"]):
+        pytest.skip("the LibTorch plugin is not loaded")
+    assert load("torch_model").main(["--platform", "CPU", "--cells", "2", "--steps", "5"]) == 0
+    assert "TorchScript vs native" in capsys.readouterr().out
