@@ -48,6 +48,14 @@ class GraphModel;
  *    types or OpenMM's buffers change.  "auto" falls back to plain kernel
  *    launches if a capture fails, "true" throws an OpenMMException instead,
  *    "false" never captures.  Results are bitwise the same in every mode.
+ *  - "Domains": "single" (default) or "mpi".  With "mpi" every MPI rank
+ *    (MPI_COMM_WORLD) runs its own Context for the whole System; the force
+ *    evaluates the energies of the rank's own slab of particles, and forces
+ *    (in 64-bit fixed point) and energy (in rank order) are summed over the
+ *    ranks, so every rank gets bitwise the same values and integrates the
+ *    same trajectory.  Needs libOpenMMGraphMPI (docs/mpi.md); MPI is
+ *    initialized if the application has not done it.  Reference and CPU
+ *    platforms, native models, for now.
  */
 class OPENMM_EXPORT_GRAPH GraphForce : public OpenMM::Force {
 public:

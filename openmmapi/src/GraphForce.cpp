@@ -11,7 +11,7 @@ using namespace OpenMM;
 namespace {
 
 const std::map<std::string, std::string>& propertyDefaults() {
-    static const std::map<std::string, std::string> defaults = {{"CheckFinite", "true"}, {"CudaGraph", "auto"}};
+    static const std::map<std::string, std::string> defaults = {{"CheckFinite", "true"}, {"CudaGraph", "auto"}, {"Domains", "single"}};
     return defaults;
 }
 
@@ -119,6 +119,8 @@ void GraphForce::setProperty(const std::string& key, const std::string& value) {
     }
     if (key == "CheckFinite" && value != "true" && value != "false")
         throw OpenMMException("GraphForce: property CheckFinite must be \"true\" or \"false\", found \"" + value + "\"");
+    if (key == "Domains" && value != "single" && value != "mpi")
+        throw OpenMMException("GraphForce: property Domains must be \"single\" or \"mpi\", found \"" + value + "\"");
     if (key == "CudaGraph" && value != "auto" && value != "true" && value != "false")
         throw OpenMMException("GraphForce: property CudaGraph must be \"auto\", \"true\" or \"false\", found \"" + value + "\"");
     properties[key] = value;

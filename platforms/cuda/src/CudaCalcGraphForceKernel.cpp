@@ -8,6 +8,9 @@ using namespace GraphPlugin;
 using namespace OpenMM;
 
 void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce& force) {
+    if (force.getProperty("Domains") != "single")
+        throw OpenMMException("GraphForce: property Domains = \"" + force.getProperty("Domains") +
+                              "\" is supported on the Reference and CPU platforms only, for now (docs/mpi.md)");
     model = force.getModel();
     periodic = force.usesPeriodicBoundaryConditions();
     const int n = force.getNumParticles();

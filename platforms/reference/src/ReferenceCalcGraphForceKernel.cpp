@@ -15,6 +15,9 @@ void ReferenceCalcGraphForceKernel::initialize(const System& system, const Graph
     evaluator.reset();
     periodic = force.usesPeriodicBoundaryConditions();
     checkFinite = force.getProperty("CheckFinite") == "true";
+    domains.reset();
+    if (force.getProperty("Domains") == "mpi")
+        domains.reset(new ReferenceMpiDomains());
     int n = force.getNumParticles();
     particles.resize(n);
     types.resize(n);
@@ -22,17 +25,27 @@ void ReferenceCalcGraphForceKernel::initialize(const System& system, const Graph
         force.getParticleParameters(i, particles[i], types[i]);
 }
 
-void ReferenceCalcGraphForceKernel::buildGraph(ContextImpl& context) {
-    buildReferenceGraph(context, model->cutoff, periodic, particles, localPositions, graph);
+const Vec3* ReferenceCalcGraphForceKernel::buildGraph(ContextImpl& context) {
+    return buildReferenceGraph(context, model->cutoff, periodic, particles, localPositions, graph);
 }
 
 double ReferenceCalcGraphForceKernel::execute(ContextImpl& context, bool includeForces, bool includeEnergy) {
-    buildGraph(context);
+    const Vec3* box = buildGraph(context);
     if (!evaluator)
         evaluator.reset(new ReferenceGraphEvaluator(model, &referencePlatformData(context).threads));
     const int n = (int) particles.size();
     localForces.assign(n, Vec3());
-    double energy = evaluator->evaluate(types, graph, includeForces ? &localForces : nullptr, nullptr);
+    double energy;
+    if (domains) {
+        // This rank's slab, then the sums over the ranks (every rank makes the same calls in the same order).
+        const std::vector<char> owned = domains->ownedParticles(localPositions, box);
+        energy = evaluator->evaluate(types, graph, includeForces ? &localForces : nullptr, nullptr, &owned);
+        if (includeForces)
+            domains->sumForces(localForces);
+        energy = domains->sumEnergy(energy);
+    }
+    else
+        energy = evaluator->evaluate(types, graph, includeForces ? &localForces : nullptr, nullptr);
     addReferenceForces(context, particles, includeForces ? &localForces : nullptr, energy, checkFinite);
     return energy;
 }

@@ -3,6 +3,7 @@
 
 #include "GraphKernels.h"
 #include "ReferenceGraphEvaluator.h"
+#include "ReferenceMpiDomains.h"
 #include "ReferenceNeighborGraph.h"
 #include <memory>
 #include <vector>
@@ -23,8 +24,8 @@ public:
     void copyParametersToContext(OpenMM::ContextImpl& context, const GraphForce& force) override;
 
 private:
-    /** Gather positions of the force's particles and build the graph (checks the box). */
-    void buildGraph(OpenMM::ContextImpl& context);
+    /** Gather positions of the force's particles and build the graph (checks the box); returns the box or nullptr. */
+    const OpenMM::Vec3* buildGraph(OpenMM::ContextImpl& context);
 
     std::shared_ptr<const GraphModel> model;
     std::unique_ptr<ReferenceGraphEvaluator> evaluator;
@@ -33,6 +34,7 @@ private:
     bool periodic = false;
     bool checkFinite = true;
     ReferenceNeighborGraph graph;
+    std::unique_ptr<ReferenceMpiDomains> domains; ///< Domains = "mpi"
     std::vector<OpenMM::Vec3> localPositions, localForces;
 };
 

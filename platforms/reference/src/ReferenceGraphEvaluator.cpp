@@ -74,58 +74,83 @@ void ReferenceGraphEvaluator::parallelFor(int n, const std::function<void(int be
     pool->waitForThreads();
 }
 
+void ReferenceGraphEvaluator::forNodes(const std::vector<int>& nodes, const std::function<void(int node, int thread)>& body) const {
+    parallelFor((int) nodes.size(), [&](int begin, int end, int thread) {
+        for (int x = begin; x < end; x++)
+            body(nodes[x], thread);
+    });
+}
+
 int ReferenceGraphEvaluator::numThreads() const {
     return pool ? std::max(1, pool->getNumThreads()) : 1;
 }
 
 double ReferenceGraphEvaluator::evaluate(const std::vector<int>& types, const ReferenceNeighborGraph& graph, std::vector<Vec3>* forces,
-                                         std::vector<double>* particleEnergies) {
+                                         std::vector<double>* particleEnergies, const std::vector<char>* owned) {
     const GraphModel& m = *model;
     const int n = graph.getNumNodes();
     const int M = m.numChannels, H = m.numHarmonics(), HM = H * M;
     const int descriptorSize = m.descriptorSize();
     const bool interacting = m.numInteractions == 1;
 
-    // Stage 1: moments A and invariants D of every node.
-    std::vector<double> A((size_t) n * HM), D((size_t) n * descriptorSize);
-    parallelFor(n, [&](int begin, int end, int) {
-        for (int i = begin; i < end; i++) {
-            scanMoments(i, types, graph, m.radialTable, nullptr, &A[(size_t) i * HM]);
-            invariants(&A[(size_t) i * HM], &A[(size_t) i * HM], &D[(size_t) i * descriptorSize]);
-        }
+    // The nodes whose energies are computed (owned), and those whose moments and node features they
+    // need (active: the owned ones and, with an interaction block, the neighbours their rows reach).
+    std::vector<int> ownedNodes, activeNodes;
+    if (owned == nullptr) {
+        ownedNodes.resize(n);
+        for (int i = 0; i < n; i++)
+            ownedNodes[i] = i;
+        activeNodes = ownedNodes;
+    }
+    else {
+        std::vector<char> active(*owned);
+        for (int i = 0; i < n; i++)
+            if ((*owned)[i]) {
+                ownedNodes.push_back(i);
+                if (interacting)
+                    for (int64_t e = graph.rowOffsets[i]; e < graph.rowOffsets[i + 1]; e++)
+                        active[graph.neighbors[e]] = 1;
+            }
+        for (int i = 0; i < n; i++)
+            if (active[i])
+                activeNodes.push_back(i);
+    }
+
+    // Stage 1: moments A and invariants D of the active nodes.
+    std::vector<double> A((size_t) n * HM, 0.0), D((size_t) n * descriptorSize, 0.0);
+    forNodes(activeNodes, [&](int i, int) {
+        scanMoments(i, types, graph, m.radialTable, nullptr, &A[(size_t) i * HM]);
+        invariants(&A[(size_t) i * HM], &A[(size_t) i * HM], &D[(size_t) i * descriptorSize]);
     });
 
-    // Stage 2 (interaction block): node features phi, moments B, invariants D2.
+    // Stage 2 (interaction block): node features phi of the active nodes, moments B and invariants D2 of the owned ones.
     std::vector<ReferenceDenseNetwork> nodeNetworks(interacting ? n : 0);
     std::vector<double> phi, B, D2;
     if (interacting) {
-        phi.resize((size_t) n * M);
-        parallelFor(n, [&](int begin, int end, int) {
+        phi.assign((size_t) n * M, 0.0);
+        forNodes(activeNodes, [&](int j, int) {
             std::vector<double> out;
-            for (int j = begin; j < end; j++) {
-                nodeNetworks[j].forward(m.node[types[j]], m.activation, &D[(size_t) j * descriptorSize], out);
-                std::copy(out.begin(), out.end(), &phi[(size_t) j * M]);
-            }
+            nodeNetworks[j].forward(m.node[types[j]], m.activation, &D[(size_t) j * descriptorSize], out);
+            std::copy(out.begin(), out.end(), &phi[(size_t) j * M]);
         });
-        B.resize((size_t) n * HM);
-        D2.resize((size_t) n * descriptorSize);
-        parallelFor(n, [&](int begin, int end, int) {
-            for (int i = begin; i < end; i++) {
-                scanMoments(i, types, graph, m.interactionTable, phi.data(), &B[(size_t) i * HM]);
-                invariants(&B[(size_t) i * HM], &A[(size_t) i * HM], &D2[(size_t) i * descriptorSize]);
-            }
+        B.assign((size_t) n * HM, 0.0);
+        D2.assign((size_t) n * descriptorSize, 0.0);
+        forNodes(ownedNodes, [&](int i, int) {
+            scanMoments(i, types, graph, m.interactionTable, phi.data(), &B[(size_t) i * HM]);
+            invariants(&B[(size_t) i * HM], &A[(size_t) i * HM], &D2[(size_t) i * descriptorSize]);
         });
     }
 
-    // Stage 3: fitting network, energies and dE/dD, dE/dD2.
+    // Stage 3: fitting network of the owned nodes, energies and dE/dD, dE/dD2.
     const int fittingInput = m.fittingInputSize();
-    std::vector<double> gradD((size_t) n * descriptorSize), gradD2(interacting ? (size_t) n * descriptorSize : 0);
-    std::vector<double> energies(n);
-    parallelFor(n, [&](int begin, int end, int) {
+    std::vector<double> gradD((size_t) n * descriptorSize, 0.0), gradD2(interacting ? (size_t) n * descriptorSize : 0, 0.0);
+    std::vector<double> energies(n, 0.0);
+    parallelFor((int) ownedNodes.size(), [&](int begin, int end, int) {
         std::vector<double> input(fittingInput), out, gradInput;
         ReferenceDenseNetwork fitting;
         const double one = 1.0;
-        for (int i = begin; i < end; i++) {
+        for (int x = begin; x < end; x++) {
+            const int i = ownedNodes[x];
             std::copy(&D[(size_t) i * descriptorSize], &D[(size_t) (i + 1) * descriptorSize], input.begin());
             if (interacting)
                 std::copy(&D2[(size_t) i * descriptorSize], &D2[(size_t) (i + 1) * descriptorSize], input.begin() + descriptorSize);
@@ -140,7 +165,7 @@ double ReferenceGraphEvaluator::evaluate(const std::vector<int>& types, const Re
         }
     });
     double energy = 0;
-    for (int i = 0; i < n; i++)
+    for (int i : ownedNodes)
         energy += energies[i];
     if (particleEnergies)
         *particleEnergies = energies;
@@ -150,84 +175,78 @@ double ReferenceGraphEvaluator::evaluate(const std::vector<int>& types, const Re
     // Stage 4: back to dE/dA (and dE/dB, dE/dphi through the interaction block).
     std::vector<double> gradA((size_t) n * HM, 0.0), gradB(interacting ? (size_t) n * HM : 0, 0.0);
     if (interacting) {
-        parallelFor(n, [&](int begin, int end, int) {
-            for (int i = begin; i < end; i++)
-                invariantsBackward(&B[(size_t) i * HM], &A[(size_t) i * HM], &gradD2[(size_t) i * descriptorSize], &gradB[(size_t) i * HM],
-                                   &gradA[(size_t) i * HM]);
+        forNodes(ownedNodes, [&](int i, int) {
+            invariantsBackward(&B[(size_t) i * HM], &A[(size_t) i * HM], &gradD2[(size_t) i * descriptorSize], &gradB[(size_t) i * HM],
+                               &gradA[(size_t) i * HM]);
         });
         // dE/dphi_j = sum over the centers i that have j as a neighbour of (1/n_norm) sum_lm gradB_i[lm][k] R2(t_i, t_j)(r) Y_lm(u_ij),
-        // pulled over the row of j (the graph is symmetric; u_ij = -u_ji).
+        // pulled over the row of j (the graph is symmetric; u_ij = -u_ji).  gradB is zero outside the owned nodes.
         std::vector<double> gradPhi((size_t) n * M, 0.0);
-        parallelFor(n, [&](int begin, int end, int) {
+        forNodes(activeNodes, [&](int j, int) {
             std::vector<double> value(M), deriv(M);
-            for (int j = begin; j < end; j++)
-                for (int64_t e = graph.rowOffsets[j]; e < graph.rowOffsets[j + 1]; e++) {
-                    const int i = graph.neighbors[e];
-                    EdgeGeometry edge(-graph.edgeVectors[e], m.lMax);
-                    for (int l = 0; l <= m.lMax; l++) {
-                        evaluateRadial(m, m.interactionTable, types[i], types[j], l, edge.r, value.data(), deriv.data());
-                        for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
-                            for (int k = 0; k < M; k++)
-                                gradPhi[(size_t) j * M + k] += gradB[(size_t) i * HM + lm * M + k] * value[k] * edge.Y[lm] / m.nNorm;
-                    }
+            for (int64_t e = graph.rowOffsets[j]; e < graph.rowOffsets[j + 1]; e++) {
+                const int i = graph.neighbors[e];
+                EdgeGeometry edge(-graph.edgeVectors[e], m.lMax);
+                for (int l = 0; l <= m.lMax; l++) {
+                    evaluateRadial(m, m.interactionTable, types[i], types[j], l, edge.r, value.data(), deriv.data());
+                    for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
+                        for (int k = 0; k < M; k++)
+                            gradPhi[(size_t) j * M + k] += gradB[(size_t) i * HM + lm * M + k] * value[k] * edge.Y[lm] / m.nNorm;
                 }
-        });
-        parallelFor(n, [&](int begin, int end, int) {
-            std::vector<double> gradNodeInput;
-            for (int j = begin; j < end; j++) {
-                nodeNetworks[j].backward(m.node[types[j]], m.activation, &gradPhi[(size_t) j * M], gradNodeInput);
-                for (int x = 0; x < descriptorSize; x++)
-                    gradD[(size_t) j * descriptorSize + x] += gradNodeInput[x];
             }
+        });
+        forNodes(activeNodes, [&](int j, int) {
+            std::vector<double> gradNodeInput;
+            nodeNetworks[j].backward(m.node[types[j]], m.activation, &gradPhi[(size_t) j * M], gradNodeInput);
+            for (int x = 0; x < descriptorSize; x++)
+                gradD[(size_t) j * descriptorSize + x] += gradNodeInput[x];
         });
     }
-    parallelFor(n, [&](int begin, int end, int) {
-        for (int i = begin; i < end; i++)
-            invariantsBackward(&A[(size_t) i * HM], &A[(size_t) i * HM], &gradD[(size_t) i * descriptorSize], &gradA[(size_t) i * HM],
-                               &gradA[(size_t) i * HM]);
+    forNodes(activeNodes, [&](int i, int) {
+        invariantsBackward(&A[(size_t) i * HM], &A[(size_t) i * HM], &gradD[(size_t) i * descriptorSize], &gradA[(size_t) i * HM],
+                           &gradA[(size_t) i * HM]);
     });
 
-    // Stage 5: edge backward.  dE/dd for d = x_j - x_i; F_i += dE/dd, F_j -= dE/dd, into one buffer per
-    // thread, added in thread order (deterministic for a given number of threads).
+    // Stage 5: edge backward over the rows of the active nodes.  dE/dd for d = x_j - x_i; F_i += dE/dd,
+    // F_j -= dE/dd, into one buffer per thread, added in thread order (deterministic for a given number of threads).
     const int threads = numThreads();
     std::vector<std::vector<Vec3>> threadForces(threads, std::vector<Vec3>(threads > 1 ? n : 0));
-    parallelFor(n, [&](int begin, int end, int thread) {
+    forNodes(activeNodes, [&](int i, int thread) {
         std::vector<Vec3>& target = threads > 1 ? threadForces[thread] : *forces;
         std::vector<double> value(M), deriv(M);
-        for (int i = begin; i < end; i++)
-            for (int64_t e = graph.rowOffsets[i]; e < graph.rowOffsets[i + 1]; e++) {
-                const int j = graph.neighbors[e];
-                EdgeGeometry edge(graph.edgeVectors[e], m.lMax);
-                const double r = edge.r;
-                const double* u = edge.u;
-                const double* Y = edge.Y;
-                Vec3 gradEdge;
-                for (int block = 0; block < (interacting ? 2 : 1); block++) {
-                    const std::vector<double>& table = block == 0 ? m.radialTable : m.interactionTable;
-                    const double* G = block == 0 ? &gradA[(size_t) i * HM] : &gradB[(size_t) i * HM];
-                    for (int l = 0; l <= m.lMax; l++) {
-                        evaluateRadial(m, table, types[i], types[j], l, r, value.data(), deriv.data());
-                        if (block == 1)
-                            for (int k = 0; k < M; k++) {
-                                value[k] *= phi[(size_t) j * M + k];
-                                deriv[k] *= phi[(size_t) j * M + k];
-                            }
-                        for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
-                            double sumValue = 0, sumDeriv = 0;
-                            for (int k = 0; k < M; k++) {
-                                sumValue += G[lm * M + k] * value[k];
-                                sumDeriv += G[lm * M + k] * deriv[k];
-                            }
-                            // d/dd [R(r) Y(u)] = R'(r) Y u + R(r) (g - u (u.g)) / r, g = dY/du.
-                            double uDotG = u[0] * edge.grad[lm][0] + u[1] * edge.grad[lm][1] + u[2] * edge.grad[lm][2];
-                            for (int c = 0; c < 3; c++)
-                                gradEdge[c] += (sumDeriv * Y[lm] * u[c] + sumValue * (edge.grad[lm][c] - u[c] * uDotG) / r) / m.nNorm;
+        for (int64_t e = graph.rowOffsets[i]; e < graph.rowOffsets[i + 1]; e++) {
+            const int j = graph.neighbors[e];
+            EdgeGeometry edge(graph.edgeVectors[e], m.lMax);
+            const double r = edge.r;
+            const double* u = edge.u;
+            const double* Y = edge.Y;
+            Vec3 gradEdge;
+            for (int block = 0; block < (interacting ? 2 : 1); block++) {
+                const std::vector<double>& table = block == 0 ? m.radialTable : m.interactionTable;
+                const double* G = block == 0 ? &gradA[(size_t) i * HM] : &gradB[(size_t) i * HM];
+                for (int l = 0; l <= m.lMax; l++) {
+                    evaluateRadial(m, table, types[i], types[j], l, r, value.data(), deriv.data());
+                    if (block == 1)
+                        for (int k = 0; k < M; k++) {
+                            value[k] *= phi[(size_t) j * M + k];
+                            deriv[k] *= phi[(size_t) j * M + k];
                         }
+                    for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
+                        double sumValue = 0, sumDeriv = 0;
+                        for (int k = 0; k < M; k++) {
+                            sumValue += G[lm * M + k] * value[k];
+                            sumDeriv += G[lm * M + k] * deriv[k];
+                        }
+                        // d/dd [R(r) Y(u)] = R'(r) Y u + R(r) (g - u (u.g)) / r, g = dY/du.
+                        double uDotG = u[0] * edge.grad[lm][0] + u[1] * edge.grad[lm][1] + u[2] * edge.grad[lm][2];
+                        for (int c = 0; c < 3; c++)
+                            gradEdge[c] += (sumDeriv * Y[lm] * u[c] + sumValue * (edge.grad[lm][c] - u[c] * uDotG) / r) / m.nNorm;
                     }
                 }
-                target[i] += gradEdge;
-                target[j] -= gradEdge;
             }
+            target[i] += gradEdge;
+            target[j] -= gradEdge;
+        }
     });
     if (threads > 1)
         for (int t = 0; t < threads; t++)

@@ -32,10 +32,17 @@ public:
      * @param graph            the canonical graph over the same n nodes
      * @param forces           if not null, [n] forces in kJ/mol/nm are ADDED to it
      * @param particleEnergies if not null, set to [n] energies E_i in kJ/mol
-     * @return the energy in kJ/mol (the sum of E_i in node order)
+     * @param owned            if not null, [n] flags: only the energies of the
+     *                         owned nodes are computed (the others are 0) and
+     *                         the forces are those of their sum (a domain of a
+     *                         decomposition).  Work is limited to the owned
+     *                         nodes and, with an interaction block, the
+     *                         ghosts their rows reach (whose node features
+     *                         the owned energies use).
+     * @return the energy in kJ/mol (the sum of E_i over the owned nodes in node order)
      */
     double evaluate(const std::vector<int>& types, const ReferenceNeighborGraph& graph, std::vector<OpenMM::Vec3>* forces,
-                    std::vector<double>* particleEnergies);
+                    std::vector<double>* particleEnergies, const std::vector<char>* owned = nullptr);
 
 private:
     /** sum over the row of i of table(t_i, t_j, l, r) * weight_j[k] * Y_lm(u): moments[lm][k], scaled by 1/n_norm. */
@@ -48,6 +55,8 @@ private:
 
     /** body(begin, end, thread) over a static partition of [0, n) among the pool's threads. */
     void parallelFor(int n, const std::function<void(int begin, int end, int thread)>& body) const;
+    /** body(node, thread) for each node of the list, in a static partition of the list among the threads. */
+    void forNodes(const std::vector<int>& nodes, const std::function<void(int node, int thread)>& body) const;
     int numThreads() const;
 
     std::shared_ptr<const GraphModel> model;

@@ -12,6 +12,9 @@ using namespace OpenMM;
 
 
 void ReferenceCalcTorchGraphForceKernel::initialize(const System& system, const GraphForce& force) {
+    if (force.getProperty("Domains") != "single")
+        throw OpenMMException("GraphForce: property Domains = \"" + force.getProperty("Domains") +
+                              "\" is supported for native models only, for now (docs/mpi.md)");
     model = force.getModel();
     periodic = force.usesPeriodicBoundaryConditions();
     checkFinite = force.getProperty("CheckFinite") == "true";

@@ -1,0 +1,113 @@
+"""The multi-process mode of the GraphForce (property Domains = "mpi", docs/mpi.md) on the CPU
+platform with two MPI ranks: every rank evaluates its own slab of particles, forces and energy are
+summed over the ranks, and both ranks integrate bitwise the same trajectory, which follows the
+single-process one (up to the fixed-point rounding of the summed forces, 2^-32 kJ/mol/nm)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import openmmgraph
+
+WORKER = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import openmm
+    import openmmgraph
+    from openmmgraph.grades import lattice_system, make_model
+
+    model_path, domains, platform, out = sys.argv[1:5]
+    model = make_model(seed=11, n_channels=8, n_axis=4, fitting_widths=(16, 16), grade="small", l_max=2, n_interactions=1,
+                       descriptor_l_sum=False)
+    positions, types, box = lattice_system(250, n_types=model.n_types, seed=3)
+    force = openmmgraph.GraphForce(model_path)
+    force.setProperty("Domains", domains)
+    system = openmm.System()
+    for i in range(len(types)):
+        system.addParticle(12.0)
+        force.addParticle(i, int(types[i]))
+    force.setUsesPeriodicBoundaryConditions(True)
+    system.setDefaultPeriodicBoxVectors(*[openmm.Vec3(*map(float, row)) for row in box])
+    system.addForce(force)
+    context = openmm.Context(system, openmm.VerletIntegrator(0.0005), openmm.Platform.getPlatformByName(platform))
+    context.setPositions(positions)
+    context.setVelocitiesToTemperature(300, 7)
+    state = context.getState(getEnergy=True, getForces=True)
+    energies = [state.getPotentialEnergy()._value]
+    forces = state.getForces(asNumpy=True)._value.tolist()
+    for _ in range(4):
+        context.getIntegrator().step(5)
+        energies.append(context.getState(getEnergy=True).getPotentialEnergy()._value)
+    final = context.getState(getPositions=True).getPositions(asNumpy=True)._value
+    rank = 0
+    if domains == "mpi":
+        from openmmgraph import mpi
+        rank = mpi.world()[0]
+    with open(f"{out}.{rank}.json", "w") as handle:
+        json.dump({"energies": [e.hex() for e in energies], "forces": forces, "positions": [x.hex() for x in final.ravel()]}, handle)
+    if domains == "mpi":
+        mpi.finalize()
+    """
+)
+
+
+def mpiexec():
+    for candidate in (os.path.join(os.path.dirname(sys.executable), "mpiexec"), shutil.which("mpiexec")):
+        if candidate and os.path.exists(candidate):
+            return candidate
+    return None
+
+
+def load(path):
+    with open(path) as handle:
+        data = json.load(handle)
+    return ([float.fromhex(e) for e in data["energies"]], np.array(data["forces"]),
+            np.array([float.fromhex(x) for x in data["positions"]]))
+
+
+@pytest.mark.parametrize("platform", ["CPU"])
+def test_two_ranks_integrate_the_same_trajectory(tmp_path, platform):
+    launcher = mpiexec()
+    if launcher is None:
+        pytest.skip("no mpiexec (pip install mpich)")
+    try:
+        from openmmgraph import mpi  # noqa: F401  (the MPI library must be built)
+    except Exception as error:
+        pytest.skip(f"openmmgraph.mpi is not available: {error}")
+    from openmmgraph.grades import make_model
+
+    model_path = str(tmp_path / "model.safetensors")
+    make_model(seed=11, n_channels=8, n_axis=4, fitting_widths=(16, 16), grade="small", l_max=2, n_interactions=1,
+               descriptor_l_sum=False).write(model_path)
+    worker = tmp_path / "worker.py"
+    worker.write_text(WORKER)
+    out = str(tmp_path / "result")
+    environment = dict(os.environ, OMP_NUM_THREADS="1", OPENMM_CPU_THREADS="1")
+    subprocess.run([sys.executable, str(worker), model_path, "single", platform, out + "-single"], check=True, timeout=300,
+                   env=environment)
+    run = subprocess.run([launcher, "-n", "2", sys.executable, str(worker), model_path, "mpi", platform, out + "-mpi"],
+                         capture_output=True, text=True, timeout=300, env=environment)
+    assert run.returncode == 0, f"mpiexec failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    e0, f0, x0 = load(out + "-mpi.0.json")
+    e1, f1, x1 = load(out + "-mpi.1.json")
+    assert e0 == e1  # bitwise, every step
+    assert np.array_equal(f0, f1) and np.array_equal(x0, x1)
+    es, fs, xs = load(out + "-single.0.json")
+    np.testing.assert_allclose(e0, es, rtol=1e-11, atol=0)
+    np.testing.assert_allclose(f0, fs, rtol=0, atol=1e-9 * np.abs(fs).max())
+    np.testing.assert_allclose(x0, xs, rtol=0, atol=1e-9)
+
+
+def test_bad_domains_property_is_refused():
+    import openmm
+
+    with pytest.raises(openmm.OpenMMException, match="Domains"):
+        force = openmmgraph.GraphForce(os.path.join(os.path.dirname(__file__), "..", "..", "examples", "models", "silicon-sw.safetensors"))
+        force.setProperty("Domains", "threads")
