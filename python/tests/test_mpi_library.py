@@ -19,6 +19,9 @@ real multi-process runs (``mpiexec -n 2`` and ``-n 3`` on small worker scripts).
   one rank; a worker that fails on one rank fails the job (mpiexec status),
   an exchange nobody joins ends at OMMGRAPH_MPI_TIMEOUT with MPI_Abort.
 
+On a GPU machine (pytest -m gpu): CUDA tensors through the staging path
+equal the host path bitwise (not run yet: written without device time).
+
 Skipped when the library (openmm-graph built without MPI) or mpiexec is
 missing.  Every mpiexec run has a timeout and is killed with its process
 group if it passes it.
@@ -430,3 +433,67 @@ def test_missing_library_is_a_clear_error(tmp_path):
     )
     assert output.returncode == 0, output.stderr
     assert "is not installed: openmm-graph was built without MPI" in output.stdout
+
+
+# --- CUDA buffers (staging through pinned host memory): a GPU machine ------------------------------------
+
+CUDA_STAGING = """
+import ctypes
+import torch
+from openmmgraph import communicate
+
+mpi.initialize()
+rank, size = mpi.world()
+torch.cuda.set_device(rank % torch.cuda.device_count())
+
+def owned_count(r):
+    return 4 + r
+
+def ghosts_of(r):
+    rng = np.random.default_rng(10 + r)
+    ghosts = [(s, int(row)) for s in range(size) for row in rng.integers(0, owned_count(s), size=3 + s)]
+    ghosts.append(ghosts[0])
+    return [ghosts[i] for i in rng.permutation(len(ghosts))]
+
+mine, n = ghosts_of(rank), owned_count(rank)
+rows = n + len(mine)
+checks = {}
+with mpi.Communicator([s for s, _ in mine], [r for _, r in mine], n) as engine:
+    for dtype in (torch.float64, torch.float32):
+        generator = torch.Generator().manual_seed(rank)
+        x = torch.randn(rows, 3, generator=generator, dtype=dtype)
+        g = torch.randn(rows, 3, generator=generator, dtype=dtype)
+        op, reverse = torch.ops.openmmgraph.communicate, torch.ops.openmmgraph.communicate_reverse
+        checks[f"forward {dtype}"] = torch.equal(op(x, engine.handle, n), op(x.cuda(), engine.handle, n).cpu())
+        checks[f"reverse {dtype}"] = torch.equal(reverse(g, engine.handle, n), reverse(g.cuda(), engine.handle, n).cpu())
+        # The backward of a CUDA tensor runs on PyTorch's device thread.
+        xc, xg = x.clone().requires_grad_(True), x.cuda().requires_grad_(True)
+        (gc,) = torch.autograd.grad((op(xc, engine.handle, n) * g).sum(), [xc])
+        (gg,) = torch.autograd.grad((op(xg, engine.handle, n) * g.cuda()).sum(), [xg])
+        checks[f"backward {dtype}"] = torch.equal(gc, gg.cpu())
+    # Padded rows through the C interface, on a non-default stream: the padding stays.
+    library = communicate._library().dll
+    library.ommgraph_communicate_forward.argtypes = [ctypes.c_int64, ctypes.POINTER(communicate.CommunicateBuffer)]
+    t = torch.full((rows, 5), -7.0, dtype=torch.float64, device="cuda")
+    t[:, :3] = torch.arange(rows * 3, dtype=torch.float64, device="cuda").reshape(rows, 3) + 100 * rank
+    expected = torch.ops.openmmgraph.communicate(t[:, :3].cpu().contiguous(), engine.handle, n)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        buffer = communicate.CommunicateBuffer(t.data_ptr(), 1, 2, t.device.index, 0, n, rows - n, 3, 5, stream.cuda_stream)
+        status = library.ommgraph_communicate_forward(engine.handle, ctypes.byref(buffer))
+    stream.synchronize()
+    checks["padded"] = status == 0 and torch.equal(t[:, :3].cpu(), expected) and bool((t[:, 3:] == -7.0).all())
+report({"checks": {k: bool(v) for k, v in checks.items()}})
+"""
+
+
+@pytest.mark.gpu
+def test_cuda_buffers_are_staged(mpiexec, tmp_path):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("openmmgraph.communicate", exc_type=ImportError)
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    status, output, results = run_workers(mpiexec, tmp_path, 2, CUDA_STAGING, timeout=180)
+    assert status == 0, output
+    for rank, r in results.items():
+        assert all(r["checks"].values()), (rank, r["checks"])
