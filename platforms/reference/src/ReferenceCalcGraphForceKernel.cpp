@@ -38,8 +38,15 @@ double ReferenceCalcGraphForceKernel::execute(ContextImpl& context, bool include
     double energy;
     if (domains) {
         // This rank's slab, then the sums over the ranks (every rank makes the same calls in the same order).
-        const std::vector<char> owned = domains->ownedParticles(localPositions, box);
-        energy = evaluator->evaluate(types, graph, includeForces ? &localForces : nullptr, nullptr, &owned);
+        const std::vector<int> owner = domains->ownerRanks(localPositions, box);
+        std::vector<char> owned(owner.size());
+        for (size_t i = 0; i < owner.size(); i++)
+            owned[i] = owner[i] == domains->getRank() ? 1 : 0;
+        // The interaction block's ghost node features come from their owners (the halo stays one cut-off wide).
+        std::unique_ptr<ReferenceMpiDomains::Exchange> exchange;
+        if (model->numInteractions == 1)
+            exchange.reset(new ReferenceMpiDomains::Exchange(*domains, owner, graph));
+        energy = evaluator->evaluate(types, graph, includeForces ? &localForces : nullptr, nullptr, &owned, exchange.get());
         if (includeForces)
             domains->sumForces(localForces);
         energy = domains->sumEnergy(energy);

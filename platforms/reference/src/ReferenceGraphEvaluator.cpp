@@ -1,8 +1,10 @@
 #include "ReferenceGraphEvaluator.h"
 #include "ReferenceDenseNetwork.h"
 #include "ReferenceRadialTable.h"
+#include "openmm/OpenMMException.h"
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 using namespace GraphPlugin;
 using namespace OpenMM;
@@ -86,53 +88,54 @@ int ReferenceGraphEvaluator::numThreads() const {
 }
 
 double ReferenceGraphEvaluator::evaluate(const std::vector<int>& types, const ReferenceNeighborGraph& graph, std::vector<Vec3>* forces,
-                                         std::vector<double>* particleEnergies, const std::vector<char>* owned) {
+                                         std::vector<double>* particleEnergies, const std::vector<char>* owned,
+                                         NodeFeatureExchange* exchange) {
     const GraphModel& m = *model;
     const int n = graph.getNumNodes();
     const int M = m.numChannels, H = m.numHarmonics(), HM = H * M;
     const int descriptorSize = m.descriptorSize();
     const bool interacting = m.numInteractions == 1;
 
-    // The nodes whose energies are computed (owned), and those whose moments and node features they
-    // need (active: the owned ones and, with an interaction block, the neighbours their rows reach).
-    std::vector<int> ownedNodes, activeNodes;
+    // The nodes whose energies are computed (all, or this domain's), and, with an interaction block, the
+    // nodes whose node-feature gradients they produce (the owned ones and the ghosts their rows reach).
+    std::vector<int> ownedNodes, pullNodes;
     if (owned == nullptr) {
         ownedNodes.resize(n);
         for (int i = 0; i < n; i++)
             ownedNodes[i] = i;
-        activeNodes = ownedNodes;
+        pullNodes = ownedNodes;
     }
     else {
-        std::vector<char> active(*owned);
+        if (interacting && exchange == nullptr)
+            throw OpenMM::OpenMMException("GraphForce: internal error: a domain of a model with an interaction block needs a node-feature exchange");
         for (int i = 0; i < n; i++)
-            if ((*owned)[i]) {
+            if ((*owned)[i])
                 ownedNodes.push_back(i);
-                if (interacting)
-                    for (int64_t e = graph.rowOffsets[i]; e < graph.rowOffsets[i + 1]; e++)
-                        active[graph.neighbors[e]] = 1;
-            }
-        for (int i = 0; i < n; i++)
-            if (active[i])
-                activeNodes.push_back(i);
+        if (interacting) {
+            std::merge(ownedNodes.begin(), ownedNodes.end(), exchange->ghosts().begin(), exchange->ghosts().end(), std::back_inserter(pullNodes));
+        }
     }
 
-    // Stage 1: moments A and invariants D of the active nodes.
+    // Stage 1: moments A and invariants D.
     std::vector<double> A((size_t) n * HM, 0.0), D((size_t) n * descriptorSize, 0.0);
-    forNodes(activeNodes, [&](int i, int) {
+    forNodes(ownedNodes, [&](int i, int) {
         scanMoments(i, types, graph, m.radialTable, nullptr, &A[(size_t) i * HM]);
         invariants(&A[(size_t) i * HM], &A[(size_t) i * HM], &D[(size_t) i * descriptorSize]);
     });
 
-    // Stage 2 (interaction block): node features phi of the active nodes, moments B and invariants D2 of the owned ones.
+    // Stage 2 (interaction block): node features phi of the owned nodes (the ghosts' from their owners), moments B and
+    // invariants D2.
     std::vector<ReferenceDenseNetwork> nodeNetworks(interacting ? n : 0);
     std::vector<double> phi, B, D2;
     if (interacting) {
         phi.assign((size_t) n * M, 0.0);
-        forNodes(activeNodes, [&](int j, int) {
+        forNodes(ownedNodes, [&](int j, int) {
             std::vector<double> out;
             nodeNetworks[j].forward(m.node[types[j]], m.activation, &D[(size_t) j * descriptorSize], out);
             std::copy(out.begin(), out.end(), &phi[(size_t) j * M]);
         });
+        if (exchange != nullptr)
+            exchange->forward(phi, M);
         B.assign((size_t) n * HM, 0.0);
         D2.assign((size_t) n * descriptorSize, 0.0);
         forNodes(ownedNodes, [&](int i, int) {
@@ -180,9 +183,10 @@ double ReferenceGraphEvaluator::evaluate(const std::vector<int>& types, const Re
                                &gradA[(size_t) i * HM]);
         });
         // dE/dphi_j = sum over the centers i that have j as a neighbour of (1/n_norm) sum_lm gradB_i[lm][k] R2(t_i, t_j)(r) Y_lm(u_ij),
-        // pulled over the row of j (the graph is symmetric; u_ij = -u_ji).  gradB is zero outside the owned nodes.
+        // pulled over the row of j (the graph is symmetric; u_ij = -u_ji).  gradB is zero outside the owned nodes;
+        // the ghosts' rows then go to their owners.
         std::vector<double> gradPhi((size_t) n * M, 0.0);
-        forNodes(activeNodes, [&](int j, int) {
+        forNodes(pullNodes, [&](int j, int) {
             std::vector<double> value(M), deriv(M);
             for (int64_t e = graph.rowOffsets[j]; e < graph.rowOffsets[j + 1]; e++) {
                 const int i = graph.neighbors[e];
@@ -195,14 +199,16 @@ double ReferenceGraphEvaluator::evaluate(const std::vector<int>& types, const Re
                 }
             }
         });
-        forNodes(activeNodes, [&](int j, int) {
+        if (exchange != nullptr)
+            exchange->reverse(gradPhi, M);
+        forNodes(ownedNodes, [&](int j, int) {
             std::vector<double> gradNodeInput;
             nodeNetworks[j].backward(m.node[types[j]], m.activation, &gradPhi[(size_t) j * M], gradNodeInput);
             for (int x = 0; x < descriptorSize; x++)
                 gradD[(size_t) j * descriptorSize + x] += gradNodeInput[x];
         });
     }
-    forNodes(activeNodes, [&](int i, int) {
+    forNodes(ownedNodes, [&](int i, int) {
         invariantsBackward(&A[(size_t) i * HM], &A[(size_t) i * HM], &gradD[(size_t) i * descriptorSize], &gradA[(size_t) i * HM],
                            &gradA[(size_t) i * HM]);
     });
@@ -211,7 +217,7 @@ double ReferenceGraphEvaluator::evaluate(const std::vector<int>& types, const Re
     // F_j -= dE/dd, into one buffer per thread, added in thread order (deterministic for a given number of threads).
     const int threads = numThreads();
     std::vector<std::vector<Vec3>> threadForces(threads, std::vector<Vec3>(threads > 1 ? n : 0));
-    forNodes(activeNodes, [&](int i, int thread) {
+    forNodes(ownedNodes, [&](int i, int thread) {
         std::vector<Vec3>& target = threads > 1 ? threadForces[thread] : *forces;
         std::vector<double> value(M), deriv(M);
         for (int64_t e = graph.rowOffsets[i]; e < graph.rowOffsets[i + 1]; e++) {

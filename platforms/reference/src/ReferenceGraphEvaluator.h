@@ -12,6 +12,24 @@
 namespace GraphPlugin {
 
 /**
+ * The communicate operation for the native interaction block (docs/communicate.md)
+ * in a domain decomposition: node-feature rows of this domain's ghosts come
+ * from their owners, and the ghosts' gradients go back to them.  Arrays are
+ * indexed by node ([n][M], host memory); only owned and ghost rows are used.
+ */
+class NodeFeatureExchange {
+public:
+    virtual ~NodeFeatureExchange() {
+    }
+    /** The ghost nodes of this domain: not owned, reached by the rows of owned nodes (ascending). */
+    virtual const std::vector<int>& ghosts() const = 0;
+    /** Set the ghost rows of values [n][M] from their owners' rows. */
+    virtual void forward(std::vector<double>& values, int M) = 0;
+    /** Add the ghost rows of gradients [n][M] into their owners' rows (on the owners' domains), then zero them. */
+    virtual void reverse(std::vector<double>& gradients, int M) = 0;
+};
+
+/**
  * The whole model of docs/model-format.md in double precision with analytic
  * forces, on a ReferenceNeighborGraph.  Host memory.  Stages, in order:
  * edge scan (moments A), invariants D, node network and interaction moments B
@@ -32,17 +50,22 @@ public:
      * @param graph            the canonical graph over the same n nodes
      * @param forces           if not null, [n] forces in kJ/mol/nm are ADDED to it
      * @param particleEnergies if not null, set to [n] energies E_i in kJ/mol
-     * @param owned            if not null, [n] flags: only the energies of the
-     *                         owned nodes are computed (the others are 0) and
-     *                         the forces are those of their sum (a domain of a
-     *                         decomposition).  Work is limited to the owned
-     *                         nodes and, with an interaction block, the
-     *                         ghosts their rows reach (whose node features
-     *                         the owned energies use).
+     * @param owned            if not null, [n] flags: this domain of a
+     *                         decomposition.  Only the energies of the owned
+     *                         nodes are computed (the others are 0) and the
+     *                         forces are this domain's share of the gradient of
+     *                         the total energy: summed over the domains they
+     *                         give the forces of the whole system.  Work is
+     *                         limited to the owned nodes (their moments,
+     *                         networks and rows).
+     * @param exchange         with owned and an interaction block (required
+     *                         then): the node features of the ghosts come from
+     *                         their owners and their gradients go back, so the
+     *                         halo stays one cut-off wide
      * @return the energy in kJ/mol (the sum of E_i over the owned nodes in node order)
      */
     double evaluate(const std::vector<int>& types, const ReferenceNeighborGraph& graph, std::vector<OpenMM::Vec3>* forces,
-                    std::vector<double>* particleEnergies, const std::vector<char>* owned = nullptr);
+                    std::vector<double>* particleEnergies, const std::vector<char>* owned = nullptr, NodeFeatureExchange* exchange = nullptr);
 
 private:
     /** sum over the row of i of table(t_i, t_j, l, r) * weight_j[k] * Y_lm(u): moments[lm][k], scaled by 1/n_norm. */

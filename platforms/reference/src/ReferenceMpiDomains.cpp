@@ -52,6 +52,13 @@ ReferenceMpiDomains::ReferenceMpiDomains() {
     auto world = symbol<int (*)(int*, int*, char*, size_t)>(library, "ommgraph_mpi_world");
     allreduceInt64 = symbol<int (*)(int64_t*, size_t, char*, size_t)>(library, "ommgraph_mpi_allreduce_sum_int64");
     sumDoubleOrdered = symbol<int (*)(const double*, double*, char*, size_t)>(library, "ommgraph_mpi_allreduce_sum_double_ordered");
+    communicatorCreate = symbol<int (*)(int64_t, int64_t, const int32_t*, const int64_t*, int64_t*, char*, size_t)>(
+        library, "ommgraph_mpi_communicator_create");
+    communicatorDestroy = symbol<int (*)(int64_t, char*, size_t)>(library, "ommgraph_mpi_communicator_destroy");
+    // The communicate interface itself (libOpenMMGraphCommunicate, a dependency of libOpenMMGraphMPI).
+    communicateForward = symbol<int (*)(int64_t, const OMMGraphCommBuffer*)>(library, "ommgraph_communicate_forward");
+    communicateReverse = symbol<int (*)(int64_t, const OMMGraphCommBuffer*)>(library, "ommgraph_communicate_reverse");
+    communicateLastError = symbol<const char* (*) ()>(library, "ommgraph_communicator_last_error");
     char message[1024] = "";
     check(initialize(message, sizeof(message)), message);
     check(world(&rank, &size, message, sizeof(message)), message);
@@ -62,7 +69,7 @@ void ReferenceMpiDomains::check(int status, const char* what) const {
         throw OpenMMException(std::string("GraphForce: Domains = \"mpi\": ") + what);
 }
 
-std::vector<char> ReferenceMpiDomains::ownedParticles(const std::vector<Vec3>& positions, const Vec3* box) const {
+std::vector<int> ReferenceMpiDomains::ownerRanks(const std::vector<Vec3>& positions, const Vec3* box) const {
     const int n = (int) positions.size();
     std::vector<double> coordinate(n);
     for (int i = 0; i < n; i++) {
@@ -79,11 +86,84 @@ std::vector<char> ReferenceMpiDomains::ownedParticles(const std::vector<Vec3>& p
     std::vector<int> order(n);
     std::iota(order.begin(), order.end(), 0);
     std::sort(order.begin(), order.end(), [&](int a, int b) { return coordinate[a] < coordinate[b] || (coordinate[a] == coordinate[b] && a < b); });
-    std::vector<char> owned(n, 0);
+    std::vector<int> owner(n);
     for (int p = 0; p < n; p++)
-        if ((int) ((int64_t) p * size / std::max(1, n)) == rank)
-            owned[order[p]] = 1;
+        owner[order[p]] = (int) ((int64_t) p * size / std::max(1, n));
+    return owner;
+}
+
+std::vector<char> ReferenceMpiDomains::ownedParticles(const std::vector<Vec3>& positions, const Vec3* box) const {
+    const std::vector<int> owner = ownerRanks(positions, box);
+    std::vector<char> owned(owner.size());
+    for (size_t i = 0; i < owner.size(); i++)
+        owned[i] = owner[i] == rank ? 1 : 0;
     return owned;
+}
+
+ReferenceMpiDomains::Exchange::Exchange(const ReferenceMpiDomains& domains, const std::vector<int>& owner, const ReferenceNeighborGraph& graph)
+    : domains(domains) {
+    // Every rank's owned rows are its particles in ascending index; a ghost's owner row is its place among them.
+    const int n = (int) owner.size();
+    std::vector<int64_t> rowOnOwner(n);
+    std::vector<int64_t> count(domains.size, 0);
+    for (int i = 0; i < n; i++)
+        rowOnOwner[i] = count[owner[i]]++;
+    std::vector<char> ghost(n, 0);
+    for (int i = 0; i < n; i++)
+        if (owner[i] == domains.rank) {
+            ownedNodes.push_back(i);
+            for (int64_t e = graph.rowOffsets[i]; e < graph.rowOffsets[i + 1]; e++)
+                if (owner[graph.neighbors[e]] != domains.rank)
+                    ghost[graph.neighbors[e]] = 1;
+        }
+    std::vector<int32_t> ghostRank;
+    std::vector<int64_t> ghostRow;
+    for (int i = 0; i < n; i++)
+        if (ghost[i]) {
+            ghostNodes.push_back(i);
+            ghostRank.push_back(owner[i]);
+            ghostRow.push_back(rowOnOwner[i]);
+        }
+    char message[1024] = "";
+    domains.check(domains.communicatorCreate((int64_t) ownedNodes.size(), (int64_t) ghostNodes.size(), ghostRank.data(), ghostRow.data(), &handle,
+                                             message, sizeof(message)),
+                  message);
+}
+
+ReferenceMpiDomains::Exchange::~Exchange() {
+    char message[1024] = "";
+    domains.communicatorDestroy(handle, message, sizeof(message));
+}
+
+void ReferenceMpiDomains::Exchange::run(std::vector<double>& values, int M, bool isForward) {
+    const size_t owned = ownedNodes.size(), ghosts = ghostNodes.size();
+    table.assign((owned + ghosts) * M, 0.0);
+    for (size_t r = 0; r < owned; r++)
+        std::copy(&values[(size_t) ownedNodes[r] * M], &values[(size_t) ownedNodes[r] * M] + M, &table[r * M]);
+    for (size_t g = 0; g < ghosts; g++)
+        std::copy(&values[(size_t) ghostNodes[g] * M], &values[(size_t) ghostNodes[g] * M] + M, &table[(owned + g) * M]);
+    OMMGraphCommBuffer buffer{};
+    buffer.data = table.data();
+    buffer.dtype = OMMGRAPH_COMM_FLOAT64;
+    buffer.deviceType = OMMGRAPH_COMM_DEVICE_CPU;
+    buffer.numOwned = (int64_t) owned;
+    buffer.numGhost = (int64_t) ghosts;
+    buffer.numFeatures = M;
+    buffer.rowStride = M;
+    const int status = isForward ? domains.communicateForward(handle, &buffer) : domains.communicateReverse(handle, &buffer);
+    domains.check(status, status == 0 ? "" : domains.communicateLastError());
+    for (size_t r = 0; r < owned; r++)
+        std::copy(&table[r * M], &table[(r + 1) * M], &values[(size_t) ownedNodes[r] * M]);
+    for (size_t g = 0; g < ghosts; g++)
+        std::copy(&table[(owned + g) * M], &table[(owned + g + 1) * M], &values[(size_t) ghostNodes[g] * M]);
+}
+
+void ReferenceMpiDomains::Exchange::forward(std::vector<double>& values, int M) {
+    run(values, M, true);
+}
+
+void ReferenceMpiDomains::Exchange::reverse(std::vector<double>& gradients, int M) {
+    run(gradients, M, false);
 }
 
 void ReferenceMpiDomains::sumForces(std::vector<Vec3>& forces) const {

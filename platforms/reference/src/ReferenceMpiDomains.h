@@ -1,6 +1,9 @@
 #ifndef OPENMM_GRAPH_REFERENCE_MPI_DOMAINS_H_
 #define OPENMM_GRAPH_REFERENCE_MPI_DOMAINS_H_
 
+#include "OpenMMGraphCommunicate.h"
+#include "ReferenceGraphEvaluator.h"
+#include "ReferenceNeighborGraph.h"
 #include "openmm/Vec3.h"
 #include <cstdint>
 #include <string>
@@ -39,6 +42,32 @@ public:
      * @param box        the periodic box vectors (nm), or nullptr (then plain x)
      */
     std::vector<char> ownedParticles(const std::vector<OpenMM::Vec3>& positions, const OpenMM::Vec3* box) const;
+    /** The rank that owns each particle ([n]; ownedParticles is this rank's share of it). */
+    std::vector<int> ownerRanks(const std::vector<OpenMM::Vec3>& positions, const OpenMM::Vec3* box) const;
+
+    /**
+     * The node-feature exchange of one evaluation (the interaction block):
+     * this rank's ghosts (not owned, reached by owned rows) with an MPI engine
+     * of the communicate interface (libOpenMMGraphMPI), created collectively
+     * on construction and destroyed with the object.
+     */
+    class Exchange : public NodeFeatureExchange {
+    public:
+        Exchange(const ReferenceMpiDomains& domains, const std::vector<int>& owner, const ReferenceNeighborGraph& graph);
+        ~Exchange();
+        const std::vector<int>& ghosts() const override {
+            return ghostNodes;
+        }
+        void forward(std::vector<double>& values, int M) override;
+        void reverse(std::vector<double>& gradients, int M) override;
+
+    private:
+        void run(std::vector<double>& values, int M, bool isForward);
+        const ReferenceMpiDomains& domains;
+        std::vector<int> ownedNodes, ghostNodes;
+        std::vector<double> table; ///< [owned + ghost][M]
+        int64_t handle = 0;
+    };
     /** Sum the forces [n] (kJ/mol/nm) over the ranks in 64-bit fixed point (2^-32 kJ/mol/nm), in place. */
     void sumForces(std::vector<OpenMM::Vec3>& forces) const;
     /** The sum of one energy per rank (kJ/mol), added in rank order on every rank. */
@@ -50,6 +79,11 @@ private:
     int rank = 0, size = 1;
     int (*allreduceInt64)(int64_t*, size_t, char*, size_t) = nullptr;
     int (*sumDoubleOrdered)(const double*, double*, char*, size_t) = nullptr;
+    int (*communicatorCreate)(int64_t, int64_t, const int32_t*, const int64_t*, int64_t*, char*, size_t) = nullptr;
+    int (*communicatorDestroy)(int64_t, char*, size_t) = nullptr;
+    int (*communicateForward)(int64_t, const OMMGraphCommBuffer*) = nullptr;
+    int (*communicateReverse)(int64_t, const OMMGraphCommBuffer*) = nullptr;
+    const char* (*communicateLastError)() = nullptr;
 };
 
 } // namespace GraphPlugin
