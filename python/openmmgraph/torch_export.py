@@ -160,16 +160,14 @@ class GraphScriptModel(torch.nn.Module):
         result = descriptor.new_zeros((descriptor.shape[0], self.n_channels))
         for type_index, network in enumerate(self.node_networks):
             members = torch.nonzero(types == type_index).flatten()
-            if members.numel() > 0:
-                result = result.index_copy(0, members, network(descriptor.index_select(0, members)))
+            result = result.index_copy(0, members, network(descriptor.index_select(0, members)))
         return result
 
     def _fitting(self, inputs: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
         result = inputs.new_zeros((inputs.shape[0],))
         for type_index, network in enumerate(self.fitting_networks):
             members = torch.nonzero(types == type_index).flatten()
-            if members.numel() > 0:
-                result = result.index_copy(0, members, network(inputs.index_select(0, members))[:, 0])
+            result = result.index_copy(0, members, network(inputs.index_select(0, members))[:, 0])
         return result
 
     def _exchange(self, features: torch.Tensor, communicator: int, n_owned: int) -> torch.Tensor:
