@@ -39,6 +39,8 @@ import threading
 
 import torch
 
+from ._endpoint import Endpoint
+
 __all__ = [
     "communicate",
     "communicate_reverse",
@@ -244,7 +246,7 @@ def _wrap(function):
     return _Callback(callback)
 
 
-class Communicator:
+class Communicator(Endpoint):
     """One domain's endpoint implemented in Python, registered with the C
     interface: ``forward(buffer)`` fills the ghost rows of ``buffer`` (a
     :class:`CommunicateBuffer`) from their owners, ``reverse(buffer)`` adds the
@@ -272,23 +274,8 @@ class Communicator:
             lib.check(status, "openmmgraph.communicate.Communicator")
         self.handle = handle.value
 
-    def close(self):
-        """Unregister (idempotent); calls with the handle fail from now on."""
-        if self.handle:
-            handle, self.handle = self.handle, 0
-            _library().check(_library().unregister(handle), "openmmgraph.communicate.Communicator.close")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _destroy(self, handle):
+        _library().check(_library().unregister(handle), "openmmgraph.communicate.Communicator.close")
 
 
 def is_registered(handle):

@@ -36,6 +36,8 @@ import threading
 
 import numpy as np
 
+from ._endpoint import Endpoint
+
 __all__ = [
     "MPIError",
     "MPIUnavailableError",
@@ -222,7 +224,7 @@ def allreduce_sum_double_ordered(value):
 # --- the communicate engine ---------------------------------------------------------------------------
 
 
-class Communicator:
+class Communicator(Endpoint):
     """This rank's endpoint of the MPI communicate engine (collective: every rank makes one, with its
     own lists, in the same order).
 
@@ -260,32 +262,11 @@ class Communicator:
                 ctypes.c_void_p(rows.ctypes.data if len(rows) else None),
                 ctypes.byref(handle),
             )
-        except MPIError as error:
+        except MPIError:
             if problem is not None:
                 raise ValueError(f"openmmgraph.mpi.Communicator: {problem}") from None
             raise
         self.handle = handle.value
 
-    def close(self):
-        """Destroy the endpoint (idempotent); calls with the handle fail from now on."""
-        if self.handle:
-            handle, self.handle = self.handle, 0
-            _call(_library().ommgraph_mpi_communicator_destroy, ctypes.c_int64(handle))
-
-    def __index__(self):
-        return self.handle
-
-    def __int__(self):
-        return self.handle
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _destroy(self, handle):
+        _call(_library().ommgraph_mpi_communicator_destroy, ctypes.c_int64(handle))

@@ -17,6 +17,18 @@ import openmm
 import pytest
 from openmm import unit
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # the shared dlpack_system module (importlib mode)
+from dlpack_system import (  # noqa: E402
+    BOX,
+    NUM_PARTICLES,
+    POSITIONS,
+    VELOCITIES,
+    makeSystem,
+    statePositions,
+    stateForces,
+    stateVelocities,
+)
+
 import openmmgraph
 from openmmgraph import dlpack
 
@@ -31,14 +43,6 @@ if pathlib.Path(openmmgraph.__file__).resolve().parent == _SOURCE_PACKAGE:
     )
 
 PLATFORMS = ["Reference", "CPU"]
-NUM_PARTICLES = 5
-BOX = np.array([[2.0, 0.0, 0.0], [0.3, 2.1, 0.0], [-0.2, 0.4, 2.2]])
-POSITIONS = np.array(
-    [[0.10, 0.20, 0.30], [0.25, 0.21, 0.33], [1.00, 1.10, 0.90], [1.05, 1.20, 1.00], [0.50, 1.70, 1.60]]
-)
-VELOCITIES = np.array(
-    [[0.1, -0.2, 0.3], [-0.4, 0.5, -0.6], [0.7, 0.8, -0.9], [1.0, -1.1, 1.2], [-0.3, 0.0, 0.25]]
-)
 
 # name, shape, dtype, writeable (NumPy, versioned protocol)
 HOST_LAYOUT = {
@@ -85,23 +89,6 @@ class Exporter:
         return self.device
 
 
-def makeSystem():
-    system = openmm.System()
-    for i in range(NUM_PARTICLES):
-        system.addParticle(1.0 + i)
-    system.setDefaultPeriodicBoxVectors(*(openmm.Vec3(*row) for row in BOX))
-    bonds = openmm.HarmonicBondForce()
-    bonds.addBond(0, 1, 0.1, 5000.0)
-    bonds.addBond(2, 3, 0.12, 4000.0)
-    system.addForce(bonds)
-    external = openmm.CustomExternalForce("0.5*k*((x-1)^2 + 2*(y-1)^2 + 3*(z-1)^2)")
-    external.addGlobalParameter("k", 100.0)
-    for i in range(NUM_PARTICLES):
-        external.addParticle(i, [])
-    system.addForce(external)
-    return system
-
-
 def makeContext(platformName):
     system = makeSystem()
     integrator = openmm.VerletIntegrator(0.001)
@@ -109,22 +96,6 @@ def makeContext(platformName):
     context.setPositions(POSITIONS)
     context.setVelocities(VELOCITIES)
     return context
-
-
-def statePositions(context):
-    return context.getState(getPositions=True).getPositions(asNumpy=True).value_in_unit(unit.nanometer)
-
-
-def stateVelocities(context):
-    return context.getState(getVelocities=True).getVelocities(asNumpy=True).value_in_unit(
-        unit.nanometer / unit.picosecond
-    )
-
-
-def stateForces(context):
-    return context.getState(getForces=True).getForces(asNumpy=True).value_in_unit(
-        unit.kilojoule_per_mole / unit.nanometer
-    )
 
 
 @pytest.fixture(params=PLATFORMS)
