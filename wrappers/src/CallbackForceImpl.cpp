@@ -16,18 +16,7 @@ struct BorrowedTensor {
     int64_t shape[OMMGRAPH_VIEW_MAX_DIMS] = {};
     int64_t strides[OMMGRAPH_VIEW_MAX_DIMS] = {};
     explicit BorrowedTensor(const StateView& view) {
-        const OMMGraphViewDescriptor& layout = view.layout;
-        for (int i = 0; i < layout.ndim; i++) {
-            shape[i] = layout.shape[i];
-            strides[i] = layout.strides[i];
-        }
-        tensor.data = layout.data;
-        tensor.device = DLDevice{(DLDeviceType) layout.deviceType, layout.deviceId};
-        tensor.ndim = layout.ndim;
-        tensor.dtype = DLDataType{layout.dtypeCode, layout.dtypeBits, 1};
-        tensor.shape = shape;
-        tensor.strides = strides;
-        tensor.byte_offset = 0;
+        tensor = dlTensorOf(view.layout, shape, strides); // after shape and strides are initialized
     }
 };
 

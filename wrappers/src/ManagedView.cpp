@@ -7,10 +7,6 @@ std::atomic<int64_t> ManagedView::live(0);
 
 ManagedView::ManagedView(StateView&& view, void* owner, OMMGraphReleaseOwner releaseOwner)
     : layout(view.layout), owned(std::move(view.owned)), owner(owner), releaseOwner(releaseOwner) {
-    for (int i = 0; i < layout.ndim; i++) {
-        shape[i] = layout.shape[i];
-        strides[i] = layout.strides[i];
-    }
     live.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -23,15 +19,7 @@ ManagedView::~ManagedView() {
 }
 
 DLTensor ManagedView::makeTensor() {
-    DLTensor tensor{};
-    tensor.data = layout.data;
-    tensor.device = DLDevice{(DLDeviceType) layout.deviceType, layout.deviceId};
-    tensor.ndim = layout.ndim;
-    tensor.dtype = DLDataType{layout.dtypeCode, layout.dtypeBits, 1};
-    tensor.shape = shape;
-    tensor.strides = strides;
-    tensor.byte_offset = 0;
-    return tensor;
+    return dlTensorOf(layout, shape, strides);
 }
 
 DLManagedTensorVersioned* ManagedView::createVersioned(StateView&& view, uint64_t flags, void* owner, OMMGraphReleaseOwner releaseOwner) {

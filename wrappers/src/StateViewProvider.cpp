@@ -72,17 +72,6 @@ OMMGraphViewDescriptor StateViewProvider::hostLayout(void* data, uint8_t dtypeCo
     layout.deviceId = 0;
     layout.dtypeCode = dtypeCode;
     layout.dtypeBits = dtypeBits;
-    if (columns > 0) {
-        layout.ndim = 2;
-        layout.shape[0] = rows;
-        layout.shape[1] = columns;
-        layout.strides[0] = columns;
-        layout.strides[1] = 1;
-    }
-    else {
-        layout.ndim = 1;
-        layout.shape[0] = rows;
-        layout.strides[0] = 1;
-    }
+    ommgraphSetCompactShape(&layout, rows, columns);
     return layout;
 }

@@ -99,18 +99,7 @@ void describeArray(CudaContext& cu, CudaArray& array, const char* name, uint8_t 
     out.deviceId = cu.getDeviceIndex();
     out.dtypeCode = code;
     out.dtypeBits = bits;
-    if (columns > 0) {
-        out.ndim = 2;
-        out.shape[0] = rows;
-        out.shape[1] = columns;
-        out.strides[0] = columns;
-        out.strides[1] = 1;
-    }
-    else {
-        out.ndim = 1;
-        out.shape[0] = rows;
-        out.strides[0] = 1;
-    }
+    ommgraphSetCompactShape(&out, rows, columns);
 }
 
 void checkDescriptor(const OMMGraphViewDescriptor* descriptor) {

@@ -35,6 +35,22 @@ typedef struct {
     int64_t strides[OMMGRAPH_VIEW_MAX_DIMS];
 } OMMGraphViewDescriptor;
 
+/** The compact row-major shape of *d: [rows][columns], or [rows] when columns is 0. */
+static inline void ommgraphSetCompactShape(OMMGraphViewDescriptor* d, int64_t rows, int64_t columns) {
+    if (columns > 0) {
+        d->ndim = 2;
+        d->shape[0] = rows;
+        d->shape[1] = columns;
+        d->strides[0] = columns;
+        d->strides[1] = 1;
+    }
+    else {
+        d->ndim = 1;
+        d->shape[0] = rows;
+        d->strides[0] = 1;
+    }
+}
+
 /*
  * The functions the CUDA plugin (libOpenMMGraphCUDA.so) exports under these
  * names.  Each returns an OMMGraphStatus and, on failure, writes a message
