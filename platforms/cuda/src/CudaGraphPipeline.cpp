@@ -181,10 +181,6 @@ public:
         GRAPH_CU_CHECK(cuEventRecord(statusEvent, (CUstream) stream));
     }
 
-    bool capturing() const override {
-        return graphExec != nullptr;
-    }
-
 private:
     /**
      * Everything one evaluation does on the device, in stream order; no host

@@ -42,8 +42,6 @@ public:
      * point where OpenMM reads its own neighbour-list count.
      */
     virtual bool finish() = 0;
-    /** Whether the last enqueue() replayed a captured CUDA graph. */
-    virtual bool capturing() const = 0;
     /** Set the model type of every particle (force order). */
     virtual void setTypes(const std::vector<int>& types) = 0;
     /** Download the last per-particle energies (kJ/mol, force order); synchronises. */

@@ -39,9 +39,7 @@ double ReferenceCalcGraphForceKernel::execute(ContextImpl& context, bool include
     if (domains) {
         // This rank's slab, then the sums over the ranks (every rank makes the same calls in the same order).
         const std::vector<int> owner = domains->ownerRanks(localPositions, box);
-        std::vector<char> owned(owner.size());
-        for (size_t i = 0; i < owner.size(); i++)
-            owned[i] = owner[i] == domains->getRank() ? 1 : 0;
+        const std::vector<char> owned = domains->ownedParticles(owner);
         // The interaction block's ghost node features come from their owners (the halo stays one cut-off wide).
         std::unique_ptr<ReferenceMpiDomains::Exchange> exchange;
         if (model->numInteractions == 1)

@@ -92,8 +92,7 @@ std::vector<int> ReferenceMpiDomains::ownerRanks(const std::vector<Vec3>& positi
     return owner;
 }
 
-std::vector<char> ReferenceMpiDomains::ownedParticles(const std::vector<Vec3>& positions, const Vec3* box) const {
-    const std::vector<int> owner = ownerRanks(positions, box);
+std::vector<char> ReferenceMpiDomains::ownedParticles(const std::vector<int>& owner) const {
     std::vector<char> owned(owner.size());
     for (size_t i = 0; i < owner.size(); i++)
         owned[i] = owner[i] == rank ? 1 : 0;

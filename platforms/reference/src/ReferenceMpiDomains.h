@@ -33,7 +33,7 @@ public:
         return size;
     }
     /**
-     * The particles this rank owns: [n] flags, a slab of n / size particles in
+     * The rank that owns each particle: [n], slabs of n / size particles in
      * the order of their wrapped fractional coordinate along the first box
      * vector (then index).  A function of the positions alone, so every rank
      * (holding bitwise the same positions) makes the same split.
@@ -41,9 +41,9 @@ public:
      * @param positions  [n] nm
      * @param box        the periodic box vectors (nm), or nullptr (then plain x)
      */
-    std::vector<char> ownedParticles(const std::vector<OpenMM::Vec3>& positions, const OpenMM::Vec3* box) const;
-    /** The rank that owns each particle ([n]; ownedParticles is this rank's share of it). */
     std::vector<int> ownerRanks(const std::vector<OpenMM::Vec3>& positions, const OpenMM::Vec3* box) const;
+    /** [n] flags: the particles this rank owns, given ownerRanks(). */
+    std::vector<char> ownedParticles(const std::vector<int>& owner) const;
 
     /**
      * The node-feature exchange of one evaluation (the interaction block):
