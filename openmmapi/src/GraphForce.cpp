@@ -11,7 +11,7 @@ using namespace OpenMM;
 namespace {
 
 const std::map<std::string, std::string>& propertyDefaults() {
-    static const std::map<std::string, std::string> defaults = {{"CheckFinite", "true"}, {"CudaGraph", "auto"}, {"Domains", "single"}};
+    static const std::map<std::string, std::string> defaults = {{"CheckFinite", "true"}, {"CudaChunkRows", "auto"}, {"CudaGraph", "auto"}, {"Domains", "single"}};
     return defaults;
 }
 
@@ -123,6 +123,19 @@ void GraphForce::setProperty(const std::string& key, const std::string& value) {
         throw OpenMMException("GraphForce: property Domains must be \"single\" or \"mpi\", found \"" + value + "\"");
     if (key == "CudaGraph" && value != "auto" && value != "true" && value != "false")
         throw OpenMMException("GraphForce: property CudaGraph must be \"auto\", \"true\" or \"false\", found \"" + value + "\"");
+    if (key == "CudaChunkRows" && value != "auto") {
+        size_t end = 0;
+        long long rows = 0;
+        try {
+            rows = std::stoll(value, &end);
+        }
+        catch (const std::exception&) {
+            end = 0;
+        }
+        if (end != value.size() || rows < 1 || rows > 2147483647LL)
+            throw OpenMMException("GraphForce: property CudaChunkRows must be \"auto\" or a positive whole number of rows, found \"" + value +
+                                  "\"");
+    }
     properties[key] = value;
 }
 

@@ -260,6 +260,12 @@ def test_properties(modelBytes):
     with pytest.raises(openmm.OpenMMException, match="CheckFinite"):
         force.setProperty("CheckFinite", "maybe")
     assert force.getProperties() == {"CheckFinite": "false"}
+    assert force.getProperty("CudaChunkRows") == "auto"
+    for bad in ("0", "-5", "12rows", "", "1e6", "99999999999"):
+        with pytest.raises(openmm.OpenMMException, match="CudaChunkRows must be"):
+            force.setProperty("CudaChunkRows", bad)
+    force.setProperty("CudaChunkRows", "65536")
+    assert force.getProperties() == {"CheckFinite": "false", "CudaChunkRows": "65536"}
 
 
 # --------------------------------------------------------------------------

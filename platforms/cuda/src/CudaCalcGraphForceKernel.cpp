@@ -20,7 +20,9 @@ void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce
         force.getParticleParameters(i, particles[i], types[i]);
     const std::string graph = force.getProperty("CudaGraph");
     const CudaGraphMode mode = graph == "true" ? CudaGraphMode::Required : graph == "false" ? CudaGraphMode::Off : CudaGraphMode::Auto;
-    pipeline = createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), mode);
+    const std::string chunk = force.getProperty("CudaChunkRows");
+    const int chunkRows = chunk == "auto" ? 0 : std::stoi(chunk); // validated by setProperty
+    pipeline = createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), mode, chunkRows);
     // The status of an evaluation is read where OpenMM reads its own neighbour-list
     // count: in finishComputation, after every force has been enqueued.
     postComputation = std::make_shared<PostComputationState>();

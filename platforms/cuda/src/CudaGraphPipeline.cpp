@@ -33,7 +33,7 @@ template <typename real>
 class CudaGraphPipeline : public CudaGraphPipelineBase {
 public:
     CudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles, const std::vector<int>& types,
-                      bool periodic, int numSystemParticles, CudaGraphMode graphMode)
+                      bool periodic, int numSystemParticles, CudaGraphMode graphMode, int maxChunkRows)
         : cu(cu), model(model), n((int) particles.size()), periodic(periodic), graphMode(graphMode) {
         ContextSelector selector(cu);
         GRAPH_CU_CHECK(cuDeviceGetAttribute(&numMultiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cu.getDevice()));
@@ -101,31 +101,43 @@ public:
         sortScratch.reset(CudaArray::create<char>(cu, sortScratchBytes, "graphSortScratch"));
         rowCount.reset(CudaArray::create<int>(cu, n1, "graphRowCount"));
         allocateRows(initialCapacity());
+        // Per node: the moments and their gradients (and the interaction block's).
         moments.reset(CudaArray::create<real>(cu, (size_t) n1 * H * M, "graphMoments"));
         gradMoments.reset(CudaArray::create<real>(cu, (size_t) n1 * H * M, "graphGradMoments"));
-        fittingInput.reset(CudaArray::create<real>(cu, (size_t) n1 * fittingInputSize, "graphFittingInput"));
-        fittingInputGrad.reset(CudaArray::create<real>(cu, (size_t) n1 * fittingInputSize, "graphFittingInputGrad"));
-        allocateActivations(fitting, fittingActivations, fittingPreActivations, "graphFitting");
-        // Gradient scratch holds dE/d(output) of hidden and output layers (the input gradients have their own arrays).
-        int widest = *std::max_element(fitting.layerWidth.begin(), fitting.layerWidth.end());
         if (m.numInteractions == 1) {
             nodeFeatures.reset(CudaArray::create<real>(cu, (size_t) n1 * M, "graphNodeFeatures"));
             nodeFeatureGrad.reset(CudaArray::create<real>(cu, (size_t) n1 * M, "graphNodeFeatureGrad"));
             interactionMoments.reset(CudaArray::create<real>(cu, (size_t) n1 * H * M, "graphInteractionMoments"));
             gradInteractionMoments.reset(CudaArray::create<real>(cu, (size_t) n1 * H * M, "graphGradInteractionMoments"));
-            nodeInputGrad.reset(CudaArray::create<real>(cu, (size_t) n1 * descriptorSize, "graphNodeInputGrad"));
-            allocateActivations(node, nodeActivations, nodePreActivations, "graphNode");
-            for (int w : node.layerWidth)
+        }
+        // Per row of a chunk of the type-sorted node list: network inputs, activations and gradients.
+        int widest = *std::max_element(fitting.layerWidth.begin(), fitting.layerWidth.end());
+        size_t rowElements = 2 * (size_t) fittingInputSize;
+        for (int w : fitting.layerWidth)
+            rowElements += 2 * (size_t) w;
+        if (m.numInteractions == 1) {
+            for (int w : node.layerWidth) {
                 widest = std::max(widest, w);
-            widest = std::max(widest, M);
+                rowElements += 2 * (size_t) w;
+            }
+            rowElements += descriptorSize;
         }
         gradWidth = widest;
-        // Two buffers ping-pong through the hidden layers; the node network's output gradient needs a third.
-        for (int b = 0; b < (m.numInteractions == 1 ? 3 : 2); b++)
-            gradientScratch[b].reset(CudaArray::create<real>(cu, (size_t) n1 * gradWidth, "graphGradientScratch"));
-        gradZ.reset(CudaArray::create<real>(cu, (size_t) n1 * gradWidth, "graphGradZ"));
+        rowElements += 2 * (size_t) gradWidth;
+        chunkRows = chooseChunkRows(n1, rowElements * sizeof(real), maxChunkRows);
+        numChunks = (n + chunkRows - 1) / chunkRows;
+        const size_t c1 = chunkRows;
+        fittingInput.reset(CudaArray::create<real>(cu, c1 * fittingInputSize, "graphFittingInput"));
+        fittingInputGrad.reset(CudaArray::create<real>(cu, c1 * fittingInputSize, "graphFittingInputGrad"));
+        allocateActivations(fitting, fittingActivations, fittingPreActivations, "graphFitting");
+        if (m.numInteractions == 1) {
+            nodeInputGrad.reset(CudaArray::create<real>(cu, c1 * descriptorSize, "graphNodeInputGrad"));
+            allocateActivations(node, nodeActivations, nodePreActivations, "graphNode");
+        }
+        // Two buffers ping-pong through the hidden layers' gradients.
+        for (int b = 0; b < 2; b++)
+            gradientScratch[b].reset(CudaArray::create<real>(cu, c1 * gradWidth, "graphGradientScratch"));
         particleEnergy.reset(CudaArray::create<real>(cu, n1, "graphParticleEnergy"));
-        energyAccumulator.reset(CudaArray::create<long long>(cu, 1, "graphEnergyAccumulator"));
         status.reset(CudaArray::create<GraphStatus>(cu, 1, "graphStatus"));
         GRAPH_CU_CHECK(cuMemHostAlloc((void**) &hostStatus, sizeof(GraphStatus), 0));
         *hostStatus = GraphStatus();
@@ -216,51 +228,77 @@ private:
                         pointer<int>(rowCount), pointer<GraphStatus>(status), stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
 
-        // Stage 2: moments, invariants, and the interaction block.
+        // Stage 2: moments (and the interaction block's node features and moments), per node.
         const int* rows = pointer<int>(neighbors);
         const int* counts = pointer<int>(rowCount);
+        const int* rowNodes = pointer<int>(nodesByType);
         real* A = pointer<real>(moments);
         real* input = pointer<real>(fittingInput);
+        real* gradInput = pointer<real>(fittingInputGrad);
+        real* gradA = pointer<real>(gradMoments);
         launchMoments<real>(params, params.radialTable, nullptr, x, types, n, box, rows, counts, capacity, A, stream);
-        launchInvariants<real>(params, A, A, n, input, fittingInputSize, 0, stream);
-        real* B = nullptr;
-        if (m.numInteractions == 1) {
-            forwardNetwork(node, nodeActivations, nodePreActivations, input, fittingInputSize, pointer<real>(nodeFeatures), M, true, stream);
+        const bool interaction = m.numInteractions == 1;
+        real *B = nullptr, *gradB = nullptr;
+        if (interaction) {
             B = pointer<real>(interactionMoments);
+            gradB = pointer<real>(gradInteractionMoments);
+            for (int c = 0; c < numChunks; c++) {
+                launchInvariants<real>(params, A, A, rowNodes + chunkBegin(c), chunkEnd(c) - chunkBegin(c), input, fittingInputSize, 0, stream);
+                forwardNetwork(node, nodeActivations, nodePreActivations, c, input, fittingInputSize, pointer<real>(nodeFeatures), M, true, false,
+                               nullptr, stream);
+            }
             launchMoments<real>(params, params.interactionTable, pointer<real>(nodeFeatures), x, types, n, box, rows, counts, capacity, B,
                                 stream);
-            launchInvariants<real>(params, B, A, n, input, fittingInputSize, descriptorSize, stream);
         }
         GRAPH_CUDA_CHECK(cudaGetLastError());
 
-        // Stage 3: the fitting network and the energy.
-        forwardNetwork(fitting, fittingActivations, fittingPreActivations, input, fittingInputSize, nullptr, 0, false, stream);
+        // Stage 3, chunk by chunk: invariants, the fitting network, the energy, and back to dE/dA (and dE/dB).
+        GraphStatus* energySum = addEnergy ? pointer<GraphStatus>(status) : nullptr;
+        for (int c = 0; c < numChunks; c++) {
+            const int* chunkNodes = rowNodes + chunkBegin(c);
+            const int chunkSize = chunkEnd(c) - chunkBegin(c);
+            if (!interaction || numChunks > 1)
+                launchInvariants<real>(params, A, A, chunkNodes, chunkSize, input, fittingInputSize, 0, stream);
+            if (interaction)
+                launchInvariants<real>(params, B, A, chunkNodes, chunkSize, input, fittingInputSize, descriptorSize, stream);
+            forwardNetwork(fitting, fittingActivations, fittingPreActivations, c, input, fittingInputSize, nullptr, 0, false, includeForces,
+                           energySum, stream);
+            if (!includeForces)
+                continue;
+            backwardNetwork(fitting, fittingPreActivations, c, gradInput, fittingInputSize, false, stream);
+            if (interaction) {
+                launchInvariantsBackward<real>(params, B, A, chunkNodes, chunkSize, gradInput, fittingInputSize, descriptorSize, gradB, gradA,
+                                               false, stream);
+                launchInvariantsBackward<real>(params, A, A, chunkNodes, chunkSize, gradInput, fittingInputSize, 0, gradA, gradA, true, stream);
+            }
+            else
+                launchInvariantsBackward<real>(params, A, A, chunkNodes, chunkSize, gradInput, fittingInputSize, 0, gradA, gradA, false, stream);
+        }
         if (addEnergy)
-            launchEnergyReduction<real>(pointer<real>(particleEnergy), n, pointer<long long>(energyAccumulator),
-                                        (void*) cu.getEnergyBuffer().getDevicePointer(), energyIsDouble, pointer<GraphStatus>(status), stream);
+            launchEnergyStore(pointer<GraphStatus>(status), (void*) cu.getEnergyBuffer().getDevicePointer(), energyIsDouble, stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
         if (!includeForces)
             return copyStatus(stream);
 
-        // Stage 4: back to dE/dA (and dE/dB), then the edge backward into OpenMM's forces.
-        real* gradInput = pointer<real>(fittingInputGrad);
-        backwardNetwork(fitting, fittingActivations, fittingPreActivations, input, fittingInputSize, gradInput, fittingInputSize, false,
-                        stream);
-        real* gradA = pointer<real>(gradMoments);
-        real* gradB = nullptr;
-        if (m.numInteractions == 1) {
-            gradB = pointer<real>(gradInteractionMoments);
-            launchInvariantsBackward<real>(params, B, A, gradInput, fittingInputSize, descriptorSize, n, gradB, gradA, false, stream);
+        // Stage 4: the interaction block's backward (node features, then the node network, chunk by chunk; its
+        // activations are recomputed when there is more than one chunk), then the edge backward into OpenMM's forces.
+        if (interaction) {
             launchNodeFeatureGradient<real>(params, gradB, x, types, n, box, rows, counts, capacity, pointer<real>(nodeFeatureGrad), stream);
-            backwardNetwork(node, nodeActivations, nodePreActivations, input, fittingInputSize, pointer<real>(nodeInputGrad), descriptorSize,
-                            true, stream);
-            launchInvariantsBackward<real>(params, A, A, pointer<real>(nodeInputGrad), descriptorSize, 0, n, gradA, gradA, true, stream);
-            launchInvariantsBackward<real>(params, A, A, gradInput, fittingInputSize, 0, n, gradA, gradA, true, stream);
+            for (int c = 0; c < numChunks; c++) {
+                const int* chunkNodes = rowNodes + chunkBegin(c);
+                const int chunkSize = chunkEnd(c) - chunkBegin(c);
+                if (numChunks > 1) {
+                    launchInvariants<real>(params, A, A, chunkNodes, chunkSize, input, fittingInputSize, 0, stream);
+                    forwardNetwork(node, nodeActivations, nodePreActivations, c, input, fittingInputSize, pointer<real>(nodeFeatures), M, true,
+                                   false, nullptr, stream);
+                }
+                backwardNetwork(node, nodePreActivations, c, pointer<real>(nodeInputGrad), descriptorSize, true, stream);
+                launchInvariantsBackward<real>(params, A, A, chunkNodes, chunkSize, pointer<real>(nodeInputGrad), descriptorSize, 0, gradA, gradA,
+                                               true, stream);
+            }
         }
-        else
-            launchInvariantsBackward<real>(params, A, A, gradInput, fittingInputSize, 0, n, gradA, gradA, false, stream);
-        launchForces<real>(params, gradA, gradB, m.numInteractions == 1 ? pointer<real>(nodeFeatures) : nullptr, x, types, n, box, rows, counts,
-                           capacity, pointer<int>(slotOfNode), (long long*) cu.getLongForceBuffer().getDevicePointer(), cu.getPaddedNumAtoms(),
+        launchForces<real>(params, gradA, gradB, interaction ? pointer<real>(nodeFeatures) : nullptr, x, types, n, box, rows, counts, capacity,
+                           pointer<int>(slotOfNode), (long long*) cu.getLongForceBuffer().getDevicePointer(), cu.getPaddedNumAtoms(),
                            pointer<GraphStatus>(status), stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
         copyStatus(stream);
@@ -448,11 +486,37 @@ private:
 
     void allocateActivations(const DeviceNetworks& networks, std::vector<std::unique_ptr<CudaArray>>& activations,
                              std::vector<std::unique_ptr<CudaArray>>& preActivations, const std::string& name) {
-        const size_t n1 = std::max(1, n);
         for (int l = 0; l < networks.numHidden; l++) {
-            activations.emplace_back(CudaArray::create<real>(cu, n1 * networks.layerWidth[l], name + "Activation"));
-            preActivations.emplace_back(CudaArray::create<real>(cu, n1 * networks.layerWidth[l], name + "PreActivation"));
+            activations.emplace_back(CudaArray::create<real>(cu, (size_t) chunkRows * networks.layerWidth[l], name + "Activation"));
+            preActivations.emplace_back(CudaArray::create<real>(cu, (size_t) chunkRows * networks.layerWidth[l], name + "PreActivation"));
         }
+    }
+
+    /**
+     * Rows per chunk of the node stage: at most `requested` (the CudaChunkRows
+     * property) or, when 0, as many as fit in ChunkBytes of network storage
+     * (at least MinChunkRows) evened out over the chunks; so per-node memory
+     * is only the graph, the moments and their gradients.  Results do not
+     * depend on it (every row's network is evaluated alone).
+     */
+    static int chooseChunkRows(int n, size_t bytesPerRow, int requested) {
+        if (requested > 0)
+            return std::min(n, requested);
+        const size_t ChunkBytes = (size_t) 1 << 30;
+        const int MinChunkRows = 32768;
+        const int maxRows = (int) std::max<size_t>(MinChunkRows, ChunkBytes / std::max<size_t>(1, bytesPerRow));
+        if (n <= maxRows)
+            return n;
+        const int chunks = (n + maxRows - 1) / maxRows;
+        return ((n + chunks - 1) / chunks + 127) / 128 * 128;
+    }
+
+    int chunkBegin(int c) const {
+        return c * chunkRows;
+    }
+
+    int chunkEnd(int c) const {
+        return std::min(n, (c + 1) * chunkRows);
     }
 
     /**
@@ -479,18 +543,25 @@ private:
         return batches;
     }
 
-    /** The DenseBatch of layer `layer` (-1: the output layer) for the given types. */
-    DenseBatch<real> makeBatch(const DeviceNetworks& networks, int layer, const std::vector<int>& batchTypes, int columns) {
+    /**
+     * The DenseBatch of layer `layer` (-1: the output layer) for the given types,
+     * restricted to the rows of chunk `chunk`.
+     */
+    DenseBatch<real> makeBatch(const DeviceNetworks& networks, int layer, const std::vector<int>& batchTypes, int columns, int chunk) {
+        const int begin = chunkBegin(chunk), end = chunkEnd(chunk);
+        auto clip = [&](int row) { return std::min(end, std::max(begin, row)); };
         DenseBatch<real> batch;
         batch.numGroups = (int) batchTypes.size();
-        batch.tileRows = chooseDenseTileRows(typeOffsets[batchTypes.back() + 1] - typeOffsets[batchTypes[0]], columns, numMultiprocessors);
-        batch.rowStart[0] = typeOffsets[batchTypes[0]];
+        batch.chunkStart = begin;
+        batch.tileRows = chooseDenseTileRows(clip(typeOffsets[batchTypes.back() + 1]) - clip(typeOffsets[batchTypes[0]]), columns,
+                                             numMultiprocessors, sizeof(real) == 4);
+        batch.rowStart[0] = clip(typeOffsets[batchTypes[0]]);
         batch.tileStart[0] = 0;
         for (int g = 0; g < batch.numGroups; g++) {
             const int t = batchTypes[g];
             const DeviceLayer& l = layer < 0 ? networks.output[t] : networks.hidden[t][layer];
-            const int rows = typeOffsets[t + 1] - typeOffsets[t];
-            batch.rowStart[g + 1] = typeOffsets[t + 1];
+            const int rows = clip(typeOffsets[t + 1]) - clip(typeOffsets[t]);
+            batch.rowStart[g + 1] = clip(typeOffsets[t + 1]);
             batch.tileStart[g + 1] = batch.tileStart[g] + (rows + batch.tileRows - 1) / batch.tileRows;
             batch.weight[g] = pointer<real>(l.weight);
             batch.bias[g] = pointer<real>(l.bias);
@@ -501,60 +572,61 @@ private:
     }
 
     /**
-     * Forward through the hidden layers of every type; then either the scalar
-     * energy output (fitting) or the linear M-output layer into `output` (node).
+     * Forward through the hidden layers of every type for the rows of chunk
+     * `chunk` (input: chunk array [row][inputStride]); then either the scalar
+     * energy output (fitting: particle energies, with withGradient also dE/dh
+     * of the last hidden layer into gradientScratch[0], with energySum also the
+     * fixed-point total) or the linear M-output layer into output [node][outputStride] (node).
      */
     void forwardNetwork(const DeviceNetworks& networks, std::vector<std::unique_ptr<CudaArray>>& activations,
-                        std::vector<std::unique_ptr<CudaArray>>& preActivations, const real* input, int inputStride, real* output,
-                        int outputStride, bool isNode, cudaStream_t stream) {
+                        std::vector<std::unique_ptr<CudaArray>>& preActivations, int chunk, const real* input, int inputStride, real* output,
+                        int outputStride, bool isNode, bool withGradient, GraphStatus* energySum, cudaStream_t stream) {
         const int* rowNodes = pointer<int>(nodesByType);
+        const int H = networks.numHidden;
         for (const std::vector<int>& batchTypes : batchesOf(networks)) {
             const int t0 = batchTypes[0];
             const real* h = input;
             int stride = inputStride;
-            for (int l = 0; l < networks.numHidden; l++) {
+            for (int l = 0; l < H; l++) {
                 const DeviceLayer& layer = networks.hidden[t0][l];
-                launchDenseForward<real>(makeBatch(networks, l, batchTypes, layer.numOutputs), rowNodes, h, stride, layer.numInputs, layer.numOutputs, activation,
-                                         layer.residual, pointer<real>(preActivations[l]), pointer<real>(activations[l]),
-                                         networks.layerWidth[l], stream);
+                launchDenseForward<real>(makeBatch(networks, l, batchTypes, layer.numOutputs, chunk), rowNodes, h, stride, layer.numInputs,
+                                         layer.numOutputs, activation, layer.residual, pointer<real>(preActivations[l]),
+                                         pointer<real>(activations[l]), networks.layerWidth[l], false, stream);
                 h = pointer<real>(activations[l]);
                 stride = networks.layerWidth[l];
             }
             const DeviceLayer& out = networks.output[t0];
             if (isNode)
-                launchDenseForward<real>(makeBatch(networks, -1, batchTypes, out.numOutputs), rowNodes, h, stride, out.numInputs, out.numOutputs, GraphIdentity,
-                                         false, nullptr, output, outputStride, stream);
-            else
-                launchEnergyOutput<real>(makeBatch(networks, -1, batchTypes, 1), rowNodes, h, stride, out.numInputs, pointer<real>(particleEnergy),
-                                         nullptr, stream);
+                launchDenseForward<real>(makeBatch(networks, -1, batchTypes, out.numOutputs, chunk), rowNodes, h, stride, out.numInputs,
+                                         out.numOutputs, GraphIdentity, false, nullptr, output, outputStride, true, stream);
+            else {
+                // E = w . h_H + b + shift: dE/dh_H = w (into the input gradient directly when there are no hidden layers).
+                real* gradHidden = withGradient ? (H > 0 ? pointer<real>(gradientScratch[0]) : pointer<real>(fittingInputGrad)) : nullptr;
+                launchEnergyOutput<real>(makeBatch(networks, -1, batchTypes, 1, chunk), rowNodes, h, stride, out.numInputs,
+                                         pointer<real>(particleEnergy), gradHidden, energySum, stream);
+            }
         }
     }
 
     /**
-     * Backward through a network of every type to dE/d(input), written to
-     * gradInput [node][gradInputStride].  Fitting: seeded by dE/dh_H = w.
-     * Node: seeded by dE/dphi (nodeFeatureGrad).
+     * Backward through a network of every type for the rows of chunk `chunk`
+     * to dE/d(input), written to the chunk array gradInput [row][gradInputStride].
+     * Fitting: seeded by dE/dh_H = w (gradientScratch[0], from forwardNetwork).
+     * Node: seeded by dE/dphi (nodeFeatureGrad, per node).
      */
-    void backwardNetwork(const DeviceNetworks& networks, std::vector<std::unique_ptr<CudaArray>>& activations,
-                         std::vector<std::unique_ptr<CudaArray>>& preActivations, const real* input, int inputStride, real* gradInput,
+    void backwardNetwork(const DeviceNetworks& networks, std::vector<std::unique_ptr<CudaArray>>& preActivations, int chunk, real* gradInput,
                          int gradInputStride, bool isNode, cudaStream_t stream) {
         const int* rowNodes = pointer<int>(nodesByType);
         const int H = networks.numHidden;
         for (const std::vector<int>& batchTypes : batchesOf(networks)) {
             const int t0 = batchTypes[0];
-            real* grad = pointer<real>(gradientScratch[0]);
-            const int gradStride = H > 0 ? networks.layerWidth[H - 1] : inputStride;
-            const DeviceLayer& out = networks.output[t0];
-            if (isNode)
+            real* grad = H > 0 ? pointer<real>(gradientScratch[0]) : gradInput;
+            if (isNode) {
                 // phi = W_out h + b: dE/dh = W_out^T dE/dphi.
-                launchDenseBackward<real>(makeBatch(networks, -1, batchTypes, out.numInputs), rowNodes, pointer<real>(nodeFeatureGrad), M, nullptr,
-                                          out.numInputs, out.numOutputs, GraphIdentity, false, pointer<real>(gradientScratch[2]),
-                                          H > 0 ? grad : gradInput, H > 0 ? gradStride : gradInputStride, stream);
-            else {
-                // E = w . h_H + b + shift: dE/dh_H = w (the energies are recomputed bitwise identically on the way).
-                const real* hidden = H > 0 ? pointer<real>(activations[H - 1]) : input;
-                launchEnergyOutput<real>(makeBatch(networks, -1, batchTypes, 1), rowNodes, hidden, H > 0 ? gradStride : inputStride, out.numInputs,
-                                         pointer<real>(particleEnergy), H > 0 ? grad : gradInput, stream);
+                const DeviceLayer& out = networks.output[t0];
+                launchDenseBackward<real>(makeBatch(networks, -1, batchTypes, out.numInputs, chunk), rowNodes, pointer<real>(nodeFeatureGrad), M,
+                                          true, nullptr, 0, out.numInputs, out.numOutputs, GraphIdentity, false, grad,
+                                          H > 0 ? networks.layerWidth[H - 1] : gradInputStride, stream);
             }
             int current = 0;
             for (int l = H - 1; l >= 0; l--) {
@@ -570,9 +642,9 @@ private:
                     target = pointer<real>(gradientScratch[current]);
                     targetStride = networks.layerWidth[l - 1];
                 }
-                launchDenseBackward<real>(makeBatch(networks, l, batchTypes, layer.numInputs), rowNodes, grad, networks.layerWidth[l], pointer<real>(preActivations[l]),
-                                          layer.numInputs, layer.numOutputs, activation, layer.residual, pointer<real>(gradZ), target,
-                                          targetStride, stream);
+                launchDenseBackward<real>(makeBatch(networks, l, batchTypes, layer.numInputs, chunk), rowNodes, grad, networks.layerWidth[l], false,
+                                          pointer<real>(preActivations[l]), networks.layerWidth[l], layer.numInputs, layer.numOutputs,
+                                          activation, layer.residual, target, targetStride, stream);
                 grad = target;
             }
         }
@@ -642,13 +714,14 @@ private:
     std::vector<double> energyShift;
     std::vector<int> typeOffsets, particleNames;
     int capacity = 1, maxCells = 1, buildScratchRows = 1;
+    int chunkRows = 1, numChunks = 1; ///< the node stage runs over chunks of chunkRows rows of the type-sorted node list
     size_t sortScratchBytes = 1;
     bool energyIsDouble = true;
     std::unique_ptr<CudaArray> radialTable, interactionTable, nodeOfParticle, typeArray, nodesByType, positions, slotOfNode, grid, cellOfNode,
         sortedCells, nodeIds, sortedNodes, cellStart, cellEnd, sortScratch, rowCount, unsortedNeighbors, neighborKeys, neighbors, moments,
         gradMoments, fittingInput, fittingInputGrad, nodeFeatures, nodeFeatureGrad, interactionMoments, gradInteractionMoments, nodeInputGrad,
-        gradZ, particleEnergy, energyAccumulator, status;
-    std::unique_ptr<CudaArray> gradientScratch[3];
+        particleEnergy, status;
+    std::unique_ptr<CudaArray> gradientScratch[2];
     std::vector<std::unique_ptr<CudaArray>> fittingActivations, fittingPreActivations, nodeActivations, nodePreActivations;
     GraphStatus* hostStatus = nullptr;
     CUevent statusEvent = nullptr;
@@ -664,13 +737,14 @@ private:
 
 std::unique_ptr<CudaGraphPipelineBase> GraphPlugin::createCudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model,
                                                                             const std::vector<int>& particles, const std::vector<int>& types,
-                                                                            bool periodic, int numSystemParticles, CudaGraphMode graphMode) {
+                                                                            bool periodic, int numSystemParticles, CudaGraphMode graphMode,
+                                                                            int maxChunkRows) {
     if (cu.getUseDoublePrecision()) {
-        auto pipeline = new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles, graphMode);
+        auto pipeline = new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows);
         pipeline->setParticleNames(particles);
         return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
     }
-    auto pipeline = new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode);
+    auto pipeline = new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows);
     pipeline->setParticleNames(particles);
     return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
 }

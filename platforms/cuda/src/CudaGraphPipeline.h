@@ -55,10 +55,12 @@ public:
  * @param types      [n] model type of each particle
  * @param periodic   whether the force uses the periodic box
  * @param graphMode  the CudaGraph property
+ * @param maxChunkRows the CudaChunkRows property: the most rows per chunk of the node stage, 0 for automatic
  */
 std::unique_ptr<CudaGraphPipelineBase> createCudaGraphPipeline(OpenMM::CudaContext& cu, std::shared_ptr<const GraphModel> model,
                                                                const std::vector<int>& particles, const std::vector<int>& types,
-                                                               bool periodic, int numSystemParticles, CudaGraphMode graphMode);
+                                                               bool periodic, int numSystemParticles, CudaGraphMode graphMode,
+                                                               int maxChunkRows);
 
 } // namespace GraphPlugin
 

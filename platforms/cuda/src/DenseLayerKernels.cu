@@ -1,8 +1,9 @@
 /**
  * Stage 3 of the CUDA pipeline: the fitting and node networks, forward and
- * input-gradient backward, as tiled matrix products over the nodes of one type
- * (rows gathered through a node list) with the bias, activation and residual
- * update fused into the epilogue.  Plain FMA arithmetic in `real` (no tensor
+ * input-gradient backward, as tiled matrix products over the rows of a chunk
+ * of the type-sorted node list, with the bias, activation and residual update
+ * fused into the epilogue and the activation's derivative into the backward
+ * product's loads.  Plain FMA arithmetic in `real` (no tensor
  * cores, no TF32); every output element sums over k in a fixed order, so a
  * node's result does not depend on which other nodes share its tile.
  */
@@ -15,7 +16,7 @@ namespace GraphPlugin {
 
 namespace {
 
-constexpr int TileCols = 64, TileK = 16, SharedPad = 4;
+constexpr int TileK = 16, SharedPad = 4;
 
 /** W consecutive values from 16-byte aligned (W >= 4, or 8-byte for W = 2 floats) shared memory, as vector loads. */
 template <typename real, int W>
@@ -40,10 +41,6 @@ __device__ inline void loadShared(const real* p, real out[W]) {
         for (int x = 0; x < W; x++)
             out[x] = p[x];
     }
-}
-
-int elementBlocks(size_t count) {
-    return (int) std::min<size_t>((count + 255) / 256, 65535 * 16);
 }
 
 
@@ -86,47 +83,73 @@ __device__ inline int groupOfRow(const DenseBatch<real>& batch, int row) {
     return g;
 }
 
+/** The chunk-local index of a row, or the node of the row when mapped (rowNodes != nullptr). */
+template <typename real>
+__device__ inline size_t rowIndex(const DenseBatch<real>& batch, const int* rowNodes, int row) {
+    return rowNodes ? (size_t) rowNodes[row] : (size_t) (row - batch.chunkStart);
+}
+
 /**
- * C[row][c] = sum_k A[node(row)][k] * B(k, c), B(k, c) = W[c * ldw + k] (forward,
+ * C[row][c] = sum_k A(row, k) * B(k, c), B(k, c) = W[c * ldw + k] (forward,
  * W^T) or W[k * ldw + c] (backward, W), W the weights of the row's group.
- * A tile of 16 * RPT rows by 64 columns per block of 256 threads, each thread
- * RPT x 4 outputs; the next k-slice is loaded into registers while the current
- * one is multiplied out of shared memory (double buffered), so a block waits
- * for global memory once per tile instead of once per k-slice.
+ * A tile of 16 * RPT rows by 16 * CPT columns per block of 256 threads (16 x
+ * 16), each thread RPT x CPT outputs; with 8 per thread a thread's rows (and
+ * columns) are two runs of 4 that lie 64 apart, so the shared-memory vector
+ * reads of a quarter warp are contiguous.  The next k-slice is loaded into
+ * registers while the current one is multiplied out of shared memory (double
+ * buffered).  Every output sums over k in order 0..K-1 whatever the tile, so
+ * results do not depend on the launch choice.
+ * A(row, k): forward, A[a(row) * aStride + k]; backward, dE/dz of the layer,
+ * A[a(row) * aStride + k] * act'(pre[local(row) * preStride + k]) (times the
+ * timestep if residual), fused here so that dE/dz never goes to memory.
  * Epilogue:
- * forward:  z = C + bias; preActivation = z; out = act(z) (+ residualSource + timestep * act(z) if residual)
- * backward: out = C (+ residualSource if residual)
+ * forward:  z = C + bias; pre = z (if pre); out = act(z) (+ A-source + timestep * act(z) if residual)
+ * backward: out = C (+ A-source if residual)
  */
-template <typename real, bool Forward, int RPT>
+template <typename real, bool Forward, int RPT, int CPT>
 __global__ void __launch_bounds__(256) denseGemmKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ A,
-                                                       int aStride, int K, int N, int ldw, int activation, int residual,
-                                                       const real* __restrict__ residualSource, int residualStride,
-                                                       real* __restrict__ preActivation, real* __restrict__ out, int outStride) {
-    constexpr int Rows = 16 * RPT;
-    constexpr int ALoads = TileK * Rows / 256, BLoads = TileK * TileCols / 256;
-    // Rows padded by 4: 16-byte aligned vector reads in the inner loop, few bank conflicts on the transposed stores.
+                                                       int aStride, int aMapped, int K, int N, int ldw, int activation, int residual,
+                                                       real* __restrict__ pre, int preStride, real* __restrict__ out, int outStride,
+                                                       int outMapped) {
+    constexpr int Rows = 16 * RPT, Cols = 16 * CPT;
+    constexpr int ALoads = TileK * Rows / 256, BLoads = TileK * Cols / 256;
+    // Padded by 4: 16-byte aligned vector reads in the inner loop, few bank conflicts on the transposed stores.
     __shared__ __align__(16) real As[2][TileK][Rows + SharedPad];
-    __shared__ __align__(16) real Bs[2][TileK][TileCols + SharedPad];
+    __shared__ __align__(16) real Bs[2][TileK][Cols + SharedPad];
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     const int group = groupOfTile(batch, blockIdx.x);
     const int rowBase = batch.rowStart[group] + (blockIdx.x - batch.tileStart[group]) * Rows;
     const int rowEnd = batch.rowStart[group + 1];
-    const int colBase = blockIdx.y * TileCols;
+    const int colBase = blockIdx.y * Cols;
     const real* __restrict__ W = batch.weight[group];
-    // The A rows this thread loads (fixed over k): element e = threadIdx.x + 256 * m, kk = e % TileK, rr = e / TileK.
+    const real* __restrict__ timestep = batch.timestep[group];
+    const int* aMap = aMapped ? rowNodes : nullptr;
+    // The A rows this thread loads (fixed over k): element e = threadIdx.x + 256 * m, kk = e % TileK, rr = e / TileK,
+    // kept as 32-bit row indices (-1: past the group's end) to spare registers.
     const int aK = threadIdx.x % TileK;
-    const real* aRow[ALoads];
+    int aIndex[ALoads];
 #pragma unroll
     for (int m = 0; m < ALoads; m++) {
         const int row = rowBase + (threadIdx.x + 256 * m) / TileK;
-        aRow[m] = row < rowEnd ? A + (size_t) rowNodes[row] * aStride : nullptr;
+        aIndex[m] = row < rowEnd ? (int) rowIndex(batch, aMap, row) : -1;
     }
     real aNext[ALoads], bNext[BLoads];
     auto load = [&](int k0) {
 #pragma unroll
         for (int m = 0; m < ALoads; m++) {
             const int k = k0 + aK;
-            aNext[m] = (aRow[m] != nullptr && k < K) ? aRow[m][k] : real(0);
+            real value = 0;
+            if (aIndex[m] >= 0 && k < K) {
+                value = A[(size_t) aIndex[m] * aStride + k];
+                if (!Forward) {
+                    const size_t local = rowBase + (threadIdx.x + 256 * m) / TileK - batch.chunkStart;
+                    if (activation != GraphIdentity)
+                        value *= activateDerivative(activation, pre[local * preStride + k]);
+                    if (residual)
+                        value *= timestep[k];
+                }
+            }
+            aNext[m] = value;
         }
 #pragma unroll
         for (int m = 0; m < BLoads; m++) {
@@ -135,7 +158,7 @@ __global__ void __launch_bounds__(256) denseGemmKernel(DenseBatch<real> batch, c
             if (Forward)
                 kk = e % TileK, cc = e / TileK;
             else
-                cc = e % TileCols, kk = e / TileCols;
+                cc = e % Cols, kk = e / Cols;
             const int col = colBase + cc, k = k0 + kk;
             real value = 0;
             if (col < N && k < K)
@@ -153,10 +176,13 @@ __global__ void __launch_bounds__(256) denseGemmKernel(DenseBatch<real> batch, c
             if (Forward)
                 Bs[buffer][e % TileK][e / TileK] = bNext[m];
             else
-                Bs[buffer][e / TileCols][e % TileCols] = bNext[m];
+                Bs[buffer][e / Cols][e % Cols] = bNext[m];
         }
     };
-    real acc[RPT][4] = {};
+    // Row x of this thread is tile row rowOf(x), column y is tile column colOf(y).
+    auto rowOf = [&](int x) { return RPT == 8 ? (x / 4) * 64 + ty * 4 + x % 4 : ty * RPT + x; };
+    auto colOf = [&](int y) { return CPT == 8 ? (y / 4) * 64 + tx * 4 + y % 4 : tx * CPT + y; };
+    real acc[RPT][CPT] = {};
     load(0);
     store(0);
     __syncthreads();
@@ -167,13 +193,23 @@ __global__ void __launch_bounds__(256) denseGemmKernel(DenseBatch<real> batch, c
             load(k0 + TileK);
 #pragma unroll
         for (int kk = 0; kk < TileK; kk++) {
-            real a[RPT], b[4];
-            loadShared<real, RPT>(&As[buffer][kk][ty * RPT], a);
-            loadShared<real, 4>(&Bs[buffer][kk][tx * 4], b);
+            real a[RPT], b[CPT];
+            if constexpr (RPT == 8) {
+                loadShared<real, 4>(&As[buffer][kk][ty * 4], a);
+                loadShared<real, 4>(&As[buffer][kk][64 + ty * 4], a + 4);
+            }
+            else
+                loadShared<real, RPT>(&As[buffer][kk][ty * RPT], a);
+            if constexpr (CPT == 8) {
+                loadShared<real, 4>(&Bs[buffer][kk][tx * 4], b);
+                loadShared<real, 4>(&Bs[buffer][kk][64 + tx * 4], b + 4);
+            }
+            else
+                loadShared<real, CPT>(&Bs[buffer][kk][tx * CPT], b);
 #pragma unroll
             for (int x = 0; x < RPT; x++)
 #pragma unroll
-                for (int y = 0; y < 4; y++)
+                for (int y = 0; y < CPT; y++)
                     acc[x][y] = fma(a[x], b[y], acc[x][y]);
         }
         if (more) {
@@ -183,119 +219,116 @@ __global__ void __launch_bounds__(256) denseGemmKernel(DenseBatch<real> batch, c
         }
     }
     const real* __restrict__ bias = batch.bias[group];
-    const real* __restrict__ timestep = batch.timestep[group];
+    const int* outMap = outMapped ? rowNodes : nullptr;
 #pragma unroll
     for (int x = 0; x < RPT; x++) {
-        const int row = rowBase + ty * RPT + x;
+        const int row = rowBase + rowOf(x);
         if (row >= rowEnd)
             continue;
-        const size_t node = rowNodes[row];
+        const size_t a = rowIndex(batch, aMap, row), o = rowIndex(batch, outMap, row), local = row - batch.chunkStart;
 #pragma unroll
-        for (int y = 0; y < 4; y++) {
-            const int col = colBase + tx * 4 + y;
+        for (int y = 0; y < CPT; y++) {
+            const int col = colBase + colOf(y);
             if (col >= N)
                 continue;
             if (Forward) {
                 const real z = acc[x][y] + bias[col];
                 const real value = activate(activation, z);
-                if (preActivation)
-                    preActivation[node * outStride + col] = z;
-                out[node * outStride + col] = residual ? residualSource[node * residualStride + col] + timestep[col] * value : value;
+                if (pre)
+                    pre[local * preStride + col] = z;
+                out[o * outStride + col] = residual ? A[a * aStride + col] + timestep[col] * value : value;
             }
             else
-                out[node * outStride + col] = acc[x][y] + (residual ? residualSource[node * residualStride + col] : real(0));
+                out[o * outStride + col] = acc[x][y] + (residual ? A[a * aStride + col] : real(0));
         }
     }
 }
 
-/** Launches denseGemmKernel with the batch's tile rows. */
+/** Launches denseGemmKernel with the batch's tile. */
 template <typename real, bool Forward>
-void launchGemm(const DenseBatch<real>& batch, dim3 blocks, cudaStream_t stream, const int* rowNodes, const real* A, int aStride, int K, int N,
-                int ldw, int activation, int residual, const real* residualSource, int residualStride, real* preActivation, real* out,
-                int outStride) {
-#define GRAPH_GEMM(RPT)                                                                                                                      \
-    denseGemmKernel<real, Forward, RPT><<<blocks, 256, 0, stream>>>(batch, rowNodes, A, aStride, K, N, ldw, activation, residual,         \
-                                                                    residualSource, residualStride, preActivation, out, outStride)
+void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const int* rowNodes, const real* A, int aStride, bool aMapped,
+                int K, int ldw, int activation, bool residual, real* pre, int preStride, real* out, int outStride, bool outMapped) {
+    dim3 blocks(batch.tileStart[batch.numGroups], (N + denseTileColumns(batch.tileRows) - 1) / denseTileColumns(batch.tileRows));
+#define GRAPH_GEMM(RPT, CPT)                                                                                                                 \
+    denseGemmKernel<real, Forward, RPT, CPT><<<blocks, 256, 0, stream>>>(batch, rowNodes, A, aStride, aMapped ? 1 : 0, K, N, ldw,           \
+                                                                         activation, residual ? 1 : 0, pre, preStride, out, outStride,      \
+                                                                         outMapped ? 1 : 0)
     if (batch.tileRows == 16)
-        GRAPH_GEMM(1);
+        GRAPH_GEMM(1, 4);
     else if (batch.tileRows == 32)
-        GRAPH_GEMM(2);
+        GRAPH_GEMM(2, 4);
+    else if constexpr (sizeof(real) == 4) {
+        if (batch.tileRows == 128)
+            GRAPH_GEMM(8, 8);
+        else
+            GRAPH_GEMM(4, 4);
+    }
     else
-        GRAPH_GEMM(4);
+        GRAPH_GEMM(4, 4);
 #undef GRAPH_GEMM
 }
 
-template <typename real>
-__global__ void gradientThroughActivationKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ gradOutput,
-                                                const real* __restrict__ preActivation, int stride, int width, int activation, int residual,
-                                                real* __restrict__ gradZ) {
-    const int firstRow = batch.rowStart[0], numRows = batch.rowStart[batch.numGroups] - firstRow;
-    for (size_t index = blockIdx.x * (size_t) blockDim.x + threadIdx.x; index < (size_t) numRows * width;
-         index += (size_t) gridDim.x * blockDim.x) {
-        const int row = firstRow + (int) (index / width);
-        const size_t node = rowNodes[row];
-        const int col = (int) (index % width);
-        const size_t at = node * stride + col;
-        const real g = activation == GraphIdentity ? gradOutput[at] : gradOutput[at] * activateDerivative(activation, preActivation[at]);
-        gradZ[at] = residual ? g * batch.timestep[groupOfRow(batch, row)][col] : g;
-    }
-}
-
+/**
+ * E_i = w . h_i + b + shift per row (a warp per row, fixed butterfly);
+ * particleEnergy[node] = E_i; gradHidden[local] = w when gradHidden; when
+ * status, E_i is added to the evaluation's fixed-point energy (or reported
+ * when not finite).
+ */
 template <typename real>
 __global__ void energyOutputKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ hidden, int stride,
-                                   int width, real* __restrict__ particleEnergy, real* __restrict__ gradHidden) {
+                                   int width, real* __restrict__ particleEnergy, real* __restrict__ gradHidden, GraphStatus* status) {
     const int lane = threadIdx.x & 31;
     const int firstRow = batch.rowStart[0], lastRow = batch.rowStart[batch.numGroups];
     for (int row = firstRow + ((blockIdx.x * blockDim.x + threadIdx.x) >> 5); row < lastRow; row += (gridDim.x * blockDim.x) >> 5) {
         const int group = groupOfRow(batch, row);
         const real* __restrict__ weight = batch.weight[group];
-        const size_t node = rowNodes[row];
+        const size_t local = row - batch.chunkStart;
         real sum = 0;
         for (int k = lane; k < width; k += 32) {
-            sum += weight[k] * hidden[node * stride + k];
+            sum += weight[k] * hidden[local * stride + k];
             if (gradHidden)
-                gradHidden[node * stride + k] = weight[k];
+                gradHidden[local * stride + k] = weight[k];
         }
         sum = warpSum(sum);
-        if (lane == 0)
-            particleEnergy[node] = sum + batch.bias[group][0] + batch.energyShift[group];
+        if (lane == 0) {
+            const int node = rowNodes[row];
+            const real energy = sum + batch.bias[group][0] + batch.energyShift[group];
+            particleEnergy[node] = energy;
+            if (status) {
+                const double e = energy;
+                if (!(fabs(e) < FixedPointLimit))
+                    reportError(status, GraphErrorNonFiniteEnergy, node, -1, e);
+                else {
+                    // e = high / 2^8 + low / 2^40, both parts exact integers (see GraphStatus).
+                    const double high = floor(e * 256.0);
+                    atomicAdd((unsigned long long*) &status->energyHigh, (unsigned long long) (long long) high);
+                    atomicAdd((unsigned long long*) &status->energyLow,
+                              (unsigned long long) llrint((e - high * (1.0 / 256.0)) * 1099511627776.0));
+                }
+            }
+        }
     }
 }
 
-template <typename real>
-__global__ void energyReductionKernel(const real* __restrict__ particleEnergy, int n, long long* __restrict__ accumulator, GraphStatus* status) {
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-        const double e = particleEnergy[i];
-        if (!(fabs(e) < FixedPointLimit))
-            reportError(status, GraphErrorNonFiniteEnergy, i, -1, e);
-        else
-            atomicAdd((unsigned long long*) accumulator, (unsigned long long) realToFixedPoint(e));
-    }
-}
-
-__global__ void energyStoreKernel(const long long* __restrict__ accumulator, void* energyBuffer, int energyIsDouble) {
-    const double energy = (double) *accumulator / FixedPointScale;
+__global__ void energyStoreKernel(const GraphStatus* __restrict__ status, void* energyBuffer, int energyIsDouble) {
+    const double energy = (double) status->energyHigh * (1.0 / 256.0) + (double) status->energyLow * (1.0 / 1099511627776.0);
     if (energyIsDouble)
         ((double*) energyBuffer)[0] += energy;
     else
         ((float*) energyBuffer)[0] += (float) energy;
 }
 
-template <typename real>
-__global__ void addKernel(const real* __restrict__ in, real* __restrict__ out, size_t count) {
-    for (size_t i = blockIdx.x * (size_t) blockDim.x + threadIdx.x; i < count; i += (size_t) gridDim.x * blockDim.x)
-        out[i] += in[i];
-}
-
-
 } // namespace
 
-int chooseDenseTileRows(int rows, int numOutputs, int numMultiprocessors) {
-    const int columnTiles = (numOutputs + TileCols - 1) / TileCols;
-    for (int tileRows : DenseTileRowChoices)
+int chooseDenseTileRows(int rows, int numOutputs, int numMultiprocessors, bool allowWide) {
+    for (int tileRows : DenseTileRowChoices) {
+        if (tileRows == 128 && !allowWide)
+            continue;
+        const int columnTiles = (numOutputs + denseTileColumns(tileRows) - 1) / denseTileColumns(tileRows);
         if ((long long) ((rows + tileRows - 1) / tileRows) * columnTiles >= 2LL * numMultiprocessors)
             return tileRows;
-    return DenseTileRowChoices[2];
+    }
+    return DenseTileRowChoices[3];
 }
 
 template <typename real>
@@ -305,63 +338,47 @@ int rowsOf(const DenseBatch<real>& batch) {
 
 template <typename real>
 void launchDenseForward(const DenseBatch<real>& batch, const int* rowNodes, const real* input, int inStride, int numInputs, int numOutputs,
-                        int activation, bool residual, real* preActivation, real* output, int outStride, cudaStream_t stream) {
-    const int tiles = batch.tileStart[batch.numGroups];
-    if (tiles == 0)
+                        int activation, bool residual, real* preActivation, real* output, int outStride, bool outputByNode,
+                        cudaStream_t stream) {
+    if (batch.tileStart[batch.numGroups] == 0)
         return;
-    dim3 blocks(tiles, (numOutputs + TileCols - 1) / TileCols);
-    launchGemm<real, true>(batch, blocks, stream, rowNodes, input, inStride, numInputs, numOutputs, numInputs, activation, residual ? 1 : 0,
-                           input, inStride, preActivation, output, outStride);
+    launchGemm<real, true>(batch, numOutputs, stream, rowNodes, input, inStride, false, numInputs, numInputs, activation, residual,
+                           preActivation, outStride, output, outStride, outputByNode);
 }
 
 template <typename real>
-void launchDenseBackward(const DenseBatch<real>& batch, const int* rowNodes, const real* gradOutput, int outStride, const real* preActivation,
-                         int numInputs, int numOutputs, int activation, bool residual, real* gradZ, real* gradInput, int inStride,
-                         cudaStream_t stream) {
-    const int tiles = batch.tileStart[batch.numGroups];
-    if (tiles == 0)
+void launchDenseBackward(const DenseBatch<real>& batch, const int* rowNodes, const real* gradOutput, int gradStride, bool gradByNode,
+                         const real* preActivation, int preStride, int numInputs, int numOutputs, int activation, bool residual,
+                         real* gradInput, int inStride, cudaStream_t stream) {
+    if (batch.tileStart[batch.numGroups] == 0)
         return;
-    gradientThroughActivationKernel<real><<<elementBlocks((size_t) rowsOf(batch) * numOutputs), 256, 0, stream>>>(
-        batch, rowNodes, gradOutput, preActivation, outStride, numOutputs, activation, residual ? 1 : 0, gradZ);
-    dim3 blocks(tiles, (numInputs + TileCols - 1) / TileCols);
-    launchGemm<real, false>(batch, blocks, stream, rowNodes, gradZ, outStride, numOutputs, numInputs, numInputs, GraphIdentity,
-                            residual ? 1 : 0, gradOutput, outStride, nullptr, gradInput, inStride);
+    launchGemm<real, false>(batch, numInputs, stream, rowNodes, gradOutput, gradStride, gradByNode, numOutputs, numInputs, activation,
+                            residual, const_cast<real*>(preActivation), preStride, gradInput, inStride, false);
 }
 
 template <typename real>
 void launchEnergyOutput(const DenseBatch<real>& batch, const int* rowNodes, const real* hidden, int stride, int width, real* particleEnergy,
-                        real* gradHidden, cudaStream_t stream) {
+                        real* gradHidden, GraphStatus* status, cudaStream_t stream) {
     const int rows = rowsOf(batch);
     if (rows == 0)
         return;
     const int warpsPerBlock = 4;
     const int blocks = (int) std::min<size_t>(((size_t) rows + warpsPerBlock - 1) / warpsPerBlock, 65535 * 8);
-    energyOutputKernel<real><<<blocks, 32 * warpsPerBlock, 0, stream>>>(batch, rowNodes, hidden, stride, width, particleEnergy, gradHidden);
+    energyOutputKernel<real><<<blocks, 32 * warpsPerBlock, 0, stream>>>(batch, rowNodes, hidden, stride, width, particleEnergy, gradHidden,
+                                                                        status);
 }
 
-template <typename real>
-void launchEnergyReduction(const real* particleEnergy, int n, long long* energyAccumulator, void* energyBuffer, bool energyIsDouble,
-                           GraphStatus* status, cudaStream_t stream) {
-    cudaMemsetAsync(energyAccumulator, 0, sizeof(long long), stream);
-    if (n > 0)
-        energyReductionKernel<real><<<elementBlocks(n), 256, 0, stream>>>(particleEnergy, n, energyAccumulator, status);
-    energyStoreKernel<<<1, 1, 0, stream>>>(energyAccumulator, energyBuffer, energyIsDouble ? 1 : 0);
-}
-
-template <typename real>
-void launchAdd(const real* in, real* out, size_t count, cudaStream_t stream) {
-    if (count > 0)
-        addKernel<real><<<elementBlocks(count), 256, 0, stream>>>(in, out, count);
+void launchEnergyStore(const GraphStatus* status, void* energyBuffer, bool energyIsDouble, cudaStream_t stream) {
+    energyStoreKernel<<<1, 1, 0, stream>>>(status, energyBuffer, energyIsDouble ? 1 : 0);
 }
 
 #define GRAPH_INSTANTIATE_DENSE(real)                                                                                                        \
     template void launchDenseForward<real>(const DenseBatch<real>&, const int*, const real*, int, int, int, int, bool, real*, real*, int,  \
-                                           cudaStream_t);                                                                                 \
-    template void launchDenseBackward<real>(const DenseBatch<real>&, const int*, const real*, int, const real*, int, int, int, bool,      \
-                                            real*, real*, int, cudaStream_t);                                                             \
-    template void launchEnergyOutput<real>(const DenseBatch<real>&, const int*, const real*, int, int, real*, real*, cudaStream_t);       \
-    template void launchEnergyReduction<real>(const real*, int, long long*, void*, bool, GraphStatus*, cudaStream_t);                     \
-    template void launchAdd<real>(const real*, real*, size_t, cudaStream_t);
+                                           bool, cudaStream_t);                                                                           \
+    template void launchDenseBackward<real>(const DenseBatch<real>&, const int*, const real*, int, bool, const real*, int, int, int, int, \
+                                            bool, real*, int, cudaStream_t);                                                              \
+    template void launchEnergyOutput<real>(const DenseBatch<real>&, const int*, const real*, int, int, real*, real*, GraphStatus*,         \
+                                           cudaStream_t);
 GRAPH_INSTANTIATE_DENSE(float)
 GRAPH_INSTANTIATE_DENSE(double)
 

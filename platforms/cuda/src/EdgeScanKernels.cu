@@ -189,14 +189,15 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
 }
 
 template <typename real>
-__global__ void invariantsKernel(GraphModelParams<real> model, const real* __restrict__ X, const real* __restrict__ A, int n,
-                                 real* __restrict__ out, int outStride, int outOffset) {
+__global__ void invariantsKernel(GraphModelParams<real> model, const real* __restrict__ X, const real* __restrict__ A,
+                                 const int* __restrict__ rowNodes, int numRows, real* __restrict__ out, int outStride, int outOffset) {
     const int M = model.numChannels, Maxis = model.numAxis, H = (model.lMax + 1) * (model.lMax + 1);
     const int perDegree = M * Maxis;
     const int size = model.descriptorSize;
-    for (size_t index = blockIdx.x * (size_t) blockDim.x + threadIdx.x; index < (size_t) n * size;
+    for (size_t index = blockIdx.x * (size_t) blockDim.x + threadIdx.x; index < (size_t) numRows * size;
          index += (size_t) gridDim.x * blockDim.x) {
-        const int i = (int) (index / size), flat = (int) (index % size);
+        const int row = (int) (index / size), flat = (int) (index % size);
+        const int i = rowNodes[row];
         const int kp = flat % Maxis, k = (flat / Maxis) % M;
         const int lFirst = model.descriptorLSum ? 0 : flat / perDegree;
         const int lLast = model.descriptorLSum ? model.lMax : lFirst;
@@ -206,7 +207,7 @@ __global__ void invariantsKernel(GraphModelParams<real> model, const real* __res
         for (int l = lFirst; l <= lLast; l++)
             for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
                 sum += Xi[lm * M + k] * Ai[lm * M + kp];
-        out[(size_t) i * outStride + outOffset + flat] = sum;
+        out[(size_t) row * outStride + outOffset + flat] = sum;
     }
 }
 
@@ -220,15 +221,16 @@ __device__ inline real descriptorGradient(const GraphModelParams<real>& model, c
 
 template <typename real>
 __global__ void invariantsBackwardKernel(GraphModelParams<real> model, const real* __restrict__ X, const real* __restrict__ A,
-                                         const real* __restrict__ gradIn, int gradStride, int gradOffset, int n, real* __restrict__ gradX,
-                                         real* __restrict__ gradA, int accumulate) {
+                                         const int* __restrict__ rowNodes, int numRows, const real* __restrict__ gradIn, int gradStride,
+                                         int gradOffset, real* __restrict__ gradX, real* __restrict__ gradA, int accumulate) {
     const int M = model.numChannels, Maxis = model.numAxis, H = (model.lMax + 1) * (model.lMax + 1);
     const bool same = X == A;
-    for (size_t index = blockIdx.x * (size_t) blockDim.x + threadIdx.x; index < (size_t) n * H * M;
+    for (size_t index = blockIdx.x * (size_t) blockDim.x + threadIdx.x; index < (size_t) numRows * H * M;
          index += (size_t) gridDim.x * blockDim.x) {
-        const int i = (int) (index / (H * M)), lm = (int) ((index / M) % H), k = (int) (index % M);
+        const int row = (int) (index / (H * M)), lm = (int) ((index / M) % H), k = (int) (index % M);
+        const int i = rowNodes[row];
         const int l = degreeOf(lm);
-        const real* g = gradIn + (size_t) i * gradStride + gradOffset;
+        const real* g = gradIn + (size_t) row * gradStride + gradOffset;
         const real* Xi = X + (size_t) i * H * M;
         const real* Ai = A + (size_t) i * H * M;
         // Channel k as the first factor (X[lm][k]) ...
@@ -372,6 +374,15 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
         int first, last;
         rowChunk(rowCount[i], warp, WarpsPerBlock, first, last);
         real forceI[3] = {0, 0, 0};
+        // dE/dA of center i for this lane's channels, constant over the row: held in registers.
+        real gradAi[H][CPL];
+#pragma unroll
+        for (int c = 0; c < CPL; c++) {
+            const int k = lane + 32 * c;
+#pragma unroll
+            for (int lm = 0; lm < H; lm++)
+                gradAi[lm][c] = k < M ? gradA[((size_t) i * H + lm) * M + k] : real(0);
+        }
         forEachStagedEdge<LMAX>(stage, lane, model, positions, types, i, neighbors, capacity, box, first, last, [&](int q) {
             const int j = stage->j[q], tj = stage->tj[q], interval = stage->interval[q];
             real h[6], d[6];
@@ -384,18 +395,34 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
 #pragma unroll
             for (int x = 0; x < V; x++)
                 v[x] = 0;
-            for (int block = 0; block < numBlocks; block++) {
-                const real* table = block == 0 ? model.radialTable : model.interactionTable;
-                const real* G = (block == 0 ? gradA : gradB) + (size_t) i * H * M;
+#pragma unroll
+            for (int c = 0; c < CPL; c++) {
+                const int k = lane + 32 * c;
+                if (k < M) {
+#pragma unroll
+                    for (int l = 0; l <= LMAX; l++) {
+                        real value, deriv;
+                        hermiteEvaluate<real, true>(model.radialTable, model, ti, tj, l, k, interval, h, d, value, deriv);
+#pragma unroll
+                        for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
+                            v[lm] += gradAi[lm][c] * value;
+                            v[H + lm] += gradAi[lm][c] * deriv;
+                        }
+                    }
+                }
+            }
+            if (numBlocks == 2) {
+                // The interaction block: its tables weighted by phi_j, with dE/dB.
+                const real* G = gradB + (size_t) i * H * M;
 #pragma unroll
                 for (int c = 0; c < CPL; c++) {
                     const int k = lane + 32 * c;
                     if (k < M) {
-                        const real weight = block == 0 ? real(1) : phi[(size_t) j * M + k];
+                        const real weight = phi[(size_t) j * M + k];
 #pragma unroll
                         for (int l = 0; l <= LMAX; l++) {
                             real value, deriv;
-                            hermiteEvaluate<real, true>(table, model, ti, tj, l, k, interval, h, d, value, deriv);
+                            hermiteEvaluate<real, true>(model.interactionTable, model, ti, tj, l, k, interval, h, d, value, deriv);
                             value *= weight;
                             deriv *= weight;
 #pragma unroll
@@ -498,17 +525,21 @@ void launchMoments(const GraphModelParams<real>& model, const real* table, const
 }
 
 template <typename real>
-void launchInvariants(const GraphModelParams<real>& model, const real* X, const real* A, int n, real* out, int outStride, int outOffset,
-                      cudaStream_t stream) {
-    invariantsKernel<real><<<elementBlocks((size_t) n * model.descriptorSize), 256, 0, stream>>>(model, X, A, n, out, outStride, outOffset);
+void launchInvariants(const GraphModelParams<real>& model, const real* X, const real* A, const int* rowNodes, int numRows, real* out,
+                      int outStride, int outOffset, cudaStream_t stream) {
+    if (numRows > 0)
+        invariantsKernel<real><<<elementBlocks((size_t) numRows * model.descriptorSize), 256, 0, stream>>>(model, X, A, rowNodes, numRows,
+                                                                                                            out, outStride, outOffset);
 }
 
 template <typename real>
-void launchInvariantsBackward(const GraphModelParams<real>& model, const real* X, const real* A, const real* gradIn, int gradStride,
-                              int gradOffset, int n, real* gradX, real* gradA, bool accumulate, cudaStream_t stream) {
+void launchInvariantsBackward(const GraphModelParams<real>& model, const real* X, const real* A, const int* rowNodes, int numRows,
+                              const real* gradIn, int gradStride, int gradOffset, real* gradX, real* gradA, bool accumulate,
+                              cudaStream_t stream) {
     const int H = (model.lMax + 1) * (model.lMax + 1);
-    invariantsBackwardKernel<real><<<elementBlocks((size_t) n * H * model.numChannels), 256, 0, stream>>>(
-        model, X, A, gradIn, gradStride, gradOffset, n, gradX, gradA, accumulate ? 1 : 0);
+    if (numRows > 0)
+        invariantsBackwardKernel<real><<<elementBlocks((size_t) numRows * H * model.numChannels), 256, 0, stream>>>(
+            model, X, A, rowNodes, numRows, gradIn, gradStride, gradOffset, gradX, gradA, accumulate ? 1 : 0);
 }
 
 template <typename real>
@@ -537,9 +568,10 @@ void launchForces(const GraphModelParams<real>& model, const real* gradA, const 
 #define GRAPH_INSTANTIATE_EDGES(real)                                                                                                      \
     template void launchMoments<real>(const GraphModelParams<real>&, const real*, const real*, const double*, const int*, int,             \
                                       GraphBox<double>, const int*, const int*, int, real*, cudaStream_t);                                 \
-    template void launchInvariants<real>(const GraphModelParams<real>&, const real*, const real*, int, real*, int, int, cudaStream_t);     \
-    template void launchInvariantsBackward<real>(const GraphModelParams<real>&, const real*, const real*, const real*, int, int, int,      \
-                                                 real*, real*, bool, cudaStream_t);                                                        \
+    template void launchInvariants<real>(const GraphModelParams<real>&, const real*, const real*, const int*, int, real*, int, int,         \
+                                         cudaStream_t);                                                                                    \
+    template void launchInvariantsBackward<real>(const GraphModelParams<real>&, const real*, const real*, const int*, int, const real*,    \
+                                                 int, int, real*, real*, bool, cudaStream_t);                                              \
     template void launchNodeFeatureGradient<real>(const GraphModelParams<real>&, const real*, const double*, const int*, int,              \
                                                   GraphBox<double>, const int*, const int*, int, real*, cudaStream_t);                     \
     template void launchForces<real>(const GraphModelParams<real>&, const real*, const real*, const real*, const double*, const int*, int, \

@@ -154,6 +154,9 @@ __device__ inline int axisOffsets(int numCells, bool periodic, int offsets[3]) {
     return numCells == 2 ? 2 : 1;
 }
 
+/** Rows up to this capacity are collected and sorted in shared memory (8 bytes per entry and warp); longer ones in global scratch. */
+constexpr int SharedRowCapacity = 1024;
+
 template <typename real>
 __global__ void buildRowsKernel(const real* __restrict__ positions, int n, GraphBox<real> box, const GraphGrid<real>* __restrict__ gridPtr,
                                 const int* __restrict__ sortedNodes, const int* __restrict__ cellStart, const int* __restrict__ cellEnd,
@@ -172,9 +175,19 @@ __global__ void buildRowsKernel(const real* __restrict__ positions, int n, Graph
         for (int d = 0; d < 3; d++)
             numOffsets[d] = axisOffsets(grid.numCells[d], box.periodic, offsets[d]);
         int count = 0;
-        // Scratch per warp, reused row after row (the grid is capped at the scratch's rows).
-        int* rowScratch = unsortedScratch + (size_t) warp * capacity;
-        uint32_t* rowKeys = keyScratch + (size_t) warp * capacity;
+        // Scratch per warp, reused row after row (the grid is capped at the scratch's rows): shared memory when the
+        // launch gave it (capacity <= SharedRowCapacity), else global.
+        extern __shared__ unsigned char rowShared[];
+        int* rowScratch;
+        uint32_t* rowKeys;
+        if (capacity <= SharedRowCapacity) {
+            rowScratch = reinterpret_cast<int*>(rowShared) + (threadIdx.x >> 5) * capacity;
+            rowKeys = reinterpret_cast<uint32_t*>(rowShared) + (blockDim.x >> 5) * capacity + (threadIdx.x >> 5) * capacity;
+        }
+        else {
+            rowScratch = unsortedScratch + (size_t) warp * capacity;
+            rowKeys = keyScratch + (size_t) warp * capacity;
+        }
         for (int oz = 0; oz < numOffsets[2]; oz++)
             for (int oy = 0; oy < numOffsets[1]; oy++)
                 for (int ox = 0; ox < numOffsets[0]; ox++) {
@@ -279,7 +292,8 @@ void launchBuildRows(const double* positions, int n, GraphBox<double> box, const
                      uint32_t* keyScratch, int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream) {
     const int threads = 32 * WarpsPerBlock;
     const size_t warps = std::min<size_t>(n, scratchRows);
-    buildRowsKernel<double><<<(unsigned) ((warps + WarpsPerBlock - 1) / WarpsPerBlock), threads, 0, stream>>>(
+    const size_t shared = capacity <= SharedRowCapacity ? (size_t) WarpsPerBlock * capacity * (sizeof(int) + sizeof(uint32_t)) : 0;
+    buildRowsKernel<double><<<(unsigned) ((warps + WarpsPerBlock - 1) / WarpsPerBlock), threads, shared, stream>>>(
         positions, n, box, grid, sortedNodes, cellStart, cellEnd, cutoff, capacity, unsortedScratch, keyScratch, neighbors, rowCount,
         status);
 }

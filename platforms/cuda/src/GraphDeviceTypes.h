@@ -44,6 +44,15 @@ struct GraphStatus {
     int errorCode;     ///< GraphErrorCode
     int errorParticle[2]; ///< force-local indices of the particles concerned
     double errorValue;
+    /**
+     * The energy of the evaluation in two 64-bit fixed-point parts (kJ/mol):
+     * E = energyHigh / 2^8 + energyLow / 2^40.  Integer sums are order
+     * independent, so the energy is bitwise reproducible under any particle
+     * order; the split keeps 2^-40 kJ/mol resolution and room for 3e7
+     * particles of up to 1e9 kJ/mol each (one 2^32-scaled word overflows
+     * past 2.1e9 kJ/mol in total, about 5 million silicon atoms).
+     */
+    long long energyHigh, energyLow;
 };
 
 enum GraphErrorCode : int {

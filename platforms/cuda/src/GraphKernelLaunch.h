@@ -70,22 +70,26 @@ void launchMoments(const GraphModelParams<real>& model, const real* table, const
                    int n, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity, real* moments, cudaStream_t stream);
 
 /**
- * Invariants D[l][k][k'] = sum_m X[lm][k] A[lm][k'] of every center, written
- * to out[i * outStride + outOffset + flat index].
+ * Invariants D[l][k][k'] = sum_m X[lm][k] A[lm][k'] of the centers
+ * rowNodes[0..numRows) (X, A [node][H][M]), written to the chunk array
+ * out[row * outStride + outOffset + flat index].
  */
 template <typename real>
-void launchInvariants(const GraphModelParams<real>& model, const real* X, const real* A, int n, real* out, int outStride, int outOffset,
-                      cudaStream_t stream);
+void launchInvariants(const GraphModelParams<real>& model, const real* X, const real* A, const int* rowNodes, int numRows, real* out,
+                      int outStride, int outOffset, cudaStream_t stream);
 
 /**
- * Back through the invariants: gradX[lm][k] (+)= sum_k' gD[l][k][k'] A[lm][k'],
- * gradA[lm][k'] (+)= sum_k gD[l][k][k'] X[lm][k] (k' < M_axis); gD read from
- * gradIn[i * gradStride + gradOffset + ...].  With X == A both land in gradA.
- * `accumulate`: add to the outputs instead of overwriting them.
+ * Back through the invariants of the centers rowNodes[0..numRows):
+ * gradX[lm][k] (+)= sum_k' gD[l][k][k'] A[lm][k'],
+ * gradA[lm][k'] (+)= sum_k gD[l][k][k'] X[lm][k] (k' < M_axis); gD read from the
+ * chunk array gradIn[row * gradStride + gradOffset + ...]; gradX, gradA
+ * [node][H][M].  With X == A both land in gradA.  `accumulate`: add to the
+ * outputs instead of overwriting them.
  */
 template <typename real>
-void launchInvariantsBackward(const GraphModelParams<real>& model, const real* X, const real* A, const real* gradIn, int gradStride,
-                              int gradOffset, int n, real* gradX, real* gradA, bool accumulate, cudaStream_t stream);
+void launchInvariantsBackward(const GraphModelParams<real>& model, const real* X, const real* A, const int* rowNodes, int numRows,
+                              const real* gradIn, int gradStride, int gradOffset, real* gradX, real* gradA, bool accumulate,
+                              cudaStream_t stream);
 
 /**
  * dE/dphi_j (pulled over the row of j, deterministic):
@@ -114,13 +118,17 @@ constexpr int MaxBatchedGroups = 16;
 /**
  * One dense layer of several type groups at once (same shape, each group its
  * own weights): group g owns the rows [rowStart[g], rowStart[g+1]) of the
- * node list and the row tiles [tileStart[g], tileStart[g+1]) of tileRows rows
- * each.  Passed by value.
+ * type-sorted node list and the row tiles [tileStart[g], tileStart[g+1]) of
+ * tileRows rows each.  A batch covers (part of) one chunk of that list: the
+ * chunk's arrays hold row r at local index r - chunkStart (row-major, `stride`
+ * elements per row); arrays over all nodes are reached through rowNodes
+ * (the node of each row of the list).  Passed by value.
  */
 template <typename real>
 struct DenseBatch {
     int numGroups;
-    int tileRows; ///< one of DenseTileRowChoices (chooseDenseTileRows)
+    int tileRows;   ///< one of DenseTileRowChoices (chooseDenseTileRows)
+    int chunkStart; ///< the first row of the chunk: row r is at local index r - chunkStart of the chunk arrays
     int rowStart[MaxBatchedGroups + 1];
     int tileStart[MaxBatchedGroups + 1];
     const real* weight[MaxBatchedGroups];   ///< [numOutputs][numInputs]
@@ -129,57 +137,62 @@ struct DenseBatch {
     real energyShift[MaxBatchedGroups];     ///< energy output only
 };
 
-/** The row tiles the dense kernels are compiled for (64 output columns per tile). */
-constexpr int DenseTileRowChoices[3] = {64, 32, 16};
-
 /**
- * Launch choice of the dense kernels: the tallest row tile (64, 32 or 16 rows)
- * that still gives at least two blocks per multiprocessor for `rows` rows and
- * `numOutputs` columns; small batches get short tiles, so more blocks share
- * the device (the k-loop of a tile is latency bound).  The choice never
- * changes a result: every output element sums over k in the same order.
+ * The row tiles the dense kernels are compiled for.  128-row tiles are 128
+ * columns wide (8 x 8 outputs per thread, single and mixed precision only:
+ * in double they would exceed the static shared memory); the others 64.
  */
-int chooseDenseTileRows(int rows, int numOutputs, int numMultiprocessors);
+constexpr int DenseTileRowChoices[4] = {128, 64, 32, 16};
+
+inline constexpr int denseTileColumns(int tileRows) {
+    return tileRows == 128 ? 128 : 64;
+}
 
 /**
- * One dense layer for every group of the batch, rows mapped to nodes by
- * rowNodes: z = W h + b; out = act(z) (h + timestep * act(z) if residual).
- * input [node][inStride], preActivation/output [node][outStride].
+ * Launch choice of the dense kernels: the largest tile that still gives at
+ * least two blocks per multiprocessor for `rows` rows and `numOutputs`
+ * columns (allowWide: 128 x 128 tiles are allowed, i.e. `real` is float);
+ * small batches get short tiles, so more blocks share the device.  The choice
+ * never changes a result: every output element sums over k in the same order.
+ */
+int chooseDenseTileRows(int rows, int numOutputs, int numMultiprocessors, bool allowWide);
+
+/**
+ * One dense layer for every group of the batch: z = W h + b; out = act(z)
+ * (h + timestep * act(z) if residual).  input and preActivation are chunk
+ * arrays ([local row][inStride] and [local row][outStride]); output is a chunk
+ * array, or [node][outStride] when outputByNode.
  */
 template <typename real>
 void launchDenseForward(const DenseBatch<real>& batch, const int* rowNodes, const real* input, int inStride, int numInputs, int numOutputs,
-                        int activation, bool residual, real* preActivation, real* output, int outStride, cudaStream_t stream);
+                        int activation, bool residual, real* preActivation, real* output, int outStride, bool outputByNode,
+                        cudaStream_t stream);
 
 /**
- * Backward of launchDenseForward: given dE/d(out) in gradOutput [node][outStride],
- * gradInput[node][inStride] = W^T (dE/dz) (+ dE/d(out) if residual).
- * gradZ is scratch [node][outStride].
+ * Backward of launchDenseForward: given dE/d(out) in gradOutput (a chunk array
+ * [local row][gradStride], or [node][gradStride] when gradByNode),
+ * gradInput[local row][inStride] = W^T (dE/dz) (+ dE/d(out) if residual), with
+ * dE/dz = dE/d(out) act'(z) (times the timestep if residual) formed on the
+ * fly from preActivation [local row][preStride] (unused for GraphIdentity).
  */
 template <typename real>
-void launchDenseBackward(const DenseBatch<real>& batch, const int* rowNodes, const real* gradOutput, int outStride, const real* preActivation,
-                         int numInputs, int numOutputs, int activation, bool residual, real* gradZ, real* gradInput, int inStride,
-                         cudaStream_t stream);
+void launchDenseBackward(const DenseBatch<real>& batch, const int* rowNodes, const real* gradOutput, int gradStride, bool gradByNode,
+                         const real* preActivation, int preStride, int numInputs, int numOutputs, int activation, bool residual,
+                         real* gradInput, int inStride, cudaStream_t stream);
 
 /**
  * The fitting network's scalar output for every group: E_i = w . h_i + b + shift
- * (weight [width], bias [1] of each group); also dE/dh_i = w when gradHidden.
+ * (weight [width], bias [1] of each group) into particleEnergy [node]; with
+ * gradHidden also dE/dh_i = w ([local row][stride]); with status also the sum
+ * of the energies in fixed point (GraphStatus::energyHigh/Low: order
+ * independent, so bitwise reproducible), reporting a non-finite energy.
  */
 template <typename real>
 void launchEnergyOutput(const DenseBatch<real>& batch, const int* rowNodes, const real* hidden, int stride, int width, real* particleEnergy,
-                        real* gradHidden, cudaStream_t stream);
+                        real* gradHidden, GraphStatus* status, cudaStream_t stream);
 
-/**
- * Sum the particle energies in 64-bit fixed point (order independent, so
- * bitwise reproducible) and add the total to OpenMM's energy buffer
- * (energyType float or double).  Reports a non-finite energy.
- */
-template <typename real>
-void launchEnergyReduction(const real* particleEnergy, int n, long long* energyAccumulator, void* energyBuffer, bool energyIsDouble,
-                           GraphStatus* status, cudaStream_t stream);
-
-/** out[i] += in[i] for i < count. */
-template <typename real>
-void launchAdd(const real* in, real* out, size_t count, cudaStream_t stream);
+/** Add the evaluation's fixed-point energy (status) to OpenMM's energy buffer (float or double). */
+void launchEnergyStore(const GraphStatus* status, void* energyBuffer, bool energyIsDouble, cudaStream_t stream);
 
 } // namespace GraphPlugin
 

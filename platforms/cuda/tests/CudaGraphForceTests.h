@@ -75,20 +75,20 @@ TEST(CudaGraphForce, CrowdedRowsAreRecomputedTransparently) {
 }
 
 /**
- * One trajectory with the evaluation captured into a CUDA graph ("true": a
- * failed capture throws, and a capture fails if the evaluation synchronises
- * with the host) and with plain launches: energies and forces bitwise equal,
- * through MD steps (replays), a box change (re-capture), a type change and
- * energy-only evaluations.
+ * One trajectory with a property set (e.g. CudaGraph "true": a failed capture
+ * throws, and a capture fails if the evaluation synchronises with the host),
+ * to be compared bitwise with the trajectory of another value: MD steps
+ * (replays), a box change (re-capture), a type change and energy-only
+ * evaluations.
  */
-std::vector<Result> graphModeTrajectory(const char* mode) {
+std::vector<Result> propertyTrajectory(const std::string& key, const std::string& value, int numInteractions) {
     GraphTest::ModelOptions options;
-    options.numInteractions = 1;
+    options.numInteractions = numInteractions;
     options.lMax = 2;
     Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 35);
     GraphForce* force;
     std::unique_ptr<System> system(makeSystem(config, options, &force));
-    force->setProperty("CudaGraph", mode);
+    force->setProperty(key, value);
     VerletIntegrator integrator(0.0005);
     Context context(*system, integrator, testPlatform(), testPlatformProperties());
     context.setPositions(config.positions);
@@ -118,22 +118,40 @@ std::vector<Result> graphModeTrajectory(const char* mode) {
     return results;
 }
 
-TEST(CudaGraphForce, CapturedGraphGivesBitwiseIdenticalTrajectories) {
-    std::vector<Result> plain = graphModeTrajectory("false");
-    std::vector<Result> captured = graphModeTrajectory("true");
-    ASSERT_EQ(plain.size(), captured.size());
-    for (size_t k = 0; k < plain.size(); k++) {
-        EXPECT_EQ(plain[k].energy, captured[k].energy) << "record " << k;
-        ASSERT_EQ(plain[k].forces.size(), captured[k].forces.size());
-        for (size_t i = 0; i < plain[k].forces.size(); i++)
+void expectSameTrajectories(const std::vector<Result>& expected, const std::vector<Result>& found) {
+    ASSERT_EQ(expected.size(), found.size());
+    for (size_t k = 0; k < expected.size(); k++) {
+        EXPECT_EQ(expected[k].energy, found[k].energy) << "record " << k;
+        ASSERT_EQ(expected[k].forces.size(), found[k].forces.size());
+        for (size_t i = 0; i < expected[k].forces.size(); i++)
             for (int c = 0; c < 3; c++)
-                ASSERT_EQ(plain[k].forces[i][c], captured[k].forces[i][c]) << "record " << k << ", particle " << i;
+                ASSERT_EQ(expected[k].forces[i][c], found[k].forces[i][c]) << "record " << k << ", particle " << i;
     }
-    EXPECT_NE(plain[0].energy, plain[2].energy); // the trajectory moved
+    EXPECT_NE(expected[0].energy, expected[2].energy); // the trajectory moved
+}
+
+TEST(CudaGraphForce, CapturedGraphGivesBitwiseIdenticalTrajectories) {
+    expectSameTrajectories(propertyTrajectory("CudaGraph", "false", 1), propertyTrajectory("CudaGraph", "true", 1));
+}
+
+/**
+ * The node stage in chunks (37 rows: six chunks, the last one short, type
+ * groups cut across chunks; with an interaction block the node network is
+ * recomputed per chunk in the backward pass) gives bitwise the results of one
+ * chunk, with and without an interaction block.
+ */
+TEST(CudaGraphForce, ChunkedNodeStageGivesBitwiseIdenticalTrajectories) {
+    for (int interactions = 0; interactions <= 1; interactions++)
+        expectSameTrajectories(propertyTrajectory("CudaChunkRows", "auto", interactions),
+                               propertyTrajectory("CudaChunkRows", "37", interactions));
 }
 
 TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
     GraphTest::ModelOptions options;
     std::unique_ptr<GraphForce> force(makeForce(options));
     EXPECT_THROW(force->setProperty("CudaGraph", "yes"), OpenMMException);
+    for (const char* bad : {"0", "-5", "12rows", "", "1e6", "99999999999"})
+        EXPECT_THROW(force->setProperty("CudaChunkRows", bad), OpenMMException) << bad;
+    force->setProperty("CudaChunkRows", "4096");
+    EXPECT_EQ("4096", force->getProperty("CudaChunkRows"));
 }
