@@ -9,7 +9,7 @@
 #
 # PARTS: comma-separated, of
 #   test     build with CMake, run every C++ test (ctest)
-#   py       pip install the package, run the Python tests marked gpu
+#   py       pip install the package, run the Python tests marked gpu (PYTEST_ARGS: more pytest arguments, e.g. files)
 #   profile  per-kernel times under Nsight Compute (PROFILE_CASES, grade:n ...)
 #   bench    bench/run_benchmarks.py with $BENCH_ARGS
 #   extra    bash $EXTRA_SCRIPT (after the rest; the package is installed)
@@ -35,7 +35,7 @@ if has py || has profile || has bench || has extra; then
         -Cbuild-dir=/tmp/graph-py > "$OUT/pip.log" 2>&1 || { tail -30 "$OUT/pip.log"; exit 1; }
 fi
 if has py; then
-    python3 -m pytest -m gpu -q -p no:cacheprovider -rs > "$OUT/pytest-gpu.log" 2>&1; rc=$?
+    python3 -m pytest -m gpu -q -p no:cacheprovider -rs ${PYTEST_ARGS:-} > "$OUT/pytest-gpu.log" 2>&1; rc=$?
     [ $rc -eq 0 ] || [ $rc -eq 5 ] || status=1
     grep -E "FAILED|ERROR|SKIPPED" "$OUT/pytest-gpu.log" | head -30
     tail -3 "$OUT/pytest-gpu.log"
@@ -51,6 +51,13 @@ if has profile; then
         done
         [ -n "$NCU" ] && timeout 240 "$NCU" --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
             python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 2 > "$OUT/ncu-$grade-$n.csv" 2> "$OUT/ncu-$grade-$n.err"
+    done
+    # PROFILE_DETAIL="grade:n:kernel-regex ...": Nsight Compute's throughput and stall sections for one evaluation's kernels.
+    for case in ${PROFILE_DETAIL:-}; do
+        IFS=: read -r grade n kernels <<< "$case"
+        [ -n "$NCU" ] && timeout 240 "$NCU" --clock-control none --profile-from-start off -k "regex:$kernels" \
+            --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
+            python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 1 > "$OUT/ncu-detail-$grade-$n.txt" 2>&1
     done
 fi
 if has bench; then

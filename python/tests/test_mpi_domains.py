@@ -90,6 +90,8 @@ def test_two_ranks_integrate_the_same_trajectory(tmp_path, platform):
     worker.write_text(WORKER)
     out = str(tmp_path / "result")
     environment = dict(os.environ, OMP_NUM_THREADS="1", OPENMM_CPU_THREADS="1")
+    if os.geteuid() == 0:  # Open MPI's mpiexec refuses root unless told (containers, the GPU machine)
+        environment.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     subprocess.run([sys.executable, str(worker), model_path, "single", platform, out + "-single"], check=True, timeout=300,
                    env=environment)
     run = subprocess.run([launcher, "-n", "2", sys.executable, str(worker), model_path, "mpi", platform, out + "-mpi"],

@@ -129,10 +129,10 @@ public:
         const size_t c1 = chunkRows;
         fittingInput.reset(CudaArray::create<real>(cu, c1 * fittingInputSize, "graphFittingInput"));
         fittingInputGrad.reset(CudaArray::create<real>(cu, c1 * fittingInputSize, "graphFittingInputGrad"));
-        allocateActivations(fitting, fittingActivations, fittingPreActivations, "graphFitting");
+        allocateActivations(fitting, fittingActivations, fittingDerivatives, "graphFitting");
         if (m.numInteractions == 1) {
             nodeInputGrad.reset(CudaArray::create<real>(cu, c1 * descriptorSize, "graphNodeInputGrad"));
-            allocateActivations(node, nodeActivations, nodePreActivations, "graphNode");
+            allocateActivations(node, nodeActivations, nodeDerivatives, "graphNode");
         }
         // Two buffers ping-pong through the hidden layers' gradients.
         for (int b = 0; b < 2; b++)
@@ -244,7 +244,7 @@ private:
             gradB = pointer<real>(gradInteractionMoments);
             for (int c = 0; c < numChunks; c++) {
                 launchInvariants<real>(params, A, A, rowNodes + chunkBegin(c), chunkEnd(c) - chunkBegin(c), input, fittingInputSize, 0, stream);
-                forwardNetwork(node, nodeActivations, nodePreActivations, c, input, fittingInputSize, pointer<real>(nodeFeatures), M, true, false,
+                forwardNetwork(node, nodeActivations, nodeDerivatives, c, input, fittingInputSize, pointer<real>(nodeFeatures), M, true, false,
                                nullptr, stream);
             }
             launchMoments<real>(params, params.interactionTable, pointer<real>(nodeFeatures), x, types, n, box, rows, counts, capacity, B,
@@ -261,11 +261,11 @@ private:
                 launchInvariants<real>(params, A, A, chunkNodes, chunkSize, input, fittingInputSize, 0, stream);
             if (interaction)
                 launchInvariants<real>(params, B, A, chunkNodes, chunkSize, input, fittingInputSize, descriptorSize, stream);
-            forwardNetwork(fitting, fittingActivations, fittingPreActivations, c, input, fittingInputSize, nullptr, 0, false, includeForces,
+            forwardNetwork(fitting, fittingActivations, fittingDerivatives, c, input, fittingInputSize, nullptr, 0, false, includeForces,
                            energySum, stream);
             if (!includeForces)
                 continue;
-            backwardNetwork(fitting, fittingPreActivations, c, gradInput, fittingInputSize, false, stream);
+            backwardNetwork(fitting, fittingDerivatives, c, gradInput, fittingInputSize, false, stream);
             if (interaction) {
                 launchInvariantsBackward<real>(params, B, A, chunkNodes, chunkSize, gradInput, fittingInputSize, descriptorSize, gradB, gradA,
                                                false, stream);
@@ -289,10 +289,10 @@ private:
                 const int chunkSize = chunkEnd(c) - chunkBegin(c);
                 if (numChunks > 1) {
                     launchInvariants<real>(params, A, A, chunkNodes, chunkSize, input, fittingInputSize, 0, stream);
-                    forwardNetwork(node, nodeActivations, nodePreActivations, c, input, fittingInputSize, pointer<real>(nodeFeatures), M, true,
+                    forwardNetwork(node, nodeActivations, nodeDerivatives, c, input, fittingInputSize, pointer<real>(nodeFeatures), M, true,
                                    false, nullptr, stream);
                 }
-                backwardNetwork(node, nodePreActivations, c, pointer<real>(nodeInputGrad), descriptorSize, true, stream);
+                backwardNetwork(node, nodeDerivatives, c, pointer<real>(nodeInputGrad), descriptorSize, true, stream);
                 launchInvariantsBackward<real>(params, A, A, chunkNodes, chunkSize, pointer<real>(nodeInputGrad), descriptorSize, 0, gradA, gradA,
                                                true, stream);
             }
@@ -485,10 +485,10 @@ private:
     }
 
     void allocateActivations(const DeviceNetworks& networks, std::vector<std::unique_ptr<CudaArray>>& activations,
-                             std::vector<std::unique_ptr<CudaArray>>& preActivations, const std::string& name) {
+                             std::vector<std::unique_ptr<CudaArray>>& derivatives, const std::string& name) {
         for (int l = 0; l < networks.numHidden; l++) {
             activations.emplace_back(CudaArray::create<real>(cu, (size_t) chunkRows * networks.layerWidth[l], name + "Activation"));
-            preActivations.emplace_back(CudaArray::create<real>(cu, (size_t) chunkRows * networks.layerWidth[l], name + "PreActivation"));
+            derivatives.emplace_back(CudaArray::create<real>(cu, (size_t) chunkRows * networks.layerWidth[l], name + "Derivative"));
         }
     }
 
@@ -579,7 +579,7 @@ private:
      * fixed-point total) or the linear M-output layer into output [node][outputStride] (node).
      */
     void forwardNetwork(const DeviceNetworks& networks, std::vector<std::unique_ptr<CudaArray>>& activations,
-                        std::vector<std::unique_ptr<CudaArray>>& preActivations, int chunk, const real* input, int inputStride, real* output,
+                        std::vector<std::unique_ptr<CudaArray>>& derivatives, int chunk, const real* input, int inputStride, real* output,
                         int outputStride, bool isNode, bool withGradient, GraphStatus* energySum, cudaStream_t stream) {
         const int* rowNodes = pointer<int>(nodesByType);
         const int H = networks.numHidden;
@@ -590,7 +590,7 @@ private:
             for (int l = 0; l < H; l++) {
                 const DeviceLayer& layer = networks.hidden[t0][l];
                 launchDenseForward<real>(makeBatch(networks, l, batchTypes, layer.numOutputs, chunk), rowNodes, h, stride, layer.numInputs,
-                                         layer.numOutputs, activation, layer.residual, pointer<real>(preActivations[l]),
+                                         layer.numOutputs, activation, layer.residual, pointer<real>(derivatives[l]),
                                          pointer<real>(activations[l]), networks.layerWidth[l], false, stream);
                 h = pointer<real>(activations[l]);
                 stride = networks.layerWidth[l];
@@ -614,7 +614,7 @@ private:
      * Fitting: seeded by dE/dh_H = w (gradientScratch[0], from forwardNetwork).
      * Node: seeded by dE/dphi (nodeFeatureGrad, per node).
      */
-    void backwardNetwork(const DeviceNetworks& networks, std::vector<std::unique_ptr<CudaArray>>& preActivations, int chunk, real* gradInput,
+    void backwardNetwork(const DeviceNetworks& networks, std::vector<std::unique_ptr<CudaArray>>& derivatives, int chunk, real* gradInput,
                          int gradInputStride, bool isNode, cudaStream_t stream) {
         const int* rowNodes = pointer<int>(nodesByType);
         const int H = networks.numHidden;
@@ -643,7 +643,7 @@ private:
                     targetStride = networks.layerWidth[l - 1];
                 }
                 launchDenseBackward<real>(makeBatch(networks, l, batchTypes, layer.numInputs, chunk), rowNodes, grad, networks.layerWidth[l], false,
-                                          pointer<real>(preActivations[l]), networks.layerWidth[l], layer.numInputs, layer.numOutputs,
+                                          pointer<real>(derivatives[l]), networks.layerWidth[l], layer.numInputs, layer.numOutputs,
                                           activation, layer.residual, target, targetStride, stream);
                 grad = target;
             }
@@ -722,7 +722,7 @@ private:
         gradMoments, fittingInput, fittingInputGrad, nodeFeatures, nodeFeatureGrad, interactionMoments, gradInteractionMoments, nodeInputGrad,
         particleEnergy, status;
     std::unique_ptr<CudaArray> gradientScratch[2];
-    std::vector<std::unique_ptr<CudaArray>> fittingActivations, fittingPreActivations, nodeActivations, nodePreActivations;
+    std::vector<std::unique_ptr<CudaArray>> fittingActivations, fittingDerivatives, nodeActivations, nodeDerivatives;
     GraphStatus* hostStatus = nullptr;
     CUevent statusEvent = nullptr;
     bool pending = false; ///< an enqueue() whose status finish() has not read yet

@@ -16,7 +16,7 @@ namespace GraphPlugin {
 
 namespace {
 
-constexpr int TileK = 16, SharedPad = 4;
+constexpr int SharedPad = 4;
 
 /** W consecutive values from 16-byte aligned (W >= 4, or 8-byte for W = 2 floats) shared memory, as vector loads. */
 template <typename real, int W>
@@ -100,18 +100,21 @@ __device__ inline size_t rowIndex(const DenseBatch<real>& batch, const int* rowN
  * buffered).  Every output sums over k in order 0..K-1 whatever the tile, so
  * results do not depend on the launch choice.
  * A(row, k): forward, A[a(row) * aStride + k]; backward, dE/dz of the layer,
- * A[a(row) * aStride + k] * act'(pre[local(row) * preStride + k]) (times the
- * timestep if residual), fused here so that dE/dz never goes to memory.
+ * A[a(row) * aStride + k] * deriv[local(row) * derivStride + k] (act'(z), stored
+ * by the forward pass; times the timestep if residual), formed here so that
+ * dE/dz never goes to memory.
  * Epilogue:
- * forward:  z = C + bias; pre = z (if pre); out = act(z) (+ A-source + timestep * act(z) if residual)
+ * forward:  z = C + bias; deriv = act'(z) (if deriv); out = act(z) (+ A-source + timestep * act(z) if residual)
  * backward: out = C (+ A-source if residual)
  */
 template <typename real, bool Forward, int RPT, int CPT>
-__global__ void __launch_bounds__(256) denseGemmKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ A,
+__global__ void __launch_bounds__(256, RPT == 8 ? 2 : 1) denseGemmKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ A,
                                                        int aStride, int aMapped, int K, int N, int ldw, int activation, int residual,
-                                                       real* __restrict__ pre, int preStride, real* __restrict__ out, int outStride,
+                                                       real* __restrict__ deriv, int derivStride, real* __restrict__ out, int outStride,
                                                        int outMapped) {
     constexpr int Rows = 16 * RPT, Cols = 16 * CPT;
+    // k-slices of 16, or 8 for the 128 x 128 tiles (fewer prefetch registers: two blocks fit on a multiprocessor).
+    constexpr int TileK = RPT == 8 ? 8 : 16;
     constexpr int ALoads = TileK * Rows / 256, BLoads = TileK * Cols / 256;
     // Padded by 4: 16-byte aligned vector reads in the inner loop, few bank conflicts on the transposed stores.
     __shared__ __align__(16) real As[2][TileK][Rows + SharedPad];
@@ -144,7 +147,7 @@ __global__ void __launch_bounds__(256) denseGemmKernel(DenseBatch<real> batch, c
                 if (!Forward) {
                     const size_t local = rowBase + (threadIdx.x + 256 * m) / TileK - batch.chunkStart;
                     if (activation != GraphIdentity)
-                        value *= activateDerivative(activation, pre[local * preStride + k]);
+                        value *= deriv[local * derivStride + k];
                     if (residual)
                         value *= timestep[k];
                 }
@@ -234,8 +237,8 @@ __global__ void __launch_bounds__(256) denseGemmKernel(DenseBatch<real> batch, c
             if (Forward) {
                 const real z = acc[x][y] + bias[col];
                 const real value = activate(activation, z);
-                if (pre)
-                    pre[local * preStride + col] = z;
+                if (deriv)
+                    deriv[local * derivStride + col] = activation == GraphTanh ? 1 - value * value : activateDerivative(activation, z);
                 out[o * outStride + col] = residual ? A[a * aStride + col] + timestep[col] * value : value;
             }
             else
@@ -247,11 +250,11 @@ __global__ void __launch_bounds__(256) denseGemmKernel(DenseBatch<real> batch, c
 /** Launches denseGemmKernel with the batch's tile. */
 template <typename real, bool Forward>
 void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const int* rowNodes, const real* A, int aStride, bool aMapped,
-                int K, int ldw, int activation, bool residual, real* pre, int preStride, real* out, int outStride, bool outMapped) {
+                int K, int ldw, int activation, bool residual, real* deriv, int derivStride, real* out, int outStride, bool outMapped) {
     dim3 blocks(batch.tileStart[batch.numGroups], (N + denseTileColumns(batch.tileRows) - 1) / denseTileColumns(batch.tileRows));
 #define GRAPH_GEMM(RPT, CPT)                                                                                                                 \
     denseGemmKernel<real, Forward, RPT, CPT><<<blocks, 256, 0, stream>>>(batch, rowNodes, A, aStride, aMapped ? 1 : 0, K, N, ldw,           \
-                                                                         activation, residual ? 1 : 0, pre, preStride, out, outStride,      \
+                                                                         activation, residual ? 1 : 0, deriv, derivStride, out, outStride,      \
                                                                          outMapped ? 1 : 0)
     if (batch.tileRows == 16)
         GRAPH_GEMM(1, 4);
@@ -338,22 +341,22 @@ int rowsOf(const DenseBatch<real>& batch) {
 
 template <typename real>
 void launchDenseForward(const DenseBatch<real>& batch, const int* rowNodes, const real* input, int inStride, int numInputs, int numOutputs,
-                        int activation, bool residual, real* preActivation, real* output, int outStride, bool outputByNode,
+                        int activation, bool residual, real* derivative, real* output, int outStride, bool outputByNode,
                         cudaStream_t stream) {
     if (batch.tileStart[batch.numGroups] == 0)
         return;
     launchGemm<real, true>(batch, numOutputs, stream, rowNodes, input, inStride, false, numInputs, numInputs, activation, residual,
-                           preActivation, outStride, output, outStride, outputByNode);
+                           derivative, outStride, output, outStride, outputByNode);
 }
 
 template <typename real>
 void launchDenseBackward(const DenseBatch<real>& batch, const int* rowNodes, const real* gradOutput, int gradStride, bool gradByNode,
-                         const real* preActivation, int preStride, int numInputs, int numOutputs, int activation, bool residual,
+                         const real* derivative, int derivStride, int numInputs, int numOutputs, int activation, bool residual,
                          real* gradInput, int inStride, cudaStream_t stream) {
     if (batch.tileStart[batch.numGroups] == 0)
         return;
     launchGemm<real, false>(batch, numInputs, stream, rowNodes, gradOutput, gradStride, gradByNode, numOutputs, numInputs, activation,
-                            residual, const_cast<real*>(preActivation), preStride, gradInput, inStride, false);
+                            residual, const_cast<real*>(derivative), derivStride, gradInput, inStride, false);
 }
 
 template <typename real>

@@ -159,13 +159,14 @@ int chooseDenseTileRows(int rows, int numOutputs, int numMultiprocessors, bool a
 
 /**
  * One dense layer for every group of the batch: z = W h + b; out = act(z)
- * (h + timestep * act(z) if residual).  input and preActivation are chunk
- * arrays ([local row][inStride] and [local row][outStride]); output is a chunk
- * array, or [node][outStride] when outputByNode.
+ * (h + timestep * act(z) if residual); derivative = act'(z) for the backward
+ * pass (when not null).  input and derivative are chunk arrays ([local
+ * row][inStride] and [local row][outStride]); output is a chunk array, or
+ * [node][outStride] when outputByNode.
  */
 template <typename real>
 void launchDenseForward(const DenseBatch<real>& batch, const int* rowNodes, const real* input, int inStride, int numInputs, int numOutputs,
-                        int activation, bool residual, real* preActivation, real* output, int outStride, bool outputByNode,
+                        int activation, bool residual, real* derivative, real* output, int outStride, bool outputByNode,
                         cudaStream_t stream);
 
 /**
@@ -173,11 +174,12 @@ void launchDenseForward(const DenseBatch<real>& batch, const int* rowNodes, cons
  * [local row][gradStride], or [node][gradStride] when gradByNode),
  * gradInput[local row][inStride] = W^T (dE/dz) (+ dE/d(out) if residual), with
  * dE/dz = dE/d(out) act'(z) (times the timestep if residual) formed on the
- * fly from preActivation [local row][preStride] (unused for GraphIdentity).
+ * fly from the forward pass's derivative [local row][derivStride] (unused
+ * for GraphIdentity).
  */
 template <typename real>
 void launchDenseBackward(const DenseBatch<real>& batch, const int* rowNodes, const real* gradOutput, int gradStride, bool gradByNode,
-                         const real* preActivation, int preStride, int numInputs, int numOutputs, int activation, bool residual,
+                         const real* derivative, int derivStride, int numInputs, int numOutputs, int activation, bool residual,
                          real* gradInput, int inStride, cudaStream_t stream);
 
 /**
