@@ -299,7 +299,7 @@ private:
         }
         launchForces<real>(params, gradA, gradB, interaction ? pointer<real>(nodeFeatures) : nullptr, x, types, n, box, rows, counts, capacity,
                            pointer<int>(slotOfNode), (long long*) cu.getLongForceBuffer().getDevicePointer(), cu.getPaddedNumAtoms(),
-                           pointer<GraphStatus>(status), stream);
+                           pointer<GraphStatus>(status), chooseForceWarps(n, numMultiprocessors), stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
         copyStatus(stream);
     }

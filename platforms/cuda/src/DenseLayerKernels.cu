@@ -113,8 +113,9 @@ __global__ void __launch_bounds__(256, RPT == 8 ? 2 : 1) denseGemmKernel(DenseBa
                                                        real* __restrict__ deriv, int derivStride, real* __restrict__ out, int outStride,
                                                        int outMapped) {
     constexpr int Rows = 16 * RPT, Cols = 16 * CPT;
-    // k-slices of 16, or 8 for the 128 x 128 tiles (fewer prefetch registers: two blocks fit on a multiprocessor).
-    constexpr int TileK = RPT == 8 ? 8 : 16;
+    // k-slices of 16; 8 for the 128 x 128 tiles (fewer prefetch registers: two blocks fit on a multiprocessor); 64 for
+    // the 16-row tiles of small batches in float, whose time is the chain of k-slice loads.
+    constexpr int TileK = RPT == 8 ? 8 : RPT == 1 && sizeof(real) == 4 ? 64 : 16;
     constexpr int ALoads = TileK * Rows / 256, BLoads = TileK * Cols / 256;
     // Padded by 4: 16-byte aligned vector reads in the inner loop, few bank conflicts on the transposed stores.
     __shared__ __align__(16) real As[2][TileK][Rows + SharedPad];

@@ -19,6 +19,7 @@ namespace GraphPlugin {
 namespace {
 
 constexpr int WarpsPerBlock = 4;
+constexpr int MaxForceWarps = 8; // 256 threads: the largest shapes keep their registers (no spills)
 
 /**
  * The edge (i, j): d = x_j - x_i (minimum image) in double, then r and u
@@ -352,7 +353,7 @@ __host__ __device__ constexpr int powerOfTwoAtLeast(int x) {
  * a time as in the moments.
  */
 template <typename real, int LMAX, int CPL>
-__global__ void __launch_bounds__(32 * WarpsPerBlock)
+__global__ void __launch_bounds__(32 * MaxForceWarps)
     forcesKernel(GraphModelParams<real> model, const real* __restrict__ gradA, const real* __restrict__ gradB, const real* __restrict__ phi,
                  const double* __restrict__ positions, const int* __restrict__ types, int n, GraphBox<double> box,
                  const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity, const int* __restrict__ slotOfNode,
@@ -366,14 +367,16 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
     Stage* stage = reinterpret_cast<Stage*>(sharedBytes) + warp;
     const int M = model.numChannels;
     const int numBlocks = model.numInteractions == 1 ? 2 : 1;
+    const int numWarps = blockDim.x >> 5;
     // The (S or P, lm) this lane finishes, and whether it is the first of its copies.
     const int mine = lane / lanesPerValue;
     const bool owner = lane % lanesPerValue == 0 && mine < 2 * H;
     for (int i = blockIdx.x; i < n; i += gridDim.x) {
         const int ti = types[i];
         int first, last;
-        rowChunk(rowCount[i], warp, WarpsPerBlock, first, last);
-        real forceI[3] = {0, 0, 0};
+        rowChunk(rowCount[i], warp, numWarps, first, last);
+        // F_i in fixed point, edge by edge: the sum does not depend on how the row is split over warps.
+        long long forceI[3] = {0, 0, 0};
         // dE/dA of center i for this lane's channels, constant over the row: held in registers.
         real gradAi[H][CPL];
 #pragma unroll
@@ -465,7 +468,7 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
                     const real gc = g[c] * model.invNorm;
                     if (!(fabs((double) gc) < FixedPointLimit))
                         reportError(status, GraphErrorForceOutOfRange, i, j, (double) gc);
-                    forceI[c] += gc;
+                    forceI[c] += realToFixedPoint((double) gc);
                     atomicAdd((unsigned long long*) &forceBuffer[slot + c * paddedAtoms],
                               (unsigned long long) realToFixedPoint(-(double) gc));
                 }
@@ -476,8 +479,7 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
             const int slot = slotOfNode[i];
 #pragma unroll
             for (int c = 0; c < 3; c++)
-                atomicAdd((unsigned long long*) &forceBuffer[slot + c * paddedAtoms],
-                          (unsigned long long) realToFixedPoint((double) forceI[c]));
+                atomicAdd((unsigned long long*) &forceBuffer[slot + c * paddedAtoms], (unsigned long long) forceI[c]);
         }
     }
 }
@@ -553,14 +555,19 @@ void launchNodeFeatureGradient(const GraphModelParams<real>& model, const real* 
     });
 }
 
+int chooseForceWarps(int n, int numMultiprocessors) {
+    return (long long) n * WarpsPerBlock >= 32LL * numMultiprocessors ? WarpsPerBlock : MaxForceWarps;
+}
+
 template <typename real>
 void launchForces(const GraphModelParams<real>& model, const real* gradA, const real* gradB, const real* phi, const double* positions,
                   const int* types, int n, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity,
-                  const int* slotOfNode, long long* forceBuffer, int paddedAtoms, GraphStatus* status, cudaStream_t stream) {
+                  const int* slotOfNode, long long* forceBuffer, int paddedAtoms, GraphStatus* status, int warpsPerCenter,
+                  cudaStream_t stream) {
     dispatchShape(model.lMax, model.numChannels, [&](auto l, auto cpl) {
-        const size_t shared = WarpsPerBlock * stageBytes<real, decltype(l)::value, true>();
+        const size_t shared = warpsPerCenter * stageBytes<real, decltype(l)::value, true>();
         forcesKernel<real, decltype(l)::value, decltype(cpl)::value>
-            <<<centerBlocks(n), 32 * WarpsPerBlock, shared, stream>>>(model, gradA, gradB, phi, positions, types, n, box, neighbors,
+            <<<centerBlocks(n), 32 * warpsPerCenter, shared, stream>>>(model, gradA, gradB, phi, positions, types, n, box, neighbors,
                                                                       rowCount, capacity, slotOfNode, forceBuffer, paddedAtoms, status);
     });
 }
@@ -575,7 +582,7 @@ void launchForces(const GraphModelParams<real>& model, const real* gradA, const 
     template void launchNodeFeatureGradient<real>(const GraphModelParams<real>&, const real*, const double*, const int*, int,              \
                                                   GraphBox<double>, const int*, const int*, int, real*, cudaStream_t);                     \
     template void launchForces<real>(const GraphModelParams<real>&, const real*, const real*, const real*, const double*, const int*, int, \
-                                     GraphBox<double>, const int*, const int*, int, const int*, long long*, int, GraphStatus*,             \
+                                     GraphBox<double>, const int*, const int*, int, const int*, long long*, int, GraphStatus*, int,        \
                                      cudaStream_t);
 GRAPH_INSTANTIATE_EDGES(float)
 GRAPH_INSTANTIATE_EDGES(double)

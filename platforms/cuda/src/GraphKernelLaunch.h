@@ -102,12 +102,22 @@ void launchNodeFeatureGradient(const GraphModelParams<real>& model, const real* 
 
 /**
  * The edge backward: forces from dE/dA (and dE/dB, phi), added in 64-bit fixed
- * point to OpenMM's force buffer ([3][paddedAtoms], slot order).
+ * point to OpenMM's force buffer ([3][paddedAtoms], slot order).  Each center's
+ * row is split over warpsPerCenter warps (4 or 8; chooseForceWarps); every
+ * edge's contribution is converted to fixed point on its own, so the forces do
+ * not depend on the split.
  */
 template <typename real>
 void launchForces(const GraphModelParams<real>& model, const real* gradA, const real* gradB, const real* phi, const double* positions,
                   const int* types, int n, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity,
-                  const int* slotOfNode, long long* forceBuffer, int paddedAtoms, GraphStatus* status, cudaStream_t stream);
+                  const int* slotOfNode, long long* forceBuffer, int paddedAtoms, GraphStatus* status, int warpsPerCenter,
+                  cudaStream_t stream);
+
+/**
+ * Launch choice of the force scan: 4 warps per center, or 8 when there are too
+ * few centers to give every multiprocessor 32 warps.
+ */
+int chooseForceWarps(int n, int numMultiprocessors);
 
 // ---------------------------------------------------------------- dense networks (DenseLayerKernels.cu)
 
