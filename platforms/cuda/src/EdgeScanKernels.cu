@@ -565,9 +565,11 @@ void launchForces(const GraphModelParams<real>& model, const real* gradA, const 
                   const int* slotOfNode, long long* forceBuffer, int paddedAtoms, GraphStatus* status, int warpsPerCenter,
                   cudaStream_t stream) {
     dispatchShape(model.lMax, model.numChannels, [&](auto l, auto cpl) {
-        const size_t shared = warpsPerCenter * stageBytes<real, decltype(l)::value, true>();
+        // At most 48 KB of staged edges per block (the default limit of dynamic shared memory): 6 warps for l_max = 2.
+        const size_t stage = stageBytes<real, decltype(l)::value, true>();
+        const int warps = std::max(1, std::min(warpsPerCenter, (int) (48 * 1024 / stage)));
         forcesKernel<real, decltype(l)::value, decltype(cpl)::value>
-            <<<centerBlocks(n), 32 * warpsPerCenter, shared, stream>>>(model, gradA, gradB, phi, positions, types, n, box, neighbors,
+            <<<centerBlocks(n), 32 * warps, warps * stage, stream>>>(model, gradA, gradB, phi, positions, types, n, box, neighbors,
                                                                       rowCount, capacity, slotOfNode, forceBuffer, paddedAtoms, status);
     });
 }

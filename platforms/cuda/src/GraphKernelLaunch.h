@@ -115,7 +115,8 @@ void launchForces(const GraphModelParams<real>& model, const real* gradA, const 
 
 /**
  * Launch choice of the force scan: 4 warps per center, or 8 when there are too
- * few centers to give every multiprocessor 32 warps.
+ * few centers to give every multiprocessor 32 warps (launchForces caps it so
+ * that the block's staged edges fit in 48 KB of shared memory).
  */
 int chooseForceWarps(int n, int numMultiprocessors);
 
