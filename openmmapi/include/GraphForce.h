@@ -51,9 +51,11 @@ class GraphModel;
  *  - "CudaChunkRows": "auto" (default) or a positive number of rows.  CUDA
  *    platform only: the networks run over chunks of at most this many
  *    particles, so their activations take memory per chunk, not per
- *    particle; "auto" chooses about 1 GiB of activations (at least 32,768
- *    rows).  Results are bitwise the same for every value; a smaller value
- *    lowers peak memory and adds kernel launches.
+ *    particle; "auto" lets the activations take up to a quarter of the
+ *    device memory free when the Context is created (at least 1 GiB, at
+ *    least 32,768 rows), so systems that fit run in one chunk.  Results
+ *    are bitwise the same for every value; a smaller value lowers peak
+ *    memory and adds kernel launches.
  *  - "Domains": "single" (default) or "mpi".  With "mpi" every MPI rank
  *    (MPI_COMM_WORLD) runs its own Context for the whole System; the force
  *    evaluates the energies of the rank's own slab of particles, and forces

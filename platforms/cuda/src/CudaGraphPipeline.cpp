@@ -494,17 +494,22 @@ private:
 
     /**
      * Rows per chunk of the node stage: at most `requested` (the CudaChunkRows
-     * property) or, when 0, as many as fit in ChunkBytes of network storage
-     * (at least MinChunkRows) evened out over the chunks; so per-node memory
-     * is only the graph, the moments and their gradients.  Results do not
-     * depend on it (every row's network is evaluated alone).
+     * property) or, when 0, as many as fit in a quarter of the device memory
+     * free now (at least 1 GiB's worth and MinChunkRows), evened out over the
+     * chunks; so per-node memory is only the graph, the moments and their
+     * gradients, and systems that fit are not split (a split costs launches
+     * and, with an interaction block, a second pass of the node network).
+     * Results do not depend on it (every row's network is evaluated alone).
      */
     static int chooseChunkRows(int n, size_t bytesPerRow, int requested) {
         if (requested > 0)
             return std::min(n, requested);
-        const size_t ChunkBytes = (size_t) 1 << 30;
+        size_t freeBytes = 0, totalBytes = 0;
+        if (cuMemGetInfo(&freeBytes, &totalBytes) != CUDA_SUCCESS)
+            freeBytes = 0;
+        const size_t ChunkBytes = std::max<size_t>((size_t) 1 << 30, freeBytes / 4);
         const int MinChunkRows = 32768;
-        const int maxRows = (int) std::max<size_t>(MinChunkRows, ChunkBytes / std::max<size_t>(1, bytesPerRow));
+        const int maxRows = (int) std::min<size_t>(1 << 30, std::max<size_t>(MinChunkRows, ChunkBytes / std::max<size_t>(1, bytesPerRow)));
         if (n <= maxRows)
             return n;
         const int chunks = (n + maxRows - 1) / maxRows;
