@@ -22,7 +22,13 @@ void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce
     const CudaGraphMode mode = graph == "true" ? CudaGraphMode::Required : graph == "false" ? CudaGraphMode::Off : CudaGraphMode::Auto;
     const std::string chunk = force.getProperty("CudaChunkRows");
     const int chunkRows = chunk == "auto" ? 0 : std::stoi(chunk); // validated by setProperty
-    pipeline = createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), mode, chunkRows);
+    firstCenter = (int) ((long long) domainIndex * n / numDomains);
+    numCenters = (int) ((long long) (domainIndex + 1) * n / numDomains) - firstCenter;
+    CudaGraphDomain domain;
+    domain.firstCenter = firstCenter;
+    domain.numCenters = numCenters;
+    domain.orderContext = orderContext;
+    pipeline = createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), mode, chunkRows, domain);
     // The status of an evaluation is read where OpenMM reads its own neighbour-list
     // count: in finishComputation, after every force has been enqueued.
     postComputation = std::make_shared<PostComputationState>();

@@ -17,14 +17,32 @@ namespace GraphPlugin {
  */
 class CudaCalcGraphForceKernel : public CalcGraphForceKernel {
 public:
-    CudaCalcGraphForceKernel(std::string name, const OpenMM::Platform& platform, OpenMM::CudaContext& cu)
-        : CalcGraphForceKernel(name, platform), cu(cu) {
+    /**
+     * @param cu           the context this kernel runs on
+     * @param domainIndex  with several GPUs: this device's share of the centers, [domainIndex * n / numDomains,
+     *                     (domainIndex + 1) * n / numDomains) of the force's particles (CudaParallelCalcGraphForceKernel)
+     * @param orderContext the first context of a multi-device Context (its atom order and posqCorrection), or nullptr
+     */
+    CudaCalcGraphForceKernel(std::string name, const OpenMM::Platform& platform, OpenMM::CudaContext& cu, int domainIndex = 0,
+                             int numDomains = 1, OpenMM::CudaContext* orderContext = nullptr)
+        : CalcGraphForceKernel(name, platform), cu(cu), domainIndex(domainIndex), numDomains(numDomains), orderContext(orderContext) {
     }
     ~CudaCalcGraphForceKernel();
     void initialize(const OpenMM::System& system, const GraphForce& force) override;
     double execute(OpenMM::ContextImpl& context, bool includeForces, bool includeEnergy) override;
     void getParticleEnergies(OpenMM::ContextImpl& context, std::vector<double>& energies) override;
     void copyParametersToContext(OpenMM::ContextImpl& context, const GraphForce& force) override;
+    /** The centers this kernel evaluates, [first, first + count) of the force's particles. */
+    int getFirstCenter() const {
+        return firstCenter;
+    }
+    int getNumCenters() const {
+        return numCenters;
+    }
+    /** Pass on the first context's atom order (multi-device Contexts, after each reordering). */
+    void setAtomOrder(const std::vector<int>& atomIndex) {
+        pipeline->setAtomOrder(atomIndex);
+    }
 
 private:
     /** Shared by the kernel and its StatusCheck (owned by the CudaContext, which may outlive the kernel). */
@@ -45,6 +63,8 @@ private:
     void checkBox() const;
 
     OpenMM::CudaContext& cu;
+    int domainIndex, numDomains, firstCenter = 0, numCenters = 0;
+    OpenMM::CudaContext* orderContext;
     std::shared_ptr<const GraphModel> model;
     std::vector<int> particles, types;
     bool periodic = false;

@@ -1,5 +1,6 @@
 #include "CudaGraphKernelFactory.h"
 #include "CudaCalcGraphForceKernel.h"
+#include "CudaParallelCalcGraphForceKernel.h"
 #include "internal/windowsExportGraph.h"
 #include "openmm/OpenMMException.h"
 #include "openmm/cuda/CudaPlatform.h"
@@ -38,7 +39,10 @@ extern "C" OPENMM_EXPORT_GRAPH void registerGraphCudaKernelFactories() {
 KernelImpl* CudaGraphKernelFactory::createKernelImpl(std::string name, const Platform& platform, ContextImpl& context) const {
     CudaPlatform::PlatformData& data = *static_cast<CudaPlatform::PlatformData*>(context.getPlatformData());
     CudaContext& cu = *data.contexts[0];
-    if (name == CalcGraphForceKernel::Name())
+    if (name == CalcGraphForceKernel::Name()) {
+        if (data.contexts.size() > 1)
+            return new CudaParallelCalcGraphForceKernel(name, platform, data);
         return new CudaCalcGraphForceKernel(name, platform, cu);
+    }
     throw OpenMMException("GraphForce: the CUDA platform has no kernel named '" + name + "'");
 }

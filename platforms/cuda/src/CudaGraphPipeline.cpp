@@ -33,8 +33,15 @@ template <typename real>
 class CudaGraphPipeline : public CudaGraphPipelineBase {
 public:
     CudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles, const std::vector<int>& types,
-                      bool periodic, int numSystemParticles, CudaGraphMode graphMode, int maxChunkRows)
+                      bool periodic, int numSystemParticles, CudaGraphMode graphMode, int maxChunkRows, const CudaGraphDomain& domain)
         : cu(cu), model(model), n((int) particles.size()), periodic(periodic), graphMode(graphMode) {
+        firstCenter = domain.firstCenter;
+        numCenters = domain.numCenters < 0 ? n : domain.numCenters;
+        if (firstCenter < 0 || numCenters < 0 || firstCenter + numCenters > n)
+            throw OpenMMException("GraphForce: internal error: a device's centers lie outside the force's particles");
+        if (numCenters != n && model->numInteractions != 0)
+            throw OpenMMException("GraphForce: internal error: a model with an interaction block cannot be split over devices");
+        orderContext = domain.orderContext == &cu ? nullptr : domain.orderContext;
         ContextSelector selector(cu);
         GRAPH_CU_CHECK(cuDeviceGetAttribute(&numMultiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cu.getDevice()));
         GRAPH_CU_CHECK(cuStreamCreate(&captureStream, CU_STREAM_NON_BLOCKING));
@@ -100,6 +107,12 @@ public:
         sortScratchBytes = std::max<size_t>(1, getCellSortScratchBytes(n1, maxCells));
         sortScratch.reset(CudaArray::create<char>(cu, sortScratchBytes, "graphSortScratch"));
         rowCount.reset(CudaArray::create<int>(cu, n1, "graphRowCount"));
+        if (orderContext != nullptr) {
+            atomOrder.reset(CudaArray::create<int>(cu, cu.getPaddedNumAtoms(), "graphAtomOrder"));
+            setAtomOrder(orderContext->getAtomIndex());
+            if (cu.getUseMixedPrecision())
+                correctionCopy.reset(CudaArray::create<float4>(cu, cu.getPaddedNumAtoms(), "graphPosqCorrection"));
+        }
         allocateRows(initialCapacity());
         // Per node: the moments and their gradients (and the interaction block's).
         moments.reset(CudaArray::create<real>(cu, (size_t) n1 * H * M, "graphMoments"));
@@ -124,8 +137,8 @@ public:
         }
         gradWidth = widest;
         rowElements += 2 * (size_t) gradWidth;
-        chunkRows = chooseChunkRows(n1, rowElements * sizeof(real), maxChunkRows);
-        numChunks = (n + chunkRows - 1) / chunkRows;
+        chunkRows = chooseChunkRows(std::max(1, numCenters), rowElements * sizeof(real), maxChunkRows);
+        numChunks = (numCenters + chunkRows - 1) / chunkRows;
         const size_t c1 = chunkRows;
         fittingInput.reset(CudaArray::create<real>(cu, c1 * fittingInputSize, "graphFittingInput"));
         fittingInputGrad.reset(CudaArray::create<real>(cu, c1 * fittingInputSize, "graphFittingInputGrad"));
@@ -159,12 +172,12 @@ public:
         ContextSelector selector(cu);
         dropGraph(); // the type groups are baked into a captured graph
         typeArray->upload(types);
-        // Nodes grouped by type (stable), for the per-type networks.
+        // The domain's centers grouped by type (stable), for the per-type networks.
         std::vector<int> order;
         typeOffsets.assign(model->numTypes + 1, 0);
         for (int t = 0; t < model->numTypes; t++) {
             typeOffsets[t] = (int) order.size();
-            for (int i = 0; i < n; i++)
+            for (int i = firstCenter; i < firstCenter + numCenters; i++)
                 if (types[i] == t)
                     order.push_back(i);
         }
@@ -179,6 +192,12 @@ public:
         const GraphBox<double> box = currentBox();
         energyIsDouble = cu.getEnergyBuffer().getElementSize() == sizeof(double);
         pending = true;
+        if (correctionCopy)
+            // posqCorrection of the first context (this device's own is never written); stream ordered after OpenMM's
+            // copy of posq to this device, outside any captured graph.
+            GRAPH_CU_CHECK(cuMemcpyPeerAsync(correctionCopy->getDevicePointer(), cu.getContext(),
+                                             orderContext->getPosqCorrection().getDevicePointer(), orderContext->getContext(),
+                                             correctionCopy->getSize() * sizeof(float4), (CUstream) stream));
         if (graphMode != CudaGraphMode::Off) {
             const LaunchKey key = currentKey(includeForces, addEnergy, box);
             if (graphExec == nullptr || !(key == graphKey))
@@ -208,21 +227,19 @@ private:
         double* x = pointer<double>(positions);
 
         // Stage 1: the canonical graph.
-        const float4* correction =
-            cu.getUseMixedPrecision() ? (const float4*) cu.getPosqCorrection().getDevicePointer() : (const float4*) nullptr;
+        const float4* correction = (const float4*) correctionPointer();
+        const int* atomIndex = (const int*) atomIndexPointer();
         if (cu.getUseDoublePrecision())
-            launchGatherPositions<GraphDouble4>((const GraphDouble4*) cu.getPosq().getDevicePointer(), nullptr,
-                                                (const int*) cu.getAtomIndexArray().getDevicePointer(), cu.getNumAtoms(),
+            launchGatherPositions<GraphDouble4>((const GraphDouble4*) cu.getPosq().getDevicePointer(), nullptr, atomIndex, cu.getNumAtoms(),
                                                 pointer<int>(nodeOfParticle), x, pointer<int>(slotOfNode), pointer<GraphStatus>(status), stream);
         else
-            launchGatherPositions<float4>((const float4*) cu.getPosq().getDevicePointer(), correction,
-                                          (const int*) cu.getAtomIndexArray().getDevicePointer(), cu.getNumAtoms(), pointer<int>(nodeOfParticle),
-                                          x, pointer<int>(slotOfNode), pointer<GraphStatus>(status), stream);
+            launchGatherPositions<float4>((const float4*) cu.getPosq().getDevicePointer(), correction, atomIndex, cu.getNumAtoms(),
+                                          pointer<int>(nodeOfParticle), x, pointer<int>(slotOfNode), pointer<GraphStatus>(status), stream);
         launchGridSetup(x, n, box, model->cutoff, maxCells, pointer<GraphGrid<double>>(grid), stream);
         launchCellSort(x, n, box, pointer<GraphGrid<double>>(grid), maxCells, pointer<uint32_t>(cellOfNode), pointer<uint32_t>(sortedCells),
                        pointer<int>(nodeIds), pointer<int>(sortedNodes), pointer<int>(cellStart), pointer<int>(cellEnd), pointer<char>(sortScratch),
                        sortScratchBytes, stream);
-        launchBuildRows(x, n, box, pointer<GraphGrid<double>>(grid), pointer<int>(sortedNodes), pointer<int>(cellStart), pointer<int>(cellEnd),
+        launchBuildRows(x, firstCenter, numCenters, box, pointer<GraphGrid<double>>(grid), pointer<int>(sortedNodes), pointer<int>(cellStart), pointer<int>(cellEnd),
                         model->cutoff, capacity, buildScratchRows, pointer<int>(unsortedNeighbors), pointer<uint32_t>(neighborKeys),
                         pointer<int>(neighbors),
                         pointer<int>(rowCount), pointer<GraphStatus>(status), stream);
@@ -236,7 +253,7 @@ private:
         real* input = pointer<real>(fittingInput);
         real* gradInput = pointer<real>(fittingInputGrad);
         real* gradA = pointer<real>(gradMoments);
-        launchMoments<real>(params, params.radialTable, nullptr, x, types, n, box, rows, counts, capacity, A, stream);
+        launchMoments<real>(params, params.radialTable, nullptr, x, types, firstCenter, numCenters, box, rows, counts, capacity, A, stream);
         const bool interaction = m.numInteractions == 1;
         real *B = nullptr, *gradB = nullptr;
         if (interaction) {
@@ -247,7 +264,7 @@ private:
                 forwardNetwork(node, nodeActivations, nodeDerivatives, c, input, fittingInputSize, pointer<real>(nodeFeatures), M, true, false,
                                nullptr, stream);
             }
-            launchMoments<real>(params, params.interactionTable, pointer<real>(nodeFeatures), x, types, n, box, rows, counts, capacity, B,
+            launchMoments<real>(params, params.interactionTable, pointer<real>(nodeFeatures), x, types, 0, n, box, rows, counts, capacity, B,
                                 stream);
         }
         GRAPH_CUDA_CHECK(cudaGetLastError());
@@ -297,9 +314,10 @@ private:
                                                true, stream);
             }
         }
-        launchForces<real>(params, gradA, gradB, interaction ? pointer<real>(nodeFeatures) : nullptr, x, types, n, box, rows, counts, capacity,
+        launchForces<real>(params, gradA, gradB, interaction ? pointer<real>(nodeFeatures) : nullptr, x, types, firstCenter, numCenters, box,
+                           rows, counts, capacity,
                            pointer<int>(slotOfNode), (long long*) cu.getLongForceBuffer().getDevicePointer(), cu.getPaddedNumAtoms(),
-                           pointer<GraphStatus>(status), chooseForceWarps(n, numMultiprocessors), stream);
+                           pointer<GraphStatus>(status), chooseForceWarps(numCenters, numMultiprocessors), stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
         copyStatus(stream);
     }
@@ -330,8 +348,8 @@ private:
         key.box = box;
         key.capacity = capacity;
         key.posq = cu.getPosq().getDevicePointer();
-        key.correction = cu.getUseMixedPrecision() ? cu.getPosqCorrection().getDevicePointer() : 0;
-        key.atomIndex = cu.getAtomIndexArray().getDevicePointer();
+        key.correction = correctionPointer();
+        key.atomIndex = atomIndexPointer();
         key.forces = cu.getLongForceBuffer().getDevicePointer();
         key.energy = cu.getEnergyBuffer().getDevicePointer();
         return key;
@@ -434,6 +452,15 @@ public:
         energies.assign(values.begin(), values.begin() + n);
     }
 
+    void setAtomOrder(const std::vector<int>& atomIndex) override {
+        if (!atomOrder)
+            return;
+        ContextSelector selector(cu);
+        std::vector<int> order(atomIndex);
+        order.resize(atomOrder->getSize(), 0);
+        atomOrder->upload(order);
+    }
+
     void setParticleNames(const std::vector<int>& names) {
         particleNames = names;
     }
@@ -521,7 +548,19 @@ private:
     }
 
     int chunkEnd(int c) const {
-        return std::min(n, (c + 1) * chunkRows);
+        return std::min(numCenters, (c + 1) * chunkRows);
+    }
+
+    /** OpenMM's atom order on this device: its own, or the copy of the first context's. */
+    CUdeviceptr atomIndexPointer() const {
+        return atomOrder ? atomOrder->getDevicePointer() : cu.getAtomIndexArray().getDevicePointer();
+    }
+
+    /** posqCorrection in mixed precision (this device's own, or the copy of the first context's), else 0. */
+    CUdeviceptr correctionPointer() const {
+        if (!cu.getUseMixedPrecision())
+            return 0;
+        return correctionCopy ? correctionCopy->getDevicePointer() : cu.getPosqCorrection().getDevicePointer();
     }
 
     /**
@@ -720,6 +759,9 @@ private:
     std::vector<int> typeOffsets, particleNames;
     int capacity = 1, maxCells = 1, buildScratchRows = 1;
     int chunkRows = 1, numChunks = 1; ///< the node stage runs over chunks of chunkRows rows of the type-sorted node list
+    int firstCenter = 0, numCenters = 0; ///< this device's centers (CudaGraphDomain)
+    CudaContext* orderContext = nullptr; ///< the first context of a multi-device Context, when this is another one
+    std::unique_ptr<CudaArray> atomOrder, correctionCopy; ///< with orderContext: its atom order and posqCorrection on this device
     size_t sortScratchBytes = 1;
     bool energyIsDouble = true;
     std::unique_ptr<CudaArray> radialTable, interactionTable, nodeOfParticle, typeArray, nodesByType, positions, slotOfNode, grid, cellOfNode,
@@ -743,13 +785,13 @@ private:
 std::unique_ptr<CudaGraphPipelineBase> GraphPlugin::createCudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model,
                                                                             const std::vector<int>& particles, const std::vector<int>& types,
                                                                             bool periodic, int numSystemParticles, CudaGraphMode graphMode,
-                                                                            int maxChunkRows) {
+                                                                            int maxChunkRows, const CudaGraphDomain& domain) {
     if (cu.getUseDoublePrecision()) {
-        auto pipeline = new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows);
+        auto pipeline = new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, domain);
         pipeline->setParticleNames(particles);
         return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
     }
-    auto pipeline = new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows);
+    auto pipeline = new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, domain);
     pipeline->setParticleNames(particles);
     return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
 }

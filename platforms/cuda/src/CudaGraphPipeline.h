@@ -14,6 +14,22 @@ namespace GraphPlugin {
 enum class CudaGraphMode { Off, Auto, Required };
 
 /**
+ * The share of one device when a Context spans several GPUs: the pipeline
+ * evaluates the energies of the centers [firstCenter, firstCenter +
+ * numCenters) (force order; their rows reach every particle) and adds their
+ * forces to its own context's buffer, which OpenMM sums over devices.  On a
+ * device other than the first, OpenMM keeps posq in the first context's atom
+ * order but not that context's order array or (mixed precision)
+ * posqCorrection: orderContext is then the first context, whose correction is
+ * copied at each evaluation and whose order setAtomOrder() passes on.
+ */
+struct CudaGraphDomain {
+    int firstCenter = 0;
+    int numCenters = -1; ///< -1: every particle of the force
+    OpenMM::CudaContext* orderContext = nullptr;
+};
+
+/**
  * The whole evaluation of a GraphForce on the CUDA platform, for one
  * precision (`real` = float for single and mixed, double for double).
  * initialize-time work (allocation, uploads) happens in the constructor and
@@ -44,8 +60,14 @@ public:
     virtual bool finish() = 0;
     /** Set the model type of every particle (force order). */
     virtual void setTypes(const std::vector<int>& types) = 0;
-    /** Download the last per-particle energies (kJ/mol, force order); synchronises. */
+    /** Download the last per-particle energies (kJ/mol, force order; only the domain's centers are set); synchronises. */
     virtual void downloadParticleEnergies(std::vector<double>& energies) = 0;
+    /**
+     * With an orderContext: OpenMM's atom order ([paddedNumAtoms] atom of each
+     * slot, from the first context's getAtomIndex()), uploaded to this device;
+     * call after every reordering of the first context.  Synchronises.
+     */
+    virtual void setAtomOrder(const std::vector<int>& atomIndex) = 0;
 };
 
 /**
@@ -56,11 +78,12 @@ public:
  * @param periodic   whether the force uses the periodic box
  * @param graphMode  the CudaGraph property
  * @param maxChunkRows the CudaChunkRows property: the most rows per chunk of the node stage, 0 for automatic
+ * @param domain     this device's share (all centers by default); a model with an interaction block is not split
  */
 std::unique_ptr<CudaGraphPipelineBase> createCudaGraphPipeline(OpenMM::CudaContext& cu, std::shared_ptr<const GraphModel> model,
                                                                const std::vector<int>& particles, const std::vector<int>& types,
                                                                bool periodic, int numSystemParticles, CudaGraphMode graphMode,
-                                                               int maxChunkRows);
+                                                               int maxChunkRows, const CudaGraphDomain& domain = CudaGraphDomain());
 
 } // namespace GraphPlugin
 

@@ -125,7 +125,7 @@ __device__ inline void forEachStagedEdge(Stage* stage, int lane, const GraphMode
 template <typename real, int LMAX, int CPL>
 __global__ void __launch_bounds__(32 * WarpsPerBlock)
     momentsKernel(GraphModelParams<real> model, const real* __restrict__ table, const real* __restrict__ nodeWeights,
-                  const double* __restrict__ positions, const int* __restrict__ types, int n, GraphBox<double> box,
+                  const double* __restrict__ positions, const int* __restrict__ types, int firstCenter, int numCenters, GraphBox<double> box,
                   const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity, real* __restrict__ moments) {
     constexpr int H = (LMAX + 1) * (LMAX + 1);
     using Stage = EdgeStage<real, H, false>;
@@ -134,7 +134,8 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
     Stage* stage = reinterpret_cast<Stage*>(sharedBytes) + warp;
     real* partial = reinterpret_cast<real*>(sharedBytes + WarpsPerBlock * sizeof(Stage)); // [WarpsPerBlock][H][M]
     const int M = model.numChannels;
-    for (int i = blockIdx.x; i < n; i += gridDim.x) {
+    for (int b = blockIdx.x; b < numCenters; b += gridDim.x) {
+        const int i = firstCenter + b;
         real acc[H][CPL];
 #pragma unroll
         for (int lm = 0; lm < H; lm++)
@@ -355,7 +356,7 @@ __host__ __device__ constexpr int powerOfTwoAtLeast(int x) {
 template <typename real, int LMAX, int CPL>
 __global__ void __launch_bounds__(32 * MaxForceWarps)
     forcesKernel(GraphModelParams<real> model, const real* __restrict__ gradA, const real* __restrict__ gradB, const real* __restrict__ phi,
-                 const double* __restrict__ positions, const int* __restrict__ types, int n, GraphBox<double> box,
+                 const double* __restrict__ positions, const int* __restrict__ types, int firstCenter, int numCenters, GraphBox<double> box,
                  const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity, const int* __restrict__ slotOfNode,
                  long long* __restrict__ forceBuffer, int paddedAtoms, GraphStatus* status) {
     constexpr int H = (LMAX + 1) * (LMAX + 1);
@@ -371,7 +372,8 @@ __global__ void __launch_bounds__(32 * MaxForceWarps)
     // The (S or P, lm) this lane finishes, and whether it is the first of its copies.
     const int mine = lane / lanesPerValue;
     const bool owner = lane % lanesPerValue == 0 && mine < 2 * H;
-    for (int i = blockIdx.x; i < n; i += gridDim.x) {
+    for (int b = blockIdx.x; b < numCenters; b += gridDim.x) {
+        const int i = firstCenter + b;
         const int ti = types[i];
         int first, last;
         rowChunk(rowCount[i], warp, numWarps, first, last);
@@ -516,13 +518,15 @@ int centerBlocks(int n) {
 
 template <typename real>
 void launchMoments(const GraphModelParams<real>& model, const real* table, const real* nodeWeights, const double* positions,
-                   const int* types, int n, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity, real* moments,
-                   cudaStream_t stream) {
+                   const int* types, int firstCenter, int numCenters, GraphBox<double> box, const int* neighbors, const int* rowCount,
+                   int capacity, real* moments, cudaStream_t stream) {
+    if (numCenters == 0)
+        return;
     dispatchShape(model.lMax, model.numChannels, [&](auto l, auto cpl) {
         const size_t shared = WarpsPerBlock * (stageBytes<real, decltype(l)::value, false>() +
                                                sizeof(real) * (model.lMax + 1) * (model.lMax + 1) * model.numChannels);
-        momentsKernel<real, decltype(l)::value, decltype(cpl)::value><<<centerBlocks(n), 32 * WarpsPerBlock, shared, stream>>>(
-            model, table, nodeWeights, positions, types, n, box, neighbors, rowCount, capacity, moments);
+        momentsKernel<real, decltype(l)::value, decltype(cpl)::value><<<centerBlocks(numCenters), 32 * WarpsPerBlock, shared, stream>>>(
+            model, table, nodeWeights, positions, types, firstCenter, numCenters, box, neighbors, rowCount, capacity, moments);
     });
 }
 
@@ -561,21 +565,24 @@ int chooseForceWarps(int n, int numMultiprocessors) {
 
 template <typename real>
 void launchForces(const GraphModelParams<real>& model, const real* gradA, const real* gradB, const real* phi, const double* positions,
-                  const int* types, int n, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity,
-                  const int* slotOfNode, long long* forceBuffer, int paddedAtoms, GraphStatus* status, int warpsPerCenter,
+                  const int* types, int firstCenter, int numCenters, GraphBox<double> box, const int* neighbors, const int* rowCount,
+                  int capacity, const int* slotOfNode, long long* forceBuffer, int paddedAtoms, GraphStatus* status, int warpsPerCenter,
                   cudaStream_t stream) {
+    if (numCenters == 0)
+        return;
     dispatchShape(model.lMax, model.numChannels, [&](auto l, auto cpl) {
         // At most 48 KB of staged edges per block (the default limit of dynamic shared memory): 6 warps for l_max = 2.
         const size_t stage = stageBytes<real, decltype(l)::value, true>();
         const int warps = std::max(1, std::min(warpsPerCenter, (int) (48 * 1024 / stage)));
         forcesKernel<real, decltype(l)::value, decltype(cpl)::value>
-            <<<centerBlocks(n), 32 * warps, warps * stage, stream>>>(model, gradA, gradB, phi, positions, types, n, box, neighbors,
+            <<<centerBlocks(numCenters), 32 * warps, warps * stage, stream>>>(model, gradA, gradB, phi, positions, types, firstCenter,
+                                                                               numCenters, box, neighbors,
                                                                       rowCount, capacity, slotOfNode, forceBuffer, paddedAtoms, status);
     });
 }
 
 #define GRAPH_INSTANTIATE_EDGES(real)                                                                                                      \
-    template void launchMoments<real>(const GraphModelParams<real>&, const real*, const real*, const double*, const int*, int,             \
+    template void launchMoments<real>(const GraphModelParams<real>&, const real*, const real*, const double*, const int*, int, int,        \
                                       GraphBox<double>, const int*, const int*, int, real*, cudaStream_t);                                 \
     template void launchInvariants<real>(const GraphModelParams<real>&, const real*, const real*, const int*, int, real*, int, int,         \
                                          cudaStream_t);                                                                                    \
@@ -584,6 +591,7 @@ void launchForces(const GraphModelParams<real>& model, const real* gradA, const 
     template void launchNodeFeatureGradient<real>(const GraphModelParams<real>&, const real*, const double*, const int*, int,              \
                                                   GraphBox<double>, const int*, const int*, int, real*, cudaStream_t);                     \
     template void launchForces<real>(const GraphModelParams<real>&, const real*, const real*, const real*, const double*, const int*, int, \
+                                     int,                                                                                                   \
                                      GraphBox<double>, const int*, const int*, int, const int*, long long*, int, GraphStatus*, int,        \
                                      cudaStream_t);
 GRAPH_INSTANTIATE_EDGES(float)

@@ -158,7 +158,8 @@ __device__ inline int axisOffsets(int numCells, bool periodic, int offsets[3]) {
 constexpr int SharedRowCapacity = 1024;
 
 template <typename real>
-__global__ void buildRowsKernel(const real* __restrict__ positions, int n, GraphBox<real> box, const GraphGrid<real>* __restrict__ gridPtr,
+__global__ void buildRowsKernel(const real* __restrict__ positions, int firstCenter, int numCenters, GraphBox<real> box,
+                                const GraphGrid<real>* __restrict__ gridPtr,
                                 const int* __restrict__ sortedNodes, const int* __restrict__ cellStart, const int* __restrict__ cellEnd,
                                 real cutoff, int capacity, int* __restrict__ unsortedScratch, uint32_t* __restrict__ keyScratch,
                                 int* __restrict__ neighbors, int* __restrict__ rowCount, GraphStatus* status) {
@@ -167,7 +168,8 @@ __global__ void buildRowsKernel(const real* __restrict__ positions, int n, Graph
     const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int numWarps = (gridDim.x * blockDim.x) >> 5;
     const real cutoff2 = cutoff * cutoff, invCutoff2 = 1 / cutoff2;
-    for (int i = warp; i < n; i += numWarps) {
+    for (int b = warp; b < numCenters; b += numWarps) {
+        const int i = firstCenter + b;
         const real xi[3] = {positions[3 * i], positions[3 * i + 1], positions[3 * i + 2]};
         int cell[3];
         cellCoordinates(xi, box, grid, cell);
@@ -287,14 +289,17 @@ void launchCellSort(const double* positions, int n, GraphBox<double> box, const 
     cellRangesKernel<<<blocksFor(n, 256), 256, 0, stream>>>(sortedCells, n, cellStart, cellEnd);
 }
 
-void launchBuildRows(const double* positions, int n, GraphBox<double> box, const GraphGrid<double>* grid, const int* sortedNodes,
+void launchBuildRows(const double* positions, int firstCenter, int numCenters, GraphBox<double> box, const GraphGrid<double>* grid, const int* sortedNodes,
                      const int* cellStart, const int* cellEnd, double cutoff, int capacity, int scratchRows, int* unsortedScratch,
                      uint32_t* keyScratch, int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream) {
     const int threads = 32 * WarpsPerBlock;
-    const size_t warps = std::min<size_t>(n, scratchRows);
+    if (numCenters == 0)
+        return;
+    const size_t warps = std::min<size_t>(numCenters, scratchRows);
     const size_t shared = capacity <= SharedRowCapacity ? (size_t) WarpsPerBlock * capacity * (sizeof(int) + sizeof(uint32_t)) : 0;
     buildRowsKernel<double><<<(unsigned) ((warps + WarpsPerBlock - 1) / WarpsPerBlock), threads, shared, stream>>>(
-        positions, n, box, grid, sortedNodes, cellStart, cellEnd, cutoff, capacity, unsortedScratch, keyScratch, neighbors, rowCount,
+        positions, firstCenter, numCenters, box, grid, sortedNodes, cellStart, cellEnd, cutoff, capacity, unsortedScratch, keyScratch,
+        neighbors, rowCount,
         status);
 }
 

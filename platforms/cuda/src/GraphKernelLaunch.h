@@ -49,25 +49,28 @@ void launchCellSort(const double* positions, int n, GraphBox<double> box, const 
 size_t getCellSortScratchBytes(int n, int maxCells);
 
 /**
- * The canonical rows: neighbors[i * capacity + e], e < rowCount[i], sorted by
- * fixed-point r^2 and then index.  Rows longer than capacity raise
- * status->maxRowCount above capacity (the caller grows and recomputes).
- * unsortedScratch and keyScratch are [scratchRows * capacity]: one row per
- * warp, reused; the launch runs min(n, scratchRows) warps.
+ * The canonical rows of the centers [firstCenter, firstCenter + numCenters)
+ * (neighbours among all particles of the grid): neighbors[i * capacity + e],
+ * e < rowCount[i], sorted by fixed-point r^2 and then index.  Rows longer than
+ * capacity raise status->maxRowCount above capacity (the caller grows and
+ * recomputes).  unsortedScratch and keyScratch are [scratchRows * capacity]:
+ * one row per warp, reused (rows up to 1024 long use shared memory instead);
+ * the launch runs min(numCenters, scratchRows) warps.
  */
-void launchBuildRows(const double* positions, int n, GraphBox<double> box, const GraphGrid<double>* grid, const int* sortedNodes,
+void launchBuildRows(const double* positions, int firstCenter, int numCenters, GraphBox<double> box, const GraphGrid<double>* grid, const int* sortedNodes,
                      const int* cellStart, const int* cellEnd, double cutoff, int capacity, int scratchRows, int* unsortedScratch,
                      uint32_t* keyScratch, int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream);
 
 // ---------------------------------------------------------------- edge scans (EdgeScanKernels.cu)
 
 /**
- * Moments of every center, [n][H][M] (scaled by 1/n_norm):
+ * Moments of the centers [firstCenter, firstCenter + numCenters), [node][H][M] (scaled by 1/n_norm):
  * X_i[lm][k] = sum_j table(t_i, t_j, l, k)(r) * (nodeWeights ? nodeWeights[j][k] : 1) * Y_lm(u_ij) / n_norm.
  */
 template <typename real>
 void launchMoments(const GraphModelParams<real>& model, const real* table, const real* nodeWeights, const double* positions, const int* types,
-                   int n, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity, real* moments, cudaStream_t stream);
+                   int firstCenter, int numCenters, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity,
+                   real* moments, cudaStream_t stream);
 
 /**
  * Invariants D[l][k][k'] = sum_m X[lm][k] A[lm][k'] of the centers
@@ -101,16 +104,17 @@ void launchNodeFeatureGradient(const GraphModelParams<real>& model, const real* 
                                cudaStream_t stream);
 
 /**
- * The edge backward: forces from dE/dA (and dE/dB, phi), added in 64-bit fixed
- * point to OpenMM's force buffer ([3][paddedAtoms], slot order).  Each center's
+ * The edge backward of the centers [firstCenter, firstCenter + numCenters):
+ * forces from dE/dA (and dE/dB, phi), added in 64-bit fixed point to OpenMM's
+ * force buffer ([3][paddedAtoms], slot order).  Each center's
  * row is split over warpsPerCenter warps (4 or 8; chooseForceWarps); every
  * edge's contribution is converted to fixed point on its own, so the forces do
  * not depend on the split.
  */
 template <typename real>
 void launchForces(const GraphModelParams<real>& model, const real* gradA, const real* gradB, const real* phi, const double* positions,
-                  const int* types, int n, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity,
-                  const int* slotOfNode, long long* forceBuffer, int paddedAtoms, GraphStatus* status, int warpsPerCenter,
+                  const int* types, int firstCenter, int numCenters, GraphBox<double> box, const int* neighbors, const int* rowCount,
+                  int capacity, const int* slotOfNode, long long* forceBuffer, int paddedAtoms, GraphStatus* status, int warpsPerCenter,
                   cudaStream_t stream);
 
 /**
