@@ -379,15 +379,6 @@ __global__ void __launch_bounds__(32 * MaxForceWarps)
         rowChunk(rowCount[i], warp, numWarps, first, last);
         // F_i in fixed point, edge by edge: the sum does not depend on how the row is split over warps.
         long long forceI[3] = {0, 0, 0};
-        // dE/dA of center i for this lane's channels, constant over the row: held in registers.
-        real gradAi[H][CPL];
-#pragma unroll
-        for (int c = 0; c < CPL; c++) {
-            const int k = lane + 32 * c;
-#pragma unroll
-            for (int lm = 0; lm < H; lm++)
-                gradAi[lm][c] = k < M ? gradA[((size_t) i * H + lm) * M + k] : real(0);
-        }
         forEachStagedEdge<LMAX>(stage, lane, model, positions, types, i, neighbors, capacity, box, first, last, [&](int q) {
             const int j = stage->j[q], tj = stage->tj[q], interval = stage->interval[q];
             real h[6], d[6];
@@ -400,34 +391,18 @@ __global__ void __launch_bounds__(32 * MaxForceWarps)
 #pragma unroll
             for (int x = 0; x < V; x++)
                 v[x] = 0;
-#pragma unroll
-            for (int c = 0; c < CPL; c++) {
-                const int k = lane + 32 * c;
-                if (k < M) {
-#pragma unroll
-                    for (int l = 0; l <= LMAX; l++) {
-                        real value, deriv;
-                        hermiteEvaluate<real, true>(model.radialTable, model, ti, tj, l, k, interval, h, d, value, deriv);
-#pragma unroll
-                        for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
-                            v[lm] += gradAi[lm][c] * value;
-                            v[H + lm] += gradAi[lm][c] * deriv;
-                        }
-                    }
-                }
-            }
-            if (numBlocks == 2) {
-                // The interaction block: its tables weighted by phi_j, with dE/dB.
-                const real* G = gradB + (size_t) i * H * M;
+            for (int block = 0; block < numBlocks; block++) {
+                const real* table = block == 0 ? model.radialTable : model.interactionTable;
+                const real* G = (block == 0 ? gradA : gradB) + (size_t) i * H * M;
 #pragma unroll
                 for (int c = 0; c < CPL; c++) {
                     const int k = lane + 32 * c;
                     if (k < M) {
-                        const real weight = phi[(size_t) j * M + k];
+                        const real weight = block == 0 ? real(1) : phi[(size_t) j * M + k];
 #pragma unroll
                         for (int l = 0; l <= LMAX; l++) {
                             real value, deriv;
-                            hermiteEvaluate<real, true>(model.interactionTable, model, ti, tj, l, k, interval, h, d, value, deriv);
+                            hermiteEvaluate<real, true>(table, model, ti, tj, l, k, interval, h, d, value, deriv);
                             value *= weight;
                             deriv *= weight;
 #pragma unroll
