@@ -25,8 +25,7 @@ public:
      */
     CudaCalcGraphForceKernel(std::string name, const OpenMM::Platform& platform, OpenMM::CudaContext& cu, int domainIndex = 0,
                              int numDomains = 1, OpenMM::CudaContext* orderContext = nullptr)
-        : CalcGraphForceKernel(name, platform), cu(cu), domainIndex(domainIndex), numDomains(numDomains), orderContext(orderContext) {
-    }
+        : CalcGraphForceKernel(name, platform), cu(cu), domainIndex(domainIndex), numDomains(numDomains), orderContext(orderContext) {}
     ~CudaCalcGraphForceKernel();
     void initialize(const OpenMM::System& system, const GraphForce& force) override;
     double execute(OpenMM::ContextImpl& context, bool includeForces, bool includeEnergy) override;
@@ -52,8 +51,7 @@ private:
     /** Reads the status of the evaluation in OpenMM's finishComputation; asks for a recomputation after an overflow. */
     class StatusCheck : public OpenMM::ComputeContext::ForcePostComputation {
     public:
-        StatusCheck(std::shared_ptr<PostComputationState> state, OpenMM::CudaContext& cu) : state(state), cu(cu) {
-        }
+        StatusCheck(std::shared_ptr<PostComputationState> state, OpenMM::CudaContext& cu) : state(state), cu(cu) {}
         double computeForceAndEnergy(bool includeForces, bool includeEnergy, int groups) override;
 
     private:

@@ -29,11 +29,11 @@ struct DeviceNetworks {
     std::vector<int> layerWidth; ///< [layer] the widest output of that layer over all types
 };
 
-template <typename real>
-class CudaGraphPipeline : public CudaGraphPipelineBase {
+template <typename real> class CudaGraphPipeline : public CudaGraphPipelineBase {
 public:
-    CudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles, const std::vector<int>& types,
-                      bool periodic, int numSystemParticles, CudaGraphMode graphMode, int maxChunkRows, const CudaGraphDomain& domain)
+    CudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles,
+                      const std::vector<int>& types, bool periodic, int numSystemParticles, CudaGraphMode graphMode, int maxChunkRows,
+                      const CudaGraphDomain& domain)
         : cu(cu), model(model), n((int) particles.size()), periodic(periodic), graphMode(graphMode) {
         firstCenter = domain.firstCenter;
         numCenters = domain.numCenters < 0 ? n : domain.numCenters;
@@ -231,18 +231,19 @@ private:
         const int* atomIndex = (const int*) atomIndexPointer();
         if (cu.getUseDoublePrecision())
             launchGatherPositions<GraphDouble4>((const GraphDouble4*) cu.getPosq().getDevicePointer(), nullptr, atomIndex, cu.getNumAtoms(),
-                                                pointer<int>(nodeOfParticle), x, pointer<int>(slotOfNode), pointer<GraphStatus>(status), stream);
+                                                pointer<int>(nodeOfParticle), x, pointer<int>(slotOfNode), pointer<GraphStatus>(status),
+                                                stream);
         else
             launchGatherPositions<float4>((const float4*) cu.getPosq().getDevicePointer(), correction, atomIndex, cu.getNumAtoms(),
                                           pointer<int>(nodeOfParticle), x, pointer<int>(slotOfNode), pointer<GraphStatus>(status), stream);
         launchGridSetup(x, n, box, model->cutoff, maxCells, pointer<GraphGrid<double>>(grid), stream);
         launchCellSort(x, n, box, pointer<GraphGrid<double>>(grid), maxCells, pointer<uint32_t>(cellOfNode), pointer<uint32_t>(sortedCells),
-                       pointer<int>(nodeIds), pointer<int>(sortedNodes), pointer<int>(cellStart), pointer<int>(cellEnd), pointer<char>(sortScratch),
-                       sortScratchBytes, stream);
-        launchBuildRows(x, firstCenter, numCenters, box, pointer<GraphGrid<double>>(grid), pointer<int>(sortedNodes), pointer<int>(cellStart), pointer<int>(cellEnd),
-                        model->cutoff, capacity, buildScratchRows, pointer<int>(unsortedNeighbors), pointer<uint32_t>(neighborKeys),
-                        pointer<int>(neighbors),
-                        pointer<int>(rowCount), pointer<GraphStatus>(status), stream);
+                       pointer<int>(nodeIds), pointer<int>(sortedNodes), pointer<int>(cellStart), pointer<int>(cellEnd),
+                       pointer<char>(sortScratch), sortScratchBytes, stream);
+        launchBuildRows(x, firstCenter, numCenters, box, pointer<GraphGrid<double>>(grid), pointer<int>(sortedNodes),
+                        pointer<int>(cellStart), pointer<int>(cellEnd), model->cutoff, capacity, buildScratchRows,
+                        pointer<int>(unsortedNeighbors), pointer<uint32_t>(neighborKeys), pointer<int>(neighbors), pointer<int>(rowCount),
+                        pointer<GraphStatus>(status), stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
 
         // Stage 2: moments (and the interaction block's node features and moments), per node.
@@ -260,12 +261,13 @@ private:
             B = pointer<real>(interactionMoments);
             gradB = pointer<real>(gradInteractionMoments);
             for (int c = 0; c < numChunks; c++) {
-                launchInvariants<real>(params, A, A, rowNodes + chunkBegin(c), chunkEnd(c) - chunkBegin(c), input, fittingInputSize, 0, stream);
-                forwardNetwork(node, nodeActivations, nodeDerivatives, c, input, fittingInputSize, pointer<real>(nodeFeatures), M, true, false,
-                               nullptr, stream);
+                launchInvariants<real>(params, A, A, rowNodes + chunkBegin(c), chunkEnd(c) - chunkBegin(c), input, fittingInputSize, 0,
+                                       stream);
+                forwardNetwork(node, nodeActivations, nodeDerivatives, c, input, fittingInputSize, pointer<real>(nodeFeatures), M, true,
+                               false, nullptr, stream);
             }
-            launchMoments<real>(params, params.interactionTable, pointer<real>(nodeFeatures), x, types, 0, n, box, rows, counts, capacity, B,
-                                stream);
+            launchMoments<real>(params, params.interactionTable, pointer<real>(nodeFeatures), x, types, 0, n, box, rows, counts, capacity,
+                                B, stream);
         }
         GRAPH_CUDA_CHECK(cudaGetLastError());
 
@@ -284,12 +286,14 @@ private:
                 continue;
             backwardNetwork(fitting, fittingDerivatives, c, gradInput, fittingInputSize, false, stream);
             if (interaction) {
-                launchInvariantsBackward<real>(params, B, A, chunkNodes, chunkSize, gradInput, fittingInputSize, descriptorSize, gradB, gradA,
-                                               false, stream);
-                launchInvariantsBackward<real>(params, A, A, chunkNodes, chunkSize, gradInput, fittingInputSize, 0, gradA, gradA, true, stream);
+                launchInvariantsBackward<real>(params, B, A, chunkNodes, chunkSize, gradInput, fittingInputSize, descriptorSize, gradB,
+                                               gradA, false, stream);
+                launchInvariantsBackward<real>(params, A, A, chunkNodes, chunkSize, gradInput, fittingInputSize, 0, gradA, gradA, true,
+                                               stream);
             }
             else
-                launchInvariantsBackward<real>(params, A, A, chunkNodes, chunkSize, gradInput, fittingInputSize, 0, gradA, gradA, false, stream);
+                launchInvariantsBackward<real>(params, A, A, chunkNodes, chunkSize, gradInput, fittingInputSize, 0, gradA, gradA, false,
+                                               stream);
         }
         if (addEnergy)
             launchEnergyStore(pointer<GraphStatus>(status), (void*) cu.getEnergyBuffer().getDevicePointer(), energyIsDouble, stream);
@@ -300,7 +304,8 @@ private:
         // Stage 4: the interaction block's backward (node features, then the node network, chunk by chunk; its
         // activations are recomputed when there is more than one chunk), then the edge backward into OpenMM's forces.
         if (interaction) {
-            launchNodeFeatureGradient<real>(params, gradB, x, types, n, box, rows, counts, capacity, pointer<real>(nodeFeatureGrad), stream);
+            launchNodeFeatureGradient<real>(params, gradB, x, types, n, box, rows, counts, capacity, pointer<real>(nodeFeatureGrad),
+                                            stream);
             for (int c = 0; c < numChunks; c++) {
                 const int* chunkNodes = rowNodes + chunkBegin(c);
                 const int chunkSize = chunkEnd(c) - chunkBegin(c);
@@ -310,14 +315,13 @@ private:
                                    false, nullptr, stream);
                 }
                 backwardNetwork(node, nodeDerivatives, c, pointer<real>(nodeInputGrad), descriptorSize, true, stream);
-                launchInvariantsBackward<real>(params, A, A, chunkNodes, chunkSize, pointer<real>(nodeInputGrad), descriptorSize, 0, gradA, gradA,
-                                               true, stream);
+                launchInvariantsBackward<real>(params, A, A, chunkNodes, chunkSize, pointer<real>(nodeInputGrad), descriptorSize, 0, gradA,
+                                               gradA, true, stream);
             }
         }
-        launchForces<real>(params, gradA, gradB, interaction ? pointer<real>(nodeFeatures) : nullptr, x, types, firstCenter, numCenters, box,
-                           rows, counts, capacity,
-                           pointer<int>(slotOfNode), (long long*) cu.getLongForceBuffer().getDevicePointer(), cu.getPaddedNumAtoms(),
-                           pointer<GraphStatus>(status), chooseForceWarps(numCenters, numMultiprocessors), stream);
+        launchForces<real>(params, gradA, gradB, interaction ? pointer<real>(nodeFeatures) : nullptr, x, types, firstCenter, numCenters,
+                           box, rows, counts, capacity, pointer<int>(slotOfNode), (long long*) cu.getLongForceBuffer().getDevicePointer(),
+                           cu.getPaddedNumAtoms(), pointer<GraphStatus>(status), chooseForceWarps(numCenters, numMultiprocessors), stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
         copyStatus(stream);
     }
@@ -329,9 +333,9 @@ private:
         int capacity = 0;
         CUdeviceptr posq = 0, correction = 0, atomIndex = 0, forces = 0, energy = 0;
         bool operator==(const LaunchKey& o) const {
-            if (includeForces != o.includeForces || addEnergy != o.addEnergy || energyIsDouble != o.energyIsDouble || capacity != o.capacity ||
-                posq != o.posq || correction != o.correction || atomIndex != o.atomIndex || forces != o.forces || energy != o.energy ||
-                box.periodic != o.box.periodic)
+            if (includeForces != o.includeForces || addEnergy != o.addEnergy || energyIsDouble != o.energyIsDouble ||
+                capacity != o.capacity || posq != o.posq || correction != o.correction || atomIndex != o.atomIndex || forces != o.forces ||
+                energy != o.energy || box.periodic != o.box.periodic)
                 return false;
             for (int d = 0; d < 3; d++)
                 if (box.a[d] != o.box.a[d] || box.b[d] != o.box.b[d] || box.c[d] != o.box.c[d])
@@ -397,8 +401,8 @@ private:
                 cudaGraphExecDestroy(graphExec);
             graphExec = nullptr;
             if (graphMode == CudaGraphMode::Required)
-                throw OpenMMException("GraphForce: CudaGraph is \"true\" but the evaluation could not be captured into a CUDA graph (" + failure +
-                                      "); set CudaGraph to \"auto\" or \"false\"");
+                throw OpenMMException("GraphForce: CudaGraph is \"true\" but the evaluation could not be captured into a CUDA graph (" +
+                                      failure + "); set CudaGraph to \"auto\" or \"false\"");
             graphMode = CudaGraphMode::Off;
             return;
         }
@@ -433,7 +437,8 @@ public:
                         << particleName(s.errorParticle[1]) << " is not finite or beyond the fixed-point range (" << s.errorValue
                         << " kJ/mol/nm); check the positions and the model";
                 break;
-            default: message << "unknown device error " << s.errorCode;
+            default:
+                message << "unknown device error " << s.errorCode;
             }
             throw OpenMMException(message.str());
         }
@@ -466,8 +471,7 @@ public:
     }
 
 private:
-    template <typename T>
-    static T* pointer(const std::unique_ptr<CudaArray>& array) {
+    template <typename T> static T* pointer(const std::unique_ptr<CudaArray>& array) {
         return reinterpret_cast<T*>(array->getDevicePointer());
     }
 
@@ -668,9 +672,9 @@ private:
             if (isNode) {
                 // phi = W_out h + b: dE/dh = W_out^T dE/dphi.
                 const DeviceLayer& out = networks.output[t0];
-                launchDenseBackward<real>(makeBatch(networks, -1, batchTypes, out.numInputs, chunk), rowNodes, pointer<real>(nodeFeatureGrad), M,
-                                          true, nullptr, 0, out.numInputs, out.numOutputs, GraphIdentity, false, grad,
-                                          H > 0 ? networks.layerWidth[H - 1] : gradInputStride, stream);
+                launchDenseBackward<real>(makeBatch(networks, -1, batchTypes, out.numInputs, chunk), rowNodes,
+                                          pointer<real>(nodeFeatureGrad), M, true, nullptr, 0, out.numInputs, out.numOutputs, GraphIdentity,
+                                          false, grad, H > 0 ? networks.layerWidth[H - 1] : gradInputStride, stream);
             }
             int current = 0;
             for (int l = H - 1; l >= 0; l--) {
@@ -686,9 +690,9 @@ private:
                     target = pointer<real>(gradientScratch[current]);
                     targetStride = networks.layerWidth[l - 1];
                 }
-                launchDenseBackward<real>(makeBatch(networks, l, batchTypes, layer.numInputs, chunk), rowNodes, grad, networks.layerWidth[l], false,
-                                          pointer<real>(derivatives[l]), networks.layerWidth[l], layer.numInputs, layer.numOutputs,
-                                          activation, layer.residual, target, targetStride, stream);
+                launchDenseBackward<real>(makeBatch(networks, l, batchTypes, layer.numInputs, chunk), rowNodes, grad,
+                                          networks.layerWidth[l], false, pointer<real>(derivatives[l]), networks.layerWidth[l],
+                                          layer.numInputs, layer.numOutputs, activation, layer.residual, target, targetStride, stream);
                 grad = target;
             }
         }
@@ -758,16 +762,16 @@ private:
     std::vector<double> energyShift;
     std::vector<int> typeOffsets, particleNames;
     int capacity = 1, maxCells = 1, buildScratchRows = 1;
-    int chunkRows = 1, numChunks = 1; ///< the node stage runs over chunks of chunkRows rows of the type-sorted node list
+    int chunkRows = 1, numChunks = 1;    ///< the node stage runs over chunks of chunkRows rows of the type-sorted node list
     int firstCenter = 0, numCenters = 0; ///< this device's centers (CudaGraphDomain)
     CudaContext* orderContext = nullptr; ///< the first context of a multi-device Context, when this is another one
     std::unique_ptr<CudaArray> atomOrder, correctionCopy; ///< with orderContext: its atom order and posqCorrection on this device
     size_t sortScratchBytes = 1;
     bool energyIsDouble = true;
-    std::unique_ptr<CudaArray> radialTable, interactionTable, nodeOfParticle, typeArray, nodesByType, positions, slotOfNode, grid, cellOfNode,
-        sortedCells, nodeIds, sortedNodes, cellStart, cellEnd, sortScratch, rowCount, unsortedNeighbors, neighborKeys, neighbors, moments,
-        gradMoments, fittingInput, fittingInputGrad, nodeFeatures, nodeFeatureGrad, interactionMoments, gradInteractionMoments, nodeInputGrad,
-        particleEnergy, status;
+    std::unique_ptr<CudaArray> radialTable, interactionTable, nodeOfParticle, typeArray, nodesByType, positions, slotOfNode, grid,
+        cellOfNode, sortedCells, nodeIds, sortedNodes, cellStart, cellEnd, sortScratch, rowCount, unsortedNeighbors, neighborKeys,
+        neighbors, moments, gradMoments, fittingInput, fittingInputGrad, nodeFeatures, nodeFeatureGrad, interactionMoments,
+        gradInteractionMoments, nodeInputGrad, particleEnergy, status;
     std::unique_ptr<CudaArray> gradientScratch[2];
     std::vector<std::unique_ptr<CudaArray>> fittingActivations, fittingDerivatives, nodeActivations, nodeDerivatives;
     GraphStatus* hostStatus = nullptr;
@@ -783,15 +787,18 @@ private:
 } // namespace
 
 std::unique_ptr<CudaGraphPipelineBase> GraphPlugin::createCudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model,
-                                                                            const std::vector<int>& particles, const std::vector<int>& types,
-                                                                            bool periodic, int numSystemParticles, CudaGraphMode graphMode,
+                                                                            const std::vector<int>& particles,
+                                                                            const std::vector<int>& types, bool periodic,
+                                                                            int numSystemParticles, CudaGraphMode graphMode,
                                                                             int maxChunkRows, const CudaGraphDomain& domain) {
     if (cu.getUseDoublePrecision()) {
-        auto pipeline = new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, domain);
+        auto pipeline =
+            new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, domain);
         pipeline->setParticleNames(particles);
         return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
     }
-    auto pipeline = new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, domain);
+    auto pipeline =
+        new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, domain);
     pipeline->setParticleNames(particles);
     return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
 }

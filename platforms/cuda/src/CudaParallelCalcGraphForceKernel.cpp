@@ -9,8 +9,7 @@ using namespace OpenMM;
 
 class CudaParallelCalcGraphForceKernel::OrderListener : public ComputeContext::ReorderListener {
 public:
-    explicit OrderListener(std::shared_ptr<OrderVersion> version) : version(version) {
-    }
+    explicit OrderListener(std::shared_ptr<OrderVersion> version) : version(version) {}
     void execute() override {
         version->value++;
     }
@@ -23,8 +22,7 @@ private:
 class CudaParallelCalcGraphForceKernel::Task : public ComputeContext::WorkTask {
 public:
     Task(CudaParallelCalcGraphForceKernel& owner, ContextImpl& context, int device, bool includeForces, bool includeEnergy)
-        : owner(owner), context(context), device(device), includeForces(includeForces), includeEnergy(includeEnergy) {
-    }
+        : owner(owner), context(context), device(device), includeForces(includeForces), includeEnergy(includeEnergy) {}
     void execute() override {
         // Only OpenMMException crosses OpenMM's worker threads.
         try {
@@ -47,16 +45,16 @@ private:
     bool includeForces, includeEnergy;
 };
 
-CudaParallelCalcGraphForceKernel::CudaParallelCalcGraphForceKernel(std::string name, const Platform& platform, CudaPlatform::PlatformData& data)
-    : CalcGraphForceKernel(name, platform), data(data), orderVersion(std::make_shared<OrderVersion>()) {
-}
+CudaParallelCalcGraphForceKernel::CudaParallelCalcGraphForceKernel(std::string name, const Platform& platform,
+                                                                   CudaPlatform::PlatformData& data)
+    : CalcGraphForceKernel(name, platform), data(data), orderVersion(std::make_shared<OrderVersion>()) {}
 
 void CudaParallelCalcGraphForceKernel::initialize(const System& system, const GraphForce& force) {
     const int numDevices = force.getModel()->numInteractions == 0 ? (int) data.contexts.size() : 1;
     CudaContext& first = *data.contexts[0];
     for (int device = 0; device < numDevices; device++) {
-        CudaCalcGraphForceKernel* kernel =
-            new CudaCalcGraphForceKernel(getName(), getPlatform(), *data.contexts[device], device, numDevices, device == 0 ? nullptr : &first);
+        CudaCalcGraphForceKernel* kernel = new CudaCalcGraphForceKernel(getName(), getPlatform(), *data.contexts[device], device,
+                                                                        numDevices, device == 0 ? nullptr : &first);
         kernels.emplace_back(kernel);
         kernel->initialize(system, force);
     }
@@ -87,8 +85,8 @@ void CudaParallelCalcGraphForceKernel::getParticleEnergies(ContextImpl& context,
     for (int device = 0; device < (int) kernels.size(); device++) {
         CudaContext& cu = *data.contexts[device];
         if (device > 0) {
-            GRAPH_CU_CHECK(cuMemcpyPeer(cu.getPosq().getDevicePointer(), cu.getContext(), first.getPosq().getDevicePointer(), first.getContext(),
-                                        first.getPosq().getSize() * first.getPosq().getElementSize()));
+            GRAPH_CU_CHECK(cuMemcpyPeer(cu.getPosq().getDevicePointer(), cu.getContext(), first.getPosq().getDevicePointer(),
+                                        first.getContext(), first.getPosq().getSize() * first.getPosq().getElementSize()));
             ContextSelector selector(cu);
             refreshAtomOrder(device);
         }

@@ -54,8 +54,8 @@ private:
     void refreshAtomOrder(int device);
 
     OpenMM::CudaPlatform::PlatformData& data;
-    std::vector<OpenMM::Kernel> kernels;         ///< one per device that has a share
-    std::vector<long long> seenVersion;          ///< [device] the order version its share has (touched by that device's thread only)
+    std::vector<OpenMM::Kernel> kernels; ///< one per device that has a share
+    std::vector<long long> seenVersion;  ///< [device] the order version its share has (touched by that device's thread only)
     std::shared_ptr<OrderVersion> orderVersion;
 };
 

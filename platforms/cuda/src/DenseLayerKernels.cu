@@ -19,8 +19,7 @@ namespace {
 constexpr int SharedPad = 4;
 
 /** W consecutive values from 16-byte aligned (W >= 4, or 8-byte for W = 2 floats) shared memory, as vector loads. */
-template <typename real, int W>
-__device__ inline void loadShared(const real* p, real out[W]) {
+template <typename real, int W> __device__ inline void loadShared(const real* p, real out[W]) {
     if constexpr (sizeof(real) == 4 && W == 4) {
         const float4 v = *reinterpret_cast<const float4*>(p);
         out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
@@ -43,9 +42,7 @@ __device__ inline void loadShared(const real* p, real out[W]) {
     }
 }
 
-
-template <typename real>
-__device__ inline real activate(int activation, real z) {
+template <typename real> __device__ inline real activate(int activation, real z) {
     if (activation == GraphTanh)
         return tanh(z);
     if (activation == GraphSilu)
@@ -53,8 +50,7 @@ __device__ inline real activate(int activation, real z) {
     return z;
 }
 
-template <typename real>
-__device__ inline real activateDerivative(int activation, real z) {
+template <typename real> __device__ inline real activateDerivative(int activation, real z) {
     if (activation == GraphTanh) {
         real t = tanh(z);
         return 1 - t * t;
@@ -67,16 +63,14 @@ __device__ inline real activateDerivative(int activation, real z) {
 }
 
 /** The group of a row tile (linear search over at most MaxBatchedGroups groups). */
-template <typename real>
-__device__ inline int groupOfTile(const DenseBatch<real>& batch, int tile) {
+template <typename real> __device__ inline int groupOfTile(const DenseBatch<real>& batch, int tile) {
     int g = 0;
     while (g < batch.numGroups - 1 && tile >= batch.tileStart[g + 1])
         g++;
     return g;
 }
 
-template <typename real>
-__device__ inline int groupOfRow(const DenseBatch<real>& batch, int row) {
+template <typename real> __device__ inline int groupOfRow(const DenseBatch<real>& batch, int row) {
     int g = 0;
     while (g < batch.numGroups - 1 && row >= batch.rowStart[g + 1])
         g++;
@@ -84,8 +78,7 @@ __device__ inline int groupOfRow(const DenseBatch<real>& batch, int row) {
 }
 
 /** The chunk-local index of a row, or the node of the row when mapped (rowNodes != nullptr). */
-template <typename real>
-__device__ inline size_t rowIndex(const DenseBatch<real>& batch, const int* rowNodes, int row) {
+template <typename real> __device__ inline size_t rowIndex(const DenseBatch<real>& batch, const int* rowNodes, int row) {
     return rowNodes ? (size_t) rowNodes[row] : (size_t) (row - batch.chunkStart);
 }
 
@@ -108,10 +101,10 @@ __device__ inline size_t rowIndex(const DenseBatch<real>& batch, const int* rowN
  * backward: out = C (+ A-source if residual)
  */
 template <typename real, bool Forward, int RPT, int CPT>
-__global__ void __launch_bounds__(256, RPT == 8 ? 2 : 1) denseGemmKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ A,
-                                                       int aStride, int aMapped, int K, int N, int ldw, int activation, int residual,
-                                                       real* __restrict__ deriv, int derivStride, real* __restrict__ out, int outStride,
-                                                       int outMapped) {
+__global__ void __launch_bounds__(256, RPT == 8 ? 2 : 1)
+    denseGemmKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ A, int aStride, int aMapped, int K,
+                    int N, int ldw, int activation, int residual, real* __restrict__ deriv, int derivStride, real* __restrict__ out,
+                    int outStride, int outMapped) {
     constexpr int Rows = 16 * RPT, Cols = 16 * CPT;
     // k-slices of 16; 8 for the 128 x 128 tiles (fewer prefetch registers: two blocks fit on a multiprocessor); 64 for
     // the 16-row tiles of small batches in float, whose time is the chain of k-slice loads.
@@ -253,9 +246,9 @@ template <typename real, bool Forward>
 void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const int* rowNodes, const real* A, int aStride, bool aMapped,
                 int K, int ldw, int activation, bool residual, real* deriv, int derivStride, real* out, int outStride, bool outMapped) {
     dim3 blocks(batch.tileStart[batch.numGroups], (N + denseTileColumns(batch.tileRows) - 1) / denseTileColumns(batch.tileRows));
-#define GRAPH_GEMM(RPT, CPT)                                                                                                                 \
-    denseGemmKernel<real, Forward, RPT, CPT><<<blocks, 256, 0, stream>>>(batch, rowNodes, A, aStride, aMapped ? 1 : 0, K, N, ldw,           \
-                                                                         activation, residual ? 1 : 0, deriv, derivStride, out, outStride,      \
+#define GRAPH_GEMM(RPT, CPT)                                                                                                               \
+    denseGemmKernel<real, Forward, RPT, CPT><<<blocks, 256, 0, stream>>>(batch, rowNodes, A, aStride, aMapped ? 1 : 0, K, N, ldw,          \
+                                                                         activation, residual ? 1 : 0, deriv, derivStride, out, outStride, \
                                                                          outMapped ? 1 : 0)
     if (batch.tileRows == 16)
         GRAPH_GEMM(1, 4);
@@ -335,8 +328,7 @@ int chooseDenseTileRows(int rows, int numOutputs, int numMultiprocessors, bool a
     return DenseTileRowChoices[3];
 }
 
-template <typename real>
-int rowsOf(const DenseBatch<real>& batch) {
+template <typename real> int rowsOf(const DenseBatch<real>& batch) {
     return batch.rowStart[batch.numGroups] - batch.rowStart[0];
 }
 
@@ -368,19 +360,19 @@ void launchEnergyOutput(const DenseBatch<real>& batch, const int* rowNodes, cons
         return;
     const int warpsPerBlock = 4;
     const int blocks = (int) std::min<size_t>(((size_t) rows + warpsPerBlock - 1) / warpsPerBlock, 65535 * 8);
-    energyOutputKernel<real><<<blocks, 32 * warpsPerBlock, 0, stream>>>(batch, rowNodes, hidden, stride, width, particleEnergy, gradHidden,
-                                                                        status);
+    energyOutputKernel<real>
+        <<<blocks, 32 * warpsPerBlock, 0, stream>>>(batch, rowNodes, hidden, stride, width, particleEnergy, gradHidden, status);
 }
 
 void launchEnergyStore(const GraphStatus* status, void* energyBuffer, bool energyIsDouble, cudaStream_t stream) {
     energyStoreKernel<<<1, 1, 0, stream>>>(status, energyBuffer, energyIsDouble ? 1 : 0);
 }
 
-#define GRAPH_INSTANTIATE_DENSE(real)                                                                                                        \
+#define GRAPH_INSTANTIATE_DENSE(real)                                                                                                      \
     template void launchDenseForward<real>(const DenseBatch<real>&, const int*, const real*, int, int, int, int, bool, real*, real*, int,  \
-                                           bool, cudaStream_t);                                                                           \
-    template void launchDenseBackward<real>(const DenseBatch<real>&, const int*, const real*, int, bool, const real*, int, int, int, int, \
-                                            bool, real*, int, cudaStream_t);                                                              \
+                                           bool, cudaStream_t);                                                                            \
+    template void launchDenseBackward<real>(const DenseBatch<real>&, const int*, const real*, int, bool, const real*, int, int, int, int,  \
+                                            bool, real*, int, cudaStream_t);                                                               \
     template void launchEnergyOutput<real>(const DenseBatch<real>&, const int*, const real*, int, int, real*, real*, GraphStatus*,         \
                                            cudaStream_t);
 GRAPH_INSTANTIATE_DENSE(float)

@@ -125,8 +125,9 @@ __device__ inline void forEachStagedEdge(Stage* stage, int lane, const GraphMode
 template <typename real, int LMAX, int CPL>
 __global__ void __launch_bounds__(32 * WarpsPerBlock)
     momentsKernel(GraphModelParams<real> model, const real* __restrict__ table, const real* __restrict__ nodeWeights,
-                  const double* __restrict__ positions, const int* __restrict__ types, int firstCenter, int numCenters, GraphBox<double> box,
-                  const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity, real* __restrict__ moments) {
+                  const double* __restrict__ positions, const int* __restrict__ types, int firstCenter, int numCenters,
+                  GraphBox<double> box, const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity,
+                  real* __restrict__ moments) {
     constexpr int H = (LMAX + 1) * (LMAX + 1);
     using Stage = EdgeStage<real, H, false>;
     extern __shared__ unsigned char sharedBytes[];
@@ -510,7 +511,7 @@ void launchInvariants(const GraphModelParams<real>& model, const real* X, const 
                       int outStride, int outOffset, cudaStream_t stream) {
     if (numRows > 0)
         invariantsKernel<real><<<elementBlocks((size_t) numRows * model.descriptorSize), 256, 0, stream>>>(model, X, A, rowNodes, numRows,
-                                                                                                            out, outStride, outOffset);
+                                                                                                           out, outStride, outOffset);
 }
 
 template <typename real>
@@ -549,25 +550,23 @@ void launchForces(const GraphModelParams<real>& model, const real* gradA, const 
         // At most 48 KB of staged edges per block (the default limit of dynamic shared memory): 6 warps for l_max = 2.
         const size_t stage = stageBytes<real, decltype(l)::value, true>();
         const int warps = std::max(1, std::min(warpsPerCenter, (int) (48 * 1024 / stage)));
-        forcesKernel<real, decltype(l)::value, decltype(cpl)::value>
-            <<<centerBlocks(numCenters), 32 * warps, warps * stage, stream>>>(model, gradA, gradB, phi, positions, types, firstCenter,
-                                                                               numCenters, box, neighbors,
-                                                                      rowCount, capacity, slotOfNode, forceBuffer, paddedAtoms, status);
+        forcesKernel<real, decltype(l)::value, decltype(cpl)::value><<<centerBlocks(numCenters), 32 * warps, warps * stage, stream>>>(
+            model, gradA, gradB, phi, positions, types, firstCenter, numCenters, box, neighbors, rowCount, capacity, slotOfNode,
+            forceBuffer, paddedAtoms, status);
     });
 }
 
 #define GRAPH_INSTANTIATE_EDGES(real)                                                                                                      \
     template void launchMoments<real>(const GraphModelParams<real>&, const real*, const real*, const double*, const int*, int, int,        \
                                       GraphBox<double>, const int*, const int*, int, real*, cudaStream_t);                                 \
-    template void launchInvariants<real>(const GraphModelParams<real>&, const real*, const real*, const int*, int, real*, int, int,         \
+    template void launchInvariants<real>(const GraphModelParams<real>&, const real*, const real*, const int*, int, real*, int, int,        \
                                          cudaStream_t);                                                                                    \
     template void launchInvariantsBackward<real>(const GraphModelParams<real>&, const real*, const real*, const int*, int, const real*,    \
                                                  int, int, real*, real*, bool, cudaStream_t);                                              \
     template void launchNodeFeatureGradient<real>(const GraphModelParams<real>&, const real*, const double*, const int*, int,              \
                                                   GraphBox<double>, const int*, const int*, int, real*, cudaStream_t);                     \
     template void launchForces<real>(const GraphModelParams<real>&, const real*, const real*, const real*, const double*, const int*, int, \
-                                     int,                                                                                                   \
-                                     GraphBox<double>, const int*, const int*, int, const int*, long long*, int, GraphStatus*, int,        \
+                                     int, GraphBox<double>, const int*, const int*, int, const int*, long long*, int, GraphStatus*, int,   \
                                      cudaStream_t);
 GRAPH_INSTANTIATE_EDGES(float)
 GRAPH_INSTANTIATE_EDGES(double)

@@ -44,8 +44,7 @@ __global__ void gatherPositionsKernel(const posqType* __restrict__ posq, const f
 }
 
 /** Fractional coordinates of x in the box, wrapped into [0, 1). */
-template <typename real>
-__device__ inline void fractional(const real x[3], const GraphBox<real>& box, real s[3]) {
+template <typename real> __device__ inline void fractional(const real x[3], const GraphBox<real>& box, real s[3]) {
     real sc = x[2] / box.c[2];
     real sb = (x[1] - sc * box.c[1]) / box.b[1];
     real sa = (x[0] - sb * box.b[0] - sc * box.c[0]) / box.a[0];
@@ -159,10 +158,10 @@ constexpr int SharedRowCapacity = 1024;
 
 template <typename real>
 __global__ void buildRowsKernel(const real* __restrict__ positions, int firstCenter, int numCenters, GraphBox<real> box,
-                                const GraphGrid<real>* __restrict__ gridPtr,
-                                const int* __restrict__ sortedNodes, const int* __restrict__ cellStart, const int* __restrict__ cellEnd,
-                                real cutoff, int capacity, int* __restrict__ unsortedScratch, uint32_t* __restrict__ keyScratch,
-                                int* __restrict__ neighbors, int* __restrict__ rowCount, GraphStatus* status) {
+                                const GraphGrid<real>* __restrict__ gridPtr, const int* __restrict__ sortedNodes,
+                                const int* __restrict__ cellStart, const int* __restrict__ cellEnd, real cutoff, int capacity,
+                                int* __restrict__ unsortedScratch, uint32_t* __restrict__ keyScratch, int* __restrict__ neighbors,
+                                int* __restrict__ rowCount, GraphStatus* status) {
     const GraphGrid<real> grid = *gridPtr;
     const int lane = threadIdx.x & 31;
     const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -261,7 +260,7 @@ template <typename posqType>
 void launchGatherPositions(const posqType* posq, const float4* posqCorrection, const int* atomIndex, int numSlots,
                            const int* nodeOfSystemParticle, double* positions, int* slotOfNode, GraphStatus* status, cudaStream_t stream) {
     gatherPositionsKernel<posqType><<<blocksFor(numSlots, 256), 256, 0, stream>>>(posq, posqCorrection, atomIndex, numSlots,
-                                                                                nodeOfSystemParticle, positions, slotOfNode, status);
+                                                                                  nodeOfSystemParticle, positions, slotOfNode, status);
 }
 
 void launchGridSetup(const double* positions, int n, GraphBox<double> box, double cutoff, int maxCells, GraphGrid<double>* grid,
@@ -289,9 +288,9 @@ void launchCellSort(const double* positions, int n, GraphBox<double> box, const 
     cellRangesKernel<<<blocksFor(n, 256), 256, 0, stream>>>(sortedCells, n, cellStart, cellEnd);
 }
 
-void launchBuildRows(const double* positions, int firstCenter, int numCenters, GraphBox<double> box, const GraphGrid<double>* grid, const int* sortedNodes,
-                     const int* cellStart, const int* cellEnd, double cutoff, int capacity, int scratchRows, int* unsortedScratch,
-                     uint32_t* keyScratch, int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream) {
+void launchBuildRows(const double* positions, int firstCenter, int numCenters, GraphBox<double> box, const GraphGrid<double>* grid,
+                     const int* sortedNodes, const int* cellStart, const int* cellEnd, double cutoff, int capacity, int scratchRows,
+                     int* unsortedScratch, uint32_t* keyScratch, int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream) {
     const int threads = 32 * WarpsPerBlock;
     if (numCenters == 0)
         return;
@@ -299,8 +298,7 @@ void launchBuildRows(const double* positions, int firstCenter, int numCenters, G
     const size_t shared = capacity <= SharedRowCapacity ? (size_t) WarpsPerBlock * capacity * (sizeof(int) + sizeof(uint32_t)) : 0;
     buildRowsKernel<double><<<(unsigned) ((warps + WarpsPerBlock - 1) / WarpsPerBlock), threads, shared, stream>>>(
         positions, firstCenter, numCenters, box, grid, sortedNodes, cellStart, cellEnd, cutoff, capacity, unsortedScratch, keyScratch,
-        neighbors, rowCount,
-        status);
+        neighbors, rowCount, status);
 }
 
 template void launchGatherPositions<float4>(const float4*, const float4*, const int*, int, const int*, double*, int*, GraphStatus*,

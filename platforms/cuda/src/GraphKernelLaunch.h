@@ -57,9 +57,9 @@ size_t getCellSortScratchBytes(int n, int maxCells);
  * one row per warp, reused (rows up to 1024 long use shared memory instead);
  * the launch runs min(numCenters, scratchRows) warps.
  */
-void launchBuildRows(const double* positions, int firstCenter, int numCenters, GraphBox<double> box, const GraphGrid<double>* grid, const int* sortedNodes,
-                     const int* cellStart, const int* cellEnd, double cutoff, int capacity, int scratchRows, int* unsortedScratch,
-                     uint32_t* keyScratch, int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream);
+void launchBuildRows(const double* positions, int firstCenter, int numCenters, GraphBox<double> box, const GraphGrid<double>* grid,
+                     const int* sortedNodes, const int* cellStart, const int* cellEnd, double cutoff, int capacity, int scratchRows,
+                     int* unsortedScratch, uint32_t* keyScratch, int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream);
 
 // ---------------------------------------------------------------- edge scans (EdgeScanKernels.cu)
 
@@ -68,9 +68,9 @@ void launchBuildRows(const double* positions, int firstCenter, int numCenters, G
  * X_i[lm][k] = sum_j table(t_i, t_j, l, k)(r) * (nodeWeights ? nodeWeights[j][k] : 1) * Y_lm(u_ij) / n_norm.
  */
 template <typename real>
-void launchMoments(const GraphModelParams<real>& model, const real* table, const real* nodeWeights, const double* positions, const int* types,
-                   int firstCenter, int numCenters, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity,
-                   real* moments, cudaStream_t stream);
+void launchMoments(const GraphModelParams<real>& model, const real* table, const real* nodeWeights, const double* positions,
+                   const int* types, int firstCenter, int numCenters, GraphBox<double> box, const int* neighbors, const int* rowCount,
+                   int capacity, real* moments, cudaStream_t stream);
 
 /**
  * Invariants D[l][k][k'] = sum_m X[lm][k] A[lm][k'] of the centers
@@ -139,8 +139,7 @@ constexpr int MaxBatchedGroups = 16;
  * elements per row); arrays over all nodes are reached through rowNodes
  * (the node of each row of the list).  Passed by value.
  */
-template <typename real>
-struct DenseBatch {
+template <typename real> struct DenseBatch {
     int numGroups;
     int tileRows;   ///< one of DenseTileRowChoices (chooseDenseTileRows)
     int chunkStart; ///< the first row of the chunk: row r is at local index r - chunkStart of the chunk arrays

@@ -97,7 +97,8 @@ TEST(CudaGraphForceMultiDevice, TwoGpusGiveTheForcesOfOne) {
             std::unique_ptr<System> system(makeSystem(interactions, positions));
             VerletIntegrator integrator1(0.0005), integrator2(0.0005);
             Context one(*system, integrator1, cudaPlatform(), {{"Precision", precision}, {"DeviceIndex", "0"}});
-            std::unique_ptr<Context> two(new Context(*system, integrator2, cudaPlatform(), {{"Precision", precision}, {"DeviceIndex", "0,1"}}));
+            std::unique_ptr<Context> two(
+                new Context(*system, integrator2, cudaPlatform(), {{"Precision", precision}, {"DeviceIndex", "0,1"}}));
             ASSERT_EQ("0,1", cudaPlatform().getPropertyValue(*two, "DeviceIndex")) << where;
             one.setPositions(positions);
             two->setPositions(positions);
