@@ -59,6 +59,9 @@ WORKER = textwrap.dedent(
 
 
 def mpiexec():
+    """$OPENMMGRAPH_TEST_MPIEXEC, else the mpiexec next to this Python (the mpich wheel), else on the PATH."""
+    if os.environ.get("OPENMMGRAPH_TEST_MPIEXEC"):
+        return os.environ["OPENMMGRAPH_TEST_MPIEXEC"]
     for candidate in (os.path.join(os.path.dirname(sys.executable), "mpiexec"), shutil.which("mpiexec")):
         if candidate and os.path.exists(candidate):
             return candidate
@@ -92,6 +95,9 @@ def test_two_ranks_integrate_the_same_trajectory(tmp_path, platform):
     environment = dict(os.environ, OMP_NUM_THREADS="1", OPENMM_CPU_THREADS="1")
     if os.geteuid() == 0:  # Open MPI's mpiexec refuses root unless told (containers, the GPU machine)
         environment.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    # Open MPI refuses more ranks than cores unless told (4.x: OMPI_MCA_..., 5.x: PRTE_MCA_...); MPICH ignores these.
+    environment.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
+    environment.setdefault("PRTE_MCA_rmaps_default_mapping_policy", ":oversubscribe")
     subprocess.run([sys.executable, str(worker), model_path, "single", platform, out + "-single"], check=True, timeout=300,
                    env=environment)
     run = subprocess.run([launcher, "-n", "2", sys.executable, str(worker), model_path, "mpi", platform, out + "-mpi"],

@@ -46,7 +46,9 @@ TESTS_DIR = str(Path(__file__).resolve().parent)
 
 
 def _find_mpiexec():
-    """The mpiexec of this environment first (the one of the MPI the library was built against)."""
+    """$OPENMMGRAPH_TEST_MPIEXEC, else the mpiexec of this environment first (the one of the MPI the library was built against)."""
+    if os.environ.get("OPENMMGRAPH_TEST_MPIEXEC"):
+        return os.environ["OPENMMGRAPH_TEST_MPIEXEC"]
     for folder in (sysconfig.get_path("scripts"), os.path.dirname(sys.executable)):
         candidate = os.path.join(folder, "mpiexec")
         if os.path.exists(candidate):
@@ -88,6 +90,9 @@ def run_workers(mpiexec, tmp_path, n, body, timeout=90, env=None, name="worker.p
     environment = dict(os.environ)
     if os.geteuid() == 0:  # Open MPI's mpiexec refuses root unless told (containers, the GPU machine)
         environment.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    # Open MPI refuses more ranks than cores unless told (4.x: OMPI_MCA_..., 5.x: PRTE_MCA_...); MPICH ignores these.
+    environment.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
+    environment.setdefault("PRTE_MCA_rmaps_default_mapping_policy", ":oversubscribe")
     environment.update(env or {})
     start = time.monotonic()
     process = subprocess.Popen(

@@ -3,6 +3,7 @@
 #include "openmm/OpenMMException.h"
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <dlfcn.h>
 #include <numeric>
 
@@ -14,8 +15,18 @@ namespace {
 const double FixedPointScale = 4294967296.0; // 2^32 per kJ/mol/nm, OpenMM's force scale
 const char* LibraryName = "libOpenMMGraphMPI.so";
 
-/** dlopen libOpenMMGraphMPI: from the folder of libOpenMMGraph (where the package installs it), else by name. */
+/**
+ * dlopen libOpenMMGraphMPI: $OPENMMGRAPH_MPI_LIBRARY when set (a backend built
+ * against another MPI, as openmmgraph.mpi also honours), else from the folder
+ * of libOpenMMGraph (where the package installs it), else by name.
+ */
 void* openLibrary(std::string& errors) {
+    if (const char* override = std::getenv("OPENMMGRAPH_MPI_LIBRARY")) {
+        if (void* handle = dlopen(override, RTLD_NOW | RTLD_GLOBAL))
+            return handle;
+        errors += std::string("OPENMMGRAPH_MPI_LIBRARY=") + override + ": " + dlerror();
+        return nullptr;
+    }
     Dl_info info;
     if (dladdr(reinterpret_cast<void*>(&GraphModelLoader::readFile), &info) != 0 && info.dli_fname != nullptr) {
         std::string path(info.dli_fname);
