@@ -1,7 +1,10 @@
 """Bring your own model: the bundled silicon model exported as a TorchScript module with the graph
 interface of docs/torch-models.md, run in OpenMM through LibTorch, next to the native GraphForce.
 
-    python examples/torch_model.py [--platform CPU] [--cells 3] [--steps 100] [--out silicon.pt]
+    python examples/torch_model.py [--platform CPU] [--cells 3] [--steps 100] [--out silicon.pt] [--aoti]
+
+With --aoti the model is exported as an AOTInductor package (silicon.pt2, compiled for this CPU;
+its program returns the energies and their gradients) instead of a TorchScript archive.
 
 It exports examples/models/silicon-sw.safetensors with openmmgraph.torch_export, builds the same
 silicon crystal twice (GraphForce("silicon.pt") and GraphForce("silicon-sw.safetensors")),
@@ -25,7 +28,7 @@ sys.path.insert(0, os.path.join(HERE, "silicon"))
 import silicon_md  # noqa: E402  (examples/silicon)
 import sw  # noqa: E402
 
-from openmmgraph.torch_export import export_torchscript  # noqa: E402
+from openmmgraph.torch_export import export_aoti, export_torchscript  # noqa: E402
 
 
 def energy_and_forces(context):
@@ -39,18 +42,20 @@ def main(argv=None):
     parser.add_argument("--platform", default="CPU", help="Reference or CPU (the LibTorch kernel's platforms)")
     parser.add_argument("--cells", type=int, default=3, help="diamond cells per edge (8 atoms each)")
     parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--out", default=None, help="where to write the TorchScript archive (default: a temporary folder)")
+    parser.add_argument("--out", default=None, help="where to write the exported model (default: a temporary folder)")
+    parser.add_argument("--aoti", action="store_true", help="export an AOTInductor package (.pt2) instead of TorchScript")
     args = parser.parse_args(argv)
     native = os.path.join(HERE, "models", "silicon-sw.safetensors")
-    exported = args.out or os.path.join(tempfile.mkdtemp(), "silicon.pt")
-    metadata = export_torchscript(native, exported)
+    kind = "AOTInductor" if args.aoti else "TorchScript"
+    exported = args.out or os.path.join(tempfile.mkdtemp(), "silicon.pt2" if args.aoti else "silicon.pt")
+    metadata = (export_aoti if args.aoti else export_torchscript)(native, exported)
     print(f"exported {native} -> {exported} ({os.path.getsize(exported):,} bytes; cut-off {metadata['cutoff']} "
           f"{metadata['length_unit']}, types {[t['name'] for t in metadata['types']]})")
 
     positions, edge = sw.diamond(args.cells)
     positions_nm = positions * sw.ANGSTROM
     results = {}
-    for label, path in (("native", native), ("TorchScript", exported)):
+    for label, path in (("native", native), (kind, exported)):
         system = silicon_md.ml_system(path, len(positions), edge)
         context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName(args.platform))
         context.setPositions(positions_nm + 0.01 * np.random.default_rng(0).standard_normal(positions_nm.shape))
@@ -60,8 +65,8 @@ def main(argv=None):
         context.getIntegrator().step(args.steps)
         speed = args.steps / (time.perf_counter() - start)
         print(f"{label:12s} energy {results[label][0]:14.6f} kJ/mol, {speed:8.1f} steps/s on {args.platform} ({len(positions)} atoms)")
-    (e0, f0), (e1, f1) = results["native"], results["TorchScript"]
-    print(f"TorchScript vs native: energy {abs(e1 - e0) / abs(e0):.1e} relative, forces {np.abs(f1 - f0).max() / np.abs(f0).max():.1e} "
+    (e0, f0), (e1, f1) = results["native"], results[kind]
+    print(f"{kind} vs native: energy {abs(e1 - e0) / abs(e0):.1e} relative, forces {np.abs(f1 - f0).max() / np.abs(f0).max():.1e} "
           "of the largest")
     return 0 if abs(e1 - e0) <= 1e-9 * abs(e0) and np.abs(f1 - f0).max() <= 1e-8 * np.abs(f0).max() else 1
 

@@ -44,7 +44,7 @@ void GraphForceImpl::validate(const GraphForce& force, const System& system) {
 namespace {
 
 std::string kernelNameFor(const GraphForce& force) {
-    return force.getModel()->kind == ModelKind::TorchScript ? CalcTorchGraphForceKernel::Name() : CalcGraphForceKernel::Name();
+    return force.getModel()->kind == ModelKind::Native ? CalcGraphForceKernel::Name() : CalcTorchGraphForceKernel::Name();
 }
 
 } // namespace
@@ -54,7 +54,7 @@ void GraphForceImpl::initialize(ContextImpl& context) {
     const std::string name = kernelNameFor(owner);
     if (!context.getPlatform().supportsKernels({name}))
         throw OpenMMException(name == CalcTorchGraphForceKernel::Name()
-                                  ? "GraphForce: this is a TorchScript model and the " + context.getPlatform().getName() +
+                                  ? "GraphForce: this is a PyTorch model (TorchScript or AOTInductor) and the " + context.getPlatform().getName() +
                                         " platform has no LibTorch kernel for it: load the LibTorch plugin (libOpenMMGraphTorch; `import "
                                         "openmmgraph` loads it when torch is installed) or use the Reference or CPU platform"
                                   : "GraphForce: the " + context.getPlatform().getName() + " platform has no GraphForce kernel");

@@ -52,8 +52,9 @@ std::shared_ptr<const GraphModel> GraphModelLoader::fromTorchScriptBytes(const s
     const JsonValue meta = JsonValue::parse(json.data(), json.size(), "openmmgraph.json");
     if (meta.kind != JsonValue::Kind::Object)
         fail("openmmgraph.json: expected a JSON object");
-    static const std::set<std::string> known = {"format",   "version", "interface", "length_unit",      "energy_unit",   "length_scale_nm",
-                                                "energy_scale_kj_per_mol", "cutoff", "types", "dtype", "uses_communicate", "n_interactions"};
+    static const std::set<std::string> known = {"format", "version", "interface", "length_unit", "energy_unit", "length_scale_nm",
+                                                "energy_scale_kj_per_mol", "cutoff", "types", "dtype", "uses_communicate", "n_interactions",
+                                                "program", "device"};
     for (const std::string& key : meta.keyOrder)
         if (!known.count(key))
             fail("openmmgraph.json has an unknown key '" + key + "'");
@@ -61,10 +62,20 @@ std::shared_ptr<const GraphModel> GraphModelLoader::fromTorchScriptBytes(const s
         fail("openmmgraph.json key 'format': expected \"openmm-graph-torch\", found \"" + text(meta, "format") + "\"");
     if (member(meta, "version", JsonValue::Kind::Number).numberText != "1")
         fail("openmmgraph.json key 'version': this version reads version 1, found " + member(meta, "version", JsonValue::Kind::Number).numberText);
-    if (text(meta, "interface") != "particle_energies")
-        fail("openmmgraph.json key 'interface': expected \"particle_energies\", found \"" + text(meta, "interface") + "\"");
+    // "particle_energies": a TorchScript module (forces by autograd); "particle_energies_and_gradients": an
+    // AOTInductor package whose program returns the gradients too.
+    const std::string& interface = text(meta, "interface");
+    if (interface != "particle_energies" && interface != "particle_energies_and_gradients")
+        fail("openmmgraph.json key 'interface': expected \"particle_energies\" (TorchScript) or \"particle_energies_and_gradients\" "
+             "(AOTInductor), found \"" + interface + "\"");
+    const std::string program = meta.object.count("program") ? text(meta, "program") : std::string("torchscript");
+    if ((interface == "particle_energies") != (program == "torchscript") || (program != "torchscript" && program != "aotinductor"))
+        fail("openmmgraph.json key 'program': expected \"torchscript\" with interface \"particle_energies\" or \"aotinductor\" with "
+             "\"particle_energies_and_gradients\", found \"" + program + "\" with \"" + interface + "\"");
+    if (program == "aotinductor" && meta.object.count("device") && text(meta, "device") != "cpu")
+        fail("openmmgraph.json key 'device': this version runs AOTInductor packages compiled for the CPU only, found \"" + text(meta, "device") + "\"");
     auto model = std::make_shared<GraphModel>();
-    model->kind = ModelKind::TorchScript;
+    model->kind = program == "aotinductor" ? ModelKind::AOTInductor : ModelKind::TorchScript;
     model->lengthUnit = text(meta, "length_unit");
     model->energyUnit = text(meta, "energy_unit");
     if (!unitScale(model->lengthUnit, true, model->lengthScale))

@@ -32,6 +32,16 @@ with an interaction block refuses ghosts with a clear error.
 The archive carries ``openmmgraph.json`` (an extra file): format, version,
 units, cut-off (model length unit), types, dtype and outputs; see
 ``read_metadata``.
+
+``export_aoti`` writes the same model as an AOTInductor package (``.pt2``,
+compiled ahead of time for the CPU) whose program returns the energies *and*
+their gradients, since a package cannot run autograd:
+
+    (energies [n], dE/d edge_vectors [n_edges, 3], dE/d positions [n, 3])
+        = program(positions, types, row_offsets, neighbors, edge_vectors, box)
+
+with one domain (n_owned = n, no ghosts) and box always [3, 3] (zeros when the
+system is not periodic); particle and edge counts are dynamic.
 """
 
 import json
@@ -253,7 +263,16 @@ def export_torchscript(model, path: str, dtype: str = "float64", use_communicate
         raise RuntimeError("use_communicate=True but torch.ops.openmmgraph.communicate is not registered; import openmmgraph.communicate")
     cls = GraphScriptModelWithCommunicate if use_communicate else GraphScriptModel
     scripted = torch.jit.script(cls(model, torch_dtype).eval())
-    metadata = {
+    metadata = _metadata(model, dtype, use_communicate)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    torch.jit.save(scripted, path, _extra_files={METADATA_FILE: json.dumps(metadata, indent=1)})
+    return metadata
+
+
+def _metadata(model: GraphModelTorch, dtype: str, use_communicate: bool) -> dict:
+    """openmmgraph.json of an exported model (docs/torch-models.md)."""
+    return {
         "format": METADATA_FORMAT,
         "version": METADATA_VERSION,
         "interface": "particle_energies",
@@ -270,19 +289,98 @@ def export_torchscript(model, path: str, dtype: str = "float64", use_communicate
         "uses_communicate": bool(use_communicate),
         "n_interactions": int(model.n_interactions),
     }
+
+
+def _example_graph(model: GraphModelTorch, dtype: torch.dtype):
+    """A small periodic example graph (64 particles, about 25 neighbours each) in the model's units, to trace with."""
+    cutoff_nm = model.cutoff * model.length_scale_nm
+    side = 2.2 * cutoff_nm
+    generator = torch.Generator().manual_seed(0)
+    positions = torch.rand((64, 3), generator=generator, dtype=torch.float64) * side
+    box = torch.eye(3, dtype=torch.float64) * side
+    row_offsets, neighbors, vectors = canonical_graph(positions, box, cutoff_nm, model.length_scale_nm)
+    types = torch.arange(64, dtype=torch.int64) % model.n_types
+    scale = 1.0 / model.length_scale_nm
+    return ((positions * scale).to(dtype), types, row_offsets, neighbors, vectors.detach().to(dtype), (box * scale).to(dtype))
+
+
+def export_aoti(model, path: str, dtype: str = "float64") -> dict:
+    """Write the model (a model file path, bytes, ModelFile or GraphModelTorch) as an AOTInductor
+    package for the CPU (``path`` ends in .pt2) whose program returns the energies and their
+    gradients (module docstring), with openmmgraph.json (interface
+    "particle_energies_and_gradients", program "aotinductor"); returns the metadata.
+
+    The forward and backward of GraphScriptModel are traced together into one graph of ATen
+    operations (make_fx, symbolic shapes), exported with dynamic particle and edge counts and
+    compiled by AOTInductor; the package runs where it was compiled (this CPU architecture).
+    """
+    from torch.export import Dim, export
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    if dtype not in ("float64", "float32"):
+        raise ValueError(f"dtype must be 'float64' or 'float32', found {dtype!r}")
+    if not str(path).endswith(".pt2"):
+        raise ValueError(f"an AOTInductor package must be named *.pt2, found {path!r}")
+    torch_dtype = torch.float64 if dtype == "float64" else torch.float32
+    if not isinstance(model, GraphModelTorch):
+        model = GraphModelTorch(model if isinstance(model, ModelFile) else read_model(model), dtype=torch.float64)
+    module = GraphScriptModel(model, torch_dtype).eval().requires_grad_(False)
+
+    def program(positions, types, row_offsets, neighbors, edge_vectors, box):
+        with torch.enable_grad():
+            positions = positions.detach().requires_grad_(True)
+            edge_vectors = edge_vectors.detach().requires_grad_(True)
+            energies = module(positions, types, row_offsets, neighbors, edge_vectors, box, positions.shape[0], 0)
+            grad_edges, grad_positions = torch.autograd.grad(energies.sum(), (edge_vectors, positions), allow_unused=True)
+        if grad_positions is None:
+            grad_positions = torch.zeros_like(positions)
+        if grad_edges is None:
+            grad_edges = torch.zeros_like(edge_vectors)
+        return energies.detach(), grad_edges, grad_positions
+
+    class _Program(torch.nn.Module):
+        def __init__(self, graph):
+            super().__init__()
+            self.graph_module = graph
+
+        def forward(self, positions, types, row_offsets, neighbors, edge_vectors, box):
+            return self.graph_module(positions, types, row_offsets, neighbors, edge_vectors, box)
+
+    example = _example_graph(model, torch_dtype)
+    traced = make_fx(program, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*example)
+    particles, edges = Dim("particles", min=2), Dim("edges", min=1)
+    exported = export(_Program(traced), example, dynamic_shapes=({0: particles}, {0: particles}, {0: particles + 1}, {0: edges},
+                                                                  {0: edges}, None), strict=False)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    torch.jit.save(scripted, path, _extra_files={METADATA_FILE: json.dumps(metadata, indent=1)})
+    if os.path.exists(path):
+        os.remove(path)
+    torch._inductor.aoti_compile_and_package(exported, package_path=str(path))
+    metadata = _metadata(model, dtype, False)
+    metadata["interface"] = "particle_energies_and_gradients"
+    metadata["program"] = "aotinductor"
+    metadata["device"] = "cpu"
+    import zipfile
+
+    with zipfile.ZipFile(path, "a", compression=zipfile.ZIP_STORED) as archive:
+        folder = archive.namelist()[0].split("/")[0]
+        archive.writestr(f"{folder}/extra/{METADATA_FILE}", json.dumps(metadata, indent=1))
     return metadata
 
 
 def read_metadata(path: str) -> dict:
-    """The openmmgraph.json metadata of an exported TorchScript archive (validated)."""
-    extra = {METADATA_FILE: ""}
-    torch.jit.load(path, map_location="cpu", _extra_files=extra)
-    if not extra[METADATA_FILE]:
+    """The openmmgraph.json metadata of an exported TorchScript archive or AOTInductor package (validated)."""
+    import zipfile
+
+    text = ""
+    with zipfile.ZipFile(path) as archive:
+        for name in archive.namelist():
+            if name.endswith(f"/extra/{METADATA_FILE}"):
+                text = archive.read(name).decode()
+                break
+    if not text:
         raise ValueError(f"{path}: no {METADATA_FILE} in the archive: not a model exported for openmm-graph")
-    metadata = json.loads(extra[METADATA_FILE])
+    metadata = json.loads(text)
     if metadata.get("format") != METADATA_FORMAT or metadata.get("version") != METADATA_VERSION:
         raise ValueError(f"{path}: {METADATA_FILE} has format {metadata.get('format')!r} version {metadata.get('version')!r}; "
                          f"expected {METADATA_FORMAT!r} version {METADATA_VERSION}")

@@ -1,6 +1,7 @@
-"""The project's model exported as TorchScript with the graph interface
-(openmmgraph.torch_export, docs/torch-models.md) against the PyTorch
-implementation, the OpenMM Reference platform and a split into domains."""
+"""The project's model exported as TorchScript and as an AOTInductor package
+with the graph interface (openmmgraph.torch_export, docs/torch-models.md)
+against the PyTorch implementation, the OpenMM Reference platform and a split
+into domains."""
 
 import json
 import os
@@ -12,7 +13,7 @@ import torch
 
 import openmmgraph
 from openmmgraph.grades import lattice_system, make_model
-from openmmgraph.torch_export import canonical_graph, export_torchscript, read_metadata
+from openmmgraph.torch_export import canonical_graph, export_aoti, export_torchscript, read_metadata
 from openmmgraph.torch_model import GraphModelTorch
 
 MODELS = {
@@ -301,6 +302,63 @@ def test_a_module_with_the_wrong_output_is_refused(tmp_path):
     context = graph_context(path, types, box, positions, "Reference")[0]
     with pytest.raises(openmm.OpenMMException, match="shape"):
         context.getState(getEnergy=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# AOTInductor packages (.pt2): the program returns the energies and their gradients
+# ---------------------------------------------------------------------------------------------
+@needs_plugin
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_graphforce_runs_aoti_packages(tmp_path, name):
+    """A .pt2 package of the model (compiled here, for this CPU) gives the native GraphForce's energy, forces and
+    particle energies, at other particle counts than the one it was traced with, periodic or not."""
+    model = small_model(name, seed=9)
+    native, package = str(tmp_path / "model.safetensors"), str(tmp_path / "model.pt2")
+    model.write(native)
+    metadata = export_aoti(model, package)
+    assert metadata == read_metadata(package)
+    assert metadata["interface"] == "particle_energies_and_gradients" and metadata["program"] == "aotinductor"
+    for n, periodic in ((250, True), (180, False)):
+        positions, types, box = lattice_system(n, n_types=model.n_types, seed=6)
+
+        def configure(force, periodic=periodic):
+            force.setUsesPeriodicBoundaryConditions(periodic)
+
+        expected_context, expected_force, _ = graph_context(native, types, box, positions, "Reference", configure)
+        context, force, system = graph_context(package, types, box, positions, "Reference", configure)
+        expected_energy, expected_forces = energy_forces(expected_context)
+        energy, forces = energy_forces(context)
+        assert energy == pytest.approx(expected_energy, rel=1e-12)
+        np.testing.assert_allclose(forces, expected_forces, rtol=0, atol=1e-11 * np.abs(expected_forces).max())
+        np.testing.assert_allclose(force.getParticleEnergies(context), expected_force.getParticleEnergies(expected_context), rtol=0,
+                                   atol=1e-12 * abs(expected_energy))
+    context.getIntegrator().step(3)
+    assert np.isfinite(energy_forces(context)[0])
+
+
+def test_aoti_metadata_is_checked(tmp_path):
+    """A package's openmmgraph.json must pair the interface with the program; other devices are refused."""
+    import zipfile
+
+    metadata = export_torchscript(small_model("plain"), str(tmp_path / "model.pt"))
+    plain = torch.jit.script(torch.nn.Linear(2, 2))
+    for change, message in [({"interface": "particle_energies_and_gradients"}, "program"),
+                            ({"program": "aotinductor"}, "program"),
+                            ({"interface": "particle_energies_and_gradients", "program": "aotinductor", "device": "cuda"}, "device"),
+                            ({"interface": "forces"}, "interface")]:
+        path = str(tmp_path / "bad.pt")
+        torch.jit.save(plain, path, _extra_files={"openmmgraph.json": json.dumps({**metadata, **change})})
+        with pytest.raises(openmm.OpenMMException, match=message):
+            openmmgraph.GraphForce(path)
+    # A well-formed package whose compiled program cannot be loaded fails when the Context is created, with LibTorch's reason.
+    if torch_plugin_loaded():
+        path = str(tmp_path / "broken.pt2")
+        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
+            archive.writestr("broken/extra/openmmgraph.json",
+                             json.dumps({**metadata, "interface": "particle_energies_and_gradients", "program": "aotinductor"}))
+        positions, types, box = lattice_system(250, n_types=2, seed=4)
+        with pytest.raises(openmm.OpenMMException, match="AOTInductor model: LibTorch cannot load the package"):
+            graph_context(path, types, box, positions, "Reference")
 
 
 def test_interaction_model_across_domains_with_communicate(tmp_path):

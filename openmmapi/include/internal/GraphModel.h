@@ -32,8 +32,12 @@ struct DenseNetwork {
 
 enum class Activation { Tanh, Silu };
 
-/** What a model file holds: the project's format, or a TorchScript module with the graph interface (docs/torch-models.md). */
-enum class ModelKind { Native, TorchScript };
+/**
+ * What a model file holds: the project's format, a TorchScript module with the
+ * graph interface, or an AOTInductor package (.pt2) whose program returns the
+ * energies and their gradients (docs/torch-models.md).
+ */
+enum class ModelKind { Native, TorchScript, AOTInductor };
 
 /**
  * A parsed, validated and immutable graph model, already converted to OpenMM
@@ -49,7 +53,7 @@ class OPENMM_EXPORT_GRAPH GraphModel {
 public:
     ModelKind kind = ModelKind::Native;
     /**
-     * TorchScript models: the module computes in float32 (else float64) and
+     * TorchScript and AOTInductor models: the module computes in float32 (else float64) and
      * routes ghost node features through openmmgraph::communicate.  Only the
      * fields above cutoff (types, units, cut-off) are set for them; the module
      * itself is the model's bytes, loaded by the LibTorch plugin.

@@ -5,19 +5,21 @@
 #include "ReferenceNeighborGraph.h"
 #include <memory>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/script.h>
 #include <vector>
 
 namespace GraphPlugin {
 
 /**
- * A GraphForce with a TorchScript model (docs/torch-models.md) on the
- * Reference and CPU platforms: builds the compact canonical graph in double
- * precision on the host (ReferenceNeighborGraph, the native path's own),
- * hands it to the module as CPU tensors in the model's units and dtype (one
- * domain: every particle owned, no ghosts, communicator 0), and adds the
- * forces from autograd (dE/d edge_vectors, and dE/d positions for modules
- * that use them) to OpenMM's.
+ * A GraphForce with a PyTorch model (docs/torch-models.md) on the Reference
+ * and CPU platforms: builds the compact canonical graph in double precision
+ * on the host (ReferenceNeighborGraph, the native path's own), hands it to the
+ * model as CPU tensors in the model's units and dtype (one domain: every
+ * particle owned, no ghosts, communicator 0), and adds the forces from
+ * dE/d edge_vectors and dE/d positions to OpenMM's.  A TorchScript module
+ * returns energies and the gradients come by autograd; an AOTInductor package
+ * (.pt2) returns the energies and both gradients itself.
  */
 class ReferenceCalcTorchGraphForceKernel : public CalcTorchGraphForceKernel {
 public:
@@ -34,8 +36,13 @@ private:
      */
     torch::Tensor evaluate(OpenMM::ContextImpl& context, std::vector<OpenMM::Vec3>* forces);
 
+    /** Run the model: energies [n] and (when wanted) dE/d edge_vectors [E, 3] and dE/d positions [n, 3] (undefined if unused). */
+    void run(const std::vector<torch::Tensor>& inputs, int n, bool wantGradients, torch::Tensor& energies, torch::Tensor& gradEdges,
+             torch::Tensor& gradPositions);
+
     std::shared_ptr<const GraphModel> model;
-    torch::jit::Module module;
+    torch::jit::Module module;                                         ///< TorchScript models
+    std::unique_ptr<torch::inductor::AOTIModelPackageLoader> package; ///< AOTInductor models
     torch::Dtype dtype = torch::kFloat64;
     std::vector<int> particles; ///< [n] System index of each particle of the force
     std::vector<int64_t> types; ///< [n] model type
