@@ -63,7 +63,8 @@ class GraphModel;
  *    ranks, so every rank gets bitwise the same values and integrates the
  *    same trajectory.  Needs libOpenMMGraphMPI (docs/mpi.md); MPI is
  *    initialized if the application has not done it.  Reference and CPU
- *    platforms, native models, for now.
+ *    platforms, native and TorchScript models (whose module gets the rank's
+ *    particles, its ghosts and the communicate handle), for now.
  */
 class OPENMM_EXPORT_GRAPH GraphForce : public OpenMM::Force {
 public:

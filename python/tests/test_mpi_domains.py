@@ -75,8 +75,11 @@ def load(path):
             np.array([float.fromhex(x) for x in data["positions"]]))
 
 
+@pytest.mark.parametrize("kind", ["native", "torchscript"])
 @pytest.mark.parametrize("platform", ["CPU"])
-def test_two_ranks_integrate_the_same_trajectory(tmp_path, platform):
+def test_two_ranks_integrate_the_same_trajectory(tmp_path, platform, kind):
+    """Native models, and TorchScript models whose interaction block fills its ghosts' node features through
+    openmmgraph::communicate with the MPI engine (the LibTorch plugin hands each rank's module its slab and ghosts)."""
     launcher = mpiexec()
     if launcher is None:
         pytest.skip("no mpiexec (pip install mpich)")
@@ -87,8 +90,21 @@ def test_two_ranks_integrate_the_same_trajectory(tmp_path, platform):
     from openmmgraph.grades import make_model
 
     model_path = str(tmp_path / "model.safetensors")
-    make_model(seed=11, n_channels=8, n_axis=4, fitting_widths=(16, 16), grade="small", l_max=2, n_interactions=1,
-               descriptor_l_sum=False).write(model_path)
+    model = make_model(seed=11, n_channels=8, n_axis=4, fitting_widths=(16, 16), grade="small", l_max=2, n_interactions=1,
+                       descriptor_l_sum=False)
+    model.write(model_path)
+    if kind == "torchscript":
+        import openmm
+
+        pytest.importorskip("torch")
+        openmmgraph.GraphForce  # noqa: B018  (the package loads its plugins on first use)
+        if not openmm.Platform.getPlatformByName("CPU").supportsKernels(["CalcTorchGraphForce"]):
+            pytest.skip("the LibTorch plugin (libOpenMMGraphTorch) is not loaded")
+        from openmmgraph import communicate  # noqa: F401  (registers the operator the export routes ghosts through)
+        from openmmgraph.torch_export import export_torchscript
+
+        model_path = str(tmp_path / "model.pt")
+        assert export_torchscript(model, model_path)["uses_communicate"]
     worker = tmp_path / "worker.py"
     worker.write_text(WORKER)
     out = str(tmp_path / "result")

@@ -58,6 +58,14 @@ public:
         const std::vector<int>& ghosts() const override {
             return ghostNodes;
         }
+        /** This rank's particles, ascending (the owned rows of the communicate endpoint, in order). */
+        const std::vector<int>& owned() const {
+            return ownedNodes;
+        }
+        /** The communicate handle of the exchange (docs/communicate.md), for a model that calls the operator itself. */
+        int64_t communicator() const {
+            return handle;
+        }
         void forward(std::vector<double>& values, int M) override;
         void reverse(std::vector<double>& gradients, int M) override;
 

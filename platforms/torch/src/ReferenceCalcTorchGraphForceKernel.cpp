@@ -39,10 +39,14 @@ void preloadLibTorch() {
 } // namespace
 
 void ReferenceCalcTorchGraphForceKernel::initialize(const System& system, const GraphForce& force) {
-    if (force.getProperty("Domains") != "single")
-        throw OpenMMException("GraphForce: property Domains = \"" + force.getProperty("Domains") +
-                              "\" is supported for native models only, for now (docs/mpi.md)");
     model = force.getModel();
+    domains.reset();
+    if (force.getProperty("Domains") == "mpi") {
+        if (model->kind != ModelKind::TorchScript)
+            throw OpenMMException("GraphForce: property Domains = \"mpi\" needs a native or TorchScript model; an AOTInductor package "
+                                  "takes one domain only, for now (docs/torch-models.md)");
+        domains.reset(new ReferenceMpiDomains());
+    }
     periodic = force.usesPeriodicBoundaryConditions();
     checkFinite = force.getProperty("CheckFinite") == "true";
     dtype = model->torchFloat32 ? torch::kFloat32 : torch::kFloat64;
@@ -95,8 +99,8 @@ void ReferenceCalcTorchGraphForceKernel::initialize(const System& system, const 
     }
 }
 
-void ReferenceCalcTorchGraphForceKernel::run(const std::vector<torch::Tensor>& inputs, int n, bool wantGradients, torch::Tensor& energies,
-                                             torch::Tensor& gradEdges, torch::Tensor& gradPositions) {
+void ReferenceCalcTorchGraphForceKernel::run(const std::vector<torch::Tensor>& inputs, int n, int64_t communicator, bool wantGradients,
+                                             torch::Tensor& energies, torch::Tensor& gradEdges, torch::Tensor& gradPositions) {
     const int64_t numEdges = inputs[4].size(0);
     auto expectShape = [&](const torch::Tensor& tensor, std::vector<int64_t> shape, const char* what) {
         if (!tensor.defined() || tensor.sizes() != c10::IntArrayRef(shape)) {
@@ -114,7 +118,7 @@ void ReferenceCalcTorchGraphForceKernel::run(const std::vector<torch::Tensor>& i
                                   " tensors; expected 3 (energies, dE/d edge_vectors, dE/d positions; docs/torch-models.md)");
         expectShape(outputs[0], {n}, "the energies");
         expectShape(outputs[1], {numEdges, 3}, "dE/d edge_vectors");
-        expectShape(outputs[2], {n, 3}, "dE/d positions");
+        expectShape(outputs[2], {inputs[0].size(0), 3}, "dE/d positions");
         energies = outputs[0];
         gradEdges = outputs[1];
         gradPositions = outputs[2];
@@ -123,7 +127,7 @@ void ReferenceCalcTorchGraphForceKernel::run(const std::vector<torch::Tensor>& i
     torch::AutoGradMode gradMode(wantGradients);
     std::vector<torch::jit::IValue> arguments(inputs.begin(), inputs.end());
     arguments.push_back((int64_t) n);
-    arguments.push_back((int64_t) 0);
+    arguments.push_back(communicator);
     energies = module.forward(arguments).toTensor();
     if (energies.dim() != 1 || energies.size(0) != n) {
         std::stringstream message;
@@ -142,26 +146,65 @@ void ReferenceCalcTorchGraphForceKernel::run(const std::vector<torch::Tensor>& i
 torch::Tensor ReferenceCalcTorchGraphForceKernel::evaluate(ContextImpl& context, std::vector<Vec3>* forces) {
     const int n = (int) particles.size();
     const Vec3* box = buildReferenceGraph(context, model->cutoff, periodic, particles, localPositions, graph);
-    const int64_t numEdges = graph.getNumEdges();
+    std::vector<int> local(n);
+    for (int i = 0; i < n; i++)
+        local[i] = i;
+    return runGraph(local, graph.rowOffsets, graph.neighbors, graph.edgeVectors, box, 0, forces);
+}
+
+double ReferenceCalcTorchGraphForceKernel::evaluateDomain(ContextImpl& context, std::vector<Vec3>* forces) {
+    const Vec3* box = buildReferenceGraph(context, model->cutoff, periodic, particles, localPositions, graph);
+    // This rank's slab (the native path's split), then its ghosts; every rank makes the same collective calls in the same order.
+    const std::vector<int> owner = domains->ownerRanks(localPositions, box);
+    ReferenceMpiDomains::Exchange exchange(*domains, owner, graph);
+    std::vector<int> local(exchange.owned());
+    local.insert(local.end(), exchange.ghosts().begin(), exchange.ghosts().end());
+    std::vector<int> localOf(particles.size(), -1);
+    for (size_t k = 0; k < local.size(); k++)
+        localOf[local[k]] = (int) k;
+    std::vector<int64_t> rowOffsets(1, 0);
+    std::vector<int> neighbors;
+    std::vector<Vec3> edgeVectors;
+    for (int i : exchange.owned()) {
+        for (int64_t e = graph.rowOffsets[i]; e < graph.rowOffsets[i + 1]; e++) {
+            neighbors.push_back(localOf[graph.neighbors[e]]);
+            edgeVectors.push_back(graph.edgeVectors[e]);
+        }
+        rowOffsets.push_back((int64_t) neighbors.size());
+    }
+    torch::Tensor energies = runGraph(local, rowOffsets, neighbors, edgeVectors, box, exchange.communicator(), forces);
+    if (forces != nullptr)
+        domains->sumForces(*forces);
+    return domains->sumEnergy(energies.sum().item<double>());
+}
+
+torch::Tensor ReferenceCalcTorchGraphForceKernel::runGraph(const std::vector<int>& local, const std::vector<int64_t>& rowOffsets,
+                                                           const std::vector<int>& neighbors, const std::vector<Vec3>& edgeVectors,
+                                                           const Vec3* box, int64_t communicator, std::vector<Vec3>* forces) {
+    const int numLocal = (int) local.size(), numOwned = (int) rowOffsets.size() - 1;
+    const int64_t numEdges = (int64_t) neighbors.size();
     const double toModel = 1.0 / model->lengthScale;
 
     // The graph as CPU tensors, in the model's length unit and dtype.
     auto real = torch::TensorOptions().dtype(torch::kFloat64);
     auto integer = torch::TensorOptions().dtype(torch::kInt64);
-    torch::Tensor positionTensor = torch::empty({n, 3}, real);
+    torch::Tensor positionTensor = torch::empty({numLocal, 3}, real);
     auto p = positionTensor.accessor<double, 2>();
-    for (int i = 0; i < n; i++)
+    torch::Tensor typeTensor = torch::empty({numLocal}, integer);
+    for (int k = 0; k < numLocal; k++) {
+        typeTensor[k] = types[local[k]];
         for (int c = 0; c < 3; c++)
-            p[i][c] = localPositions[i][c] * toModel;
+            p[k][c] = localPositions[local[k]][c] * toModel;
+    }
     torch::Tensor vectorTensor = torch::empty({numEdges, 3}, real);
     auto v = vectorTensor.accessor<double, 2>();
     for (int64_t e = 0; e < numEdges; e++)
         for (int c = 0; c < 3; c++)
-            v[e][c] = graph.edgeVectors[e][c] * toModel;
+            v[e][c] = edgeVectors[e][c] * toModel;
     torch::Tensor neighborTensor = torch::empty({numEdges}, integer);
-    std::copy(graph.neighbors.begin(), graph.neighbors.end(), neighborTensor.data_ptr<int64_t>());
-    torch::Tensor rowTensor = torch::from_blob(graph.rowOffsets.data(), {n + 1}, integer).clone();
-    torch::Tensor typeTensor = torch::from_blob(types.data(), {n}, integer).clone();
+    std::copy(neighbors.begin(), neighbors.end(), neighborTensor.data_ptr<int64_t>());
+    torch::Tensor rowTensor = torch::empty({numOwned + 1}, integer);
+    std::copy(rowOffsets.begin(), rowOffsets.end(), rowTensor.data_ptr<int64_t>());
     // An AOTInductor program was traced with a [3, 3] box: zeros stand for no periodicity there (the box is not used for
     // the edge vectors, which carry the shifts); TorchScript modules get [0, 3].
     torch::Tensor boxTensor = torch::zeros({periodic || package ? 3 : 0, 3}, real);
@@ -176,29 +219,29 @@ torch::Tensor ReferenceCalcTorchGraphForceKernel::evaluate(ContextImpl& context,
 
     torch::Tensor energies, gradEdges, gradPositions;
     try {
-        run({positionTensor, typeTensor, rowTensor, neighborTensor, vectorTensor, boxTensor}, n, forces != nullptr, energies, gradEdges,
-            gradPositions);
+        run({positionTensor, typeTensor, rowTensor, neighborTensor, vectorTensor, boxTensor}, numOwned, communicator, forces != nullptr,
+            energies, gradEdges, gradPositions);
         if (forces != nullptr) {
             const double scale = model->energyScale / model->lengthScale; // model energy / model length -> kJ/mol/nm
             if (gradEdges.defined()) {
                 torch::Tensor g = gradEdges.to(torch::kFloat64).contiguous();
                 auto a = g.accessor<double, 2>();
-                for (int i = 0; i < n; i++)
-                    for (int64_t e = graph.rowOffsets[i]; e < graph.rowOffsets[i + 1]; e++) {
+                for (int i = 0; i < numOwned; i++)
+                    for (int64_t e = rowOffsets[i]; e < rowOffsets[i + 1]; e++) {
                         // d = x_j - x_i: dE/dx_j = g, dE/dx_i = -g; F = -dE/dx.
-                        const int j = graph.neighbors[e];
+                        const int center = local[i], neighbor = local[neighbors[e]];
                         for (int c = 0; c < 3; c++) {
-                            (*forces)[i][c] += a[e][c] * scale;
-                            (*forces)[j][c] -= a[e][c] * scale;
+                            (*forces)[center][c] += a[e][c] * scale;
+                            (*forces)[neighbor][c] -= a[e][c] * scale;
                         }
                     }
             }
             if (gradPositions.defined()) {
                 torch::Tensor g = gradPositions.to(torch::kFloat64).contiguous();
                 auto a = g.accessor<double, 2>();
-                for (int i = 0; i < n; i++)
+                for (int k = 0; k < numLocal; k++)
                     for (int c = 0; c < 3; c++)
-                        (*forces)[i][c] -= a[i][c] * scale;
+                        (*forces)[local[k]][c] -= a[k][c] * scale;
             }
         }
     }
@@ -215,8 +258,8 @@ torch::Tensor ReferenceCalcTorchGraphForceKernel::evaluate(ContextImpl& context,
 double ReferenceCalcTorchGraphForceKernel::execute(ContextImpl& context, bool includeForces, bool includeEnergy) {
     const int n = (int) particles.size();
     localForces.assign(n, Vec3());
-    torch::Tensor energies = evaluate(context, includeForces ? &localForces : nullptr);
-    const double energy = energies.sum().item<double>();
+    const double energy = domains ? evaluateDomain(context, includeForces ? &localForces : nullptr)
+                                  : evaluate(context, includeForces ? &localForces : nullptr).sum().item<double>();
     addReferenceForces(context, particles, includeForces ? &localForces : nullptr, energy, checkFinite);
     return energy;
 }

@@ -2,6 +2,7 @@
 #define OPENMM_GRAPH_REFERENCE_CALC_TORCH_GRAPH_FORCE_KERNEL_H_
 
 #include "GraphKernels.h"
+#include "ReferenceMpiDomains.h"
 #include "ReferenceNeighborGraph.h"
 #include <memory>
 #include <torch/csrc/autograd/autograd.h>
@@ -20,6 +21,13 @@ namespace GraphPlugin {
  * dE/d edge_vectors and dE/d positions to OpenMM's.  A TorchScript module
  * returns energies and the gradients come by autograd; an AOTInductor package
  * (.pt2) returns the energies and both gradients itself.
+ *
+ * With the property Domains = "mpi" (TorchScript models): every MPI rank
+ * hands the module its own slab of particles (the split of the native path,
+ * ReferenceMpiDomains) followed by the ghosts its rows reach, with n_owned and
+ * the communicate handle of an MPI engine, so a module with message passing
+ * fills its ghosts' node features through openmmgraph::communicate; forces
+ * are summed over the ranks in fixed point and the energy in rank order.
  */
 class ReferenceCalcTorchGraphForceKernel : public CalcTorchGraphForceKernel {
 public:
@@ -35,10 +43,19 @@ private:
      * is not null, the forces (kJ/mol/nm, force order) added to it.
      */
     torch::Tensor evaluate(OpenMM::ContextImpl& context, std::vector<OpenMM::Vec3>* forces);
+    /** One evaluation of this rank's domain (Domains = "mpi"): the summed energy (kJ/mol); forces added, summed over the ranks. */
+    double evaluateDomain(OpenMM::ContextImpl& context, std::vector<OpenMM::Vec3>* forces);
+    /**
+     * Run the model on a graph (model units) and add its forces: energies [rows] (model units); forces, when
+     * not null, get -dE/dx of the graph's particles through `local` (local index -> force index).
+     */
+    torch::Tensor runGraph(const std::vector<int>& local, const std::vector<int64_t>& rowOffsets, const std::vector<int>& neighbors,
+                           const std::vector<OpenMM::Vec3>& edgeVectors, const OpenMM::Vec3* box, int64_t communicator,
+                           std::vector<OpenMM::Vec3>* forces);
 
     /** Run the model: energies [n] and (when wanted) dE/d edge_vectors [E, 3] and dE/d positions [n, 3] (undefined if unused). */
-    void run(const std::vector<torch::Tensor>& inputs, int n, bool wantGradients, torch::Tensor& energies, torch::Tensor& gradEdges,
-             torch::Tensor& gradPositions);
+    void run(const std::vector<torch::Tensor>& inputs, int n, int64_t communicator, bool wantGradients, torch::Tensor& energies,
+             torch::Tensor& gradEdges, torch::Tensor& gradPositions);
 
     std::shared_ptr<const GraphModel> model;
     torch::jit::Module module;                                         ///< TorchScript models
@@ -49,6 +66,7 @@ private:
     bool periodic = false;
     bool checkFinite = true;
     ReferenceNeighborGraph graph;
+    std::unique_ptr<ReferenceMpiDomains> domains; ///< Domains = "mpi"
     std::vector<OpenMM::Vec3> localPositions, localForces;
 };
 
