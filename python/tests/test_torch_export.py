@@ -334,6 +334,9 @@ def test_graphforce_runs_aoti_packages(tmp_path, name):
                                    atol=1e-12 * abs(expected_energy))
     context.getIntegrator().step(3)
     assert np.isfinite(energy_forces(context)[0])
+    # A package takes one domain: the multi-process mode refuses it when the Context is created.
+    with pytest.raises(openmm.OpenMMException, match="one domain only"):
+        graph_context(package, types, box, positions, "Reference", lambda force: force.setProperty("Domains", "mpi"))
 
 
 def test_aoti_metadata_is_checked(tmp_path):
