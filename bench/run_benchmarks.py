@@ -404,6 +404,8 @@ class Run:
             log(f"platform: {args.platform} (default: CUDA when a CUDA device works, else CPU)")
         self.platform_name = args.platform
         self.on_cuda = args.platform == "CUDA"
+        if args.multi_gpu and not self.on_cuda:
+            raise SystemExit(f"--multi-gpu {args.multi_gpu}: needs the CUDA platform, found {args.platform}")
         self.properties = {"Precision": args.precision, "DeviceIndex": str(args.device_index)} if self.on_cuda else {}
         if args.platform in ("CUDA", "OpenCL", "HIP"):
             self.precision = args.precision
@@ -616,8 +618,15 @@ class Run:
         return self.record(grade, n, implementation, error=f"skipped: {reason}")
 
     # -- OpenMM measurements ---------------------------------------------------------------
-    def measure_openmm(self, grade, n, positions, types, box, trivial: bool):
-        implementation = "openmm-floor" if trivial else self.graph_implementation
+    def multi_gpu_implementation(self) -> str | None:
+        """The name of the GraphForce on the devices of --multi-gpu (None without it)."""
+        if not self.args.multi_gpu:
+            return None
+        return f"{self.graph_implementation}-x{len(self.args.multi_gpu.split(','))}"
+
+    def measure_openmm(self, grade, n, positions, types, box, trivial: bool, multi_gpu: bool = False):
+        implementation = "openmm-floor" if trivial else self.multi_gpu_implementation() if multi_gpu else self.graph_implementation
+        properties = dict(self.properties, DeviceIndex=self.args.multi_gpu) if multi_gpu else self.properties
         if self.budget.exhausted():
             return self.skipped(grade, n, implementation, "time budget exhausted")
         notes, fields = [], {}
@@ -627,7 +636,7 @@ class Run:
             system = make_openmm_system(n, box, trivial, path, types)
             self.free_torch_memory()
             before_bytes = self.memory.used_bytes()
-            context, integrator = make_context(system, positions, self.platform_name, self.properties)
+            context, integrator = make_context(system, positions, self.platform_name, properties)
             for _ in range(self.settings.warmup_reps):
                 context.getState(getForces=True, groups={GRAPH_FORCE_GROUP})
             used = [self.memory.used_bytes()]
@@ -783,7 +792,7 @@ class Run:
             system.addForce(force)
             self.free_torch_memory()
             before_bytes = self.memory.used_bytes()
-            context, integrator = make_context(system, positions, self.platform_name, self.properties)
+            context, integrator = make_context(system, positions, self.platform_name, properties)
             for _ in range(self.settings.warmup_reps):
                 context.getState(getForces=True, groups={GRAPH_FORCE_GROUP})
             fields["force_time_s"], force_reps, note = time_force(context, self.settings, self.budget, 0.15)
@@ -973,6 +982,15 @@ class Run:
             log("step overhead, small grade at 512: not measured in this run")
         for entry in self.largest:
             log(f"largest system ({entry['grade']}): {entry['largest_n']} (limited by {entry['limited_by']})")
+        multi = self.multi_gpu_implementation()
+        if multi:
+            by_key = {(r["grade"], r["n"], r["implementation"]): r for r in self.records if not r["error"]}
+            for grade in self.args.grades:
+                for n in self.args.sizes:
+                    one, many = by_key.get((grade, n, self.graph_implementation)), by_key.get((grade, n, multi))
+                    if one and many and one.get("step_time_s") and many.get("step_time_s"):
+                        log(f"{multi} against one device, {grade} {n}: step {one['step_time_s'] / many['step_time_s']:.3g}x, "
+                            f"force evaluation {one['force_time_s'] / many['force_time_s']:.3g}x")
         errors = [r for r in self.records if r["error"]]
         if errors:
             log(f"{len(errors)} record(s) with an error:")
@@ -1043,6 +1061,8 @@ class Run:
                 positions, types, box, _ = self.system(n, model.n_types)
                 log(f" -- grade {grade}")
                 self.measure_openmm(grade, n, positions, types, box, trivial=False)
+                if args.multi_gpu:
+                    self.measure_openmm(grade, n, positions, types, box, trivial=False, multi_gpu=True)
                 for peer in self.peers:
                     if peer in ("torch-eager", "torch-compile") and self.torch is not None:
                         for with_pairs in (False, True):
@@ -1079,6 +1099,9 @@ def main(argv=None) -> int:
     parser.add_argument("--precision", default="mixed", choices=("single", "mixed", "double"),
                         help="CUDA precision (default mixed); the CPU platform's GraphForce is double")
     parser.add_argument("--device-index", type=int, default=0, help="CUDA device (OpenMM DeviceIndex and torch cuda:N)")
+    parser.add_argument("--multi-gpu", default=None,
+                        help="also run the GraphForce on these CUDA devices in one Context (OpenMM DeviceIndex, e.g. 0,1; "
+                             "docs/multi-gpu.md), recorded as openmm-graph-CUDA-<precision>-x<devices>")
     parser.add_argument("--peers", default=None,
                         help="comma-separated of torch-eager,torch-compile,openmm-torch (default: all three, "
                              "openmm-torch only when importable); 'none' for no peers")
