@@ -64,7 +64,9 @@ class GraphModel;
  *    same trajectory.  Needs libOpenMMGraphMPI (docs/mpi.md); MPI is
  *    initialized if the application has not done it.  Reference and CPU
  *    platforms, native and TorchScript models (whose module gets the rank's
- *    particles, its ghosts and the communicate handle), for now.
+ *    particles, its ghosts and the communicate handle); on the CUDA
+ *    platform, native models without an interaction block (each rank one
+ *    GPU, or ranks sharing one), for now.
  */
 class OPENMM_EXPORT_GRAPH GraphForce : public OpenMM::Force {
 public:

@@ -2,16 +2,24 @@
 #include "internal/GraphModel.h"
 #include "openmm/OpenMMException.h"
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 
 using namespace GraphPlugin;
 using namespace OpenMM;
 
 void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce& force) {
-    if (force.getProperty("Domains") != "single")
-        throw OpenMMException("GraphForce: property Domains = \"" + force.getProperty("Domains") +
-                              "\" is supported on the Reference and CPU platforms only, for now (docs/mpi.md)");
     model = force.getModel();
+    if (force.getProperty("Domains") == "mpi") {
+        if (model->numInteractions != 0)
+            throw OpenMMException("GraphForce: property Domains = \"mpi\" on the CUDA platform takes models without an interaction block, "
+                                  "for now; use the Reference or CPU platform (docs/mpi.md)");
+        if (numDomains != 1)
+            throw OpenMMException("GraphForce: property Domains = \"mpi\" needs one device per rank (DeviceIndex names several)");
+        domains.reset(new ReferenceMpiDomains());
+        domainIndex = domains->getRank();
+        numDomains = domains->getSize();
+    }
     periodic = force.usesPeriodicBoundaryConditions();
     const int n = force.getNumParticles();
     particles.resize(n);
@@ -28,6 +36,7 @@ void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce
     domain.firstCenter = firstCenter;
     domain.numCenters = numCenters;
     domain.orderContext = orderContext;
+    domain.rankSums = domains != nullptr;
     pipeline = createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), mode, chunkRows, domain);
     // The status of an evaluation is read where OpenMM reads its own neighbour-list
     // count: in finishComputation, after every force has been enqueued.
@@ -62,14 +71,60 @@ void CudaCalcGraphForceKernel::checkBox() const {
     }
 }
 
+double CudaCalcGraphForceKernel::executeRanks(bool includeForces) {
+    // Every rank makes the same collective calls in the same order: a flag sum, then the result sum.
+    while (true) {
+        pipeline->enqueue(includeForces, true);
+        std::string error;
+        const bool complete = pipeline->finish(error);
+        std::vector<int64_t> flags = {complete ? 0 : 1, error.empty() ? 0 : 1};
+        domains->sumInt64(flags);
+        if (flags[1] != 0)
+            throw OpenMMException(error.empty() ? "GraphForce: Domains = \"mpi\": another rank's evaluation failed (see its output)"
+                                                : error);
+        if (flags[0] == 0)
+            break; // else some rank's rows overflowed: it has grown; every rank evaluates again
+    }
+    std::vector<int64_t> forces;
+    int64_t words[2];
+    pipeline->readRankResult(forces, words);
+    std::vector<int64_t> sums;
+    sums.reserve(2 + (includeForces ? forces.size() : 0));
+    sums.push_back(words[0]);
+    sums.push_back(words[1]);
+    if (includeForces)
+        sums.insert(sums.end(), forces.begin(), forces.end());
+    domains->sumInt64(sums);
+    if (includeForces) {
+        std::copy(sums.begin() + 2, sums.end(), forces.begin());
+        pipeline->addRankForces(forces);
+    }
+    // E = high / 2^8 + low / 2^40 (GraphStatus), from words that are bitwise the same on every rank.
+    return (double) sums[0] * (1.0 / 256.0) + (double) sums[1] * (1.0 / 1099511627776.0);
+}
+
 double CudaCalcGraphForceKernel::execute(ContextImpl& context, bool includeForces, bool includeEnergy) {
     checkBox();
+    if (domains)
+        return executeRanks(includeForces);
     pipeline->enqueue(includeForces, includeEnergy); // checked by StatusCheck in finishComputation
     return 0.0;                                      // the energy goes into OpenMM's energy buffer
 }
 
 void CudaCalcGraphForceKernel::getParticleEnergies(ContextImpl& context, std::vector<double>& energies) {
     checkBox();
+    if (domains) {
+        // This rank's centers, then every particle's energy from its rank (one rank contributes each: an exact integer sum).
+        executeRanks(false);
+        pipeline->downloadParticleEnergies(energies);
+        std::vector<int64_t> bits(energies.size(), 0);
+        for (int i = firstCenter; i < firstCenter + numCenters; i++)
+            std::memcpy(&bits[i], &energies[i], sizeof(double));
+        domains->sumInt64(bits);
+        for (size_t i = 0; i < energies.size(); i++)
+            std::memcpy(&energies[i], &bits[i], sizeof(double));
+        return;
+    }
     pipeline->finish(); // a pending evaluation of a step first
     do
         pipeline->enqueue(false, false);

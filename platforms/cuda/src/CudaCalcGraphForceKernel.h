@@ -3,6 +3,7 @@
 
 #include "CudaGraphPipeline.h"
 #include "GraphKernels.h"
+#include "ReferenceMpiDomains.h"
 #include "openmm/cuda/CudaContext.h"
 #include <memory>
 #include <vector>
@@ -14,6 +15,13 @@ namespace GraphPlugin {
  * from OpenMM's posq, edge scans, the networks, and forces added in 64-bit
  * fixed point to OpenMM's force buffer (see CudaGraphPipeline).  fp32
  * arithmetic in single and mixed precision, fp64 in double precision.
+ *
+ * With the property Domains = "mpi" (models without an interaction block, for
+ * now): every MPI rank runs a Context for the whole System and evaluates the
+ * centers [rank * n / size, (rank + 1) * n / size); the fixed-point forces and
+ * energy words of the ranks are summed with MPI (staged through host memory)
+ * and added to OpenMM's buffers, so every rank gets bitwise the same values,
+ * the same as one process.  A step then waits for the device once, for the sum.
  */
 class CudaCalcGraphForceKernel : public CalcGraphForceKernel {
 public:
@@ -59,6 +67,13 @@ private:
         OpenMM::CudaContext& cu;
     };
     void checkBox() const;
+    /**
+     * Domains = "mpi": one evaluation of this rank's centers, repeated (on every
+     * rank together) while any rank's rows overflow; an error on any rank is an
+     * OpenMMException on every rank.  Returns the energy summed over the ranks
+     * (kJ/mol); with includeForces the summed forces are added to OpenMM's buffer.
+     */
+    double executeRanks(bool includeForces);
 
     OpenMM::CudaContext& cu;
     int domainIndex, numDomains, firstCenter = 0, numCenters = 0;
@@ -67,6 +82,7 @@ private:
     std::vector<int> particles, types;
     bool periodic = false;
     std::unique_ptr<CudaGraphPipelineBase> pipeline;
+    std::unique_ptr<ReferenceMpiDomains> domains; ///< Domains = "mpi"
     std::shared_ptr<PostComputationState> postComputation;
 };
 

@@ -42,6 +42,7 @@ public:
         if (numCenters != n && model->numInteractions != 0)
             throw OpenMMException("GraphForce: internal error: a model with an interaction block cannot be split over devices");
         orderContext = domain.orderContext == &cu ? nullptr : domain.orderContext;
+        rankSums = domain.rankSums;
         ContextSelector selector(cu);
         GRAPH_CU_CHECK(cuDeviceGetAttribute(&numMultiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cu.getDevice()));
         GRAPH_CU_CHECK(cuStreamCreate(&captureStream, CU_STREAM_NON_BLOCKING));
@@ -151,6 +152,15 @@ public:
         for (int b = 0; b < 2; b++)
             gradientScratch[b].reset(CudaArray::create<real>(cu, c1 * gradWidth, "graphGradientScratch"));
         particleEnergy.reset(CudaArray::create<real>(cu, n1, "graphParticleEnergy"));
+        if (rankSums) {
+            // Forces in force order: the force scan writes through an identity "slot" map with a stride of n.
+            rankForces.reset(CudaArray::create<long long>(cu, 3 * (size_t) n1, "graphRankForces"));
+            std::vector<int> identity(n1);
+            for (int i = 0; i < n1; i++)
+                identity[i] = i;
+            identitySlots.reset(CudaArray::create<int>(cu, n1, "graphIdentitySlots"));
+            identitySlots->upload(identity);
+        }
         status.reset(CudaArray::create<GraphStatus>(cu, 1, "graphStatus"));
         GRAPH_CU_CHECK(cuMemHostAlloc((void**) &hostStatus, sizeof(GraphStatus), 0));
         *hostStatus = GraphStatus();
@@ -295,7 +305,7 @@ private:
                 launchInvariantsBackward<real>(params, A, A, chunkNodes, chunkSize, gradInput, fittingInputSize, 0, gradA, gradA, false,
                                                stream);
         }
-        if (addEnergy)
+        if (addEnergy && !rankSums)
             launchEnergyStore(pointer<GraphStatus>(status), (void*) cu.getEnergyBuffer().getDevicePointer(), energyIsDouble, stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
         if (!includeForces)
@@ -319,9 +329,13 @@ private:
                                                gradA, true, stream);
             }
         }
+        if (rankSums)
+            GRAPH_CUDA_CHECK(cudaMemsetAsync(pointer<long long>(rankForces), 0, rankForces->getSize() * sizeof(long long), stream));
         launchForces<real>(params, gradA, gradB, interaction ? pointer<real>(nodeFeatures) : nullptr, x, types, firstCenter, numCenters,
-                           box, rows, counts, capacity, pointer<int>(slotOfNode), (long long*) cu.getLongForceBuffer().getDevicePointer(),
-                           cu.getPaddedNumAtoms(), pointer<GraphStatus>(status), chooseForceWarps(numCenters, numMultiprocessors), stream);
+                           box, rows, counts, capacity, rankSums ? pointer<int>(identitySlots) : pointer<int>(slotOfNode),
+                           rankSums ? pointer<long long>(rankForces) : (long long*) cu.getLongForceBuffer().getDevicePointer(),
+                           rankSums ? std::max(1, n) : cu.getPaddedNumAtoms(), pointer<GraphStatus>(status),
+                           chooseForceWarps(numCenters, numMultiprocessors), stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
         copyStatus(stream);
     }
@@ -411,6 +425,15 @@ private:
 
 public:
     bool finish() override {
+        std::string error;
+        const bool done = finish(error);
+        if (!error.empty())
+            throw OpenMMException(error);
+        return done;
+    }
+
+    bool finish(std::string& error) override {
+        error.clear();
         if (!pending)
             return true;
         pending = false;
@@ -440,7 +463,8 @@ public:
             default:
                 message << "unknown device error " << s.errorCode;
             }
-            throw OpenMMException(message.str());
+            error = message.str();
+            return true;
         }
         if (s.maxRowCount > capacity) {
             // A row did not fit: grow (with room to spare) and have OpenMM recompute.
@@ -455,6 +479,23 @@ public:
         std::vector<real> values(std::max(1, n));
         particleEnergy->download(values);
         energies.assign(values.begin(), values.begin() + n);
+    }
+
+    void readRankResult(std::vector<int64_t>& forces, int64_t energyWords[2]) override {
+        ContextSelector selector(cu);
+        energyWords[0] = hostStatus->energyHigh;
+        energyWords[1] = hostStatus->energyLow;
+        forces.resize(3 * (size_t) std::max(1, n));
+        rankForces->download(forces.data());
+    }
+
+    void addRankForces(const std::vector<int64_t>& forces) override {
+        ContextSelector selector(cu);
+        rankForces->upload(forces.data());
+        launchAddForces(pointer<long long>(rankForces), n, pointer<int>(slotOfNode),
+                        (long long*) cu.getLongForceBuffer().getDevicePointer(), cu.getPaddedNumAtoms(),
+                        (cudaStream_t) cu.getCurrentStream());
+        GRAPH_CUDA_CHECK(cudaGetLastError());
     }
 
     void setAtomOrder(const std::vector<int>& atomIndex) override {
@@ -766,6 +807,8 @@ private:
     int firstCenter = 0, numCenters = 0; ///< this device's centers (CudaGraphDomain)
     CudaContext* orderContext = nullptr; ///< the first context of a multi-device Context, when this is another one
     std::unique_ptr<CudaArray> atomOrder, correctionCopy; ///< with orderContext: its atom order and posqCorrection on this device
+    bool rankSums = false;                                ///< CudaGraphDomain::rankSums
+    std::unique_ptr<CudaArray> rankForces, identitySlots; ///< with rankSums: [3][n] fixed-point forces, force order; 0..n-1
     size_t sortScratchBytes = 1;
     bool energyIsDouble = true;
     std::unique_ptr<CudaArray> radialTable, interactionTable, nodeOfParticle, typeArray, nodesByType, positions, slotOfNode, grid,

@@ -5,7 +5,9 @@
 #include "internal/GraphModel.h"
 #include "openmm/cuda/CudaArray.h"
 #include "openmm/cuda/CudaContext.h"
+#include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace GraphPlugin {
@@ -27,6 +29,12 @@ struct CudaGraphDomain {
     int firstCenter = 0;
     int numCenters = -1; ///< -1: every particle of the force
     OpenMM::CudaContext* orderContext = nullptr;
+    /**
+     * Domains = "mpi": forces go to a private buffer in force order and the
+     * energy stays in the status record (not OpenMM's buffers), for the caller
+     * to sum over the ranks (readRankResult, addRankForces).
+     */
+    bool rankSums = false;
 };
 
 /**
@@ -38,8 +46,7 @@ struct CudaGraphDomain {
  */
 class CudaGraphPipelineBase {
 public:
-    virtual ~CudaGraphPipelineBase() {
-    }
+    virtual ~CudaGraphPipelineBase() {}
     /**
      * Enqueue one evaluation: graph, energy (added to OpenMM's energy buffer
      * when addEnergy) and, when includeForces, forces into OpenMM's force
@@ -58,6 +65,16 @@ public:
      * point where OpenMM reads its own neighbour-list count.
      */
     virtual bool finish() = 0;
+    /** As finish(), but an error is returned in `error` (empty if none) instead of thrown (Domains = "mpi": every rank must hear of it). */
+    virtual bool finish(std::string& error) = 0;
+    /**
+     * CudaGraphDomain::rankSums, after finish(): this evaluation's forces
+     * ([3][n] in force order, 64-bit fixed point, 2^-32 kJ/mol/nm) and energy
+     * (the two words of GraphStatus::energyHigh/Low), copied to the host.  Synchronises.
+     */
+    virtual void readRankResult(std::vector<int64_t>& forces, int64_t energyWords[2]) = 0;
+    /** CudaGraphDomain::rankSums: add forces ([3][n] force order, fixed point, host) to OpenMM's force buffer. */
+    virtual void addRankForces(const std::vector<int64_t>& forces) = 0;
     /** Set the model type of every particle (force order). */
     virtual void setTypes(const std::vector<int>& types) = 0;
     /** Download the last per-particle energies (kJ/mol, force order; only the domain's centers are set); synchronises. */

@@ -466,7 +466,21 @@ int elementBlocks(size_t count) {
     return (int) std::min<size_t>((count + 255) / 256, 65535 * 16);
 }
 
+__global__ void addForcesKernel(const long long* __restrict__ forces, int n, const int* __restrict__ slotOfNode,
+                                long long* __restrict__ forceBuffer, int paddedAtoms) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const int slot = slotOfNode[i];
+        for (int c = 0; c < 3; c++)
+            forceBuffer[slot + c * paddedAtoms] += forces[(size_t) c * n + i];
+    }
+}
+
 } // namespace
+
+void launchAddForces(const long long* forces, int n, const int* slotOfNode, long long* forceBuffer, int paddedAtoms, cudaStream_t stream) {
+    if (n > 0)
+        addForcesKernel<<<elementBlocks(n), 256, 0, stream>>>(forces, n, slotOfNode, forceBuffer, paddedAtoms);
+}
 
 /** Calls body.template operator()<LMAX, CPL>() for the model's L and channels per lane. */
 template <typename Body> void dispatchShape(int lMax, int numChannels, Body body) {

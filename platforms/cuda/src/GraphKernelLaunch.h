@@ -117,6 +117,9 @@ void launchForces(const GraphModelParams<real>& model, const real* gradA, const 
                   int capacity, const int* slotOfNode, long long* forceBuffer, int paddedAtoms, GraphStatus* status, int warpsPerCenter,
                   cudaStream_t stream);
 
+/** forceBuffer[slotOfNode[i] + c * paddedAtoms] += forces[c * n + i] (64-bit fixed point), for i < n, c < 3. */
+void launchAddForces(const long long* forces, int n, const int* slotOfNode, long long* forceBuffer, int paddedAtoms, cudaStream_t stream);
+
 /**
  * Launch choice of the force scan: 4 warps per center, or 8 when there are too
  * few centers to give every multiprocessor 32 warps (launchForces caps it so

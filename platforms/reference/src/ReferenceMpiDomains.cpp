@@ -193,6 +193,11 @@ void ReferenceMpiDomains::sumForces(std::vector<Vec3>& forces) const {
             forces[i][c] = (double) fixed[3 * i + c] / FixedPointScale;
 }
 
+void ReferenceMpiDomains::sumInt64(std::vector<int64_t>& values) const {
+    char message[1024] = "";
+    check(allreduceInt64(values.data(), values.size(), message, sizeof(message)), message);
+}
+
 double ReferenceMpiDomains::sumEnergy(double energy) const {
     double total = 0;
     char message[1024] = "";

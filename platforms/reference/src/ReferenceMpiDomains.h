@@ -80,6 +80,8 @@ public:
     void sumForces(std::vector<OpenMM::Vec3>& forces) const;
     /** The sum of one energy per rank (kJ/mol), added in rank order on every rank. */
     double sumEnergy(double energy) const;
+    /** Sum integers over the ranks, in place (exact, so every rank gets bitwise the same values). */
+    void sumInt64(std::vector<int64_t>& values) const;
 
 private:
     void check(int status, const char* what) const;

@@ -16,7 +16,6 @@
 using namespace GraphPlugin;
 using namespace OpenMM;
 
-
 namespace {
 
 /**
@@ -131,8 +130,8 @@ void ReferenceCalcTorchGraphForceKernel::run(const std::vector<torch::Tensor>& i
     energies = module.forward(arguments).toTensor();
     if (energies.dim() != 1 || energies.size(0) != n) {
         std::stringstream message;
-        message << "GraphForce: TorchScript model: forward returned a tensor of shape " << energies.sizes() << "; expected the energies of the "
-                << n << " owned particles, shape [" << n << "] (docs/torch-models.md)";
+        message << "GraphForce: TorchScript model: forward returned a tensor of shape " << energies.sizes()
+                << "; expected the energies of the " << n << " owned particles, shape [" << n << "] (docs/torch-models.md)";
         throw OpenMMException(message.str());
     }
     if (wantGradients) {
@@ -249,8 +248,8 @@ torch::Tensor ReferenceCalcTorchGraphForceKernel::runGraph(const std::vector<int
         throw;
     }
     catch (const std::exception& error) {
-        throw OpenMMException(std::string("GraphForce: ") + (package ? "AOTInductor" : "TorchScript") + " model: the model failed: " +
-                              error.what());
+        throw OpenMMException(std::string("GraphForce: ") + (package ? "AOTInductor" : "TorchScript") +
+                              " model: the model failed: " + error.what());
     }
     return energies.detach().to(torch::kFloat64) * model->energyScale;
 }

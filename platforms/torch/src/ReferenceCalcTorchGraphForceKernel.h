@@ -58,7 +58,7 @@ private:
              torch::Tensor& gradEdges, torch::Tensor& gradPositions);
 
     std::shared_ptr<const GraphModel> model;
-    torch::jit::Module module;                                         ///< TorchScript models
+    torch::jit::Module module;                                        ///< TorchScript models
     std::unique_ptr<torch::inductor::AOTIModelPackageLoader> package; ///< AOTInductor models
     torch::Dtype dtype = torch::kFloat64;
     std::vector<int> particles; ///< [n] System index of each particle of the force
