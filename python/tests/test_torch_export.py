@@ -212,6 +212,18 @@ def energy_forces(context):
             state.getForces(asNumpy=True).value_in_unit(openmm.unit.kilojoule_per_mole / openmm.unit.nanometer))
 
 
+def expect_native_results(context, force, expected_context, expected_force):
+    """The exported model's energy (1e-12 relative), forces (1e-11 of the largest) and particle energies against the
+    native GraphForce's; returns the energy."""
+    expected_energy, expected_forces = energy_forces(expected_context)
+    energy, forces = energy_forces(context)
+    assert energy == pytest.approx(expected_energy, rel=1e-12)
+    np.testing.assert_allclose(forces, expected_forces, rtol=0, atol=1e-11 * np.abs(expected_forces).max())
+    np.testing.assert_allclose(force.getParticleEnergies(context), expected_force.getParticleEnergies(expected_context), rtol=0,
+                               atol=1e-12 * abs(expected_energy))
+    return energy
+
+
 @needs_plugin
 @pytest.mark.parametrize("platform", ["Reference", "CPU"])
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -224,12 +236,7 @@ def test_graphforce_runs_torchscript_models(tmp_path, name, platform):
     expected_context, expected_force, _ = graph_context(native, types, box, positions, "Reference")
     context, force, system = graph_context(exported, types, box, positions, platform)
     assert force.getNumTypes() == model.n_types and force.getCutoff() == pytest.approx(expected_force.getCutoff())
-    expected_energy, expected_forces = energy_forces(expected_context)
-    energy, forces = energy_forces(context)
-    assert energy == pytest.approx(expected_energy, rel=1e-12)
-    np.testing.assert_allclose(forces, expected_forces, rtol=0, atol=1e-11 * np.abs(expected_forces).max())
-    np.testing.assert_allclose(force.getParticleEnergies(context), expected_force.getParticleEnergies(expected_context), rtol=0,
-                               atol=1e-12 * abs(expected_energy))
+    energy = expect_native_results(context, force, expected_context, expected_force)
     # The archive travels inside a serialized System.
     copy = openmm.XmlSerializer.deserialize(openmm.XmlSerializer.serialize(system))
     again = openmm.Context(copy, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName(platform))
@@ -326,12 +333,7 @@ def test_graphforce_runs_aoti_packages(tmp_path, name):
 
         expected_context, expected_force, _ = graph_context(native, types, box, positions, "Reference", configure)
         context, force, system = graph_context(package, types, box, positions, "Reference", configure)
-        expected_energy, expected_forces = energy_forces(expected_context)
-        energy, forces = energy_forces(context)
-        assert energy == pytest.approx(expected_energy, rel=1e-12)
-        np.testing.assert_allclose(forces, expected_forces, rtol=0, atol=1e-11 * np.abs(expected_forces).max())
-        np.testing.assert_allclose(force.getParticleEnergies(context), expected_force.getParticleEnergies(expected_context), rtol=0,
-                                   atol=1e-12 * abs(expected_energy))
+        expect_native_results(context, force, expected_context, expected_force)
     context.getIntegrator().step(3)
     assert np.isfinite(energy_forces(context)[0])
     # A package takes one domain: the multi-process mode refuses it when the Context is created.
