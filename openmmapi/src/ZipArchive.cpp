@@ -96,7 +96,8 @@ bool ZipArchive::readEntry(const std::string& bytes, const std::string& suffix, 
         if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
             if (method != 0)
                 throw std::runtime_error("the zip entry '" + name + "' is compressed (method " + std::to_string(method) +
-                                         "); TorchScript archives store their entries uncompressed: save it again with torch.jit.save");
+                                         "); exported models store it uncompressed: write the archive again with "
+                                         "openmmgraph.torch_export (or torch.jit.save; zip -0 for a package edited by hand)");
             if (in.u32(local) != LocalHeader)
                 throw std::runtime_error("the zip entry '" + name + "' has no local header where the directory says");
             const uint64_t data = local + 30 + in.u16(local + 26) + in.u16(local + 28);

@@ -355,6 +355,12 @@ def test_aoti_metadata_is_checked(tmp_path):
         torch.jit.save(plain, path, _extra_files={"openmmgraph.json": json.dumps({**metadata, **change})})
         with pytest.raises(openmm.OpenMMException, match=message):
             openmmgraph.GraphForce(path)
+    # The metadata entry must be stored uncompressed (the loader reads it in place).
+    deflated = str(tmp_path / "deflated.pt2")
+    with zipfile.ZipFile(deflated, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("deflated/extra/openmmgraph.json", json.dumps(metadata))
+    with pytest.raises(openmm.OpenMMException, match="is compressed"):
+        openmmgraph.GraphForce(deflated)
     # A well-formed package whose compiled program cannot be loaded fails when the Context is created, with LibTorch's reason.
     if torch_plugin_loaded():
         path = str(tmp_path / "broken.pt2")
