@@ -58,7 +58,8 @@ class GraphModel;
  *    memory and adds kernel launches.
  *  - "Domains": "single" (default) or "mpi".  With "mpi" every MPI rank
  *    (MPI_COMM_WORLD) runs its own Context for the whole System; the force
- *    evaluates the energies of the rank's own slab of particles, and forces
+ *    evaluates the energies of the rank's own share of particles (a spatial
+ *    slab on Reference and CPU, an index range on CUDA), and forces
  *    (in 64-bit fixed point) and energy (in rank order) are summed over the
  *    ranks, so every rank gets bitwise the same values and integrates the
  *    same trajectory.  Needs libOpenMMGraphMPI (docs/mpi.md); MPI is
