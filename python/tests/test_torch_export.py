@@ -341,6 +341,24 @@ def test_graphforce_runs_aoti_packages(tmp_path, name):
         graph_context(package, types, box, positions, "Reference", lambda force: force.setProperty("Domains", "mpi"))
 
 
+@needs_plugin
+def test_graphforce_float32_aoti_package(tmp_path):
+    model = small_model("interaction", seed=8)
+    native, package = str(tmp_path / "model.safetensors"), str(tmp_path / "model32.pt2")
+    model.write(native)
+    assert export_aoti(model, package, dtype="float32")["dtype"] == "float32"
+    positions, types, box = lattice_system(250, n_types=model.n_types, seed=5)
+    expected_energy, expected_forces = energy_forces(graph_context(native, types, box, positions, "Reference")[0])
+    energy, forces = energy_forces(graph_context(package, types, box, positions, "Reference")[0])
+    assert energy == pytest.approx(expected_energy, rel=1e-5)
+    rms = np.sqrt(np.mean(np.sum(expected_forces**2, axis=1)))
+    assert np.sqrt(np.mean(np.sum((forces - expected_forces) ** 2, axis=1))) < 1e-4 * rms
+    with pytest.raises(ValueError, match="pt2"):
+        export_aoti(model, str(tmp_path / "model.pt"))
+    with pytest.raises(ValueError, match="dtype"):
+        export_aoti(model, package, dtype="float16")
+
+
 def test_aoti_metadata_is_checked(tmp_path):
     """A package's openmmgraph.json must pair the interface with the program; other devices are refused."""
     import zipfile
