@@ -87,7 +87,7 @@ double CudaCalcGraphForceKernel::executeRanks(bool includeForces) {
     }
     std::vector<int64_t> forces;
     int64_t words[2];
-    pipeline->readRankResult(forces, words);
+    pipeline->readRankResult(includeForces ? &forces : nullptr, words);
     std::vector<int64_t> sums;
     sums.reserve(2 + (includeForces ? forces.size() : 0));
     sums.push_back(words[0]);
@@ -99,8 +99,7 @@ double CudaCalcGraphForceKernel::executeRanks(bool includeForces) {
         std::copy(sums.begin() + 2, sums.end(), forces.begin());
         pipeline->addRankForces(forces);
     }
-    // E = high / 2^8 + low / 2^40 (GraphStatus), from words that are bitwise the same on every rank.
-    return (double) sums[0] * (1.0 / 256.0) + (double) sums[1] * (1.0 / 1099511627776.0);
+    return energyOfWords(sums[0], sums[1]); // words that are bitwise the same on every rank
 }
 
 double CudaCalcGraphForceKernel::execute(ContextImpl& context, bool includeForces, bool includeEnergy) {

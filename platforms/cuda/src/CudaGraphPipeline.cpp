@@ -481,12 +481,14 @@ public:
         energies.assign(values.begin(), values.begin() + n);
     }
 
-    void readRankResult(std::vector<int64_t>& forces, int64_t energyWords[2]) override {
-        ContextSelector selector(cu);
+    void readRankResult(std::vector<int64_t>* forces, int64_t energyWords[2]) override {
         energyWords[0] = hostStatus->energyHigh;
         energyWords[1] = hostStatus->energyLow;
-        forces.resize(3 * (size_t) std::max(1, n));
-        rankForces->download(forces.data());
+        if (forces != nullptr) {
+            ContextSelector selector(cu);
+            forces->resize(3 * (size_t) std::max(1, n));
+            rankForces->download(forces->data());
+        }
     }
 
     void addRankForces(const std::vector<int64_t>& forces) override {

@@ -297,10 +297,10 @@ __global__ void energyOutputKernel(DenseBatch<real> batch, const int* __restrict
                     reportError(status, GraphErrorNonFiniteEnergy, node, -1, e);
                 else {
                     // e = high / 2^8 + low / 2^40, both parts exact integers (see GraphStatus).
-                    const double high = floor(e * 256.0);
+                    const double high = floor(e * EnergyHighScale);
                     atomicAdd((unsigned long long*) &status->energyHigh, (unsigned long long) (long long) high);
                     atomicAdd((unsigned long long*) &status->energyLow,
-                              (unsigned long long) llrint((e - high * (1.0 / 256.0)) * 1099511627776.0));
+                              (unsigned long long) llrint((e - high * (1.0 / EnergyHighScale)) * EnergyLowScale));
                 }
             }
         }
@@ -308,7 +308,7 @@ __global__ void energyOutputKernel(DenseBatch<real> batch, const int* __restrict
 }
 
 __global__ void energyStoreKernel(const GraphStatus* __restrict__ status, void* energyBuffer, int energyIsDouble) {
-    const double energy = (double) status->energyHigh * (1.0 / 256.0) + (double) status->energyLow * (1.0 / 1099511627776.0);
+    const double energy = energyOfWords(status->energyHigh, status->energyLow);
     if (energyIsDouble)
         ((double*) energyBuffer)[0] += energy;
     else

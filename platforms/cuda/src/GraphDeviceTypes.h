@@ -17,8 +17,7 @@ struct alignas(16) GraphDouble4 {
 };
 
 /** The periodic box (OpenMM's reduced triclinic form), nm; passed by value to kernels each step. */
-template <typename real>
-struct GraphBox {
+template <typename real> struct GraphBox {
     real a[3], b[3], c[3];
     int periodic; ///< 0: open boundaries
 };
@@ -28,8 +27,7 @@ struct GraphBox {
  * Periodic: cells in fractional coordinates; open: Cartesian cells over the
  * bounding box.  Every cell is at least one cut-off thick.
  */
-template <typename real>
-struct GraphGrid {
+template <typename real> struct GraphGrid {
     int numCells[3];
     real origin[3];    ///< open boundaries: lower corner of the bounding box (nm)
     real cellScale[3]; ///< open boundaries: cells per nm along each axis
@@ -40,8 +38,8 @@ struct GraphGrid {
  * pinned host memory once per evaluation).
  */
 struct GraphStatus {
-    int maxRowCount;   ///< the longest neighbour row seen (for capacity growth)
-    int errorCode;     ///< GraphErrorCode
+    int maxRowCount;      ///< the longest neighbour row seen (for capacity growth)
+    int errorCode;        ///< GraphErrorCode
     int errorParticle[2]; ///< force-local indices of the particles concerned
     double errorValue;
     /**
@@ -55,6 +53,20 @@ struct GraphStatus {
     long long energyHigh, energyLow;
 };
 
+#ifdef __CUDACC__
+#define GRAPH_HOST_DEVICE __host__ __device__
+#else
+#define GRAPH_HOST_DEVICE
+#endif
+
+/** Units of GraphStatus::energyHigh and energyLow: 2^8 and 2^40 per kJ/mol. */
+constexpr double EnergyHighScale = 256.0, EnergyLowScale = 1099511627776.0;
+
+/** The energy (kJ/mol) that the two fixed-point words of GraphStatus hold. */
+GRAPH_HOST_DEVICE inline double energyOfWords(long long high, long long low) {
+    return (double) high * (1.0 / EnergyHighScale) + (double) low * (1.0 / EnergyLowScale);
+}
+
 enum GraphErrorCode : int {
     GraphErrorNone = 0,
     GraphErrorSamePosition = 1,
@@ -67,8 +79,7 @@ enum GraphErrorCode : int {
  * The model on the device: sizes and device pointers (tables in `real`).
  * Tables: [T][T][L+1][K+1][3][M] as in GraphModel, units nm.
  */
-template <typename real>
-struct GraphModelParams {
+template <typename real> struct GraphModelParams {
     int numTypes, lMax, numChannels, numAxis, descriptorLSum, numInteractions, radialIntervals;
     int descriptorSize;
     real cutoff, cutoff2, radialR0, radialDr, invDr, invNorm;
