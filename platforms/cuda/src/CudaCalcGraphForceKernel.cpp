@@ -37,6 +37,8 @@ void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce
     domain.numCenters = numCenters;
     domain.orderContext = orderContext;
     domain.rankSums = domains != nullptr;
+    domain.exchange = exchange;
+    domain.domainIndex = domainIndex;
     pipeline = createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), mode, chunkRows, domain);
     // The status of an evaluation is read where OpenMM reads its own neighbour-list
     // count: in finishComputation, after every force has been enqueued.
@@ -125,9 +127,13 @@ void CudaCalcGraphForceKernel::getParticleEnergies(ContextImpl& context, std::ve
         return;
     }
     pipeline->finish(); // a pending evaluation of a step first
-    do
+    bool complete;
+    do {
         pipeline->enqueue(false, false);
-    while (!pipeline->finish());
+        complete = pipeline->finish();
+        if (exchange != nullptr) // the devices of a split interaction block evaluate again together
+            complete = exchange->allOf(domainIndex, complete);
+    } while (!complete);
     pipeline->downloadParticleEnergies(energies);
 }
 

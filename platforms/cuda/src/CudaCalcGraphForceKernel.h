@@ -30,10 +30,13 @@ public:
      * @param domainIndex  with several GPUs: this device's share of the centers, [domainIndex * n / numDomains,
      *                     (domainIndex + 1) * n / numDomains) of the force's particles (CudaParallelCalcGraphForceKernel)
      * @param orderContext the first context of a multi-device Context (its atom order and posqCorrection), or nullptr
+     * @param exchange     with several GPUs and a model with an interaction block: the exchange of node features between
+     *                     the devices (not owned), or nullptr
      */
     CudaCalcGraphForceKernel(std::string name, const OpenMM::Platform& platform, OpenMM::CudaContext& cu, int domainIndex = 0,
-                             int numDomains = 1, OpenMM::CudaContext* orderContext = nullptr)
-        : CalcGraphForceKernel(name, platform), cu(cu), domainIndex(domainIndex), numDomains(numDomains), orderContext(orderContext) {}
+                             int numDomains = 1, OpenMM::CudaContext* orderContext = nullptr, CudaGraphExchange* exchange = nullptr)
+        : CalcGraphForceKernel(name, platform), cu(cu), domainIndex(domainIndex), numDomains(numDomains), orderContext(orderContext),
+          exchange(exchange) {}
     ~CudaCalcGraphForceKernel();
     void initialize(const OpenMM::System& system, const GraphForce& force) override;
     double execute(OpenMM::ContextImpl& context, bool includeForces, bool includeEnergy) override;
@@ -78,6 +81,7 @@ private:
     OpenMM::CudaContext& cu;
     int domainIndex, numDomains, firstCenter = 0, numCenters = 0;
     OpenMM::CudaContext* orderContext;
+    CudaGraphExchange* exchange;
     std::shared_ptr<const GraphModel> model;
     std::vector<int> particles, types;
     bool periodic = false;

@@ -39,8 +39,18 @@ public:
         numCenters = domain.numCenters < 0 ? n : domain.numCenters;
         if (firstCenter < 0 || numCenters < 0 || firstCenter + numCenters > n)
             throw OpenMMException("GraphForce: internal error: a device's centers lie outside the force's particles");
-        if (numCenters != n && model->numInteractions != 0)
-            throw OpenMMException("GraphForce: internal error: a model with an interaction block cannot be split over devices");
+        exchange = domain.exchange;
+        domainIndex = domain.domainIndex;
+        if (numCenters != n && model->numInteractions != 0 && exchange == nullptr)
+            throw OpenMMException("GraphForce: internal error: a model with an interaction block is split without an exchange");
+        if (exchange != nullptr) {
+            // The exchange waits on other contexts' events and copies between contexts: not captured into a graph.
+            if (graphMode == CudaGraphMode::Required)
+                throw OpenMMException("GraphForce: CudaGraph is \"true\", but a model with an interaction block split over several "
+                                      "devices exchanges node features between them, which is not captured into CUDA graphs; set "
+                                      "CudaGraph to \"auto\" or \"false\", or use one device");
+            this->graphMode = CudaGraphMode::Off;
+        }
         orderContext = domain.orderContext == &cu ? nullptr : domain.orderContext;
         rankSums = domain.rankSums;
         ContextSelector selector(cu);
@@ -90,7 +100,7 @@ public:
         nodeOfParticle.reset(CudaArray::create<int>(cu, std::max(1, numSystemParticles), "graphNodeOfParticle"));
         nodeOfParticle->upload(nodeOfSystemParticle);
         typeArray.reset(CudaArray::create<int>(cu, std::max(1, n), "graphTypes"));
-        nodesByType.reset(CudaArray::create<int>(cu, std::max(1, n), "graphNodesByType"));
+        nodesByType.reset(CudaArray::create<int>(cu, std::max(1, numCenters), "graphNodesByType")); // this domain's centers only
         setTypes(types);
 
         // Per-evaluation storage.
@@ -123,6 +133,11 @@ public:
             nodeFeatureGrad.reset(CudaArray::create<real>(cu, (size_t) n1 * M, "graphNodeFeatureGrad"));
             interactionMoments.reset(CudaArray::create<real>(cu, (size_t) n1 * H * M, "graphInteractionMoments"));
             gradInteractionMoments.reset(CudaArray::create<real>(cu, (size_t) n1 * H * M, "graphGradInteractionMoments"));
+            if (exchange != nullptr) {
+                exchange->attach(domainIndex, CudaGraphExchange::NodeFeatures, nodeFeatures->getDevicePointer(), M * sizeof(real));
+                exchange->attach(domainIndex, CudaGraphExchange::InteractionMomentGradients, gradInteractionMoments->getDevicePointer(),
+                                 (size_t) H * M * sizeof(real));
+            }
         }
         // Per row of a chunk of the type-sorted node list: network inputs, activations and gradients.
         int widest = *std::max_element(fitting.layerWidth.begin(), fitting.layerWidth.end());
@@ -276,8 +291,10 @@ private:
                 forwardNetwork(node, nodeActivations, nodeDerivatives, c, input, fittingInputSize, pointer<real>(nodeFeatures), M, true,
                                false, nullptr, stream);
             }
-            launchMoments<real>(params, params.interactionTable, pointer<real>(nodeFeatures), x, types, 0, n, box, rows, counts, capacity,
-                                B, stream);
+            if (exchange != nullptr) // the other domains' node features, for the rows of this domain's centers
+                exchange->allGather(domainIndex, CudaGraphExchange::NodeFeatures, (CUstream) stream);
+            launchMoments<real>(params, params.interactionTable, pointer<real>(nodeFeatures), x, types, firstCenter, numCenters, box, rows,
+                                counts, capacity, B, stream);
         }
         GRAPH_CUDA_CHECK(cudaGetLastError());
 
@@ -314,8 +331,10 @@ private:
         // Stage 4: the interaction block's backward (node features, then the node network, chunk by chunk; its
         // activations are recomputed when there is more than one chunk), then the edge backward into OpenMM's forces.
         if (interaction) {
-            launchNodeFeatureGradient<real>(params, gradB, x, types, n, box, rows, counts, capacity, pointer<real>(nodeFeatureGrad),
-                                            stream);
+            if (exchange != nullptr) // dE/dB of the other domains' centers in this domain's rows
+                exchange->allGather(domainIndex, CudaGraphExchange::InteractionMomentGradients, (CUstream) stream);
+            launchNodeFeatureGradient<real>(params, gradB, x, types, firstCenter, numCenters, box, rows, counts, capacity,
+                                            pointer<real>(nodeFeatureGrad), stream);
             for (int c = 0; c < numChunks; c++) {
                 const int* chunkNodes = rowNodes + chunkBegin(c);
                 const int chunkSize = chunkEnd(c) - chunkBegin(c);
@@ -807,6 +826,8 @@ private:
     int capacity = 1, maxCells = 1, buildScratchRows = 1;
     int chunkRows = 1, numChunks = 1;    ///< the node stage runs over chunks of chunkRows rows of the type-sorted node list
     int firstCenter = 0, numCenters = 0; ///< this device's centers (CudaGraphDomain)
+    CudaGraphExchange* exchange = nullptr; ///< CudaGraphDomain::exchange (not owned)
+    int domainIndex = 0;
     CudaContext* orderContext = nullptr; ///< the first context of a multi-device Context, when this is another one
     std::unique_ptr<CudaArray> atomOrder, correctionCopy; ///< with orderContext: its atom order and posqCorrection on this device
     bool rankSums = false;                                ///< CudaGraphDomain::rankSums

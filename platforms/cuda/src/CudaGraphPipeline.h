@@ -1,6 +1,7 @@
 #ifndef OPENMM_GRAPH_CUDA_GRAPH_PIPELINE_H_
 #define OPENMM_GRAPH_CUDA_GRAPH_PIPELINE_H_
 
+#include "CudaGraphExchange.h"
 #include "GraphDeviceTypes.h"
 #include "internal/GraphModel.h"
 #include "openmm/cuda/CudaArray.h"
@@ -35,6 +36,13 @@ struct CudaGraphDomain {
      * to sum over the ranks (readRankResult, addRankForces).
      */
     bool rankSums = false;
+    /**
+     * A model with an interaction block split over the devices of one Context: the exchange of node features
+     * and their gradients between the domains (CudaPeerExchange), and this device's index in it.  CUDA graphs
+     * are not captured then ("true" is an error).
+     */
+    CudaGraphExchange* exchange = nullptr;
+    int domainIndex = 0;
 };
 
 /**
@@ -96,7 +104,7 @@ public:
  * @param periodic   whether the force uses the periodic box
  * @param graphMode  the CudaGraph property
  * @param maxChunkRows the CudaChunkRows property: the most rows per chunk of the node stage, 0 for automatic
- * @param domain     this device's share (all centers by default); a model with an interaction block is not split
+ * @param domain     this device's share (all centers by default); a model with an interaction block needs domain.exchange to be split
  */
 std::unique_ptr<CudaGraphPipelineBase> createCudaGraphPipeline(OpenMM::CudaContext& cu, std::shared_ptr<const GraphModel> model,
                                                                const std::vector<int>& particles, const std::vector<int>& types,

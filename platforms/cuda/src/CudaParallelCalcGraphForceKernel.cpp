@@ -30,11 +30,14 @@ public:
             owner.refreshAtomOrder(device);
             owner.share(device).execute(context, includeForces, includeEnergy);
         }
-        catch (const OpenMMException&) {
+        catch (const OpenMMException& error) {
+            owner.abortExchange(error.what());
             throw;
         }
         catch (const std::exception& error) {
-            throw OpenMMException(std::string("GraphForce: on device ") + std::to_string(device) + ": " + error.what());
+            const std::string message = std::string("GraphForce: on device ") + std::to_string(device) + ": " + error.what();
+            owner.abortExchange(message);
+            throw OpenMMException(message);
         }
     }
 
@@ -45,16 +48,54 @@ private:
     bool includeForces, includeEnergy;
 };
 
+/** One device's per-particle energies, with the devices of a split interaction block evaluating together. */
+class CudaParallelCalcGraphForceKernel::EnergiesTask : public ComputeContext::WorkTask {
+public:
+    EnergiesTask(CudaParallelCalcGraphForceKernel& owner, ContextImpl& context, int device, std::vector<double>& energies)
+        : owner(owner), context(context), device(device), energies(energies) {}
+    void execute() override {
+        try {
+            ContextSelector selector(*owner.data.contexts[device]);
+            owner.share(device).getParticleEnergies(context, energies);
+        }
+        catch (const OpenMMException& error) {
+            owner.abortExchange(error.what());
+            throw;
+        }
+        catch (const std::exception& error) {
+            const std::string message = std::string("GraphForce: on device ") + std::to_string(device) + ": " + error.what();
+            owner.abortExchange(message);
+            throw OpenMMException(message);
+        }
+    }
+
+private:
+    CudaParallelCalcGraphForceKernel& owner;
+    ContextImpl& context;
+    int device;
+    std::vector<double>& energies;
+};
+
 CudaParallelCalcGraphForceKernel::CudaParallelCalcGraphForceKernel(std::string name, const Platform& platform,
                                                                    CudaPlatform::PlatformData& data)
     : CalcGraphForceKernel(name, platform), data(data), orderVersion(std::make_shared<OrderVersion>()) {}
 
 void CudaParallelCalcGraphForceKernel::initialize(const System& system, const GraphForce& force) {
-    const int numDevices = force.getModel()->numInteractions == 0 ? (int) data.contexts.size() : 1;
+    const int numDevices = (int) data.contexts.size();
     CudaContext& first = *data.contexts[0];
+    if (force.getModel()->numInteractions != 0) {
+        // The devices' shares of the centers, as each CudaCalcGraphForceKernel computes them.
+        const long long n = force.getNumParticles();
+        std::vector<int> firstCenter(numDevices), numCenters(numDevices);
+        for (int device = 0; device < numDevices; device++) {
+            firstCenter[device] = (int) (device * n / numDevices);
+            numCenters[device] = (int) ((device + 1) * n / numDevices) - firstCenter[device];
+        }
+        exchange.reset(new CudaPeerExchange(data.contexts, firstCenter, numCenters));
+    }
     for (int device = 0; device < numDevices; device++) {
         CudaCalcGraphForceKernel* kernel = new CudaCalcGraphForceKernel(getName(), getPlatform(), *data.contexts[device], device,
-                                                                        numDevices, device == 0 ? nullptr : &first);
+                                                                        numDevices, device == 0 ? nullptr : &first, exchange.get());
         kernels.emplace_back(kernel);
         kernel->initialize(system, force);
     }
@@ -70,7 +111,14 @@ void CudaParallelCalcGraphForceKernel::refreshAtomOrder(int device) {
     seenVersion[device] = version;
 }
 
+void CudaParallelCalcGraphForceKernel::abortExchange(const std::string& error) {
+    if (exchange)
+        exchange->abort(error);
+}
+
 double CudaParallelCalcGraphForceKernel::execute(ContextImpl& context, bool includeForces, bool includeEnergy) {
+    if (exchange)
+        exchange->reset(); // the previous evaluation's tasks are done (OpenMM flushed the worker threads)
     for (int device = 0; device < (int) kernels.size(); device++)
         data.contexts[device]->getWorkThread().addTask(new Task(*this, context, device, includeForces, includeEnergy));
     return 0.0; // each share's energy goes into its own context's energy buffer
@@ -80,22 +128,29 @@ void CudaParallelCalcGraphForceKernel::getParticleEnergies(ContextImpl& context,
     // Outside an evaluation only the first context holds current positions: copy them to the others first.
     data.syncContexts();
     CudaContext& first = *data.contexts[0];
-    energies.clear();
-    std::vector<double> shareEnergies;
-    for (int device = 0; device < (int) kernels.size(); device++) {
+    for (int device = 1; device < (int) kernels.size(); device++) {
         CudaContext& cu = *data.contexts[device];
-        if (device > 0) {
-            GRAPH_CU_CHECK(cuMemcpyPeer(cu.getPosq().getDevicePointer(), cu.getContext(), first.getPosq().getDevicePointer(),
-                                        first.getContext(), first.getPosq().getSize() * first.getPosq().getElementSize()));
-            ContextSelector selector(cu);
-            refreshAtomOrder(device);
-        }
+        GRAPH_CU_CHECK(cuMemcpyPeer(cu.getPosq().getDevicePointer(), cu.getContext(), first.getPosq().getDevicePointer(), first.getContext(),
+                                    first.getPosq().getSize() * first.getPosq().getElementSize()));
+        ContextSelector selector(cu);
+        refreshAtomOrder(device);
+    }
+    std::vector<std::vector<double>> shareEnergies(kernels.size());
+    if (exchange) {
+        // The shares exchange node features: they evaluate at the same time, each on its device's worker thread.
+        exchange->reset();
+        for (int device = 0; device < (int) kernels.size(); device++)
+            data.contexts[device]->getWorkThread().addTask(new EnergiesTask(*this, context, device, shareEnergies[device]));
+        data.syncContexts(); // throws the first failure
+    }
+    else
+        for (int device = 0; device < (int) kernels.size(); device++)
+            share(device).getParticleEnergies(context, shareEnergies[device]);
+    energies.assign(shareEnergies[0].size(), 0.0);
+    for (int device = 0; device < (int) kernels.size(); device++) {
         CudaCalcGraphForceKernel& kernel = share(device);
-        kernel.getParticleEnergies(context, shareEnergies);
-        if (energies.empty())
-            energies.assign(shareEnergies.size(), 0.0);
         for (int i = kernel.getFirstCenter(); i < kernel.getFirstCenter() + kernel.getNumCenters(); i++)
-            energies[i] = shareEnergies[i];
+            energies[i] = shareEnergies[device][i];
     }
 }
 

@@ -2,6 +2,7 @@
 #define OPENMM_GRAPH_CUDA_PARALLEL_CALC_GRAPH_FORCE_KERNEL_H_
 
 #include "CudaCalcGraphForceKernel.h"
+#include "CudaPeerExchange.h"
 #include "GraphKernels.h"
 #include "openmm/Kernel.h"
 #include "openmm/cuda/CudaPlatform.h"
@@ -28,9 +29,12 @@ namespace GraphPlugin {
  * context's atom order and posqCorrection (OpenMM reorders atoms on the first
  * context only); a ReorderListener on it tells them when the order changes.
  *
- * A model with an interaction block is not split (its node features would
- * have to be exchanged between the devices, docs/multi-gpu.md): it runs on
- * the first device alone, as a task on that device's worker thread.
+ * A model with an interaction block is split the same way: its node features
+ * (after the node network) and dE/dB (after the fitting network's backward)
+ * are exchanged between the devices by peer copies (CudaPeerExchange, the
+ * `communicate` of the native interaction block), so every device's halo stays
+ * one cut-off wide and forces are still bitwise those of one GPU
+ * (docs/multi-gpu.md).  CUDA graphs are not captured for such a model.
  */
 class CudaParallelCalcGraphForceKernel : public CalcGraphForceKernel {
 public:
@@ -47,9 +51,12 @@ private:
     };
     class OrderListener;
     class Task;
+    class EnergiesTask;
     CudaCalcGraphForceKernel& share(int device) {
         return kernels[device].getAs<CudaCalcGraphForceKernel>();
     }
+    /** A device's task failed: the other devices stop waiting for it at the exchange (models with an interaction block). */
+    void abortExchange(const std::string& error);
     /** Device `device` (> 0) takes the first context's current atom order if it changed since it last did. */
     void refreshAtomOrder(int device);
 
@@ -57,6 +64,7 @@ private:
     std::vector<OpenMM::Kernel> kernels; ///< one per device that has a share
     std::vector<long long> seenVersion;  ///< [device] the order version its share has (touched by that device's thread only)
     std::shared_ptr<OrderVersion> orderVersion;
+    std::unique_ptr<CudaPeerExchange> exchange; ///< models with an interaction block
 };
 
 } // namespace GraphPlugin

@@ -259,14 +259,15 @@ __global__ void invariantsBackwardKernel(GraphModelParams<real> model, const rea
 template <typename real, int LMAX, int CPL>
 __global__ void __launch_bounds__(32 * WarpsPerBlock)
     nodeFeatureGradientKernel(GraphModelParams<real> model, const real* __restrict__ gradB, const double* __restrict__ positions,
-                              const int* __restrict__ types, int n, GraphBox<double> box, const int* __restrict__ neighbors,
-                              const int* __restrict__ rowCount, int capacity, real* __restrict__ gradPhi) {
+                              const int* __restrict__ types, int firstNode, int numNodes, GraphBox<double> box,
+                              const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity, real* __restrict__ gradPhi) {
     constexpr int H = (LMAX + 1) * (LMAX + 1);
     extern __shared__ unsigned char sharedBytes[];
     real* partial = reinterpret_cast<real*>(sharedBytes); // [WarpsPerBlock][M]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int M = model.numChannels;
-    for (int j = blockIdx.x; j < n; j += gridDim.x) {
+    for (int b = blockIdx.x; b < numNodes; b += gridDim.x) {
+        const int j = firstNode + b;
         real acc[CPL];
 #pragma unroll
         for (int c = 0; c < CPL; c++)
@@ -539,13 +540,16 @@ void launchInvariantsBackward(const GraphModelParams<real>& model, const real* X
 }
 
 template <typename real>
-void launchNodeFeatureGradient(const GraphModelParams<real>& model, const real* gradB, const double* positions, const int* types, int n,
-                               GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity, real* gradPhi,
-                               cudaStream_t stream) {
+void launchNodeFeatureGradient(const GraphModelParams<real>& model, const real* gradB, const double* positions, const int* types,
+                               int firstNode, int numNodes, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity,
+                               real* gradPhi, cudaStream_t stream) {
+    if (numNodes == 0)
+        return;
     const size_t shared = sizeof(real) * WarpsPerBlock * model.numChannels;
     dispatchShape(model.lMax, model.numChannels, [&](auto l, auto cpl) {
-        nodeFeatureGradientKernel<real, decltype(l)::value, decltype(cpl)::value><<<centerBlocks(n), 32 * WarpsPerBlock, shared, stream>>>(
-            model, gradB, positions, types, n, box, neighbors, rowCount, capacity, gradPhi);
+        nodeFeatureGradientKernel<real, decltype(l)::value, decltype(cpl)::value>
+            <<<centerBlocks(numNodes), 32 * WarpsPerBlock, shared, stream>>>(model, gradB, positions, types, firstNode, numNodes, box,
+                                                                             neighbors, rowCount, capacity, gradPhi);
     });
 }
 
@@ -577,7 +581,7 @@ void launchForces(const GraphModelParams<real>& model, const real* gradA, const 
                                          cudaStream_t);                                                                                    \
     template void launchInvariantsBackward<real>(const GraphModelParams<real>&, const real*, const real*, const int*, int, const real*,    \
                                                  int, int, real*, real*, bool, cudaStream_t);                                              \
-    template void launchNodeFeatureGradient<real>(const GraphModelParams<real>&, const real*, const double*, const int*, int,              \
+    template void launchNodeFeatureGradient<real>(const GraphModelParams<real>&, const real*, const double*, const int*, int, int,         \
                                                   GraphBox<double>, const int*, const int*, int, real*, cudaStream_t);                     \
     template void launchForces<real>(const GraphModelParams<real>&, const real*, const real*, const real*, const double*, const int*, int, \
                                      int, GraphBox<double>, const int*, const int*, int, const int*, long long*, int, GraphStatus*, int,   \

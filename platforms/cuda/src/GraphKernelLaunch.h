@@ -95,13 +95,14 @@ void launchInvariantsBackward(const GraphModelParams<real>& model, const real* X
                               cudaStream_t stream);
 
 /**
- * dE/dphi_j (pulled over the row of j, deterministic):
- * sum_{i in N(j)} sum_lm gradB_i[lm][k] R2(t_i, t_j, l, k)(r) Y_lm(u_ij) / n_norm.
+ * dE/dphi_j of the nodes j in [firstNode, firstNode + numNodes) (pulled over the row of j, deterministic):
+ * sum_{i in N(j)} sum_lm gradB_i[lm][k] R2(t_i, t_j, l, k)(r) Y_lm(u_ij) / n_norm.  Reads gradB of every
+ * neighbour i (rows are symmetric), so with several domains gradB must be exchanged first.
  */
 template <typename real>
-void launchNodeFeatureGradient(const GraphModelParams<real>& model, const real* gradB, const double* positions, const int* types, int n,
-                               GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity, real* gradPhi,
-                               cudaStream_t stream);
+void launchNodeFeatureGradient(const GraphModelParams<real>& model, const real* gradB, const double* positions, const int* types,
+                               int firstNode, int numNodes, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity,
+                               real* gradPhi, cudaStream_t stream);
 
 /**
  * The edge backward of the centers [firstCenter, firstCenter + numCenters):

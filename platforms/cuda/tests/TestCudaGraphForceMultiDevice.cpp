@@ -112,3 +112,49 @@ TEST(CudaGraphForceMultiDevice, TwoGpusGiveTheForcesOfOne) {
             expectSameGraphForces(one, *two, where + ", after 300 steps");
         }
 }
+
+TEST(CudaGraphForceMultiDevice, AnErrorOnOneDeviceIsAnExceptionAndNothingIsLost) {
+    if (deviceCount() < 2)
+        GTEST_SKIP() << "needs two CUDA devices, found " << deviceCount();
+    for (int interactions = 0; interactions <= 1; interactions++) {
+        const std::string where = "interactions " + std::to_string(interactions);
+        std::vector<Vec3> positions;
+        std::unique_ptr<System> system(makeSystem(interactions, positions));
+        VerletIntegrator integrator1(0.0005), integrator2(0.0005);
+        Context one(*system, integrator1, cudaPlatform(), {{"Precision", "mixed"}, {"DeviceIndex", "0"}});
+        Context two(*system, integrator2, cudaPlatform(), {{"Precision", "mixed"}, {"DeviceIndex", "0,1"}});
+        // Particles 598 and 599 (the second device's share) at the same position: the error names them, on every evaluation.
+        std::vector<Vec3> bad = positions;
+        bad[599] = bad[598];
+        two.setPositions(bad);
+        for (int attempt = 0; attempt < 2; attempt++) {
+            try {
+                two.getState(State::Forces, false, 1 << 0);
+                FAIL() << where << ": no error for two particles at the same position";
+            }
+            catch (const OpenMMException& error) {
+                EXPECT_NE(std::string(error.what()).find("same position"), std::string::npos) << where << ": " << error.what();
+            }
+        }
+        // The Context still works once the positions are fixed.
+        one.setPositions(positions);
+        two.setPositions(positions);
+        expectSameGraphForces(one, two, where + ", after the error");
+    }
+}
+
+TEST(CudaGraphForceMultiDevice, RequiredCudaGraphWithASplitInteractionBlockIsAClearError) {
+    if (deviceCount() < 2)
+        GTEST_SKIP() << "needs two CUDA devices, found " << deviceCount();
+    std::vector<Vec3> positions;
+    std::unique_ptr<System> system(makeSystem(1, positions));
+    dynamic_cast<GraphForce&>(system->getForce(0)).setProperty("CudaGraph", "true");
+    VerletIntegrator integrator(0.0005);
+    try {
+        Context two(*system, integrator, cudaPlatform(), {{"DeviceIndex", "0,1"}});
+        FAIL() << "a Context was created";
+    }
+    catch (const OpenMMException& error) {
+        EXPECT_NE(std::string(error.what()).find("CudaGraph"), std::string::npos) << error.what();
+    }
+}
