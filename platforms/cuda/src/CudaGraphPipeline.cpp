@@ -1,5 +1,6 @@
 #include "CudaGraphPipeline.h"
 #include "CudaGraphErrors.h"
+#include "CudaNeighborGraph.h"
 #include "GraphKernelLaunch.h"
 #include "openmm/OpenMMException.h"
 #include "openmm/common/ContextSelector.h"
@@ -11,8 +12,6 @@ using namespace GraphPlugin;
 using namespace OpenMM;
 
 namespace {
-
-const double Pi = 3.141592653589793;
 
 /** Device copy of one dense layer in `real`. */
 struct DeviceLayer {
@@ -51,7 +50,6 @@ public:
                                       "CudaGraph to \"auto\" or \"false\", or use one device");
             this->graphMode = CudaGraphMode::Off;
         }
-        orderContext = domain.orderContext == &cu ? nullptr : domain.orderContext;
         rankSums = domain.rankSums;
         ContextSelector selector(cu);
         GRAPH_CU_CHECK(cuDeviceGetAttribute(&numMultiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cu.getDevice()));
@@ -93,38 +91,14 @@ public:
             node = uploadNetworks(m.node);
         energyShift = m.energyShift;
 
-        // Particles.
-        std::vector<int> nodeOfSystemParticle(numSystemParticles, -1);
-        for (int i = 0; i < n; i++)
-            nodeOfSystemParticle[particles[i]] = i;
-        nodeOfParticle.reset(CudaArray::create<int>(cu, std::max(1, numSystemParticles), "graphNodeOfParticle"));
-        nodeOfParticle->upload(nodeOfSystemParticle);
+        // Particles and their graph.
+        graph.reset(new CudaNeighborGraph(cu, particles, numSystemParticles, m.cutoff, periodic, firstCenter, numCenters,
+                                          domain.orderContext));
         typeArray.reset(CudaArray::create<int>(cu, std::max(1, n), "graphTypes"));
         nodesByType.reset(CudaArray::create<int>(cu, std::max(1, numCenters), "graphNodesByType")); // this domain's centers only
         setTypes(types);
 
-        // Per-evaluation storage.
         const int n1 = std::max(1, n);
-        positions.reset(CudaArray::create<double>(cu, 3 * n1, "graphPositions"));
-        slotOfNode.reset(CudaArray::create<int>(cu, n1, "graphSlotOfNode"));
-        maxCells = n + 27;
-        grid.reset(CudaArray::create<GraphGrid<double>>(cu, 1, "graphGrid"));
-        cellOfNode.reset(CudaArray::create<uint32_t>(cu, n1, "graphCellOfNode"));
-        sortedCells.reset(CudaArray::create<uint32_t>(cu, n1, "graphSortedCells"));
-        nodeIds.reset(CudaArray::create<int>(cu, n1, "graphNodeIds"));
-        sortedNodes.reset(CudaArray::create<int>(cu, n1, "graphSortedNodes"));
-        cellStart.reset(CudaArray::create<int>(cu, maxCells, "graphCellStart"));
-        cellEnd.reset(CudaArray::create<int>(cu, maxCells, "graphCellEnd"));
-        sortScratchBytes = std::max<size_t>(1, getCellSortScratchBytes(n1, maxCells));
-        sortScratch.reset(CudaArray::create<char>(cu, sortScratchBytes, "graphSortScratch"));
-        rowCount.reset(CudaArray::create<int>(cu, n1, "graphRowCount"));
-        if (orderContext != nullptr) {
-            atomOrder.reset(CudaArray::create<int>(cu, cu.getPaddedNumAtoms(), "graphAtomOrder"));
-            setAtomOrder(orderContext->getAtomIndex());
-            if (cu.getUseMixedPrecision())
-                correctionCopy.reset(CudaArray::create<float4>(cu, cu.getPaddedNumAtoms(), "graphPosqCorrection"));
-        }
-        allocateRows(initialCapacity());
         // Per node: the moments and their gradients (and the interaction block's).
         moments.reset(CudaArray::create<real>(cu, (size_t) n1 * H * M, "graphMoments"));
         gradMoments.reset(CudaArray::create<real>(cu, (size_t) n1 * H * M, "graphGradMoments"));
@@ -214,15 +188,10 @@ public:
     void enqueue(bool includeForces, bool addEnergy) override {
         ContextSelector selector(cu);
         cudaStream_t stream = (cudaStream_t) cu.getCurrentStream();
-        const GraphBox<double> box = currentBox();
+        const GraphBox<double> box = graph->currentBox();
         energyIsDouble = cu.getEnergyBuffer().getElementSize() == sizeof(double);
         pending = true;
-        if (correctionCopy)
-            // posqCorrection of the first context (this device's own is never written); stream ordered after OpenMM's
-            // copy of posq to this device, outside any captured graph.
-            GRAPH_CU_CHECK(cuMemcpyPeerAsync(correctionCopy->getDevicePointer(), cu.getContext(),
-                                             orderContext->getPosqCorrection().getDevicePointer(), orderContext->getContext(),
-                                             correctionCopy->getSize() * sizeof(float4), (CUstream) stream));
+        graph->enqueueCorrectionCopy(stream);
         if (graphMode != CudaGraphMode::Off) {
             const LaunchKey key = currentKey(includeForces, addEnergy, box);
             if (graphExec == nullptr || !(key == graphKey))
@@ -249,31 +218,15 @@ private:
         if (n == 0)
             return copyStatus(stream);
         const int* types = pointer<int>(typeArray);
-        double* x = pointer<double>(positions);
 
         // Stage 1: the canonical graph.
-        const float4* correction = (const float4*) correctionPointer();
-        const int* atomIndex = (const int*) atomIndexPointer();
-        if (cu.getUseDoublePrecision())
-            launchGatherPositions<GraphDouble4>((const GraphDouble4*) cu.getPosq().getDevicePointer(), nullptr, atomIndex, cu.getNumAtoms(),
-                                                pointer<int>(nodeOfParticle), x, pointer<int>(slotOfNode), pointer<GraphStatus>(status),
-                                                stream);
-        else
-            launchGatherPositions<float4>((const float4*) cu.getPosq().getDevicePointer(), correction, atomIndex, cu.getNumAtoms(),
-                                          pointer<int>(nodeOfParticle), x, pointer<int>(slotOfNode), pointer<GraphStatus>(status), stream);
-        launchGridSetup(x, n, box, model->cutoff, maxCells, pointer<GraphGrid<double>>(grid), stream);
-        launchCellSort(x, n, box, pointer<GraphGrid<double>>(grid), maxCells, pointer<uint32_t>(cellOfNode), pointer<uint32_t>(sortedCells),
-                       pointer<int>(nodeIds), pointer<int>(sortedNodes), pointer<int>(cellStart), pointer<int>(cellEnd),
-                       pointer<char>(sortScratch), sortScratchBytes, stream);
-        launchBuildRows(x, firstCenter, numCenters, box, pointer<GraphGrid<double>>(grid), pointer<int>(sortedNodes),
-                        pointer<int>(cellStart), pointer<int>(cellEnd), model->cutoff, capacity, buildScratchRows,
-                        pointer<int>(unsortedNeighbors), pointer<uint32_t>(neighborKeys), pointer<int>(neighbors), pointer<int>(rowCount),
-                        pointer<GraphStatus>(status), stream);
-        GRAPH_CUDA_CHECK(cudaGetLastError());
+        graph->enqueue(stream, box, pointer<GraphStatus>(status));
+        const double* x = graph->positions();
+        const int capacity = graph->capacity();
 
         // Stage 2: moments (and the interaction block's node features and moments), per node.
-        const int* rows = pointer<int>(neighbors);
-        const int* counts = pointer<int>(rowCount);
+        const int* rows = graph->rows();
+        const int* counts = graph->rowCount();
         const int* rowNodes = pointer<int>(nodesByType);
         real* A = pointer<real>(moments);
         real* input = pointer<real>(fittingInput);
@@ -351,7 +304,7 @@ private:
         if (rankSums)
             GRAPH_CUDA_CHECK(cudaMemsetAsync(pointer<long long>(rankForces), 0, rankForces->getSize() * sizeof(long long), stream));
         launchForces<real>(params, gradA, gradB, interaction ? pointer<real>(nodeFeatures) : nullptr, x, types, firstCenter, numCenters,
-                           box, rows, counts, capacity, rankSums ? pointer<int>(identitySlots) : pointer<int>(slotOfNode),
+                           box, rows, counts, capacity, rankSums ? pointer<int>(identitySlots) : graph->slotOfNode(),
                            rankSums ? pointer<long long>(rankForces) : (long long*) cu.getLongForceBuffer().getDevicePointer(),
                            rankSums ? std::max(1, n) : cu.getPaddedNumAtoms(), pointer<GraphStatus>(status),
                            chooseForceWarps(numCenters, numMultiprocessors), stream);
@@ -383,10 +336,10 @@ private:
         key.addEnergy = addEnergy;
         key.energyIsDouble = energyIsDouble;
         key.box = box;
-        key.capacity = capacity;
+        key.capacity = graph->capacity();
         key.posq = cu.getPosq().getDevicePointer();
-        key.correction = correctionPointer();
-        key.atomIndex = atomIndexPointer();
+        key.correction = graph->correctionPointer();
+        key.atomIndex = graph->atomIndexPointer();
         key.forces = cu.getLongForceBuffer().getDevicePointer();
         key.energy = cu.getEnergyBuffer().getDevicePointer();
         return key;
@@ -459,35 +412,13 @@ public:
         ContextSelector selector(cu);
         GRAPH_CU_CHECK(cuEventSynchronize(statusEvent));
         const GraphStatus s = *hostStatus;
-        if (s.errorCode != GraphErrorNone) {
-            std::stringstream message;
-            message << "GraphForce: ";
-            switch (s.errorCode) {
-            case GraphErrorSamePosition:
-                message << "particles " << particleName(s.errorParticle[0]) << " and " << particleName(s.errorParticle[1])
-                        << " are at the same position; the model is undefined at zero distance";
-                break;
-            case GraphErrorNonFinitePosition:
-                message << "the position of particle " << particleName(s.errorParticle[0]) << " is not finite";
-                break;
-            case GraphErrorNonFiniteEnergy:
-                message << "the energy of particle " << particleName(s.errorParticle[0]) << " is not finite or beyond 1e9 kJ/mol ("
-                        << s.errorValue << "); check the positions and the model";
-                break;
-            case GraphErrorForceOutOfRange:
-                message << "a force contribution between particles " << particleName(s.errorParticle[0]) << " and "
-                        << particleName(s.errorParticle[1]) << " is not finite or beyond the fixed-point range (" << s.errorValue
-                        << " kJ/mol/nm); check the positions and the model";
-                break;
-            default:
-                message << "unknown device error " << s.errorCode;
-            }
-            error = message.str();
+        error = graph->errorMessage(s);
+        if (!error.empty())
             return true;
-        }
-        if (s.maxRowCount > capacity) {
+        if (s.maxRowCount > graph->capacity()) {
             // A row did not fit: grow (with room to spare) and have OpenMM recompute.
-            allocateRows(std::min(std::max(1, n - 1), (int) (s.maxRowCount * 1.25) + 32));
+            dropGraph();
+            graph->grow(s.maxRowCount);
             return false;
         }
         return true;
@@ -513,23 +444,14 @@ public:
     void addRankForces(const std::vector<int64_t>& forces) override {
         ContextSelector selector(cu);
         rankForces->upload(forces.data());
-        launchAddForces(pointer<long long>(rankForces), n, pointer<int>(slotOfNode),
+        launchAddForces(pointer<long long>(rankForces), n, graph->slotOfNode(),
                         (long long*) cu.getLongForceBuffer().getDevicePointer(), cu.getPaddedNumAtoms(),
                         (cudaStream_t) cu.getCurrentStream());
         GRAPH_CUDA_CHECK(cudaGetLastError());
     }
 
     void setAtomOrder(const std::vector<int>& atomIndex) override {
-        if (!atomOrder)
-            return;
-        ContextSelector selector(cu);
-        std::vector<int> order(atomIndex);
-        order.resize(atomOrder->getSize(), 0);
-        atomOrder->upload(order);
-    }
-
-    void setParticleNames(const std::vector<int>& names) {
-        particleNames = names;
+        graph->setAtomOrder(atomIndex);
     }
 
 private:
@@ -615,18 +537,6 @@ private:
 
     int chunkEnd(int c) const {
         return std::min(numCenters, (c + 1) * chunkRows);
-    }
-
-    /** OpenMM's atom order on this device: its own, or the copy of the first context's. */
-    CUdeviceptr atomIndexPointer() const {
-        return atomOrder ? atomOrder->getDevicePointer() : cu.getAtomIndexArray().getDevicePointer();
-    }
-
-    /** posqCorrection in mixed precision (this device's own, or the copy of the first context's), else 0. */
-    CUdeviceptr correctionPointer() const {
-        if (!cu.getUseMixedPrecision())
-            return 0;
-        return correctionCopy ? correctionCopy->getDevicePointer() : cu.getPosqCorrection().getDevicePointer();
     }
 
     /**
@@ -760,57 +670,14 @@ private:
         }
     }
 
-    int initialCapacity() const {
-        double expected = 64;
-        if (periodic) {
-            Vec3 a, b, c;
-            cu.getPeriodicBoxVectors(a, b, c);
-            double density = n / (a[0] * b[1] * c[2]);
-            expected = 1.25 * density * 4.0 / 3.0 * Pi * std::pow(model->cutoff, 3) + 32;
-        }
-        int capacity = ((int) expected + 31) / 32 * 32;
-        return std::max(1, std::min(capacity, std::max(1, n - 1)));
-    }
-
     void dropGraph() {
         if (graphExec != nullptr)
             cudaGraphExecDestroy(graphExec);
         graphExec = nullptr;
     }
 
-    void allocateRows(int newCapacity) {
-        dropGraph();
-        capacity = newCapacity;
-        // The row build's scratch: one row per warp that can be resident (64 per multiprocessor), reused row after row.
-        buildScratchRows = std::max(1, std::min(n, 64 * numMultiprocessors));
-        const size_t scratch = (size_t) buildScratchRows * capacity;
-        unsortedNeighbors.reset();
-        neighborKeys.reset();
-        neighbors.reset();
-        unsortedNeighbors.reset(CudaArray::create<int>(cu, scratch, "graphUnsortedNeighbors"));
-        neighborKeys.reset(CudaArray::create<uint32_t>(cu, scratch, "graphNeighborKeys"));
-        neighbors.reset(CudaArray::create<int>(cu, (size_t) std::max(1, n) * capacity, "graphNeighbors"));
-    }
-
-    GraphBox<double> currentBox() const {
-        GraphBox<double> box;
-        Vec3 v[3];
-        cu.getPeriodicBoxVectors(v[0], v[1], v[2]);
-        for (int d = 0; d < 3; d++) {
-            box.a[d] = v[0][d];
-            box.b[d] = v[1][d];
-            box.c[d] = v[2][d];
-        }
-        box.periodic = periodic ? 1 : 0;
-        return box;
-    }
-
     void copyStatus(cudaStream_t stream) {
         GRAPH_CUDA_CHECK(cudaMemcpyAsync(hostStatus, pointer<GraphStatus>(status), sizeof(GraphStatus), cudaMemcpyDeviceToHost, stream));
-    }
-
-    std::string particleName(int node) const {
-        return node >= 0 && node < (int) particleNames.size() ? std::to_string(particleNames[node]) : std::to_string(node);
     }
 
     CudaContext& cu;
@@ -822,21 +689,16 @@ private:
     GraphModelParams<real> params;
     DeviceNetworks fitting, node;
     std::vector<double> energyShift;
-    std::vector<int> typeOffsets, particleNames;
-    int capacity = 1, maxCells = 1, buildScratchRows = 1;
+    std::vector<int> typeOffsets;
     int chunkRows = 1, numChunks = 1;    ///< the node stage runs over chunks of chunkRows rows of the type-sorted node list
     int firstCenter = 0, numCenters = 0; ///< this device's centers (CudaGraphDomain)
     CudaGraphExchange* exchange = nullptr; ///< CudaGraphDomain::exchange (not owned)
     int domainIndex = 0;
-    CudaContext* orderContext = nullptr; ///< the first context of a multi-device Context, when this is another one
-    std::unique_ptr<CudaArray> atomOrder, correctionCopy; ///< with orderContext: its atom order and posqCorrection on this device
     bool rankSums = false;                                ///< CudaGraphDomain::rankSums
     std::unique_ptr<CudaArray> rankForces, identitySlots; ///< with rankSums: [3][n] fixed-point forces, force order; 0..n-1
-    size_t sortScratchBytes = 1;
     bool energyIsDouble = true;
-    std::unique_ptr<CudaArray> radialTable, interactionTable, nodeOfParticle, typeArray, nodesByType, positions, slotOfNode, grid,
-        cellOfNode, sortedCells, nodeIds, sortedNodes, cellStart, cellEnd, sortScratch, rowCount, unsortedNeighbors, neighborKeys,
-        neighbors, moments, gradMoments, fittingInput, fittingInputGrad, nodeFeatures, nodeFeatureGrad, interactionMoments,
+    std::unique_ptr<CudaNeighborGraph> graph; ///< stage 1
+    std::unique_ptr<CudaArray> radialTable, interactionTable, typeArray, nodesByType, moments, gradMoments, fittingInput, fittingInputGrad, nodeFeatures, nodeFeatureGrad, interactionMoments,
         gradInteractionMoments, nodeInputGrad, particleEnergy, status;
     std::unique_ptr<CudaArray> gradientScratch[2];
     std::vector<std::unique_ptr<CudaArray>> fittingActivations, fittingDerivatives, nodeActivations, nodeDerivatives;
@@ -860,11 +722,9 @@ std::unique_ptr<CudaGraphPipelineBase> GraphPlugin::createCudaGraphPipeline(Cuda
     if (cu.getUseDoublePrecision()) {
         auto pipeline =
             new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, domain);
-        pipeline->setParticleNames(particles);
         return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
     }
     auto pipeline =
         new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, domain);
-    pipeline->setParticleNames(particles);
     return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
 }

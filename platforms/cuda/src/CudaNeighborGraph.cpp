@@ -1,0 +1,170 @@
+#include "CudaNeighborGraph.h"
+#include "CudaGraphErrors.h"
+#include "GraphKernelLaunch.h"
+#include "openmm/OpenMMException.h"
+#include "openmm/common/ContextSelector.h"
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+using namespace GraphPlugin;
+using namespace OpenMM;
+
+CudaNeighborGraph::CudaNeighborGraph(CudaContext& cu, const std::vector<int>& particles, int numSystemParticles, double cutoff,
+                                     bool periodic, int firstCenter, int numCenters, CudaContext* orderContext)
+    : cu(cu), particles(particles), n((int) particles.size()), firstCenter(firstCenter), numCenters(numCenters), cutoff(cutoff),
+      periodic(periodic), orderContext(orderContext == &cu ? nullptr : orderContext) {
+    ContextSelector selector(cu);
+    GRAPH_CU_CHECK(cuDeviceGetAttribute(&numMultiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cu.getDevice()));
+    std::vector<int> nodeOfSystemParticle(numSystemParticles, -1);
+    for (int i = 0; i < n; i++)
+        nodeOfSystemParticle[particles[i]] = i;
+    nodeOfParticle.reset(CudaArray::create<int>(cu, std::max(1, numSystemParticles), "graphNodeOfParticle"));
+    nodeOfParticle->upload(nodeOfSystemParticle);
+    const int n1 = std::max(1, n);
+    positionArray.reset(CudaArray::create<double>(cu, 3 * n1, "graphPositions"));
+    slotArray.reset(CudaArray::create<int>(cu, n1, "graphSlotOfNode"));
+    maxCells = n + 27;
+    grid.reset(CudaArray::create<GraphGrid<double>>(cu, 1, "graphGrid"));
+    cellOfNode.reset(CudaArray::create<uint32_t>(cu, n1, "graphCellOfNode"));
+    sortedCells.reset(CudaArray::create<uint32_t>(cu, n1, "graphSortedCells"));
+    nodeIds.reset(CudaArray::create<int>(cu, n1, "graphNodeIds"));
+    sortedNodes.reset(CudaArray::create<int>(cu, n1, "graphSortedNodes"));
+    cellStart.reset(CudaArray::create<int>(cu, maxCells, "graphCellStart"));
+    cellEnd.reset(CudaArray::create<int>(cu, maxCells, "graphCellEnd"));
+    sortScratchBytes = std::max<size_t>(1, getCellSortScratchBytes(n1, maxCells));
+    sortScratch.reset(CudaArray::create<char>(cu, sortScratchBytes, "graphSortScratch"));
+    rowCountArray.reset(CudaArray::create<int>(cu, n1, "graphRowCount"));
+    if (this->orderContext != nullptr) {
+        atomOrder.reset(CudaArray::create<int>(cu, cu.getPaddedNumAtoms(), "graphAtomOrder"));
+        setAtomOrder(this->orderContext->getAtomIndex());
+        if (cu.getUseMixedPrecision())
+            correctionCopy.reset(CudaArray::create<float4>(cu, cu.getPaddedNumAtoms(), "graphPosqCorrection"));
+    }
+    allocateRows(initialCapacity());
+}
+
+void CudaNeighborGraph::enqueue(cudaStream_t stream, const GraphBox<double>& box, GraphStatus* status) {
+    double* x = positions();
+    const float4* correction = (const float4*) correctionPointer();
+    const int* atomIndex = (const int*) atomIndexPointer();
+    const int* nodeOfSystemParticle = reinterpret_cast<const int*>(nodeOfParticle->getDevicePointer());
+    if (cu.getUseDoublePrecision())
+        launchGatherPositions<GraphDouble4>((const GraphDouble4*) cu.getPosq().getDevicePointer(), nullptr, atomIndex, cu.getNumAtoms(),
+                                            nodeOfSystemParticle, x, slotOfNode(), status, stream);
+    else
+        launchGatherPositions<float4>((const float4*) cu.getPosq().getDevicePointer(), correction, atomIndex, cu.getNumAtoms(),
+                                      nodeOfSystemParticle, x, slotOfNode(), status, stream);
+    GraphGrid<double>* cells = reinterpret_cast<GraphGrid<double>*>(grid->getDevicePointer());
+    launchGridSetup(x, n, box, cutoff, maxCells, cells, stream);
+    launchCellSort(x, n, box, cells, maxCells, reinterpret_cast<uint32_t*>(cellOfNode->getDevicePointer()),
+                   reinterpret_cast<uint32_t*>(sortedCells->getDevicePointer()), reinterpret_cast<int*>(nodeIds->getDevicePointer()),
+                   reinterpret_cast<int*>(sortedNodes->getDevicePointer()), reinterpret_cast<int*>(cellStart->getDevicePointer()),
+                   reinterpret_cast<int*>(cellEnd->getDevicePointer()), reinterpret_cast<char*>(sortScratch->getDevicePointer()),
+                   sortScratchBytes, stream);
+    launchBuildRows(x, firstCenter, numCenters, box, cells, reinterpret_cast<const int*>(sortedNodes->getDevicePointer()),
+                    reinterpret_cast<const int*>(cellStart->getDevicePointer()), reinterpret_cast<const int*>(cellEnd->getDevicePointer()),
+                    cutoff, rowCapacity, buildScratchRows, reinterpret_cast<int*>(unsortedNeighbors->getDevicePointer()),
+                    reinterpret_cast<uint32_t*>(neighborKeys->getDevicePointer()), reinterpret_cast<int*>(neighbors->getDevicePointer()),
+                    reinterpret_cast<int*>(rowCountArray->getDevicePointer()), status, stream);
+    GRAPH_CUDA_CHECK(cudaGetLastError());
+}
+
+void CudaNeighborGraph::enqueueCorrectionCopy(cudaStream_t stream) {
+    if (correctionCopy)
+        // posqCorrection of the first context (this device's own is never written); stream ordered after OpenMM's
+        // copy of posq to this device, outside any captured graph.
+        GRAPH_CU_CHECK(cuMemcpyPeerAsync(correctionCopy->getDevicePointer(), cu.getContext(),
+                                         orderContext->getPosqCorrection().getDevicePointer(), orderContext->getContext(),
+                                         correctionCopy->getSize() * sizeof(float4), (CUstream) stream));
+}
+
+void CudaNeighborGraph::grow(int maxRowCount) {
+    ContextSelector selector(cu);
+    allocateRows(std::min(std::max(1, n - 1), (int) (maxRowCount * 1.25) + 32));
+}
+
+void CudaNeighborGraph::setAtomOrder(const std::vector<int>& atomIndex) {
+    if (!atomOrder)
+        return;
+    ContextSelector selector(cu);
+    std::vector<int> order(atomIndex);
+    order.resize(atomOrder->getSize(), 0);
+    atomOrder->upload(order);
+}
+
+GraphBox<double> CudaNeighborGraph::currentBox() const {
+    GraphBox<double> box;
+    Vec3 v[3];
+    cu.getPeriodicBoxVectors(v[0], v[1], v[2]);
+    for (int d = 0; d < 3; d++) {
+        box.a[d] = v[0][d];
+        box.b[d] = v[1][d];
+        box.c[d] = v[2][d];
+    }
+    box.periodic = periodic ? 1 : 0;
+    return box;
+}
+
+std::string CudaNeighborGraph::errorMessage(const GraphStatus& s) const {
+    if (s.errorCode == GraphErrorNone)
+        return "";
+    auto name = [&](int node) { return node >= 0 && node < n ? std::to_string(particles[node]) : std::to_string(node); };
+    std::stringstream message;
+    message << "GraphForce: ";
+    switch (s.errorCode) {
+    case GraphErrorSamePosition:
+        message << "particles " << name(s.errorParticle[0]) << " and " << name(s.errorParticle[1])
+                << " are at the same position; the model is undefined at zero distance";
+        break;
+    case GraphErrorNonFinitePosition:
+        message << "the position of particle " << name(s.errorParticle[0]) << " is not finite";
+        break;
+    case GraphErrorNonFiniteEnergy:
+        message << "the energy of particle " << name(s.errorParticle[0]) << " is not finite or beyond 1e9 kJ/mol (" << s.errorValue
+                << "); check the positions and the model";
+        break;
+    case GraphErrorForceOutOfRange:
+        message << "a force contribution between particles " << name(s.errorParticle[0]) << " and " << name(s.errorParticle[1])
+                << " is not finite or beyond the fixed-point range (" << s.errorValue << " kJ/mol/nm); check the positions and the model";
+        break;
+    default:
+        message << "unknown device error " << s.errorCode;
+    }
+    return message.str();
+}
+
+CUdeviceptr CudaNeighborGraph::atomIndexPointer() const {
+    return atomOrder ? atomOrder->getDevicePointer() : cu.getAtomIndexArray().getDevicePointer();
+}
+
+CUdeviceptr CudaNeighborGraph::correctionPointer() const {
+    if (!cu.getUseMixedPrecision())
+        return 0;
+    return correctionCopy ? correctionCopy->getDevicePointer() : cu.getPosqCorrection().getDevicePointer();
+}
+
+void CudaNeighborGraph::allocateRows(int newCapacity) {
+    rowCapacity = newCapacity;
+    // The row build's scratch: one row per warp that can be resident (64 per multiprocessor), reused row after row.
+    buildScratchRows = std::max(1, std::min(n, 64 * numMultiprocessors));
+    const size_t scratch = (size_t) buildScratchRows * rowCapacity;
+    unsortedNeighbors.reset();
+    neighborKeys.reset();
+    neighbors.reset();
+    unsortedNeighbors.reset(CudaArray::create<int>(cu, scratch, "graphUnsortedNeighbors"));
+    neighborKeys.reset(CudaArray::create<uint32_t>(cu, scratch, "graphNeighborKeys"));
+    neighbors.reset(CudaArray::create<int>(cu, (size_t) std::max(1, n) * rowCapacity, "graphNeighbors"));
+}
+
+int CudaNeighborGraph::initialCapacity() const {
+    double expected = 64;
+    if (periodic) {
+        Vec3 a, b, c;
+        cu.getPeriodicBoxVectors(a, b, c);
+        const double density = n / (a[0] * b[1] * c[2]);
+        expected = 1.25 * density * 4.0 / 3.0 * 3.141592653589793 * std::pow(cutoff, 3) + 32;
+    }
+    const int capacity = ((int) expected + 31) / 32 * 32;
+    return std::max(1, std::min(capacity, std::max(1, n - 1)));
+}
