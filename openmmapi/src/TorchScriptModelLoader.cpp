@@ -72,10 +72,13 @@ std::shared_ptr<const GraphModel> GraphModelLoader::fromTorchScriptBytes(const s
     if ((interface == "particle_energies") != (program == "torchscript") || (program != "torchscript" && program != "aotinductor"))
         fail("openmmgraph.json key 'program': expected \"torchscript\" with interface \"particle_energies\" or \"aotinductor\" with "
              "\"particle_energies_and_gradients\", found \"" + program + "\" with \"" + interface + "\"");
-    if (program == "aotinductor" && meta.object.count("device") && text(meta, "device") != "cpu")
-        fail("openmmgraph.json key 'device': this version runs AOTInductor packages compiled for the CPU only, found \"" + text(meta, "device") + "\"");
+    const std::string device = meta.object.count("device") ? text(meta, "device") : std::string("cpu");
+    if (program == "aotinductor" && device != "cpu" && device != "cuda")
+        fail("openmmgraph.json key 'device': expected \"cpu\" or \"cuda\" (what the AOTInductor package was compiled for), found \"" +
+             device + "\"");
     auto model = std::make_shared<GraphModel>();
     model->kind = program == "aotinductor" ? ModelKind::AOTInductor : ModelKind::TorchScript;
+    model->torchPackageForCuda = program == "aotinductor" && device == "cuda";
     model->lengthUnit = text(meta, "length_unit");
     model->energyUnit = text(meta, "energy_unit");
     if (!unitScale(model->lengthUnit, true, model->lengthScale))

@@ -59,6 +59,8 @@ public:
      * itself is the model's bytes, loaded by the LibTorch plugin.
      */
     bool torchFloat32 = false, torchUsesCommunicate = false;
+    /** AOTInductor models: the package was compiled for CUDA devices (metadata "device": "cuda"), else for the CPU. */
+    bool torchPackageForCuda = false;
     int numTypes = 0; ///< T
     std::vector<std::string> typeNames;
     std::vector<int> typeAtomicNumbers;

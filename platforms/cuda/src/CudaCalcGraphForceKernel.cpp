@@ -1,4 +1,5 @@
 #include "CudaCalcGraphForceKernel.h"
+#include "CudaNeighborGraph.h"
 #include "internal/GraphModel.h"
 #include "openmm/OpenMMException.h"
 #include <algorithm>
@@ -59,20 +60,6 @@ double CudaCalcGraphForceKernel::StatusCheck::computeForceAndEnergy(bool include
     return 0.0;
 }
 
-void CudaCalcGraphForceKernel::checkBox() const {
-    if (!periodic)
-        return;
-    Vec3 a, b, c;
-    cu.getPeriodicBoxVectors(a, b, c);
-    double smallest = std::min(a[0], std::min(b[1], c[2]));
-    if (model->cutoff > 0.5 * smallest) {
-        std::stringstream s;
-        s << "GraphForce: the model's cut-off (" << model->cutoff << " nm) is larger than half the smallest height of the periodic box ("
-          << 0.5 * smallest << " nm); the box must be at least " << 2 * model->cutoff << " nm in every direction";
-        throw OpenMMException(s.str());
-    }
-}
-
 double CudaCalcGraphForceKernel::executeRanks(bool includeForces) {
     // Every rank makes the same collective calls in the same order: a flag sum, then the result sum.
     while (true) {
@@ -105,7 +92,7 @@ double CudaCalcGraphForceKernel::executeRanks(bool includeForces) {
 }
 
 double CudaCalcGraphForceKernel::execute(ContextImpl& context, bool includeForces, bool includeEnergy) {
-    checkBox();
+    CudaNeighborGraph::checkBox(cu, model->cutoff, periodic);
     if (domains)
         return executeRanks(includeForces);
     pipeline->enqueue(includeForces, includeEnergy); // checked by StatusCheck in finishComputation
@@ -113,7 +100,7 @@ double CudaCalcGraphForceKernel::execute(ContextImpl& context, bool includeForce
 }
 
 void CudaCalcGraphForceKernel::getParticleEnergies(ContextImpl& context, std::vector<double>& energies) {
-    checkBox();
+    CudaNeighborGraph::checkBox(cu, model->cutoff, periodic);
     if (domains) {
         // This rank's centers, then every particle's energy from its rank (one rank contributes each: an exact integer sum).
         executeRanks(false);

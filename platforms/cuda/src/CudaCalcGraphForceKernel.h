@@ -69,7 +69,6 @@ private:
         std::shared_ptr<PostComputationState> state;
         OpenMM::CudaContext& cu;
     };
-    void checkBox() const;
     /**
      * Domains = "mpi": one evaluation of this rank's centers, repeated (on every
      * rank together) while any rank's rows overflow; an error on any rank is an

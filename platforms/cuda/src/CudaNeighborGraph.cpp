@@ -93,6 +93,20 @@ void CudaNeighborGraph::setAtomOrder(const std::vector<int>& atomIndex) {
     atomOrder->upload(order);
 }
 
+void CudaNeighborGraph::checkBox(CudaContext& cu, double cutoff, bool periodic) {
+    if (!periodic)
+        return;
+    Vec3 a, b, c;
+    cu.getPeriodicBoxVectors(a, b, c);
+    const double smallest = std::min(a[0], std::min(b[1], c[2]));
+    if (cutoff > 0.5 * smallest) {
+        std::stringstream s;
+        s << "GraphForce: the model's cut-off (" << cutoff << " nm) is larger than half the smallest height of the periodic box ("
+          << 0.5 * smallest << " nm); the box must be at least " << 2 * cutoff << " nm in every direction";
+        throw OpenMMException(s.str());
+    }
+}
+
 GraphBox<double> CudaNeighborGraph::currentBox() const {
     GraphBox<double> box;
     Vec3 v[3];

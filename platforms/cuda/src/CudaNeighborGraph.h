@@ -48,6 +48,11 @@ public:
     void grow(int maxRowCount);
     /** With an orderContext: its atom order ([paddedNumAtoms], getAtomIndex()), after each reordering.  Synchronises. */
     void setAtomOrder(const std::vector<int>& atomIndex);
+    /**
+     * Throws an OpenMMException when the cut-off (nm) is more than half the smallest height of the context's periodic
+     * box (checked before every evaluation: a barostat may shrink the box).
+     */
+    static void checkBox(OpenMM::CudaContext& cu, double cutoff, bool periodic);
     /** The box of the context in the form of the kernels (periodic or not). */
     GraphBox<double> currentBox() const;
     /** The error of a status record, as the sentence of an OpenMMException (empty if none); particles named by System index. */

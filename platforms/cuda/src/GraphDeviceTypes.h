@@ -51,6 +51,7 @@ struct GraphStatus {
      * past 2.1e9 kJ/mol in total, about 5 million silicon atoms).
      */
     long long energyHigh, energyLow;
+    long long edgeCount; ///< PyTorch models on CUDA: the edges of the graph (for the edge capacity of the model's tensors)
 };
 
 #ifdef __CUDACC__

@@ -4,38 +4,11 @@
 #include "openmm/OpenMMException.h"
 #include "openmm/internal/ContextImpl.h"
 #include "openmm/reference/ReferencePlatform.h"
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <dlfcn.h>
 #include <sstream>
-#include <unistd.h>
 
 using namespace GraphPlugin;
 using namespace OpenMM;
-
-namespace {
-
-/**
- * The compiled program of an AOTInductor package needs libtorch.so (by that
- * name, without a path); a Python process that imported torch has it loaded,
- * a C++ program linking only libtorch_cpu may not.  Load it from the folder of
- * the LibTorch this plugin runs with, so that the package's dlopen finds it.
- */
-void preloadLibTorch() {
-    Dl_info info;
-    if (dladdr(reinterpret_cast<void*>(&at::globalContext), &info) == 0 || info.dli_fname == nullptr)
-        return;
-    std::string path(info.dli_fname);
-    const size_t slash = path.rfind('/');
-    if (slash == std::string::npos)
-        return;
-    dlopen((path.substr(0, slash) + "/libtorch.so").c_str(), RTLD_NOW | RTLD_GLOBAL); // absent in some builds: the package then says so
-}
-
-} // namespace
 
 void ReferenceCalcTorchGraphForceKernel::initialize(const System& system, const GraphForce& force) {
     model = force.getModel();
@@ -57,89 +30,7 @@ void ReferenceCalcTorchGraphForceKernel::initialize(const System& system, const 
         force.getParticleParameters(i, particles[i], type);
         types[i] = type;
     }
-    if (model->kind == ModelKind::AOTInductor) {
-        preloadLibTorch();
-        // The loader reads a file: the package's bytes go to a private temporary file, removed once loaded.
-        char path[] = "/tmp/openmmgraph-XXXXXX.pt2";
-        const int fd = mkstemps(path, 4);
-        if (fd < 0)
-            throw OpenMMException(std::string("GraphForce: AOTInductor model: cannot create a temporary file for the package: ") +
-                                  std::strerror(errno));
-        const std::string& bytes = force.getModelBytes();
-        size_t written = 0;
-        while (written < bytes.size()) {
-            const ssize_t count = write(fd, bytes.data() + written, bytes.size() - written);
-            if (count <= 0)
-                break;
-            written += (size_t) count;
-        }
-        close(fd);
-        try {
-            if (written != bytes.size())
-                throw std::runtime_error("cannot write the package to " + std::string(path));
-            package = std::make_unique<torch::inductor::AOTIModelPackageLoader>(path);
-        }
-        catch (const std::exception& error) {
-            std::remove(path);
-            throw OpenMMException(std::string("GraphForce: AOTInductor model: LibTorch cannot load the package (it runs only on the "
-                                              "kind of machine and with the torch version it was compiled for): ") +
-                                  error.what());
-        }
-        std::remove(path);
-        return;
-    }
-    try {
-        std::istringstream bytes(force.getModelBytes());
-        module = torch::jit::load(bytes, torch::kCPU);
-        module.eval();
-    }
-    catch (const std::exception& error) {
-        throw OpenMMException(std::string("GraphForce: TorchScript model: LibTorch cannot load the module: ") + error.what());
-    }
-}
-
-void ReferenceCalcTorchGraphForceKernel::run(const std::vector<torch::Tensor>& inputs, int n, int64_t communicator, bool wantGradients,
-                                             torch::Tensor& energies, torch::Tensor& gradEdges, torch::Tensor& gradPositions) {
-    const int64_t numEdges = inputs[4].size(0);
-    auto expectShape = [&](const torch::Tensor& tensor, std::vector<int64_t> shape, const char* what) {
-        if (!tensor.defined() || tensor.sizes() != c10::IntArrayRef(shape)) {
-            std::stringstream message;
-            message << "GraphForce: " << (package ? "AOTInductor" : "TorchScript") << " model: " << what << " has shape "
-                    << (tensor.defined() ? tensor.sizes() : c10::IntArrayRef()) << "; expected " << c10::IntArrayRef(shape)
-                    << " (docs/torch-models.md)";
-            throw OpenMMException(message.str());
-        }
-    };
-    if (package) {
-        std::vector<torch::Tensor> outputs = package->run(inputs);
-        if (outputs.size() != 3)
-            throw OpenMMException("GraphForce: AOTInductor model: the program returned " + std::to_string(outputs.size()) +
-                                  " tensors; expected 3 (energies, dE/d edge_vectors, dE/d positions; docs/torch-models.md)");
-        expectShape(outputs[0], {n}, "the energies");
-        expectShape(outputs[1], {numEdges, 3}, "dE/d edge_vectors");
-        expectShape(outputs[2], {inputs[0].size(0), 3}, "dE/d positions");
-        energies = outputs[0];
-        gradEdges = outputs[1];
-        gradPositions = outputs[2];
-        return;
-    }
-    torch::AutoGradMode gradMode(wantGradients);
-    std::vector<torch::jit::IValue> arguments(inputs.begin(), inputs.end());
-    arguments.push_back((int64_t) n);
-    arguments.push_back(communicator);
-    energies = module.forward(arguments).toTensor();
-    if (energies.dim() != 1 || energies.size(0) != n) {
-        std::stringstream message;
-        message << "GraphForce: TorchScript model: forward returned a tensor of shape " << energies.sizes()
-                << "; expected the energies of the " << n << " owned particles, shape [" << n << "] (docs/torch-models.md)";
-        throw OpenMMException(message.str());
-    }
-    if (wantGradients) {
-        std::vector<torch::Tensor> gradients = torch::autograd::grad({energies.sum()}, {inputs[4], inputs[0]}, {}, /*retain_graph=*/false,
-                                                                     /*create_graph=*/false, /*allow_unused=*/true);
-        gradEdges = gradients[0];
-        gradPositions = gradients[1];
-    }
+    runner = std::make_unique<TorchModelRunner>(force, torch::kCPU);
 }
 
 torch::Tensor ReferenceCalcTorchGraphForceKernel::evaluate(ContextImpl& context, std::vector<Vec3>* forces) {
@@ -206,20 +97,20 @@ torch::Tensor ReferenceCalcTorchGraphForceKernel::runGraph(const std::vector<int
     std::copy(rowOffsets.begin(), rowOffsets.end(), rowTensor.data_ptr<int64_t>());
     // An AOTInductor program was traced with a [3, 3] box: zeros stand for no periodicity there (the box is not used for
     // the edge vectors, which carry the shifts); TorchScript modules get [0, 3].
-    torch::Tensor boxTensor = torch::zeros({periodic || package ? 3 : 0, 3}, real);
+    torch::Tensor boxTensor = torch::zeros({periodic || runner->isPackage() ? 3 : 0, 3}, real);
     if (periodic)
         for (int a = 0; a < 3; a++)
             for (int c = 0; c < 3; c++)
                 boxTensor[a][c] = box[a][c] * toModel;
-    const bool autograd = forces != nullptr && !package;
+    const bool autograd = forces != nullptr && !runner->isPackage();
     positionTensor = positionTensor.to(dtype).requires_grad_(autograd);
     vectorTensor = vectorTensor.to(dtype).requires_grad_(autograd);
     boxTensor = boxTensor.to(dtype);
 
     torch::Tensor energies, gradEdges, gradPositions;
     try {
-        run({positionTensor, typeTensor, rowTensor, neighborTensor, vectorTensor, boxTensor}, numOwned, communicator, forces != nullptr,
-            energies, gradEdges, gradPositions);
+        runner->run({positionTensor, typeTensor, rowTensor, neighborTensor, vectorTensor, boxTensor}, numOwned, numOwned, communicator,
+                    forces != nullptr, nullptr, energies, gradEdges, gradPositions);
         if (forces != nullptr) {
             const double scale = model->energyScale / model->lengthScale; // model energy / model length -> kJ/mol/nm
             if (gradEdges.defined()) {
@@ -248,7 +139,7 @@ torch::Tensor ReferenceCalcTorchGraphForceKernel::runGraph(const std::vector<int
         throw;
     }
     catch (const std::exception& error) {
-        throw OpenMMException(std::string("GraphForce: ") + (package ? "AOTInductor" : "TorchScript") +
+        throw OpenMMException(std::string("GraphForce: ") + runner->kindName() +
                               " model: the model failed: " + error.what());
     }
     return energies.detach().to(torch::kFloat64) * model->energyScale;

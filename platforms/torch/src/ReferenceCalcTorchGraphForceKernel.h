@@ -4,10 +4,8 @@
 #include "GraphKernels.h"
 #include "ReferenceMpiDomains.h"
 #include "ReferenceNeighborGraph.h"
+#include "TorchModelRunner.h"
 #include <memory>
-#include <torch/csrc/autograd/autograd.h>
-#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
-#include <torch/script.h>
 #include <vector>
 
 namespace GraphPlugin {
@@ -53,13 +51,8 @@ private:
                            const std::vector<OpenMM::Vec3>& edgeVectors, const OpenMM::Vec3* box, int64_t communicator,
                            std::vector<OpenMM::Vec3>* forces);
 
-    /** Run the model: energies [n] and (when wanted) dE/d edge_vectors [E, 3] and dE/d positions [n, 3] (undefined if unused). */
-    void run(const std::vector<torch::Tensor>& inputs, int n, int64_t communicator, bool wantGradients, torch::Tensor& energies,
-             torch::Tensor& gradEdges, torch::Tensor& gradPositions);
-
     std::shared_ptr<const GraphModel> model;
-    torch::jit::Module module;                                        ///< TorchScript models
-    std::unique_ptr<torch::inductor::AOTIModelPackageLoader> package; ///< AOTInductor models
+    std::unique_ptr<TorchModelRunner> runner;
     torch::Dtype dtype = torch::kFloat64;
     std::vector<int> particles; ///< [n] System index of each particle of the force
     std::vector<int64_t> types; ///< [n] model type

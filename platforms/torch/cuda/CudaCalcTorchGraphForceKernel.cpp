@@ -1,0 +1,276 @@
+#include "CudaCalcTorchGraphForceKernel.h"
+#include "CudaGraphErrors.h"
+#include "TorchGraphKernels.h"
+#include "internal/GraphModel.h"
+#include "openmm/OpenMMException.h"
+#include "openmm/common/ContextSelector.h"
+#include "openmm/internal/ContextImpl.h"
+#include <c10/cuda/CUDAGuard.h>
+#include <algorithm>
+
+using namespace GraphPlugin;
+using namespace OpenMM;
+
+namespace {
+
+/** An int64 tensor's data as the kernels' long long (the same 64 bits; int64_t is long on Linux). */
+long long* longs(const torch::Tensor& tensor) {
+    return reinterpret_cast<long long*>(tensor.data_ptr<int64_t>());
+}
+
+} // namespace
+
+class CudaCalcTorchGraphForceKernel::PrimaryContextScope {
+public:
+    explicit PrimaryContextScope(CUcontext context) {
+        GRAPH_CU_CHECK(cuCtxPushCurrent(context));
+    }
+    ~PrimaryContextScope() {
+        CUcontext popped;
+        cuCtxPopCurrent(&popped);
+    }
+};
+
+class CudaCalcTorchGraphForceKernel::StatusCheck : public ComputeContext::ForcePostComputation {
+public:
+    StatusCheck(std::shared_ptr<PostComputationState> state, CudaContext& cu) : state(state), cu(cu) {}
+    double computeForceAndEnergy(bool includeForces, bool includeEnergy, int groups) override {
+        if (state->kernel != nullptr && !state->kernel->finish())
+            cu.setForcesValid(false); // the rows or the edge tensors have grown: OpenMM recomputes
+        return 0.0;
+    }
+
+private:
+    std::shared_ptr<PostComputationState> state;
+    CudaContext& cu;
+};
+
+CudaCalcTorchGraphForceKernel::~CudaCalcTorchGraphForceKernel() {
+    if (postComputation)
+        postComputation->kernel = nullptr;
+    if (primaryContext != nullptr) {
+        {
+            PrimaryContextScope scope(primaryContext);
+            energies = gradEdges = gradPositions = torch::Tensor();
+            positions = typeTensor = rowOffsets = neighbors = edgeVectors = box = torch::Tensor();
+            runner.reset();
+            torchStream.reset();
+            if (modelStream != nullptr)
+                cuStreamDestroy(modelStream);
+            if (outputsReady != nullptr)
+                cuEventDestroy(outputsReady);
+        }
+        cuDevicePrimaryCtxRelease(cu.getDevice());
+    }
+    ContextSelector selector(cu);
+    if (hostStatus != nullptr)
+        cuMemFreeHost(hostStatus);
+    if (inputsReady != nullptr)
+        cuEventDestroy(inputsReady);
+    if (statusEvent != nullptr)
+        cuEventDestroy(statusEvent);
+}
+
+void CudaCalcTorchGraphForceKernel::initialize(const System& system, const GraphForce& force) {
+    model = force.getModel();
+    if (numDevices > 1)
+        throw OpenMMException("GraphForce: a PyTorch model runs on one CUDA device; DeviceIndex names " + std::to_string(numDevices) +
+                              " (use one device, or a native model for several; docs/multi-gpu.md)");
+    if (force.getProperty("Domains") == "mpi")
+        throw OpenMMException("GraphForce: property Domains = \"mpi\" with a PyTorch model runs on the Reference and CPU platforms, not "
+                              "yet on CUDA (docs/mpi.md)");
+    if (force.getProperty("CudaGraph") == "true")
+        throw OpenMMException("GraphForce: CudaGraph is \"true\", but a PyTorch model is not captured into CUDA graphs (it runs in "
+                              "PyTorch's own CUDA context); set CudaGraph to \"auto\" or \"false\" (docs/torch-models.md)");
+    periodic = force.usesPeriodicBoundaryConditions();
+    dtype = model->torchFloat32 ? torch::kFloat32 : torch::kFloat64;
+    n = force.getNumParticles();
+    particles.resize(n);
+    types.assign(n + 1, 0);
+    for (int i = 0; i < n; i++) {
+        int type;
+        force.getParticleParameters(i, particles[i], type);
+        types[i] = type;
+    }
+    {
+        ContextSelector selector(cu);
+        graph.reset(new CudaNeighborGraph(cu, particles, system.getNumParticles(), model->cutoff, periodic, 0, n, nullptr));
+        status.reset(CudaArray::create<GraphStatus>(cu, 1, "graphTorchStatus"));
+        counts.reset(CudaArray::create<long long>(cu, std::max(1, n), "graphTorchCounts"));
+        scanned.reset(CudaArray::create<long long>(cu, n + 1, "graphTorchScanned"));
+        const size_t scratchBytes = std::max<size_t>(1, getTorchScanScratchBytes(n));
+        scanScratch.reset(CudaArray::create<char>(cu, scratchBytes, "graphTorchScanScratch"));
+        GRAPH_CU_CHECK(cuMemHostAlloc((void**) &hostStatus, sizeof(GraphStatus), 0));
+        *hostStatus = GraphStatus();
+        GRAPH_CU_CHECK(cuEventCreate(&inputsReady, CU_EVENT_DISABLE_TIMING));
+        GRAPH_CU_CHECK(cuEventCreate(&statusEvent, CU_EVENT_DISABLE_TIMING));
+    }
+    // PyTorch works in the device's primary context: the model, its tensors and its stream live there.
+    GRAPH_CU_CHECK(cuDevicePrimaryCtxRetain(&primaryContext, cu.getDevice()));
+    PrimaryContextScope scope(primaryContext);
+    const torch::Device device(torch::kCUDA, (c10::DeviceIndex) cu.getDeviceIndex());
+    c10::cuda::CUDAGuard deviceGuard(device);
+    GRAPH_CU_CHECK(cuStreamCreate(&modelStream, CU_STREAM_NON_BLOCKING));
+    torchStream = c10::cuda::getStreamFromExternal((cudaStream_t) modelStream, device.index());
+    GRAPH_CU_CHECK(cuEventCreate(&outputsReady, CU_EVENT_DISABLE_TIMING));
+    runner = std::make_unique<TorchModelRunner>(force, device);
+    auto real = torch::TensorOptions().dtype(dtype).device(device);
+    auto integer = torch::TensorOptions().dtype(torch::kInt64).device(device);
+    positions = torch::zeros({n + 1, 3}, real);
+    typeTensor = torch::zeros({n + 1}, integer);
+    rowOffsets = torch::zeros({n + 2}, integer);
+    // TorchScript modules get [0, 3] without periodicity; an AOTInductor program was traced with [3, 3] (zeros then).
+    box = torch::zeros({periodic || runner->isPackage() ? 3 : 0, 3}, real);
+    uploadTypes();
+    // A first guess of the edges (every row at the capacity); the first status read shrinks it to the graph's size.
+    allocateEdges((long long) n * graph->capacity());
+    postComputation = std::make_shared<PostComputationState>();
+    postComputation->kernel = this;
+    cu.addPostComputation(new StatusCheck(postComputation, cu));
+}
+
+void CudaCalcTorchGraphForceKernel::uploadTypes() {
+    PrimaryContextScope scope(primaryContext);
+    GRAPH_CU_CHECK(cuStreamSynchronize(modelStream)); // an evaluation in flight reads the types
+    typeTensor.copy_(torch::tensor(types, torch::kInt64));
+}
+
+void CudaCalcTorchGraphForceKernel::allocateEdges(long long edges) {
+    PrimaryContextScope scope(primaryContext);
+    edgeCapacity = std::max<long long>(1, edges);
+    const torch::Device device(torch::kCUDA, (c10::DeviceIndex) cu.getDeviceIndex());
+    neighbors = torch::zeros({edgeCapacity}, torch::TensorOptions().dtype(torch::kInt64).device(device));
+    edgeVectors = torch::zeros({edgeCapacity, 3}, torch::TensorOptions().dtype(dtype).device(device));
+}
+
+void CudaCalcTorchGraphForceKernel::enqueue(bool includeForces, bool addEnergy) {
+    ContextSelector selector(cu);
+    cudaStream_t stream = (cudaStream_t) cu.getCurrentStream();
+    const GraphBox<double> boxNm = graph->currentBox();
+    const double toModel = 1.0 / model->lengthScale;
+    const double scale = model->energyScale / model->lengthScale; // model energy / model length -> kJ/mol/nm
+
+    // Step 1: the graph and the model's inputs (OpenMM's context and stream).
+    GraphStatus* deviceStatus = reinterpret_cast<GraphStatus*>(status->getDevicePointer());
+    GRAPH_CUDA_CHECK(cudaMemsetAsync(deviceStatus, 0, sizeof(GraphStatus), stream));
+    graph->enqueue(stream, boxNm, deviceStatus);
+    long long* scan = reinterpret_cast<long long*>(scanned->getDevicePointer());
+    launchTorchRowOffsets(graph->rowCount(), n, graph->capacity(), reinterpret_cast<long long*>(counts->getDevicePointer()), scan,
+                          reinterpret_cast<void*>(scanScratch->getDevicePointer()), scanScratch->getSize(), stream);
+    const bool writeBox = box.size(0) == 3;
+    const double paddingLength = 2 * model->cutoff * toModel;
+    if (dtype == torch::kFloat32)
+        launchTorchGraphInputs<float>(graph->positions(), graph->rows(), graph->rowCount(), graph->capacity(), scan, n, boxNm, toModel,
+                                      paddingLength, edgeCapacity, writeBox, positions.data_ptr<float>(), longs(rowOffsets),
+                                      longs(neighbors), edgeVectors.data_ptr<float>(), box.data_ptr<float>(), deviceStatus,
+                                      stream);
+    else
+        launchTorchGraphInputs<double>(graph->positions(), graph->rows(), graph->rowCount(), graph->capacity(), scan, n, boxNm, toModel,
+                                       paddingLength, edgeCapacity, writeBox, positions.data_ptr<double>(), longs(rowOffsets),
+                                       longs(neighbors), edgeVectors.data_ptr<double>(), box.data_ptr<double>(), deviceStatus,
+                                       stream);
+    GRAPH_CUDA_CHECK(cudaGetLastError());
+    GRAPH_CU_CHECK(cuEventRecord(inputsReady, (CUstream) stream));
+
+    // Step 2: the model, in PyTorch's context on this kernel's stream, after the inputs.
+    {
+        PrimaryContextScope scope(primaryContext);
+        GRAPH_CU_CHECK(cuStreamWaitEvent(modelStream, inputsReady, 0));
+        c10::cuda::CUDAStreamGuard streamGuard(*torchStream);
+        const bool autograd = includeForces && !runner->isPackage();
+        torch::Tensor x = positions.detach().requires_grad_(autograd), d = edgeVectors.detach().requires_grad_(autograd);
+        try {
+            runner->run({x, typeTensor, rowOffsets, neighbors, d, box}, n + 1, n, 0, includeForces, (void*) modelStream, energies,
+                        gradEdges, gradPositions);
+            energies = energies.detach().to(dtype).contiguous();
+            if (includeForces) {
+                gradEdges = gradEdges.defined() ? gradEdges.to(dtype).contiguous() : torch::Tensor();
+                gradPositions = gradPositions.defined() ? gradPositions.to(dtype).contiguous() : torch::Tensor();
+            }
+        }
+        catch (const OpenMMException&) {
+            throw;
+        }
+        catch (const std::exception& error) {
+            throw OpenMMException(std::string("GraphForce: ") + runner->kindName() + " model: the model failed: " + error.what());
+        }
+        GRAPH_CU_CHECK(cuEventRecord(outputsReady, modelStream));
+    }
+
+    // Step 3: energy and forces into OpenMM's buffers (OpenMM's stream, after the model).
+    GRAPH_CU_CHECK(cuStreamWaitEvent((CUstream) stream, outputsReady, 0));
+    void* energyBuffer = addEnergy ? (void*) cu.getEnergyBuffer().getDevicePointer() : nullptr;
+    const bool energyIsDouble = cu.getEnergyBuffer().getElementSize() == sizeof(double);
+    long long* forceBuffer = (long long*) cu.getLongForceBuffer().getDevicePointer();
+    const long long* offsets = longs(rowOffsets);
+    const long long* neighborIndex = longs(neighbors);
+    if (dtype == torch::kFloat32) {
+        launchTorchEnergy<float>(energies.data_ptr<float>(), n, model->energyScale, deviceStatus, energyBuffer, energyIsDouble, stream);
+        if (includeForces)
+            launchTorchForces<float>(gradEdges.defined() ? gradEdges.data_ptr<float>() : nullptr,
+                                     gradPositions.defined() ? gradPositions.data_ptr<float>() : nullptr, offsets, neighborIndex, n,
+                                     scale, graph->slotOfNode(), forceBuffer, cu.getPaddedNumAtoms(), deviceStatus, stream);
+    }
+    else {
+        launchTorchEnergy<double>(energies.data_ptr<double>(), n, model->energyScale, deviceStatus, energyBuffer, energyIsDouble, stream);
+        if (includeForces)
+            launchTorchForces<double>(gradEdges.defined() ? gradEdges.data_ptr<double>() : nullptr,
+                                      gradPositions.defined() ? gradPositions.data_ptr<double>() : nullptr, offsets, neighborIndex, n,
+                                      scale, graph->slotOfNode(), forceBuffer, cu.getPaddedNumAtoms(), deviceStatus, stream);
+    }
+    GRAPH_CUDA_CHECK(cudaGetLastError());
+    GRAPH_CUDA_CHECK(cudaMemcpyAsync(hostStatus, deviceStatus, sizeof(GraphStatus), cudaMemcpyDeviceToHost, stream));
+    GRAPH_CU_CHECK(cuEventRecord(statusEvent, (CUstream) stream));
+    pending = true;
+}
+
+bool CudaCalcTorchGraphForceKernel::finish() {
+    if (!pending)
+        return true;
+    pending = false;
+    {
+        ContextSelector selector(cu);
+        GRAPH_CU_CHECK(cuEventSynchronize(statusEvent));
+    }
+    const GraphStatus s = *hostStatus;
+    const std::string error = graph->errorMessage(s);
+    if (!error.empty())
+        throw OpenMMException(error);
+    if (s.maxRowCount > graph->capacity()) {
+        graph->grow(s.maxRowCount);
+        return false;
+    }
+    const long long headroom = s.edgeCount / 5 + 1024;
+    if (s.edgeCount > edgeCapacity) {
+        allocateEdges(s.edgeCount + headroom);
+        return false;
+    }
+    if (edgeCapacity > 2 * (s.edgeCount + headroom))
+        allocateEdges(s.edgeCount + headroom); // the model does the work of every padding edge: keep them few
+    return true;
+}
+
+double CudaCalcTorchGraphForceKernel::execute(ContextImpl& context, bool includeForces, bool includeEnergy) {
+    CudaNeighborGraph::checkBox(cu, model->cutoff, periodic);
+    enqueue(includeForces, includeEnergy); // checked by StatusCheck in finishComputation
+    return 0.0;                            // the energy goes into OpenMM's energy buffer
+}
+
+void CudaCalcTorchGraphForceKernel::getParticleEnergies(ContextImpl& context, std::vector<double>& result) {
+    CudaNeighborGraph::checkBox(cu, model->cutoff, periodic);
+    finish(); // a pending evaluation of a step first
+    do
+        enqueue(false, false);
+    while (!finish());
+    PrimaryContextScope scope(primaryContext);
+    torch::Tensor values = energies.narrow(0, 0, n).to(torch::kCPU, torch::kFloat64).contiguous();
+    result.assign(values.data_ptr<double>(), values.data_ptr<double>() + n);
+    for (double& e : result)
+        e *= model->energyScale;
+}
+
+void CudaCalcTorchGraphForceKernel::copyParametersToContext(ContextImpl& context, const GraphForce& force) {
+    const std::vector<int> updated = updatedTypes(force, particles);
+    std::copy(updated.begin(), updated.end(), types.begin());
+    uploadTypes();
+}

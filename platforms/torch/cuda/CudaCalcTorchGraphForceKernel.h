@@ -1,0 +1,94 @@
+#ifndef OPENMM_GRAPH_CUDA_CALC_TORCH_GRAPH_FORCE_KERNEL_H_
+#define OPENMM_GRAPH_CUDA_CALC_TORCH_GRAPH_FORCE_KERNEL_H_
+
+#include "CudaNeighborGraph.h"
+#include "GraphKernels.h"
+#include "TorchModelRunner.h"
+#include "openmm/cuda/CudaArray.h"
+#include "openmm/cuda/CudaContext.h"
+#include <c10/cuda/CUDAStream.h>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace GraphPlugin {
+
+/**
+ * A GraphForce with a PyTorch model (TorchScript module or AOTInductor
+ * package compiled for CUDA) on the CUDA platform (docs/torch-models.md).
+ *
+ * Each evaluation, in stream order and without waiting for the device:
+ *  1. on OpenMM's stream (OpenMM's CUDA context): the canonical graph
+ *     (CudaNeighborGraph, as for native models), written straight into the
+ *     model's input tensors (TorchGraphKernels.cu: static shapes, a padding
+ *     particle owns the padding edges, so no count is read back);
+ *  2. on a stream of this kernel in the device's primary context (where
+ *     PyTorch works), after an event of step 1: the model, and autograd for a
+ *     TorchScript module;
+ *  3. on OpenMM's stream, after an event of step 2: the energy into OpenMM's
+ *     energy buffer and the forces in 64-bit fixed point into its force buffer.
+ * The status (errors, longest row, edge count) is read where OpenMM reads its
+ * own neighbour-list count (a ForcePostComputation); an overflow of the rows
+ * or of the edge tensors grows them and has OpenMM recompute.
+ *
+ * Device memory: the graph in OpenMM's context (CudaArray), the model's inputs
+ * and outputs in PyTorch's caching allocator (primary context); both contexts
+ * address each other's memory on the same device.
+ */
+class CudaCalcTorchGraphForceKernel : public CalcTorchGraphForceKernel {
+public:
+    CudaCalcTorchGraphForceKernel(std::string name, const OpenMM::Platform& platform, OpenMM::CudaContext& cu, int numDevices)
+        : CalcTorchGraphForceKernel(name, platform), cu(cu), numDevices(numDevices) {}
+    ~CudaCalcTorchGraphForceKernel();
+    void initialize(const OpenMM::System& system, const GraphForce& force) override;
+    double execute(OpenMM::ContextImpl& context, bool includeForces, bool includeEnergy) override;
+    void getParticleEnergies(OpenMM::ContextImpl& context, std::vector<double>& energies) override;
+    void copyParametersToContext(OpenMM::ContextImpl& context, const GraphForce& force) override;
+
+private:
+    /** Shared with the StatusCheck (owned by the CudaContext, which may outlive the kernel). */
+    struct PostComputationState {
+        CudaCalcTorchGraphForceKernel* kernel = nullptr;
+    };
+    class StatusCheck;
+    /** Makes the device's primary context (PyTorch's) current for a scope. */
+    class PrimaryContextScope;
+    /** Enqueue one evaluation (steps 1 to 3); energyBuffer: add the energy to OpenMM's buffer. */
+    void enqueue(bool includeForces, bool addEnergy);
+    /**
+     * Read the status of the last enqueue() (waits for it): throws an OpenMMException for an error; returns false when
+     * the rows or the edge tensors overflowed (they have grown: evaluate again).
+     */
+    bool finish();
+    /** (Re)allocate the model's edge tensors for `edges` edges (primary context). */
+    void allocateEdges(long long edges);
+    void uploadTypes();
+
+    OpenMM::CudaContext& cu;
+    int numDevices;
+    std::shared_ptr<const GraphModel> model;
+    std::vector<int> particles;
+    std::vector<int64_t> types; ///< [n + 1] model types; the padding particle has type 0
+    bool periodic = false;
+    int n = 0;
+    std::unique_ptr<CudaNeighborGraph> graph;
+    std::unique_ptr<TorchModelRunner> runner;
+    torch::Dtype dtype = torch::kFloat64;
+    CUcontext primaryContext = nullptr;
+    CUstream modelStream = nullptr; ///< primary context
+    std::optional<c10::cuda::CUDAStream> torchStream;
+    CUevent inputsReady = nullptr, outputsReady = nullptr, statusEvent = nullptr;
+    std::unique_ptr<OpenMM::CudaArray> status, counts, scanned, scanScratch; ///< OpenMM's context
+    GraphStatus* hostStatus = nullptr;
+    long long edgeCapacity = 1;
+    /** The model's inputs (primary context): [n + 1, 3], [n + 1], [n + 2], [E], [E, 3], box. */
+    torch::Tensor positions, typeTensor, rowOffsets, neighbors, edgeVectors, box;
+    /** The last evaluation's outputs, alive until the next one (step 3 reads them). */
+    torch::Tensor energies, gradEdges, gradPositions;
+    bool pending = false;
+    std::shared_ptr<PostComputationState> postComputation;
+};
+
+} // namespace GraphPlugin
+
+#endif

@@ -1,0 +1,127 @@
+#include "TorchModelRunner.h"
+#include "openmm/OpenMMException.h"
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <sstream>
+#include <unistd.h>
+
+using namespace GraphPlugin;
+using namespace OpenMM;
+
+namespace {
+
+/**
+ * The compiled program of an AOTInductor package needs libtorch.so (by that
+ * name, without a path); a Python process that imported torch has it loaded,
+ * a C++ program linking only libtorch_cpu may not.  Load it from the folder of
+ * the LibTorch this plugin runs with, so that the package's dlopen finds it.
+ */
+void preloadLibTorch() {
+    Dl_info info;
+    if (dladdr(reinterpret_cast<void*>(&at::globalContext), &info) == 0 || info.dli_fname == nullptr)
+        return;
+    std::string path(info.dli_fname);
+    const size_t slash = path.rfind('/');
+    if (slash == std::string::npos)
+        return;
+    dlopen((path.substr(0, slash) + "/libtorch.so").c_str(), RTLD_NOW | RTLD_GLOBAL); // absent in some builds: the package then says so
+}
+
+} // namespace
+
+TorchModelRunner::TorchModelRunner(const GraphForce& force, torch::Device device) {
+    const GraphModel& model = *force.getModel();
+    if (model.kind == ModelKind::AOTInductor) {
+        if (model.torchPackageForCuda != device.is_cuda())
+            throw OpenMMException(std::string("GraphForce: AOTInductor model: the package was compiled for ") +
+                                  (model.torchPackageForCuda ? "CUDA devices" : "the CPU") + " and cannot run on the " +
+                                  (device.is_cuda() ? "CUDA" : "Reference or CPU") + " platform; export it with export_aoti(..., device=\"" +
+                                  (device.is_cuda() ? "cuda" : "cpu") + "\") (docs/torch-models.md)");
+        preloadLibTorch();
+        // The loader reads a file: the package's bytes go to a private temporary file, removed once loaded.
+        char path[] = "/tmp/openmmgraph-XXXXXX.pt2";
+        const int fd = mkstemps(path, 4);
+        if (fd < 0)
+            throw OpenMMException(std::string("GraphForce: AOTInductor model: cannot create a temporary file for the package: ") +
+                                  std::strerror(errno));
+        const std::string& bytes = force.getModelBytes();
+        size_t written = 0;
+        while (written < bytes.size()) {
+            const ssize_t count = write(fd, bytes.data() + written, bytes.size() - written);
+            if (count <= 0)
+                break;
+            written += (size_t) count;
+        }
+        close(fd);
+        try {
+            if (written != bytes.size())
+                throw std::runtime_error("cannot write the package to " + std::string(path));
+            package = std::make_unique<torch::inductor::AOTIModelPackageLoader>(path, "model", false, 1,
+                                                                                device.is_cuda() ? device.index() : (c10::DeviceIndex) -1);
+        }
+        catch (const std::exception& error) {
+            std::remove(path);
+            throw OpenMMException(std::string("GraphForce: AOTInductor model: LibTorch cannot load the package (it runs only on the "
+                                              "kind of machine and with the torch version it was compiled for): ") +
+                                  error.what());
+        }
+        std::remove(path);
+        return;
+    }
+    try {
+        std::istringstream bytes(force.getModelBytes());
+        module = torch::jit::load(bytes, device);
+        module.eval();
+    }
+    catch (const std::exception& error) {
+        throw OpenMMException(std::string("GraphForce: TorchScript model: LibTorch cannot load the module: ") + error.what());
+    }
+}
+
+void TorchModelRunner::run(const std::vector<torch::Tensor>& inputs, int rows, int counted, int64_t communicator, bool wantGradients,
+                           void* stream, torch::Tensor& energies, torch::Tensor& gradEdges, torch::Tensor& gradPositions) {
+    const int64_t numEdges = inputs[4].size(0);
+    auto expectShape = [&](const torch::Tensor& tensor, std::vector<int64_t> shape, const char* what) {
+        if (!tensor.defined() || tensor.sizes() != c10::IntArrayRef(shape)) {
+            std::stringstream message;
+            message << "GraphForce: " << kindName() << " model: " << what << " has shape "
+                    << (tensor.defined() ? tensor.sizes() : c10::IntArrayRef()) << "; expected " << c10::IntArrayRef(shape)
+                    << " (docs/torch-models.md)";
+            throw OpenMMException(message.str());
+        }
+    };
+    if (package) {
+        std::vector<torch::Tensor> outputs = package->run(inputs, stream);
+        if (outputs.size() != 3)
+            throw OpenMMException("GraphForce: AOTInductor model: the program returned " + std::to_string(outputs.size()) +
+                                  " tensors; expected 3 (energies, dE/d edge_vectors, dE/d positions; docs/torch-models.md)");
+        expectShape(outputs[0], {rows}, "the energies");
+        expectShape(outputs[1], {numEdges, 3}, "dE/d edge_vectors");
+        expectShape(outputs[2], {inputs[0].size(0), 3}, "dE/d positions");
+        energies = outputs[0];
+        gradEdges = outputs[1];
+        gradPositions = outputs[2];
+        return;
+    }
+    torch::AutoGradMode gradMode(wantGradients);
+    std::vector<torch::jit::IValue> arguments(inputs.begin(), inputs.end());
+    arguments.push_back((int64_t) rows);
+    arguments.push_back(communicator);
+    energies = module.forward(arguments).toTensor();
+    if (energies.dim() != 1 || energies.size(0) != rows) {
+        std::stringstream message;
+        message << "GraphForce: TorchScript model: forward returned a tensor of shape " << energies.sizes()
+                << "; expected the energies of the " << rows << " owned particles, shape [" << rows << "] (docs/torch-models.md)";
+        throw OpenMMException(message.str());
+    }
+    if (wantGradients) {
+        torch::Tensor total = (counted == rows ? energies : energies.narrow(0, 0, counted)).sum();
+        std::vector<torch::Tensor> gradients = torch::autograd::grad({total}, {inputs[4], inputs[0]}, {}, /*retain_graph=*/false,
+                                                                     /*create_graph=*/false, /*allow_unused=*/true);
+        gradEdges = gradients[0];
+        gradPositions = gradients[1];
+    }
+}
