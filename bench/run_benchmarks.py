@@ -389,6 +389,8 @@ class Run:
         self.notes: list[str] = []
         self.temp_dir = tempfile.mkdtemp(prefix="openmm-graph-bench-")
         self.models: dict[str, tuple] = {}  # grade -> (ModelFile, path)
+        self.exports: dict[tuple, str] = {}  # (grade, "torchscript" | "aoti") -> exported model path
+        self.torch_models = list(args.torch_models)
         self.systems: dict[int, dict] = {}  # n -> positions, box, edges, ...
         self._setup_platform()
         self._setup_torch()
@@ -624,15 +626,35 @@ class Run:
             return None
         return f"{self.graph_implementation}-x{len(self.args.multi_gpu.split(','))}"
 
-    def measure_openmm(self, grade, n, positions, types, box, trivial: bool, multi_gpu: bool = False):
+    def exported_model(self, grade: str, kind: str) -> str:
+        """The grade's model exported for the GraphForce's LibTorch path (--torch-models): a TorchScript archive or an
+        AOTInductor package for this platform's device, float32 unless the precision is double."""
+        key = (grade, kind)
+        if key not in self.exports:
+            from openmmgraph.torch_export import export_aoti, export_torchscript
+
+            model, _ = self.model(grade)
+            dtype = "float64" if self.precision == "double" else "float32"
+            if kind == "torchscript":
+                path = os.path.join(self.temp_dir, f"{grade}-{dtype}.pt")
+                export_torchscript(model, path, dtype=dtype)
+            else:
+                path = os.path.join(self.temp_dir, f"{grade}-{dtype}.pt2")
+                export_aoti(model, path, dtype=dtype, device="cuda" if self.platform_name == "CUDA" else "cpu")
+            self.exports[key] = path
+        return self.exports[key]
+
+    def measure_openmm(self, grade, n, positions, types, box, trivial: bool, multi_gpu: bool = False, torch_model: str | None = None):
         implementation = "openmm-floor" if trivial else self.multi_gpu_implementation() if multi_gpu else self.graph_implementation
+        if torch_model:
+            implementation = f"{self.graph_implementation}-{torch_model}"
         properties = dict(self.properties, DeviceIndex=self.args.multi_gpu) if multi_gpu else self.properties
         if self.budget.exhausted():
             return self.skipped(grade, n, implementation, "time budget exhausted")
         notes, fields = [], {}
         context = integrator = None
         try:
-            path = None if trivial else self.model(grade)[1]
+            path = None if trivial else self.exported_model(grade, torch_model) if torch_model else self.model(grade)[1]
             system = make_openmm_system(n, box, trivial, path, types)
             self.free_torch_memory()
             before_bytes = self.memory.used_bytes()
@@ -1063,6 +1085,8 @@ class Run:
                 self.measure_openmm(grade, n, positions, types, box, trivial=False)
                 if args.multi_gpu:
                     self.measure_openmm(grade, n, positions, types, box, trivial=False, multi_gpu=True)
+                for kind in self.torch_models:
+                    self.measure_openmm(grade, n, positions, types, box, trivial=False, torch_model=kind)
                 for peer in self.peers:
                     if peer in ("torch-eager", "torch-compile") and self.torch is not None:
                         for with_pairs in (False, True):
@@ -1111,6 +1135,9 @@ def main(argv=None) -> int:
     parser.add_argument("--largest-start", type=int, default=None, help="first n of the search (default: 2 x the largest size run)")
     parser.add_argument("--largest-max", type=int, default=1 << 30, help="never try more particles than this")
     parser.add_argument("--bisections", type=int, default=4, help="bisection steps after the first failure (default 4)")
+    parser.add_argument("--torch-models", default="",
+                        help="comma-separated, of torchscript,aoti: also time the GraphForce running the grade's model exported "
+                             "for its LibTorch path (float32 unless --precision double), in the same run (default: none)")
     parser.add_argument("--openmm-torch-max-n", type=int, default=OPENMM_TORCH_MAX_N,
                         help=f"largest n for the openmm-torch peer (O(n^2) pairs; default {OPENMM_TORCH_MAX_N})")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, few repetitions, CPU allowed")
@@ -1138,6 +1165,10 @@ def main(argv=None) -> int:
         unknown = [p for p in args.peers if p not in PEER_CHOICES]
         if unknown:
             parser.error(f"--peers: unknown {unknown}; expected some of {list(PEER_CHOICES)}")
+    args.torch_models = parse_list(args.torch_models) if args.torch_models else []
+    unknown = [k for k in args.torch_models if k not in ("torchscript", "aoti")]
+    if unknown:
+        parser.error(f"--torch-models: unknown {unknown}; expected some of ['torchscript', 'aoti']")
     if args.time_budget is None:
         args.time_budget = 100.0 if args.quick else 3600.0
 

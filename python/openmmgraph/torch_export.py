@@ -204,7 +204,8 @@ class GraphScriptModel(torch.nn.Module):
         if neighbors.shape[0] != edge_vectors.shape[0]:
             raise RuntimeError("neighbors and edge_vectors must have one row per edge")
         counts = row_offsets[1:] - row_offsets[:-1]
-        center = torch.repeat_interleave(torch.arange(n_owned, device=positions.device), counts)
+        # output_size: the edge count is known from the shapes, so the expansion does not wait for the device.
+        center = torch.repeat_interleave(torch.arange(n_owned, device=positions.device), counts, output_size=edge_vectors.shape[0])
         r = torch.linalg.vector_norm(edge_vectors, dim=-1)
         unit = edge_vectors / r[:, None]
         harmonics = self._harmonics(unit)
@@ -304,15 +305,18 @@ def _example_graph(model: GraphModelTorch, dtype: torch.dtype):
     return ((positions * scale).to(dtype), types, row_offsets, neighbors, vectors.detach().to(dtype), (box * scale).to(dtype))
 
 
-def export_aoti(model, path: str, dtype: str = "float64") -> dict:
+def export_aoti(model, path: str, dtype: str = "float64", device: str = "cpu") -> dict:
     """Write the model (a model file path, bytes, ModelFile or GraphModelTorch) as an AOTInductor
-    package for the CPU (``path`` ends in .pt2) whose program returns the energies and their
-    gradients (module docstring), with openmmgraph.json (interface
-    "particle_energies_and_gradients", program "aotinductor"); returns the metadata.
+    package (``path`` ends in .pt2) whose program returns the energies and their gradients (module
+    docstring), with openmmgraph.json (interface "particle_energies_and_gradients", program
+    "aotinductor", device); returns the metadata.
+
+    device: "cpu" (for the Reference and CPU platforms) or "cuda" (for the CUDA platform; compiling
+    needs a CUDA GPU and Triton, and the package runs on GPUs of the kind it was compiled on).
 
     The forward and backward of GraphScriptModel are traced together into one graph of ATen
     operations (make_fx, symbolic shapes), exported with dynamic particle and edge counts and
-    compiled by AOTInductor; the package runs where it was compiled (this CPU architecture).
+    compiled by AOTInductor; the package runs where it was compiled (this CPU architecture or GPU).
     """
     from torch.export import Dim, export
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -321,10 +325,14 @@ def export_aoti(model, path: str, dtype: str = "float64") -> dict:
         raise ValueError(f"dtype must be 'float64' or 'float32', found {dtype!r}")
     if not str(path).endswith(".pt2"):
         raise ValueError(f"an AOTInductor package must be named *.pt2, found {path!r}")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', found {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("export_aoti(device='cuda') compiles the package for the GPU and needs one (torch.cuda.is_available() is False)")
     torch_dtype = torch.float64 if dtype == "float64" else torch.float32
     if not isinstance(model, GraphModelTorch):
         model = GraphModelTorch(model if isinstance(model, ModelFile) else read_model(model), dtype=torch.float64)
-    module = GraphScriptModel(model, torch_dtype).eval().requires_grad_(False)
+    module = GraphScriptModel(model, torch_dtype).eval().requires_grad_(False).to(device)
 
     def program(positions, types, row_offsets, neighbors, edge_vectors, box):
         with torch.enable_grad():
@@ -346,7 +354,7 @@ def export_aoti(model, path: str, dtype: str = "float64") -> dict:
         def forward(self, positions, types, row_offsets, neighbors, edge_vectors, box):
             return self.graph_module(positions, types, row_offsets, neighbors, edge_vectors, box)
 
-    example = _example_graph(model, torch_dtype)
+    example = tuple(tensor.to(device) for tensor in _example_graph(model, torch_dtype))
     traced = make_fx(program, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*example)
     particles, edges = Dim("particles", min=2), Dim("edges", min=1)
     exported = export(_Program(traced), example, dynamic_shapes=({0: particles}, {0: particles}, {0: particles + 1}, {0: edges},
@@ -359,7 +367,7 @@ def export_aoti(model, path: str, dtype: str = "float64") -> dict:
     metadata = _metadata(model, dtype, False)
     metadata["interface"] = "particle_energies_and_gradients"
     metadata["program"] = "aotinductor"
-    metadata["device"] = "cpu"
+    metadata["device"] = device
     import zipfile
 
     with zipfile.ZipFile(path, "a", compression=zipfile.ZIP_STORED) as archive:

@@ -355,7 +355,7 @@ def test_aoti_metadata_is_checked(tmp_path):
     plain = torch.jit.script(torch.nn.Linear(2, 2))
     for change, message in [({"interface": "particle_energies_and_gradients"}, "program"),
                             ({"program": "aotinductor"}, "program"),
-                            ({"interface": "particle_energies_and_gradients", "program": "aotinductor", "device": "cuda"}, "device"),
+                            ({"interface": "particle_energies_and_gradients", "program": "aotinductor", "device": "tpu"}, "device"),
                             ({"interface": "forces"}, "interface")]:
         path = str(tmp_path / "bad.pt")
         torch.jit.save(plain, path, _extra_files={"openmmgraph.json": json.dumps({**metadata, **change})})

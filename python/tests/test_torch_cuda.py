@@ -1,0 +1,165 @@
+"""PyTorch models on the CUDA platform (libOpenMMGraphTorchCUDA, docs/torch-models.md): the project's model
+exported as TorchScript and as an AOTInductor package for CUDA, run by the GraphForce on the graph it builds on
+the device, against the native GraphForce on the Reference platform (and the native CUDA path).
+
+Marked "gpu"; skipped where the CUDA platform or the LibTorch CUDA plugin is missing."""
+
+import numpy as np
+import openmm
+import pytest
+import torch
+
+import openmmgraph
+from openmmgraph.grades import lattice_system, make_model
+from openmmgraph.torch_export import export_aoti, export_torchscript
+
+pytestmark = pytest.mark.gpu
+
+MODELS = {
+    "plain": dict(grade="small"),
+    "interaction": dict(grade="small", l_max=2, n_interactions=1, descriptor_l_sum=False, length_unit="angstrom",
+                        energy_unit="eV", activation="silu"),
+}
+
+
+def cuda_torch_kernel():
+    openmmgraph.GraphForce  # noqa: B018  (the package loads its plugins on first use)
+    try:
+        return openmm.Platform.getPlatformByName("CUDA").supportsKernels(["CalcTorchGraphForce"])
+    except Exception:
+        return False
+
+
+needs_cuda_plugin = pytest.mark.skipif(
+    not cuda_torch_kernel() or not torch.cuda.is_available(),
+    reason="the CUDA platform with the LibTorch CUDA plugin (libOpenMMGraphTorchCUDA) and a CUDA PyTorch are needed: "
+    + "; ".join(m for m in openmm.Platform.getPluginLoadFailures() if "Graph" in m))
+
+
+def small_model(name, seed=3):
+    return make_model(seed=seed, n_channels=8, n_axis=4, fitting_widths=(16, 16), **MODELS[name])
+
+
+def graph_context(path, types, box, positions, platform, properties=None, periodic=True, configure=None):
+    force = openmmgraph.GraphForce(path)
+    system = openmm.System()
+    for i in range(len(types)):
+        system.addParticle(12.0)
+        force.addParticle(i, int(types[i]))
+    force.setUsesPeriodicBoundaryConditions(periodic)
+    if configure:
+        configure(force)
+    system.setDefaultPeriodicBoxVectors(*[openmm.Vec3(*map(float, row)) for row in np.asarray(box)])
+    system.addForce(force)
+    context = openmm.Context(system, openmm.VerletIntegrator(0.0005), openmm.Platform.getPlatformByName(platform),
+                             properties or {})
+    context.setPositions(np.asarray(positions))
+    return context, force
+
+
+def energy_forces(context):
+    state = context.getState(getEnergy=True, getForces=True)
+    return (state.getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole),
+            state.getForces(asNumpy=True).value_in_unit(openmm.unit.kilojoule_per_mole / openmm.unit.nanometer))
+
+
+def expect_close(context, force, expected_context, expected_force, energy_rel, force_rel):
+    expected_energy, expected_forces = energy_forces(expected_context)
+    energy, forces = energy_forces(context)
+    assert energy == pytest.approx(expected_energy, rel=energy_rel)
+    np.testing.assert_allclose(forces, expected_forces, rtol=0, atol=force_rel * np.abs(expected_forces).max())
+    np.testing.assert_allclose(force.getParticleEnergies(context), expected_force.getParticleEnergies(expected_context), rtol=0,
+                               atol=energy_rel * abs(expected_energy))
+    return energy, forces
+
+
+@needs_cuda_plugin
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_torchscript_on_cuda_matches_the_native_reference(tmp_path, name):
+    """float64 export, double precision: the CUDA path equals the native Reference platform to summation order; the
+    edge tensors grow when the system gets denser; forces are bitwise reproducible; types change; MD runs."""
+    model = small_model(name, seed=7)
+    native, exported = str(tmp_path / "model.safetensors"), str(tmp_path / "model.pt")
+    model.write(native)
+    export_torchscript(model, exported)
+    positions, types, box = lattice_system(400, n_types=model.n_types, seed=4)
+    expected_context, expected_force = graph_context(native, types, box, positions, "Reference")
+    context, force = graph_context(exported, types, box, positions, "CUDA", {"Precision": "double"})
+    energy, forces = expect_close(context, force, expected_context, expected_force, 1e-10, 1e-9)
+    again_energy, again_forces = energy_forces(context)
+    assert again_energy == energy and np.array_equal(again_forces, forces)
+    # Denser (box and positions scaled by 0.8): about twice the edges, beyond the edge tensors' capacity.
+    for c in (context, expected_context):
+        c.setPeriodicBoxVectors(*[openmm.Vec3(*map(float, row)) for row in 0.8 * np.asarray(box)])
+        c.setPositions(0.8 * np.asarray(positions))
+    expect_close(context, force, expected_context, expected_force, 1e-10, 1e-9)
+    for i in range(0, len(types), 3):
+        types[i] = (types[i] + 1) % model.n_types
+        force.setParticleParameters(i, i, int(types[i]))
+        expected_force.setParticleParameters(i, i, int(types[i]))
+    force.updateParametersInContext(context)
+    expected_force.updateParametersInContext(expected_context)
+    expect_close(context, force, expected_context, expected_force, 1e-10, 1e-9)
+    context.getIntegrator().step(20)
+    assert np.isfinite(energy_forces(context)[0])
+
+
+@needs_cuda_plugin
+def test_float32_torchscript_on_cuda_mixed_precision(tmp_path):
+    """A float32 export in mixed precision against the native Reference platform, not periodic; the native CUDA path
+    in the same precision is within the same tolerances."""
+    model = small_model("interaction", seed=8)
+    native, exported = str(tmp_path / "model.safetensors"), str(tmp_path / "model32.pt")
+    model.write(native)
+    export_torchscript(model, exported, dtype="float32")
+    positions, types, box = lattice_system(300, n_types=model.n_types, seed=5)
+    expected_context, expected_force = graph_context(native, types, box, positions, "Reference", periodic=False)
+    expected_energy, expected_forces = energy_forces(expected_context)
+    rms = np.sqrt(np.mean(np.sum(expected_forces**2, axis=1)))
+    for path in (exported, native):
+        context, force = graph_context(path, types, box, positions, "CUDA", {"Precision": "mixed"}, periodic=False)
+        energy, forces = energy_forces(context)
+        assert energy == pytest.approx(expected_energy, rel=1e-5), path
+        assert np.sqrt(np.mean(np.sum((forces - expected_forces) ** 2, axis=1))) < 1e-4 * rms, path
+
+
+@needs_cuda_plugin
+def test_aoti_package_for_cuda(tmp_path):
+    """A .pt2 package compiled for CUDA (a model with an interaction block) runs on the CUDA platform (other particle
+    counts than traced), and a CPU package there (or a CUDA one on the Reference platform) is refused with the export
+    call to use.  (One model: compiling a package takes about a minute.)"""
+    model = small_model("interaction", seed=9)
+    native, package = str(tmp_path / "model.safetensors"), str(tmp_path / "model.pt2")
+    model.write(native)
+    assert export_aoti(model, package, device="cuda")["device"] == "cuda"
+    positions, types, box = lattice_system(250, n_types=model.n_types, seed=6)
+    expected_context, expected_force = graph_context(native, types, box, positions, "Reference")
+    context, force = graph_context(package, types, box, positions, "CUDA", {"Precision": "double"})
+    expect_close(context, force, expected_context, expected_force, 1e-10, 1e-9)
+    context.getIntegrator().step(5)
+    assert np.isfinite(energy_forces(context)[0])
+    with pytest.raises(openmm.OpenMMException, match='device="cpu"'):
+        graph_context(package, types, box, positions, "Reference")
+    cpu_package = str(tmp_path / "cpu.pt2")
+    export_aoti(model, cpu_package)
+    with pytest.raises(openmm.OpenMMException, match='device="cuda"'):
+        graph_context(cpu_package, types, box, positions, "CUDA")
+
+
+@needs_cuda_plugin
+def test_errors_on_cuda_are_clear_and_nothing_is_lost(tmp_path):
+    model = small_model("plain", seed=10)
+    exported = str(tmp_path / "model.pt")
+    export_torchscript(model, exported)
+    positions, types, box = lattice_system(200, n_types=model.n_types, seed=7)
+    context, force = graph_context(exported, types, box, positions, "CUDA")
+    good = energy_forces(context)
+    bad = np.array(positions)
+    bad[5] = bad[4]
+    context.setPositions(bad)
+    with pytest.raises(openmm.OpenMMException, match="same position"):
+        energy_forces(context)
+    context.setPositions(np.asarray(positions))
+    assert energy_forces(context)[0] == good[0]
+    with pytest.raises(openmm.OpenMMException, match="CudaGraph"):
+        graph_context(exported, types, box, positions, "CUDA", configure=lambda f: f.setProperty("CudaGraph", "true"))
