@@ -784,23 +784,28 @@ class Run:
             from openmmgraph.torch_model import GraphModelTorch, neighbor_pairs
 
             model_file, _ = self.model(grade)
+            # Traced on the device TorchForce runs on: tracing bakes the device of torch.arange & co. into the graph.
+            device = self.torch_device
 
             class Exported(torch.nn.Module):
                 """(positions nm, box nm) -> energy kJ/mol, pairs by the project's neighbor_pairs."""
 
                 def __init__(self):
                     super().__init__()
-                    self.model = GraphModelTorch(model_file, dtype=torch.float32, device="cpu")
-                    self.register_buffer("types", torch.as_tensor(types, dtype=torch.long))
+                    self.model = GraphModelTorch(model_file, dtype=torch.float32, device=device)
+                    self.register_buffer("types", torch.as_tensor(types, dtype=torch.long, device=device))
 
                 def forward(self, positions, box):
+                    # openmm-torch passes float64 on Reference/CPU and in double precision; the model is float32.
+                    positions, box = positions.to(torch.float32), box.to(torch.float32)
                     pairs = neighbor_pairs(positions.detach(), box, self.model.cutoff_nm)
                     scale = self.model.length_scale_nm
                     energies = self.model.particle_energies_model_units(positions / scale, self.types, box / scale, pairs)
                     return energies.sum() * self.model.energy_scale_kj_per_mol
 
             module = Exported()
-            example = (torch.as_tensor(positions, dtype=torch.float32), torch.as_tensor(box, dtype=torch.float32))
+            example = (torch.as_tensor(positions, dtype=torch.float32, device=device),
+                       torch.as_tensor(box, dtype=torch.float32, device=device))
             traced = torch.jit.trace(module, example, check_trace=False)
             path = os.path.join(self.temp_dir, f"openmm-torch-{grade}-{n}.pt")
             traced.save(path)
@@ -814,7 +819,7 @@ class Run:
             system.addForce(force)
             self.free_torch_memory()
             before_bytes = self.memory.used_bytes()
-            context, integrator = make_context(system, positions, self.platform_name, properties)
+            context, integrator = make_context(system, positions, self.platform_name, self.properties)
             for _ in range(self.settings.warmup_reps):
                 context.getState(getForces=True, groups={GRAPH_FORCE_GROUP})
             fields["force_time_s"], force_reps, note = time_force(context, self.settings, self.budget, 0.15)

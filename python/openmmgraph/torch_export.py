@@ -333,6 +333,11 @@ def export_aoti(model, path: str, dtype: str = "float64", device: str = "cpu") -
     if not isinstance(model, GraphModelTorch):
         model = GraphModelTorch(model if isinstance(model, ModelFile) else read_model(model), dtype=torch.float64)
     module = GraphScriptModel(model, torch_dtype).eval().requires_grad_(False).to(device)
+    for network in list(module.fitting_networks) + list(module.node_networks):
+        # Lists of tensors (scriptable attributes) are not moved by Module.to.
+        network.weights = [w.to(device) for w in network.weights]
+        network.biases = [b.to(device) for b in network.biases]
+        network.timesteps = [t.to(device) for t in network.timesteps]
 
     def program(positions, types, row_offsets, neighbors, edge_vectors, box):
         with torch.enable_grad():

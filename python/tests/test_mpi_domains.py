@@ -36,7 +36,19 @@ WORKER = textwrap.dedent(
     force.setUsesPeriodicBoundaryConditions(True)
     system.setDefaultPeriodicBoxVectors(*[openmm.Vec3(*map(float, row)) for row in box])
     system.addForce(force)
-    context = openmm.Context(system, openmm.VerletIntegrator(0.0005), openmm.Platform.getPlatformByName(platform))
+    properties = {}
+    device = None
+    if platform == "CUDA":
+        # Mixed precision (energies in double, as the MPI sum returns them); each rank on its own GPU when there are several.
+        import ctypes, os
+        cuda = ctypes.CDLL("libcuda.so.1")
+        count = ctypes.c_int(0)
+        if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            count.value = 1
+        local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", os.environ.get("MPI_LOCALRANKID", os.environ.get("PMI_RANK", "0"))))
+        device = local % max(1, count.value) if domains == "mpi" else 0
+        properties = {"Precision": "mixed", "DeviceIndex": str(device)}
+    context = openmm.Context(system, openmm.VerletIntegrator(0.0005), openmm.Platform.getPlatformByName(platform), properties)
     context.setPositions(positions)
     context.setVelocitiesToTemperature(300, 7)
     state = context.getState(getEnergy=True, getForces=True)
@@ -51,7 +63,8 @@ WORKER = textwrap.dedent(
         from openmmgraph import mpi
         rank = mpi.world()[0]
     with open(f"{out}.{rank}.json", "w") as handle:
-        json.dump({"energies": [e.hex() for e in energies], "forces": forces, "positions": [x.hex() for x in final.ravel()]}, handle)
+        json.dump({"energies": [e.hex() for e in energies], "forces": forces, "positions": [x.hex() for x in final.ravel()],
+                   "device": device}, handle)
     if domains == "mpi":
         mpi.finalize()
     """
@@ -79,8 +92,9 @@ def load(path):
 def test_two_ranks_integrate_the_same_trajectory(tmp_path, platform, kind):
     """Native models, and TorchScript models whose interaction block fills its ghosts' node features through
     openmmgraph::communicate with the MPI engine (the LibTorch plugin hands each rank's module its slab and ghosts).
-    On CUDA (both ranks on one GPU; a model without an interaction block, which is what the CUDA platform splits
-    for now) each rank evaluates its share of the centers and the fixed-point sums go through MPI."""
+    On CUDA (mixed precision; rank r on GPU r modulo the GPUs present, so two GPUs where there are two; a model
+    without an interaction block, which is what the CUDA platform splits over ranks for now) each rank evaluates its
+    share of the centers and the fixed-point sums go through MPI."""
     launcher = mpiexec()
     if launcher is None:
         pytest.skip("no mpiexec (pip install mpich)")
@@ -124,6 +138,9 @@ def test_two_ranks_integrate_the_same_trajectory(tmp_path, platform, kind):
     e1, f1, x1 = load(out + "-mpi.1.json")
     assert e0 == e1  # bitwise, every step
     assert np.array_equal(f0, f1) and np.array_equal(x0, x1)
+    if platform == "CUDA":
+        devices = [json.load(open(f"{out}-mpi.{rank}.json"))["device"] for rank in (0, 1)]
+        print(f"CUDA ranks on devices {devices}")
     es, fs, xs = load(out + "-single.0.json")
     np.testing.assert_allclose(e0, es, rtol=1e-11, atol=0)
     np.testing.assert_allclose(f0, fs, rtol=0, atol=1e-9 * np.abs(fs).max())

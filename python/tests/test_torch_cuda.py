@@ -77,7 +77,7 @@ def expect_close(context, force, expected_context, expected_force, energy_rel, f
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_torchscript_on_cuda_matches_the_native_reference(tmp_path, name):
     """float64 export, double precision: the CUDA path equals the native Reference platform to summation order; the
-    edge tensors grow when the system gets denser; forces are bitwise reproducible; types change; MD runs."""
+    edge tensors grow when the system gets denser; repeated evaluations agree to 1e-12; types change; MD runs."""
     model = small_model(name, seed=7)
     native, exported = str(tmp_path / "model.safetensors"), str(tmp_path / "model.pt")
     model.write(native)
@@ -86,8 +86,10 @@ def test_torchscript_on_cuda_matches_the_native_reference(tmp_path, name):
     expected_context, expected_force = graph_context(native, types, box, positions, "Reference")
     context, force = graph_context(exported, types, box, positions, "CUDA", {"Precision": "double"})
     energy, forces = expect_close(context, force, expected_context, expected_force, 1e-10, 1e-9)
+    # Not bitwise: the module's index_add (and its backward of index_select) add with floating-point atomics on CUDA.
     again_energy, again_forces = energy_forces(context)
-    assert again_energy == energy and np.array_equal(again_forces, forces)
+    assert again_energy == pytest.approx(energy, rel=1e-13)
+    np.testing.assert_allclose(again_forces, forces, rtol=0, atol=1e-12 * np.abs(forces).max())
     # Denser (box and positions scaled by 0.8): about twice the edges, beyond the edge tensors' capacity.
     for c in (context, expected_context):
         c.setPeriodicBoxVectors(*[openmm.Vec3(*map(float, row)) for row in 0.8 * np.asarray(box)])

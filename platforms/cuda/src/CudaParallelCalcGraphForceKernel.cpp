@@ -130,9 +130,9 @@ void CudaParallelCalcGraphForceKernel::getParticleEnergies(ContextImpl& context,
     CudaContext& first = *data.contexts[0];
     for (int device = 1; device < (int) kernels.size(); device++) {
         CudaContext& cu = *data.contexts[device];
+        ContextSelector selector(cu);
         GRAPH_CU_CHECK(cuMemcpyPeer(cu.getPosq().getDevicePointer(), cu.getContext(), first.getPosq().getDevicePointer(), first.getContext(),
                                     first.getPosq().getSize() * first.getPosq().getElementSize()));
-        ContextSelector selector(cu);
         refreshAtomOrder(device);
     }
     std::vector<std::vector<double>> shareEnergies(kernels.size());
