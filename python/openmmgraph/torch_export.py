@@ -203,9 +203,10 @@ class GraphScriptModel(torch.nn.Module):
             raise RuntimeError("row_offsets must have n_owned + 1 entries")
         if neighbors.shape[0] != edge_vectors.shape[0]:
             raise RuntimeError("neighbors and edge_vectors must have one row per edge")
-        counts = row_offsets[1:] - row_offsets[:-1]
-        # output_size: the edge count is known from the shapes, so the expansion does not wait for the device.
-        center = torch.repeat_interleave(torch.arange(n_owned, device=positions.device), counts, output_size=edge_vectors.shape[0])
+        # The center of every edge: the last row starting at or before it (empty rows are skipped).  A search rather
+        # than repeat_interleave, whose output size is data dependent: nothing here waits for the device.
+        edge_index = torch.arange(edge_vectors.shape[0], device=positions.device)
+        center = torch.searchsorted(row_offsets, edge_index, right=True) - 1
         r = torch.linalg.vector_norm(edge_vectors, dim=-1)
         unit = edge_vectors / r[:, None]
         harmonics = self._harmonics(unit)

@@ -86,10 +86,11 @@ def test_torchscript_on_cuda_matches_the_native_reference(tmp_path, name):
     expected_context, expected_force = graph_context(native, types, box, positions, "Reference")
     context, force = graph_context(exported, types, box, positions, "CUDA", {"Precision": "double"})
     energy, forces = expect_close(context, force, expected_context, expected_force, 1e-10, 1e-9)
-    # Not bitwise: the module's index_add (and its backward of index_select) add with floating-point atomics on CUDA.
+    # Not bitwise: the module's index_add (and its backward of index_select) add with floating-point atomics on CUDA,
+    # so a gradient may change in its last bit and a force by the fixed-point unit 2^-32 kJ/mol/nm per contribution.
     again_energy, again_forces = energy_forces(context)
     assert again_energy == pytest.approx(energy, rel=1e-13)
-    np.testing.assert_allclose(again_forces, forces, rtol=0, atol=1e-12 * np.abs(forces).max())
+    np.testing.assert_allclose(again_forces, forces, rtol=0, atol=1e-12 * np.abs(forces).max() + 64 * 2.0**-32)
     # Denser (box and positions scaled by 0.8): about twice the edges, beyond the edge tensors' capacity.
     for c in (context, expected_context):
         c.setPeriodicBoxVectors(*[openmm.Vec3(*map(float, row)) for row in 0.8 * np.asarray(box)])
