@@ -40,7 +40,15 @@ fail() { say "FAILED: $*"; exit 1; }
 
 [ -f "$SRC_TGZ" ] || fail "no source tarball $SRC_TGZ"
 command -v cmake > /dev/null || fail "no cmake"
-command -v swig > /dev/null || fail "no swig (the swig wheel of .device/wheels puts it in \$SITE/bin)"
+if ! command -v swig > /dev/null; then
+    # The swig wheel's binary, run as its console script does (SWIG_LIB set to the wheel's library).
+    swig_env=$("$PYTHON" -c "import glob, os, swig; print(swig.BIN_DIR); print(glob.glob(os.path.join(swig.SWIG_SHARE_DIR, '*'))[0])" 2>/dev/null)
+    if [ -n "$swig_env" ]; then
+        export PATH="$(echo "$swig_env" | sed -n 1p):$PATH" SWIG_LIB="$(echo "$swig_env" | sed -n 2p)"
+    fi
+fi
+command -v swig > /dev/null || fail "no swig (pip install swig; the wheel of .device/wheels is installed into \$SITE)"
+say "swig: $(command -v swig) ${SWIG_LIB:-}"
 
 # What to build against: the interpreter's torch and openmm.
 eval "$("$PYTHON" - <<'PY'

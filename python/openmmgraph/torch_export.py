@@ -166,18 +166,21 @@ class GraphScriptModel(torch.nn.Module):
             blocks.append(torch.einsum("nak,naj->nkj", left[:, first:last], axis[:, first:last]))
         return torch.stack(blocks, dim=1).reshape(n, -1)
 
+    # The per-type networks scatter their rows back with index_add into zeros (the types' rows are disjoint, so this is
+    # exact): its backward is a plain index_select, where index_copy's has an index_fill that AOTInductor's CUDA trace
+    # turns into an in-place copy it refuses.
     def _node_features(self, descriptor: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
         result = descriptor.new_zeros((descriptor.shape[0], self.n_channels))
         for type_index, network in enumerate(self.node_networks):
             members = torch.nonzero(types == type_index).flatten()
-            result = result.index_copy(0, members, network(descriptor.index_select(0, members)))
+            result = result.index_add(0, members, network(descriptor.index_select(0, members)))
         return result
 
     def _fitting(self, inputs: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
         result = inputs.new_zeros((inputs.shape[0],))
         for type_index, network in enumerate(self.fitting_networks):
             members = torch.nonzero(types == type_index).flatten()
-            result = result.index_copy(0, members, network(inputs.index_select(0, members))[:, 0])
+            result = result.index_add(0, members, network(inputs.index_select(0, members))[:, 0])
         return result
 
     def _exchange(self, features: torch.Tensor, communicator: int, n_owned: int) -> torch.Tensor:
@@ -320,6 +323,7 @@ def export_aoti(model, path: str, dtype: str = "float64", device: str = "cpu") -
     compiled by AOTInductor; the package runs where it was compiled (this CPU architecture or GPU).
     """
     from torch.export import Dim, export
+    from torch.func import functionalize
     from torch.fx.experimental.proxy_tensor import make_fx
 
     if dtype not in ("float64", "float32"):
@@ -345,7 +349,9 @@ def export_aoti(model, path: str, dtype: str = "float64", device: str = "cpu") -
             positions = positions.detach().requires_grad_(True)
             edge_vectors = edge_vectors.detach().requires_grad_(True)
             energies = module(positions, types, row_offsets, neighbors, edge_vectors, box, positions.shape[0], 0)
-            grad_edges, grad_positions = torch.autograd.grad(energies.sum(), (edge_vectors, positions), allow_unused=True)
+            # grad_outputs materialised (not the expanded ones of sum()'s backward), for a trace without views of it.
+            grad_edges, grad_positions = torch.autograd.grad(energies, (edge_vectors, positions), grad_outputs=torch.ones_like(energies),
+                                                             allow_unused=True)
         if grad_positions is None:
             grad_positions = torch.zeros_like(positions)
         if grad_edges is None:
@@ -362,6 +368,9 @@ def export_aoti(model, path: str, dtype: str = "float64", device: str = "cpu") -
 
     example = tuple(tensor.to(device) for tensor in _example_graph(model, torch_dtype))
     traced = make_fx(program, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*example)
+    # Traced again through functionalization: no in-place operation or view mutation is left for AOTInductor (on CUDA
+    # some backward decompositions otherwise leave a copy_ into a fresh tensor, which its export refuses).
+    traced = make_fx(functionalize(traced, remove="mutations_and_views"), tracing_mode="symbolic", _allow_non_fake_inputs=True)(*example)
     particles, edges = Dim("particles", min=2), Dim("edges", min=1)
     exported = export(_Program(traced), example, dynamic_shapes=({0: particles}, {0: particles}, {0: particles + 1}, {0: edges},
                                                                   {0: edges}, None), strict=False)
