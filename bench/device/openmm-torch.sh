@@ -11,7 +11,8 @@
 #
 #   EXTRA_SCRIPT=bench/device/openmm-torch.sh bash scripts/device-session.sh extra
 #
-# Environment: OPENMM_TORCH_BUDGET (benchmark --time-budget, 240 s),
+# Environment: OPENMM_TORCH_BUDGET (benchmark --time-budget, 240 s), OPENMM_TORCH_SIZES (512,10296),
+# OPENMM_TORCH_MODELS (--torch-models, torchscript,aoti),
 # OPENMM_TORCH_BUILD_TIMEOUT (whole build, 420 s; about 2 minutes on 2 cores),
 # BENCH_TIMEOUT (hard limit of the benchmark, budget + 120 s).  A device command
 # may run 10 minutes: package install + build + check + benchmark fit in it.
@@ -85,7 +86,7 @@ cat "$OUT/openmm-torch-check.log" | cut -c1-400
 
 budget=${OPENMM_TORCH_BUDGET:-240}
 timeout "${BENCH_TIMEOUT:-$((budget + 120))}" python3 bench/run_benchmarks.py --grades "${OPENMM_TORCH_GRADES:-small}" \
-    --sizes 512,10296 --peers openmm-torch --torch-models torchscript,aoti --time-budget "$budget" --verbose \
+    --sizes "${OPENMM_TORCH_SIZES:-512,10296}" --peers openmm-torch --torch-models "${OPENMM_TORCH_MODELS:-torchscript,aoti}" --time-budget "$budget" --verbose \
     --out "$OUT/openmm-torch.json" --plot '' \
     > "$OUT/openmm-torch-bench.log" 2>&1
 bench=$?
