@@ -378,7 +378,12 @@ def export_aoti(model, path: str, dtype: str = "float64", device: str = "cpu") -
     os.makedirs(directory, exist_ok=True)
     if os.path.exists(path):
         os.remove(path)
-    torch._inductor.aoti_compile_and_package(exported, package_path=str(path))
+    configs = {}
+    if device == "cuda" and hasattr(torch._inductor.config.triton, "autotune_with_sample_inputs"):
+        # Inductor autotunes the CUDA kernels at compile time on random tensors by default; the graph gathers by the
+        # neighbour indices, whose bounds asserts random indices fail (a device-side assert).  Tune on the example graph.
+        configs["triton.autotune_with_sample_inputs"] = True
+    torch._inductor.aoti_compile_and_package(exported, package_path=str(path), inductor_configs=configs or None)
     metadata = _metadata(model, dtype, False)
     metadata["interface"] = "particle_energies_and_gradients"
     metadata["program"] = "aotinductor"
