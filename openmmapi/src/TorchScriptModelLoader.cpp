@@ -62,15 +62,15 @@ std::shared_ptr<const GraphModel> GraphModelLoader::fromTorchScriptBytes(const s
         fail("openmmgraph.json key 'format': expected \"openmm-graph-torch\", found \"" + text(meta, "format") + "\"");
     if (member(meta, "version", JsonValue::Kind::Number).numberText != "1")
         fail("openmmgraph.json key 'version': this version reads version 1, found " + member(meta, "version", JsonValue::Kind::Number).numberText);
-    // "particle_energies": a TorchScript module (forces by autograd); "particle_energies_and_gradients": an
-    // AOTInductor package whose program returns the gradients too.
+    // "particle_energies": a TorchScript module (forces by autograd); "particle_energies_and_gradients": a program
+    // that returns the gradients too (an AOTInductor package always; a TorchScript module that differentiates itself).
     const std::string& interface = text(meta, "interface");
     if (interface != "particle_energies" && interface != "particle_energies_and_gradients")
         fail("openmmgraph.json key 'interface': expected \"particle_energies\" (TorchScript) or \"particle_energies_and_gradients\" "
              "(AOTInductor), found \"" + interface + "\"");
     const std::string program = meta.object.count("program") ? text(meta, "program") : std::string("torchscript");
-    if ((interface == "particle_energies") != (program == "torchscript") || (program != "torchscript" && program != "aotinductor"))
-        fail("openmmgraph.json key 'program': expected \"torchscript\" with interface \"particle_energies\" or \"aotinductor\" with "
+    if ((program == "aotinductor" && interface != "particle_energies_and_gradients") || (program != "torchscript" && program != "aotinductor"))
+        fail("openmmgraph.json key 'program': expected \"torchscript\" (with either interface) or \"aotinductor\" with "
              "\"particle_energies_and_gradients\", found \"" + program + "\" with \"" + interface + "\"");
     const std::string device = meta.object.count("device") ? text(meta, "device") : std::string("cpu");
     if (program == "aotinductor" && device != "cpu" && device != "cuda")
@@ -79,6 +79,7 @@ std::shared_ptr<const GraphModel> GraphModelLoader::fromTorchScriptBytes(const s
     auto model = std::make_shared<GraphModel>();
     model->kind = program == "aotinductor" ? ModelKind::AOTInductor : ModelKind::TorchScript;
     model->torchPackageForCuda = program == "aotinductor" && device == "cuda";
+    model->torchReturnsGradients = interface == "particle_energies_and_gradients";
     model->lengthUnit = text(meta, "length_unit");
     model->energyUnit = text(meta, "energy_unit");
     if (!unitScale(model->lengthUnit, true, model->lengthScale))

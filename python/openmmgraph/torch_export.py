@@ -47,7 +47,7 @@ system is not periodic); particle and edge counts are dynamic.
 import json
 import math
 import os
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -242,6 +242,39 @@ class GraphScriptModelWithCommunicate(GraphScriptModel):
         return torch.ops.openmmgraph.communicate(features, communicator, n_owned)
 
 
+class GradientScriptModel(torch.nn.Module):
+    """A module of the graph interface that differentiates itself: forward returns (energies [n_owned],
+    dE/d edge_vectors [n_edges, 3], dE/d positions [n_local, 3]) of the sum of its energies (interface
+    "particle_energies_and_gradients"; call it with autograd enabled, as the plugin does)."""
+
+    def __init__(self, inner: torch.nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(
+        self,
+        positions: torch.Tensor,
+        types: torch.Tensor,
+        row_offsets: torch.Tensor,
+        neighbors: torch.Tensor,
+        edge_vectors: torch.Tensor,
+        box: torch.Tensor,
+        n_owned: int,
+        communicator: int,
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        positions = positions.detach().requires_grad_(True)
+        edge_vectors = edge_vectors.detach().requires_grad_(True)
+        energies = self.inner(positions, types, row_offsets, neighbors, edge_vectors, box, n_owned, communicator)
+        gradients = torch.autograd.grad([energies.sum()], [edge_vectors, positions], allow_unused=True)
+        grad_edges = gradients[0]
+        grad_positions = gradients[1]
+        if grad_edges is None:
+            grad_edges = torch.zeros_like(edge_vectors)
+        if grad_positions is None:
+            grad_positions = torch.zeros_like(positions)
+        return energies.detach(), grad_edges, grad_positions
+
+
 def _communicate_available() -> bool:
     try:
         return hasattr(torch.ops.openmmgraph, "communicate") and torch.ops.openmmgraph.communicate is not None
@@ -249,13 +282,17 @@ def _communicate_available() -> bool:
         return False
 
 
-def export_torchscript(model, path: str, dtype: str = "float64", use_communicate: Optional[bool] = None) -> dict:
+def export_torchscript(model, path: str, dtype: str = "float64", use_communicate: Optional[bool] = None,
+                       gradients: bool = False) -> dict:
     """Write the model (a model file path, bytes, ModelFile or GraphModelTorch) as a TorchScript
     archive with the graph interface and its metadata; returns the metadata.
 
     dtype: "float64" or "float32", the precision of the exported computation.
     use_communicate: route ghost node features through openmmgraph::communicate (default: when the
     model has an interaction block and the operator is registered).
+    gradients: the module returns (energies, dE/d edge_vectors, dE/d positions) itself (interface
+    "particle_energies_and_gradients", GradientScriptModel) instead of energies for the plugin to
+    differentiate.
     """
     if dtype not in ("float64", "float32"):
         raise ValueError(f"dtype must be 'float64' or 'float32', found {dtype!r}")
@@ -267,8 +304,12 @@ def export_torchscript(model, path: str, dtype: str = "float64", use_communicate
     if use_communicate and not _communicate_available():
         raise RuntimeError("use_communicate=True but torch.ops.openmmgraph.communicate is not registered; import openmmgraph.communicate")
     cls = GraphScriptModelWithCommunicate if use_communicate else GraphScriptModel
-    scripted = torch.jit.script(cls(model, torch_dtype).eval())
+    module = cls(model, torch_dtype).eval()
+    scripted = torch.jit.script(GradientScriptModel(module).eval() if gradients else module)
     metadata = _metadata(model, dtype, use_communicate)
+    if gradients:
+        metadata["interface"] = "particle_energies_and_gradients"
+        metadata["program"] = "torchscript"
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     torch.jit.save(scripted, path, _extra_files={METADATA_FILE: json.dumps(metadata, indent=1)})

@@ -108,6 +108,19 @@ def test_torchscript_on_cuda_matches_the_native_reference(tmp_path, name):
 
 
 @needs_cuda_plugin
+def test_torchscript_module_that_returns_gradients_on_cuda(tmp_path):
+    """export_torchscript(gradients=True): the module differentiates itself, on the plugin's stream."""
+    model = small_model("interaction", seed=11)
+    native, exported = str(tmp_path / "model.safetensors"), str(tmp_path / "model.pt")
+    model.write(native)
+    export_torchscript(model, exported, gradients=True)
+    positions, types, box = lattice_system(300, n_types=model.n_types, seed=9)
+    expected_context, expected_force = graph_context(native, types, box, positions, "Reference")
+    context, force = graph_context(exported, types, box, positions, "CUDA", {"Precision": "double"})
+    expect_close(context, force, expected_context, expected_force, 1e-10, 1e-9)
+
+
+@needs_cuda_plugin
 def test_float32_torchscript_on_cuda_mixed_precision(tmp_path):
     """A float32 export in mixed precision against the native Reference platform, not periodic; the native CUDA path
     in the same precision is within the same tolerances."""

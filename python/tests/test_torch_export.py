@@ -297,6 +297,32 @@ def test_a_module_with_the_wrong_output_is_refused(tmp_path):
     context = graph_context(path, types, box, positions, "Reference")[0]
     with pytest.raises(openmm.OpenMMException, match="shape"):
         context.getState(getEnergy=True)
+    # Declared to return its gradients, but returns a tensor.
+    path = str(tmp_path / "wrong-gradients.pt")
+    declared = {**metadata, "interface": "particle_energies_and_gradients"}
+    torch.jit.save(torch.jit.script(Wrong()), path, _extra_files={"openmmgraph.json": json.dumps(declared)})
+    context = graph_context(path, types, box, positions, "Reference")[0]
+    with pytest.raises(openmm.OpenMMException, match="not a tuple"):
+        context.getState(getEnergy=True)
+
+
+@needs_plugin
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_graphforce_runs_torchscript_modules_that_return_gradients(tmp_path, name):
+    """export_torchscript(gradients=True): the module differentiates itself (interface
+    "particle_energies_and_gradients"); the GraphForce takes its gradients as they are."""
+    model = small_model(name, seed=12)
+    native, exported = str(tmp_path / "model.safetensors"), str(tmp_path / "model.pt")
+    model.write(native)
+    metadata = export_torchscript(model, exported, gradients=True)
+    assert metadata == read_metadata(exported)
+    assert metadata["interface"] == "particle_energies_and_gradients" and metadata["program"] == "torchscript"
+    positions, types, box = lattice_system(250, n_types=model.n_types, seed=8)
+    expected_context, expected_force, _ = graph_context(native, types, box, positions, "Reference")
+    context, force, _ = graph_context(exported, types, box, positions, "Reference")
+    expect_native_results(context, force, expected_context, expected_force)
+    context.getIntegrator().step(3)
+    assert np.isfinite(energy_forces(context)[0])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,8 +379,8 @@ def test_aoti_metadata_is_checked(tmp_path):
 
     metadata = export_torchscript(small_model("plain"), str(tmp_path / "model.pt"))
     plain = torch.jit.script(torch.nn.Linear(2, 2))
-    for change, message in [({"interface": "particle_energies_and_gradients"}, "program"),
-                            ({"program": "aotinductor"}, "program"),
+    for change, message in [({"program": "aotinductor"}, "program"),
+                            ({"program": "tensorflow"}, "program"),
                             ({"interface": "particle_energies_and_gradients", "program": "aotinductor", "device": "tpu"}, "device"),
                             ({"interface": "forces"}, "interface")]:
         path = str(tmp_path / "bad.pt")

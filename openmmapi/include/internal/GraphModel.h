@@ -61,6 +61,11 @@ public:
     bool torchFloat32 = false, torchUsesCommunicate = false;
     /** AOTInductor models: the package was compiled for CUDA devices (metadata "device": "cuda"), else for the CPU. */
     bool torchPackageForCuda = false;
+    /**
+     * The model returns (energies, dE/d edge_vectors, dE/d positions) (interface "particle_energies_and_gradients":
+     * every AOTInductor package, and TorchScript modules that differentiate themselves); else energies only.
+     */
+    bool torchReturnsGradients = false;
     int numTypes = 0; ///< T
     std::vector<std::string> typeNames;
     std::vector<int> typeAtomicNumbers;

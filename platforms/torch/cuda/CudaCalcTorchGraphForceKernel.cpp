@@ -177,7 +177,7 @@ void CudaCalcTorchGraphForceKernel::enqueue(bool includeForces, bool addEnergy) 
         PrimaryContextScope scope(primaryContext);
         GRAPH_CU_CHECK(cuStreamWaitEvent(modelStream, inputsReady, 0));
         c10::cuda::CUDAStreamGuard streamGuard(*torchStream);
-        const bool autograd = includeForces && !runner->isPackage();
+        const bool autograd = includeForces && !runner->returnsGradients();
         torch::Tensor x = positions.detach().requires_grad_(autograd), d = edgeVectors.detach().requires_grad_(autograd);
         try {
             runner->run({x, typeTensor, rowOffsets, neighbors, d, box}, n + 1, n, 0, includeForces, (void*) modelStream, energies,

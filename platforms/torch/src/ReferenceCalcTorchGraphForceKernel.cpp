@@ -102,7 +102,7 @@ torch::Tensor ReferenceCalcTorchGraphForceKernel::runGraph(const std::vector<int
         for (int a = 0; a < 3; a++)
             for (int c = 0; c < 3; c++)
                 boxTensor[a][c] = box[a][c] * toModel;
-    const bool autograd = forces != nullptr && !runner->isPackage();
+    const bool autograd = forces != nullptr && !runner->returnsGradients();
     positionTensor = positionTensor.to(dtype).requires_grad_(autograd);
     vectorTensor = vectorTensor.to(dtype).requires_grad_(autograd);
     boxTensor = boxTensor.to(dtype);

@@ -71,6 +71,7 @@ TorchModelRunner::TorchModelRunner(const GraphForce& force, torch::Device device
         std::remove(path);
         return;
     }
+    moduleReturnsGradients = model.torchReturnsGradients;
     try {
         std::istringstream bytes(force.getModelBytes());
         module = torch::jit::load(bytes, device);
@@ -81,9 +82,11 @@ TorchModelRunner::TorchModelRunner(const GraphForce& force, torch::Device device
     }
 }
 
-void TorchModelRunner::run(const std::vector<torch::Tensor>& inputs, int rows, int counted, int64_t communicator, bool wantGradients,
-                           void* stream, torch::Tensor& energies, torch::Tensor& gradEdges, torch::Tensor& gradPositions) {
-    const int64_t numEdges = inputs[4].size(0);
+void TorchModelRunner::takeGradientOutputs(const std::vector<torch::Tensor>& outputs, const std::vector<torch::Tensor>& inputs, int rows,
+                                           torch::Tensor& energies, torch::Tensor& gradEdges, torch::Tensor& gradPositions) const {
+    if (outputs.size() != 3)
+        throw OpenMMException(std::string("GraphForce: ") + kindName() + " model: the program returned " + std::to_string(outputs.size()) +
+                              " tensors; expected 3 (energies, dE/d edge_vectors, dE/d positions; docs/torch-models.md)");
     auto expectShape = [&](const torch::Tensor& tensor, std::vector<int64_t> shape, const char* what) {
         if (!tensor.defined() || tensor.sizes() != c10::IntArrayRef(shape)) {
             std::stringstream message;
@@ -93,24 +96,46 @@ void TorchModelRunner::run(const std::vector<torch::Tensor>& inputs, int rows, i
             throw OpenMMException(message.str());
         }
     };
+    expectShape(outputs[0], {rows}, "the energies");
+    expectShape(outputs[1], {inputs[4].size(0), 3}, "dE/d edge_vectors");
+    expectShape(outputs[2], {inputs[0].size(0), 3}, "dE/d positions");
+    energies = outputs[0];
+    gradEdges = outputs[1];
+    gradPositions = outputs[2];
+}
+
+void TorchModelRunner::run(const std::vector<torch::Tensor>& inputs, int rows, int counted, int64_t communicator, bool wantGradients,
+                           void* stream, torch::Tensor& energies, torch::Tensor& gradEdges, torch::Tensor& gradPositions) {
     if (package) {
-        std::vector<torch::Tensor> outputs = package->run(inputs, stream);
-        if (outputs.size() != 3)
-            throw OpenMMException("GraphForce: AOTInductor model: the program returned " + std::to_string(outputs.size()) +
-                                  " tensors; expected 3 (energies, dE/d edge_vectors, dE/d positions; docs/torch-models.md)");
-        expectShape(outputs[0], {rows}, "the energies");
-        expectShape(outputs[1], {numEdges, 3}, "dE/d edge_vectors");
-        expectShape(outputs[2], {inputs[0].size(0), 3}, "dE/d positions");
-        energies = outputs[0];
-        gradEdges = outputs[1];
-        gradPositions = outputs[2];
+        takeGradientOutputs(package->run(inputs, stream), inputs, rows, energies, gradEdges, gradPositions);
         return;
     }
-    torch::AutoGradMode gradMode(wantGradients);
+    // A module that returns its gradients differentiates inside forward: autograd must be on for it.
+    torch::AutoGradMode gradMode(wantGradients || moduleReturnsGradients);
     std::vector<torch::jit::IValue> arguments(inputs.begin(), inputs.end());
     arguments.push_back((int64_t) rows);
     arguments.push_back(communicator);
-    energies = module.forward(arguments).toTensor();
+    const torch::jit::IValue result = module.forward(arguments);
+    if (moduleReturnsGradients) {
+        if (!result.isTuple())
+            throw OpenMMException("GraphForce: TorchScript model: its metadata says interface \"particle_energies_and_gradients\", but "
+                                  "forward returned " + result.tagKind() + ", not a tuple (energies, dE/d edge_vectors, dE/d positions)"
+                                  " (docs/torch-models.md)");
+        std::vector<torch::Tensor> outputs;
+        for (const torch::jit::IValue& element : result.toTupleRef().elements()) {
+            if (!element.isTensor())
+                throw OpenMMException("GraphForce: TorchScript model: forward returned a tuple holding " + element.tagKind() +
+                                      "; expected three tensors (energies, dE/d edge_vectors, dE/d positions; docs/torch-models.md)");
+            outputs.push_back(element.toTensor().detach());
+        }
+        takeGradientOutputs(outputs, inputs, rows, energies, gradEdges, gradPositions);
+        return;
+    }
+    if (!result.isTensor())
+        throw OpenMMException("GraphForce: TorchScript model: forward returned " + result.tagKind() + "; expected the tensor of the " +
+                              std::to_string(rows) + " owned particles' energies (or declare interface "
+                              "\"particle_energies_and_gradients\" in the metadata; docs/torch-models.md)");
+    energies = result.toTensor();
     if (energies.dim() != 1 || energies.size(0) != rows) {
         std::stringstream message;
         message << "GraphForce: TorchScript model: forward returned a tensor of shape " << energies.sizes()

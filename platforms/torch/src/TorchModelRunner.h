@@ -14,8 +14,9 @@ namespace GraphPlugin {
 /**
  * The one place that loads and runs a PyTorch model of a GraphForce
  * (docs/torch-models.md), for every platform of the LibTorch plugins: a
- * TorchScript module (energies; gradients by autograd) or an AOTInductor
- * package (energies and both gradients from its program).
+ * TorchScript module (energies, gradients by autograd; or energies and both
+ * gradients from the module) or an AOTInductor package (energies and both
+ * gradients from its program).
  */
 class TorchModelRunner {
 public:
@@ -27,6 +28,10 @@ public:
     TorchModelRunner(const GraphForce& force, torch::Device device);
     bool isPackage() const {
         return package != nullptr;
+    }
+    /** Whether the model returns the gradients itself (an AOTInductor package, or a module with that interface). */
+    bool returnsGradients() const {
+        return package != nullptr || moduleReturnsGradients;
     }
     /** "TorchScript" or "AOTInductor", for messages. */
     const char* kindName() const {
@@ -52,7 +57,12 @@ public:
              torch::Tensor& energies, torch::Tensor& gradEdges, torch::Tensor& gradPositions);
 
 private:
+    /** The three outputs of a program that returns gradients, checked against the inputs. */
+    void takeGradientOutputs(const std::vector<torch::Tensor>& outputs, const std::vector<torch::Tensor>& inputs, int rows,
+                             torch::Tensor& energies, torch::Tensor& gradEdges, torch::Tensor& gradPositions) const;
+
     torch::jit::Module module;
+    bool moduleReturnsGradients = false;
     std::unique_ptr<torch::inductor::AOTIModelPackageLoader> package;
 };
 
