@@ -25,7 +25,8 @@ const JsonValue& member(const JsonValue& object, const std::string& key, JsonVal
     if (it == object.object.end())
         fail("openmmgraph.json has no key '" + key + "'");
     if (it->second.kind != kind)
-        fail("openmmgraph.json key '" + key + "': expected " + JsonValue::kindName(kind) + ", found " + JsonValue::kindName(it->second.kind));
+        fail("openmmgraph.json key '" + key + "': expected " + JsonValue::kindName(kind) + ", found " +
+             JsonValue::kindName(it->second.kind));
     return it->second;
 }
 
@@ -52,26 +53,30 @@ std::shared_ptr<const GraphModel> GraphModelLoader::fromTorchScriptBytes(const s
     const JsonValue meta = JsonValue::parse(json.data(), json.size(), "openmmgraph.json");
     if (meta.kind != JsonValue::Kind::Object)
         fail("openmmgraph.json: expected a JSON object");
-    static const std::set<std::string> known = {"format", "version", "interface", "length_unit", "energy_unit", "length_scale_nm",
-                                                "energy_scale_kj_per_mol", "cutoff", "types", "dtype", "uses_communicate", "n_interactions",
-                                                "program", "device"};
+    static const std::set<std::string> known = {
+        "format", "version", "interface", "length_unit",      "energy_unit",    "length_scale_nm", "energy_scale_kj_per_mol",
+        "cutoff", "types",   "dtype",     "uses_communicate", "n_interactions", "program",         "device"};
     for (const std::string& key : meta.keyOrder)
         if (!known.count(key))
             fail("openmmgraph.json has an unknown key '" + key + "'");
     if (text(meta, "format") != "openmm-graph-torch")
         fail("openmmgraph.json key 'format': expected \"openmm-graph-torch\", found \"" + text(meta, "format") + "\"");
     if (member(meta, "version", JsonValue::Kind::Number).numberText != "1")
-        fail("openmmgraph.json key 'version': this version reads version 1, found " + member(meta, "version", JsonValue::Kind::Number).numberText);
+        fail("openmmgraph.json key 'version': this version reads version 1, found " +
+             member(meta, "version", JsonValue::Kind::Number).numberText);
     // "particle_energies": a TorchScript module (forces by autograd); "particle_energies_and_gradients": a program
     // that returns the gradients too (an AOTInductor package always; a TorchScript module that differentiates itself).
     const std::string& interface = text(meta, "interface");
     if (interface != "particle_energies" && interface != "particle_energies_and_gradients")
         fail("openmmgraph.json key 'interface': expected \"particle_energies\" (TorchScript) or \"particle_energies_and_gradients\" "
-             "(AOTInductor), found \"" + interface + "\"");
+             "(AOTInductor), found \"" +
+             interface + "\"");
     const std::string program = meta.object.count("program") ? text(meta, "program") : std::string("torchscript");
-    if ((program == "aotinductor" && interface != "particle_energies_and_gradients") || (program != "torchscript" && program != "aotinductor"))
+    if ((program == "aotinductor" && interface != "particle_energies_and_gradients") ||
+        (program != "torchscript" && program != "aotinductor"))
         fail("openmmgraph.json key 'program': expected \"torchscript\" (with either interface) or \"aotinductor\" with "
-             "\"particle_energies_and_gradients\", found \"" + program + "\" with \"" + interface + "\"");
+             "\"particle_energies_and_gradients\", found \"" +
+             program + "\" with \"" + interface + "\"");
     const std::string device = meta.object.count("device") ? text(meta, "device") : std::string("cpu");
     if (program == "aotinductor" && device != "cpu" && device != "cuda")
         fail("openmmgraph.json key 'device': expected \"cpu\" or \"cuda\" (what the AOTInductor package was compiled for), found \"" +
@@ -90,8 +95,8 @@ std::shared_ptr<const GraphModel> GraphModelLoader::fromTorchScriptBytes(const s
         if (meta.object.count(key)) {
             const double expected = std::string(key) == "length_scale_nm" ? model->lengthScale : model->energyScale;
             if (std::fabs(number(meta, key) - expected) > 1e-9 * expected)
-                fail(std::string("openmmgraph.json key '") + key + "' (" + std::to_string(number(meta, key)) + ") disagrees with the unit (" +
-                     std::to_string(expected) + ")");
+                fail(std::string("openmmgraph.json key '") + key + "' (" + std::to_string(number(meta, key)) +
+                     ") disagrees with the unit (" + std::to_string(expected) + ")");
         }
     const double cutoff = number(meta, "cutoff");
     if (!(cutoff > 0) || !std::isfinite(cutoff))

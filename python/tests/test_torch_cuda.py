@@ -4,22 +4,22 @@ the device, against the native GraphForce on the Reference platform (and the nat
 
 Marked "gpu"; skipped where the CUDA platform or the LibTorch CUDA plugin is missing."""
 
+import pathlib
+import sys
+
 import numpy as np
 import openmm
 import pytest
 import torch
 
 import openmmgraph
-from openmmgraph.grades import lattice_system, make_model
+from openmmgraph.grades import lattice_system
 from openmmgraph.torch_export import export_aoti, export_torchscript
 
-pytestmark = pytest.mark.gpu
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # the shared torch_model_system module (importlib mode)
+from torch_model_system import MODELS, energy_forces, graph_context, small_model  # noqa: E402
 
-MODELS = {
-    "plain": dict(grade="small"),
-    "interaction": dict(grade="small", l_max=2, n_interactions=1, descriptor_l_sum=False, length_unit="angstrom",
-                        energy_unit="eV", activation="silu"),
-}
+pytestmark = pytest.mark.gpu
 
 
 def cuda_torch_kernel():
@@ -34,33 +34,6 @@ needs_cuda_plugin = pytest.mark.skipif(
     not cuda_torch_kernel() or not torch.cuda.is_available(),
     reason="the CUDA platform with the LibTorch CUDA plugin (libOpenMMGraphTorchCUDA) and a CUDA PyTorch are needed: "
     + "; ".join(m for m in openmm.Platform.getPluginLoadFailures() if "Graph" in m))
-
-
-def small_model(name, seed=3):
-    return make_model(seed=seed, n_channels=8, n_axis=4, fitting_widths=(16, 16), **MODELS[name])
-
-
-def graph_context(path, types, box, positions, platform, properties=None, periodic=True, configure=None):
-    force = openmmgraph.GraphForce(path)
-    system = openmm.System()
-    for i in range(len(types)):
-        system.addParticle(12.0)
-        force.addParticle(i, int(types[i]))
-    force.setUsesPeriodicBoundaryConditions(periodic)
-    if configure:
-        configure(force)
-    system.setDefaultPeriodicBoxVectors(*[openmm.Vec3(*map(float, row)) for row in np.asarray(box)])
-    system.addForce(force)
-    context = openmm.Context(system, openmm.VerletIntegrator(0.0005), openmm.Platform.getPlatformByName(platform),
-                             properties or {})
-    context.setPositions(np.asarray(positions))
-    return context, force
-
-
-def energy_forces(context):
-    state = context.getState(getEnergy=True, getForces=True)
-    return (state.getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole),
-            state.getForces(asNumpy=True).value_in_unit(openmm.unit.kilojoule_per_mole / openmm.unit.nanometer))
 
 
 def expect_close(context, force, expected_context, expected_force, energy_rel, force_rel):
@@ -83,8 +56,8 @@ def test_torchscript_on_cuda_matches_the_native_reference(tmp_path, name):
     model.write(native)
     export_torchscript(model, exported)
     positions, types, box = lattice_system(400, n_types=model.n_types, seed=4)
-    expected_context, expected_force = graph_context(native, types, box, positions, "Reference")
-    context, force = graph_context(exported, types, box, positions, "CUDA", {"Precision": "double"})
+    expected_context, expected_force, _ = graph_context(native, types, box, positions, "Reference")
+    context, force, _ = graph_context(exported, types, box, positions, "CUDA", properties={"Precision": "double"})
     energy, forces = expect_close(context, force, expected_context, expected_force, 1e-10, 1e-9)
     # Not bitwise: the module's index_add (and its backward of index_select) add with floating-point atomics on CUDA,
     # so a gradient may change in its last bit and a force by the fixed-point unit 2^-32 kJ/mol/nm per contribution.
@@ -115,8 +88,8 @@ def test_torchscript_module_that_returns_gradients_on_cuda(tmp_path):
     model.write(native)
     export_torchscript(model, exported, gradients=True)
     positions, types, box = lattice_system(300, n_types=model.n_types, seed=9)
-    expected_context, expected_force = graph_context(native, types, box, positions, "Reference")
-    context, force = graph_context(exported, types, box, positions, "CUDA", {"Precision": "double"})
+    expected_context, expected_force, _ = graph_context(native, types, box, positions, "Reference")
+    context, force, _ = graph_context(exported, types, box, positions, "CUDA", properties={"Precision": "double"})
     expect_close(context, force, expected_context, expected_force, 1e-10, 1e-9)
 
 
@@ -129,11 +102,11 @@ def test_float32_torchscript_on_cuda_mixed_precision(tmp_path):
     model.write(native)
     export_torchscript(model, exported, dtype="float32")
     positions, types, box = lattice_system(300, n_types=model.n_types, seed=5)
-    expected_context, expected_force = graph_context(native, types, box, positions, "Reference", periodic=False)
+    expected_context, expected_force, _ = graph_context(native, types, box, positions, "Reference", periodic=False)
     expected_energy, expected_forces = energy_forces(expected_context)
     rms = np.sqrt(np.mean(np.sum(expected_forces**2, axis=1)))
     for path in (exported, native):
-        context, force = graph_context(path, types, box, positions, "CUDA", {"Precision": "mixed"}, periodic=False)
+        context, force, _ = graph_context(path, types, box, positions, "CUDA", properties={"Precision": "mixed"}, periodic=False)
         energy, forces = energy_forces(context)
         assert energy == pytest.approx(expected_energy, rel=1e-5), path
         assert np.sqrt(np.mean(np.sum((forces - expected_forces) ** 2, axis=1))) < 1e-4 * rms, path
@@ -149,8 +122,8 @@ def test_aoti_package_for_cuda(tmp_path):
     model.write(native)
     assert export_aoti(model, package, device="cuda")["device"] == "cuda"
     positions, types, box = lattice_system(250, n_types=model.n_types, seed=6)
-    expected_context, expected_force = graph_context(native, types, box, positions, "Reference")
-    context, force = graph_context(package, types, box, positions, "CUDA", {"Precision": "double"})
+    expected_context, expected_force, _ = graph_context(native, types, box, positions, "Reference")
+    context, force, _ = graph_context(package, types, box, positions, "CUDA", properties={"Precision": "double"})
     expect_close(context, force, expected_context, expected_force, 1e-10, 1e-9)
     context.getIntegrator().step(5)
     assert np.isfinite(energy_forces(context)[0])
@@ -168,7 +141,7 @@ def test_errors_on_cuda_are_clear_and_nothing_is_lost(tmp_path):
     exported = str(tmp_path / "model.pt")
     export_torchscript(model, exported)
     positions, types, box = lattice_system(200, n_types=model.n_types, seed=7)
-    context, force = graph_context(exported, types, box, positions, "CUDA")
+    context, force, _ = graph_context(exported, types, box, positions, "CUDA")
     good = energy_forces(context)
     bad = np.array(positions)
     bad[5] = bad[4]

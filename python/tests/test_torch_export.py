@@ -6,26 +6,21 @@ into domains."""
 import json
 import os
 
+import pathlib
+import sys
+
 import numpy as np
 import openmm
 import pytest
 import torch
 
 import openmmgraph
-from openmmgraph.grades import lattice_system, make_model
+from openmmgraph.grades import lattice_system
 from openmmgraph.torch_export import canonical_graph, export_aoti, export_torchscript, read_metadata
 from openmmgraph.torch_model import GraphModelTorch
 
-MODELS = {
-    "plain": dict(grade="small"),
-    "interaction": dict(grade="small", l_max=2, n_interactions=1, descriptor_l_sum=False, length_unit="angstrom",
-                        energy_unit="eV", activation="silu"),
-}
-
-
-def small_model(name, seed=3):
-    return make_model(seed=seed, n_channels=8, n_axis=4, fitting_widths=(16, 16), **MODELS[name])
-
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # the shared torch_model_system module (importlib mode)
+from torch_model_system import MODELS, energy_forces, graph_context, small_model  # noqa: E402
 
 def system_of(n, n_types, seed=1):
     positions, types, box = lattice_system(n, n_types=n_types, seed=seed)
@@ -176,28 +171,6 @@ def torch_plugin_loaded():
 
 needs_plugin = pytest.mark.skipif(not torch_plugin_loaded(), reason="the LibTorch plugin (libOpenMMGraphTorch) is not loaded: "
                                   + "; ".join(m for m in openmm.Platform.getPluginLoadFailures() if "Torch" in m))
-
-
-def graph_context(path, types, box, positions, platform, configure=None):
-    force = openmmgraph.GraphForce(path)
-    system = openmm.System()
-    for i in range(len(types)):
-        system.addParticle(12.0)
-        force.addParticle(i, int(types[i]))
-    force.setUsesPeriodicBoundaryConditions(True)
-    if configure:
-        configure(force)
-    system.setDefaultPeriodicBoxVectors(*[openmm.Vec3(*map(float, row)) for row in np.asarray(box)])
-    system.addForce(force)
-    context = openmm.Context(system, openmm.VerletIntegrator(0.0005), openmm.Platform.getPlatformByName(platform))
-    context.setPositions(np.asarray(positions))
-    return context, force, system
-
-
-def energy_forces(context):
-    state = context.getState(getEnergy=True, getForces=True)
-    return (state.getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole),
-            state.getForces(asNumpy=True).value_in_unit(openmm.unit.kilojoule_per_mole / openmm.unit.nanometer))
 
 
 def expect_native_results(context, force, expected_context, expected_force):

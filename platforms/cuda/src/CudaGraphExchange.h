@@ -1,8 +1,8 @@
 #ifndef OPENMM_GRAPH_CUDA_GRAPH_EXCHANGE_H_
 #define OPENMM_GRAPH_CUDA_GRAPH_EXCHANGE_H_
 
-#include <cuda.h>
 #include <cstddef>
+#include <cuda.h>
 
 namespace GraphPlugin {
 

@@ -92,8 +92,8 @@ public:
         energyShift = m.energyShift;
 
         // Particles and their graph.
-        graph.reset(new CudaNeighborGraph(cu, particles, numSystemParticles, m.cutoff, periodic, firstCenter, numCenters,
-                                          domain.orderContext));
+        graph.reset(
+            new CudaNeighborGraph(cu, particles, numSystemParticles, m.cutoff, periodic, firstCenter, numCenters, domain.orderContext));
         typeArray.reset(CudaArray::create<int>(cu, std::max(1, n), "graphTypes"));
         nodesByType.reset(CudaArray::create<int>(cu, std::max(1, numCenters), "graphNodesByType")); // this domain's centers only
         setTypes(types);
@@ -444,9 +444,8 @@ public:
     void addRankForces(const std::vector<int64_t>& forces) override {
         ContextSelector selector(cu);
         rankForces->upload(forces.data());
-        launchAddForces(pointer<long long>(rankForces), n, graph->slotOfNode(),
-                        (long long*) cu.getLongForceBuffer().getDevicePointer(), cu.getPaddedNumAtoms(),
-                        (cudaStream_t) cu.getCurrentStream());
+        launchAddForces(pointer<long long>(rankForces), n, graph->slotOfNode(), (long long*) cu.getLongForceBuffer().getDevicePointer(),
+                        cu.getPaddedNumAtoms(), (cudaStream_t) cu.getCurrentStream());
         GRAPH_CUDA_CHECK(cudaGetLastError());
     }
 
@@ -690,16 +689,16 @@ private:
     DeviceNetworks fitting, node;
     std::vector<double> energyShift;
     std::vector<int> typeOffsets;
-    int chunkRows = 1, numChunks = 1;    ///< the node stage runs over chunks of chunkRows rows of the type-sorted node list
-    int firstCenter = 0, numCenters = 0; ///< this device's centers (CudaGraphDomain)
+    int chunkRows = 1, numChunks = 1;      ///< the node stage runs over chunks of chunkRows rows of the type-sorted node list
+    int firstCenter = 0, numCenters = 0;   ///< this device's centers (CudaGraphDomain)
     CudaGraphExchange* exchange = nullptr; ///< CudaGraphDomain::exchange (not owned)
     int domainIndex = 0;
     bool rankSums = false;                                ///< CudaGraphDomain::rankSums
     std::unique_ptr<CudaArray> rankForces, identitySlots; ///< with rankSums: [3][n] fixed-point forces, force order; 0..n-1
     bool energyIsDouble = true;
     std::unique_ptr<CudaNeighborGraph> graph; ///< stage 1
-    std::unique_ptr<CudaArray> radialTable, interactionTable, typeArray, nodesByType, moments, gradMoments, fittingInput, fittingInputGrad, nodeFeatures, nodeFeatureGrad, interactionMoments,
-        gradInteractionMoments, nodeInputGrad, particleEnergy, status;
+    std::unique_ptr<CudaArray> radialTable, interactionTable, typeArray, nodesByType, moments, gradMoments, fittingInput, fittingInputGrad,
+        nodeFeatures, nodeFeatureGrad, interactionMoments, gradInteractionMoments, nodeInputGrad, particleEnergy, status;
     std::unique_ptr<CudaArray> gradientScratch[2];
     std::vector<std::unique_ptr<CudaArray>> fittingActivations, fittingDerivatives, nodeActivations, nodeDerivatives;
     GraphStatus* hostStatus = nullptr;

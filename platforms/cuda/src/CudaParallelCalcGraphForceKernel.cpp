@@ -3,6 +3,7 @@
 #include "openmm/OpenMMException.h"
 #include "openmm/common/ContextSelector.h"
 #include "openmm/internal/ContextImpl.h"
+#include <functional>
 
 using namespace GraphPlugin;
 using namespace OpenMM;
@@ -18,17 +19,15 @@ private:
     std::shared_ptr<OrderVersion> version;
 };
 
-/** One device's share of an evaluation, run on that device's worker thread. */
+/** One device's part of an evaluation (or of the per-particle energies), run on that device's worker thread. */
 class CudaParallelCalcGraphForceKernel::Task : public ComputeContext::WorkTask {
 public:
-    Task(CudaParallelCalcGraphForceKernel& owner, ContextImpl& context, int device, bool includeForces, bool includeEnergy)
-        : owner(owner), context(context), device(device), includeForces(includeForces), includeEnergy(includeEnergy) {}
+    Task(CudaParallelCalcGraphForceKernel& owner, int device, std::function<void()> work) : owner(owner), device(device), work(work) {}
     void execute() override {
-        // Only OpenMMException crosses OpenMM's worker threads.
+        // Only OpenMMException crosses OpenMM's worker threads; a failure also stops the other devices waiting at the exchange.
         try {
             ContextSelector selector(*owner.data.contexts[device]);
-            owner.refreshAtomOrder(device);
-            owner.share(device).execute(context, includeForces, includeEnergy);
+            work();
         }
         catch (const OpenMMException& error) {
             owner.abortExchange(error.what());
@@ -43,37 +42,8 @@ public:
 
 private:
     CudaParallelCalcGraphForceKernel& owner;
-    ContextImpl& context;
     int device;
-    bool includeForces, includeEnergy;
-};
-
-/** One device's per-particle energies, with the devices of a split interaction block evaluating together. */
-class CudaParallelCalcGraphForceKernel::EnergiesTask : public ComputeContext::WorkTask {
-public:
-    EnergiesTask(CudaParallelCalcGraphForceKernel& owner, ContextImpl& context, int device, std::vector<double>& energies)
-        : owner(owner), context(context), device(device), energies(energies) {}
-    void execute() override {
-        try {
-            ContextSelector selector(*owner.data.contexts[device]);
-            owner.share(device).getParticleEnergies(context, energies);
-        }
-        catch (const OpenMMException& error) {
-            owner.abortExchange(error.what());
-            throw;
-        }
-        catch (const std::exception& error) {
-            const std::string message = std::string("GraphForce: on device ") + std::to_string(device) + ": " + error.what();
-            owner.abortExchange(message);
-            throw OpenMMException(message);
-        }
-    }
-
-private:
-    CudaParallelCalcGraphForceKernel& owner;
-    ContextImpl& context;
-    int device;
-    std::vector<double>& energies;
+    std::function<void()> work;
 };
 
 CudaParallelCalcGraphForceKernel::CudaParallelCalcGraphForceKernel(std::string name, const Platform& platform,
@@ -120,7 +90,10 @@ double CudaParallelCalcGraphForceKernel::execute(ContextImpl& context, bool incl
     if (exchange)
         exchange->reset(); // the previous evaluation's tasks are done (OpenMM flushed the worker threads)
     for (int device = 0; device < (int) kernels.size(); device++)
-        data.contexts[device]->getWorkThread().addTask(new Task(*this, context, device, includeForces, includeEnergy));
+        data.contexts[device]->getWorkThread().addTask(new Task(*this, device, [this, &context, device, includeForces, includeEnergy] {
+            refreshAtomOrder(device);
+            share(device).execute(context, includeForces, includeEnergy);
+        }));
     return 0.0; // each share's energy goes into its own context's energy buffer
 }
 
@@ -131,8 +104,8 @@ void CudaParallelCalcGraphForceKernel::getParticleEnergies(ContextImpl& context,
     for (int device = 1; device < (int) kernels.size(); device++) {
         CudaContext& cu = *data.contexts[device];
         ContextSelector selector(cu);
-        GRAPH_CU_CHECK(cuMemcpyPeer(cu.getPosq().getDevicePointer(), cu.getContext(), first.getPosq().getDevicePointer(), first.getContext(),
-                                    first.getPosq().getSize() * first.getPosq().getElementSize()));
+        GRAPH_CU_CHECK(cuMemcpyPeer(cu.getPosq().getDevicePointer(), cu.getContext(), first.getPosq().getDevicePointer(),
+                                    first.getContext(), first.getPosq().getSize() * first.getPosq().getElementSize()));
         refreshAtomOrder(device);
     }
     std::vector<std::vector<double>> shareEnergies(kernels.size());
@@ -140,7 +113,9 @@ void CudaParallelCalcGraphForceKernel::getParticleEnergies(ContextImpl& context,
         // The shares exchange node features: they evaluate at the same time, each on its device's worker thread.
         exchange->reset();
         for (int device = 0; device < (int) kernels.size(); device++)
-            data.contexts[device]->getWorkThread().addTask(new EnergiesTask(*this, context, device, shareEnergies[device]));
+            data.contexts[device]->getWorkThread().addTask(new Task(*this, device, [this, &context, device, &shareEnergies] {
+                share(device).getParticleEnergies(context, shareEnergies[device]);
+            }));
         data.syncContexts(); // throws the first failure
     }
     else

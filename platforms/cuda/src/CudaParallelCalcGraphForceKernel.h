@@ -51,7 +51,6 @@ private:
     };
     class OrderListener;
     class Task;
-    class EnergiesTask;
     CudaCalcGraphForceKernel& share(int device) {
         return kernels[device].getAs<CudaCalcGraphForceKernel>();
     }

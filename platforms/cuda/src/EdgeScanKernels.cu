@@ -260,7 +260,8 @@ template <typename real, int LMAX, int CPL>
 __global__ void __launch_bounds__(32 * WarpsPerBlock)
     nodeFeatureGradientKernel(GraphModelParams<real> model, const real* __restrict__ gradB, const double* __restrict__ positions,
                               const int* __restrict__ types, int firstNode, int numNodes, GraphBox<double> box,
-                              const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity, real* __restrict__ gradPhi) {
+                              const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity,
+                              real* __restrict__ gradPhi) {
     constexpr int H = (LMAX + 1) * (LMAX + 1);
     extern __shared__ unsigned char sharedBytes[];
     real* partial = reinterpret_cast<real*>(sharedBytes); // [WarpsPerBlock][M]

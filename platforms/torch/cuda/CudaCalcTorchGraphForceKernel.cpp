@@ -5,8 +5,8 @@
 #include "openmm/OpenMMException.h"
 #include "openmm/common/ContextSelector.h"
 #include "openmm/internal/ContextImpl.h"
-#include <c10/cuda/CUDAGuard.h>
 #include <algorithm>
+#include <c10/cuda/CUDAGuard.h>
 
 using namespace GraphPlugin;
 using namespace OpenMM;
@@ -162,13 +162,11 @@ void CudaCalcTorchGraphForceKernel::enqueue(bool includeForces, bool addEnergy) 
     if (dtype == torch::kFloat32)
         launchTorchGraphInputs<float>(graph->positions(), graph->rows(), graph->rowCount(), graph->capacity(), scan, n, boxNm, toModel,
                                       paddingLength, edgeCapacity, writeBox, positions.data_ptr<float>(), longs(rowOffsets),
-                                      longs(neighbors), edgeVectors.data_ptr<float>(), box.data_ptr<float>(), deviceStatus,
-                                      stream);
+                                      longs(neighbors), edgeVectors.data_ptr<float>(), box.data_ptr<float>(), deviceStatus, stream);
     else
         launchTorchGraphInputs<double>(graph->positions(), graph->rows(), graph->rowCount(), graph->capacity(), scan, n, boxNm, toModel,
                                        paddingLength, edgeCapacity, writeBox, positions.data_ptr<double>(), longs(rowOffsets),
-                                       longs(neighbors), edgeVectors.data_ptr<double>(), box.data_ptr<double>(), deviceStatus,
-                                       stream);
+                                       longs(neighbors), edgeVectors.data_ptr<double>(), box.data_ptr<double>(), deviceStatus, stream);
     GRAPH_CUDA_CHECK(cudaGetLastError());
     GRAPH_CU_CHECK(cuEventRecord(inputsReady, (CUstream) stream));
 
@@ -208,8 +206,8 @@ void CudaCalcTorchGraphForceKernel::enqueue(bool includeForces, bool addEnergy) 
         launchTorchEnergy<float>(energies.data_ptr<float>(), n, model->energyScale, deviceStatus, energyBuffer, energyIsDouble, stream);
         if (includeForces)
             launchTorchForces<float>(gradEdges.defined() ? gradEdges.data_ptr<float>() : nullptr,
-                                     gradPositions.defined() ? gradPositions.data_ptr<float>() : nullptr, offsets, neighborIndex, n,
-                                     scale, graph->slotOfNode(), forceBuffer, cu.getPaddedNumAtoms(), deviceStatus, stream);
+                                     gradPositions.defined() ? gradPositions.data_ptr<float>() : nullptr, offsets, neighborIndex, n, scale,
+                                     graph->slotOfNode(), forceBuffer, cu.getPaddedNumAtoms(), deviceStatus, stream);
     }
     else {
         launchTorchEnergy<double>(energies.data_ptr<double>(), n, model->energyScale, deviceStatus, energyBuffer, energyIsDouble, stream);

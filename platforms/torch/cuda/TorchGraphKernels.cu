@@ -23,11 +23,11 @@ __global__ void widenCountsKernel(const int* __restrict__ rowCount, int n, int c
 }
 
 template <typename real>
-__global__ void graphInputsKernel(const double* __restrict__ x, const int* __restrict__ rows, const int* __restrict__ rowCount, int capacity,
-                                  const long long* __restrict__ scanned, int n, GraphBox<double> box, double toModel, double paddingLength,
-                                  long long edgeCapacity, int writeBox, real* __restrict__ positions, long long* __restrict__ rowOffsets,
-                                  long long* __restrict__ neighbors, real* __restrict__ edgeVectors, real* __restrict__ boxOut,
-                                  GraphStatus* __restrict__ status) {
+__global__ void graphInputsKernel(const double* __restrict__ x, const int* __restrict__ rows, const int* __restrict__ rowCount,
+                                  int capacity, const long long* __restrict__ scanned, int n, GraphBox<double> box, double toModel,
+                                  double paddingLength, long long edgeCapacity, int writeBox, real* __restrict__ positions,
+                                  long long* __restrict__ rowOffsets, long long* __restrict__ neighbors, real* __restrict__ edgeVectors,
+                                  real* __restrict__ boxOut, GraphStatus* __restrict__ status) {
     const int lane = threadIdx.x & 31;
     const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, numWarps = (gridDim.x * blockDim.x) >> 5;
     const long long total = scanned[n];
@@ -154,9 +154,9 @@ void launchTorchGraphInputs(const double* positionsNm, const int* rows, const in
                             GraphBox<double> box, double toModel, double paddingLength, long long edgeCapacity, bool writeBox,
                             real* positions, long long* rowOffsets, long long* neighbors, real* edgeVectors, real* boxOut,
                             GraphStatus* status, cudaStream_t stream) {
-    graphInputsKernel<real><<<warpBlocks(n), 32 * WarpsPerBlock, 0, stream>>>(positionsNm, rows, rowCount, capacity, scanned, n, box, toModel,
-                                                                             paddingLength, edgeCapacity, writeBox ? 1 : 0, positions,
-                                                                             rowOffsets, neighbors, edgeVectors, boxOut, status);
+    graphInputsKernel<real><<<warpBlocks(n), 32 * WarpsPerBlock, 0, stream>>>(
+        positionsNm, rows, rowCount, capacity, scanned, n, box, toModel, paddingLength, edgeCapacity, writeBox ? 1 : 0, positions,
+        rowOffsets, neighbors, edgeVectors, boxOut, status);
 }
 
 template <typename real>
@@ -165,7 +165,7 @@ void launchTorchForces(const real* gradEdges, const real* gradPositions, const l
                        cudaStream_t stream) {
     if (n > 0)
         forcesKernel<real><<<warpBlocks(n), 32 * WarpsPerBlock, 0, stream>>>(gradEdges, gradPositions, rowOffsets, neighbors, n, scale,
-                                                                            slotOfNode, forceBuffer, paddedAtoms, status);
+                                                                             slotOfNode, forceBuffer, paddedAtoms, status);
 }
 
 template <typename real>
@@ -175,7 +175,7 @@ void launchTorchEnergy(const real* energies, int n, double scale, GraphStatus* s
 }
 
 #define GRAPH_INSTANTIATE_TORCH(real)                                                                                                      \
-    template void launchTorchGraphInputs<real>(const double*, const int*, const int*, int, const long long*, int, GraphBox<double>,      \
+    template void launchTorchGraphInputs<real>(const double*, const int*, const int*, int, const long long*, int, GraphBox<double>,        \
                                                double, double, long long, bool, real*, long long*, long long*, real*, real*, GraphStatus*, \
                                                cudaStream_t);                                                                              \
     template void launchTorchForces<real>(const real*, const real*, const long long*, const long long*, int, double, const int*,           \

@@ -38,8 +38,9 @@ TorchModelRunner::TorchModelRunner(const GraphForce& force, torch::Device device
         if (model.torchPackageForCuda != device.is_cuda())
             throw OpenMMException(std::string("GraphForce: AOTInductor model: the package was compiled for ") +
                                   (model.torchPackageForCuda ? "CUDA devices" : "the CPU") + " and cannot run on the " +
-                                  (device.is_cuda() ? "CUDA" : "Reference or CPU") + " platform; export it with export_aoti(..., device=\"" +
-                                  (device.is_cuda() ? "cuda" : "cpu") + "\") (docs/torch-models.md)");
+                                  (device.is_cuda() ? "CUDA" : "Reference or CPU") +
+                                  " platform; export it with export_aoti(..., device=\"" + (device.is_cuda() ? "cuda" : "cpu") +
+                                  "\") (docs/torch-models.md)");
         preloadLibTorch();
         // The loader reads a file: the package's bytes go to a private temporary file, removed once loaded.
         char path[] = "/tmp/openmmgraph-XXXXXX.pt2";
@@ -119,7 +120,9 @@ void TorchModelRunner::run(const std::vector<torch::Tensor>& inputs, int rows, i
     if (moduleReturnsGradients) {
         if (!result.isTuple())
             throw OpenMMException("GraphForce: TorchScript model: its metadata says interface \"particle_energies_and_gradients\", but "
-                                  "forward returned " + result.tagKind() + ", not a tuple (energies, dE/d edge_vectors, dE/d positions)"
+                                  "forward returned " +
+                                  result.tagKind() +
+                                  ", not a tuple (energies, dE/d edge_vectors, dE/d positions)"
                                   " (docs/torch-models.md)");
         std::vector<torch::Tensor> outputs;
         for (const torch::jit::IValue& element : result.toTupleRef().elements()) {
@@ -133,7 +136,8 @@ void TorchModelRunner::run(const std::vector<torch::Tensor>& inputs, int rows, i
     }
     if (!result.isTensor())
         throw OpenMMException("GraphForce: TorchScript model: forward returned " + result.tagKind() + "; expected the tensor of the " +
-                              std::to_string(rows) + " owned particles' energies (or declare interface "
+                              std::to_string(rows) +
+                              " owned particles' energies (or declare interface "
                               "\"particle_energies_and_gradients\" in the metadata; docs/torch-models.md)");
     energies = result.toTensor();
     if (energies.dim() != 1 || energies.size(0) != rows) {

@@ -1,0 +1,44 @@
+"""What the tests of exported PyTorch models share (test_torch_export.py on the CPU, test_torch_cuda.py on
+CUDA): the two small models, and a Context with one GraphForce over a periodic system."""
+
+import numpy as np
+import openmm
+
+import openmmgraph
+from openmmgraph.grades import make_model
+
+MODELS = {
+    "plain": dict(grade="small"),
+    "interaction": dict(grade="small", l_max=2, n_interactions=1, descriptor_l_sum=False, length_unit="angstrom",
+                        energy_unit="eV", activation="silu"),
+}
+
+
+def small_model(name, seed=3):
+    return make_model(seed=seed, n_channels=8, n_axis=4, fitting_widths=(16, 16), **MODELS[name])
+
+
+def graph_context(path, types, box, positions, platform, configure=None, properties=None, periodic=True):
+    """(context, force, system): a GraphForce of the model at `path` over every particle, on `platform` with
+    `properties`; configure(force) runs before the force is added to the System."""
+    force = openmmgraph.GraphForce(path)
+    system = openmm.System()
+    for i in range(len(types)):
+        system.addParticle(12.0)
+        force.addParticle(i, int(types[i]))
+    force.setUsesPeriodicBoundaryConditions(periodic)
+    if configure:
+        configure(force)
+    system.setDefaultPeriodicBoxVectors(*[openmm.Vec3(*map(float, row)) for row in np.asarray(box)])
+    system.addForce(force)
+    context = openmm.Context(system, openmm.VerletIntegrator(0.0005), openmm.Platform.getPlatformByName(platform),
+                             properties or {})
+    context.setPositions(np.asarray(positions))
+    return context, force, system
+
+
+def energy_forces(context):
+    """Energy (kJ/mol) and forces (kJ/mol/nm, numpy) of the Context's current state."""
+    state = context.getState(getEnergy=True, getForces=True)
+    return (state.getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole),
+            state.getForces(asNumpy=True).value_in_unit(openmm.unit.kilojoule_per_mole / openmm.unit.nanometer))
