@@ -54,8 +54,9 @@ std::shared_ptr<const GraphModel> GraphModelLoader::fromTorchScriptBytes(const s
     if (meta.kind != JsonValue::Kind::Object)
         fail("openmmgraph.json: expected a JSON object");
     static const std::set<std::string> known = {
-        "format", "version", "interface", "length_unit",      "energy_unit",    "length_scale_nm", "energy_scale_kj_per_mol",
-        "cutoff", "types",   "dtype",     "uses_communicate", "n_interactions", "program",         "device"};
+        "format",    "version", "interface", "length_unit",      "energy_unit",    "length_scale_nm", "energy_scale_kj_per_mol",
+        "cutoff",    "types",   "dtype",     "uses_communicate", "n_interactions", "program",         "device",
+        "capturable"};
     for (const std::string& key : meta.keyOrder)
         if (!known.count(key))
             fail("openmmgraph.json has an unknown key '" + key + "'");
@@ -123,6 +124,8 @@ std::shared_ptr<const GraphModel> GraphModelLoader::fromTorchScriptBytes(const s
     model->fileIsFloat32 = model->torchFloat32;
     if (meta.object.count("uses_communicate"))
         model->torchUsesCommunicate = member(meta, "uses_communicate", JsonValue::Kind::Bool).boolean;
+    if (meta.object.count("capturable"))
+        model->torchCapturable = member(meta, "capturable", JsonValue::Kind::Bool).boolean;
     if (meta.object.count("n_interactions"))
         model->numInteractions = (int) number(meta, "n_interactions");
     return model;

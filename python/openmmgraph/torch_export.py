@@ -97,8 +97,14 @@ class _ScriptNetwork(torch.nn.Module):
 class GraphScriptModel(torch.nn.Module):
     """The model of docs/model-format.md on a graph given by the caller (see the module docstring)."""
 
-    def __init__(self, model: GraphModelTorch, dtype: torch.dtype = torch.float64):
+    static_shapes: torch.jit.Final[bool]  # a constant of the scripted module: the other branch is not compiled
+
+    def __init__(self, model: GraphModelTorch, dtype: torch.dtype = torch.float64, static_shapes: bool = False):
         super().__init__()
+        # static_shapes: every type's network runs on all rows and torch.where keeps each row's own (T times the network
+        # work), instead of gathering each type's rows with torch.nonzero (which waits for the device and gives shapes
+        # that depend on the data); then nothing in forward or its backward synchronises with the host.
+        self.static_shapes = bool(static_shapes)
         self.n_types = int(model.n_types)
         self.l_max = int(model.l_max)
         self.n_channels = int(model.n_channels)
@@ -172,15 +178,21 @@ class GraphScriptModel(torch.nn.Module):
     def _node_features(self, descriptor: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
         result = descriptor.new_zeros((descriptor.shape[0], self.n_channels))
         for type_index, network in enumerate(self.node_networks):
-            members = torch.nonzero(types == type_index).flatten()
-            result = result.index_add(0, members, network(descriptor.index_select(0, members)))
+            if self.static_shapes:
+                result = torch.where((types == type_index)[:, None], network(descriptor), result)
+            else:
+                members = torch.nonzero(types == type_index).flatten()
+                result = result.index_add(0, members, network(descriptor.index_select(0, members)))
         return result
 
     def _fitting(self, inputs: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
         result = inputs.new_zeros((inputs.shape[0],))
         for type_index, network in enumerate(self.fitting_networks):
-            members = torch.nonzero(types == type_index).flatten()
-            result = result.index_add(0, members, network(inputs.index_select(0, members))[:, 0])
+            if self.static_shapes:
+                result = torch.where(types == type_index, network(inputs)[:, 0], result)
+            else:
+                members = torch.nonzero(types == type_index).flatten()
+                result = result.index_add(0, members, network(inputs.index_select(0, members))[:, 0])
         return result
 
     def _exchange(self, features: torch.Tensor, communicator: int, n_owned: int) -> torch.Tensor:
@@ -283,7 +295,7 @@ def _communicate_available() -> bool:
 
 
 def export_torchscript(model, path: str, dtype: str = "float64", use_communicate: Optional[bool] = None,
-                       gradients: bool = False) -> dict:
+                       gradients: bool = False, static_shapes: bool = False) -> dict:
     """Write the model (a model file path, bytes, ModelFile or GraphModelTorch) as a TorchScript
     archive with the graph interface and its metadata; returns the metadata.
 
@@ -293,6 +305,9 @@ def export_torchscript(model, path: str, dtype: str = "float64", use_communicate
     gradients: the module returns (energies, dE/d edge_vectors, dE/d positions) itself (interface
     "particle_energies_and_gradients", GradientScriptModel) instead of energies for the plugin to
     differentiate.
+    static_shapes: run every type's network on all rows (GraphScriptModel), so that nothing waits
+    for the device; the metadata then says "capturable": true (the CUDA platform may capture the
+    model into a CUDA graph). Costs n_types times the network work.
     """
     if dtype not in ("float64", "float32"):
         raise ValueError(f"dtype must be 'float64' or 'float32', found {dtype!r}")
@@ -304,9 +319,11 @@ def export_torchscript(model, path: str, dtype: str = "float64", use_communicate
     if use_communicate and not _communicate_available():
         raise RuntimeError("use_communicate=True but torch.ops.openmmgraph.communicate is not registered; import openmmgraph.communicate")
     cls = GraphScriptModelWithCommunicate if use_communicate else GraphScriptModel
-    module = cls(model, torch_dtype).eval()
+    module = cls(model, torch_dtype, static_shapes).eval()
     scripted = torch.jit.script(GradientScriptModel(module).eval() if gradients else module)
     metadata = _metadata(model, dtype, use_communicate)
+    if static_shapes and not use_communicate:
+        metadata["capturable"] = True  # communicate goes through the host (MPI) or another device
     if gradients:
         metadata["interface"] = "particle_energies_and_gradients"
         metadata["program"] = "torchscript"
@@ -350,7 +367,7 @@ def _example_graph(model: GraphModelTorch, dtype: torch.dtype):
     return ((positions * scale).to(dtype), types, row_offsets, neighbors, vectors.detach().to(dtype), (box * scale).to(dtype))
 
 
-def export_aoti(model, path: str, dtype: str = "float64", device: str = "cpu") -> dict:
+def export_aoti(model, path: str, dtype: str = "float64", device: str = "cpu", static_shapes: Optional[bool] = None) -> dict:
     """Write the model (a model file path, bytes, ModelFile or GraphModelTorch) as an AOTInductor
     package (``path`` ends in .pt2) whose program returns the energies and their gradients (module
     docstring), with openmmgraph.json (interface "particle_energies_and_gradients", program
@@ -358,6 +375,8 @@ def export_aoti(model, path: str, dtype: str = "float64", device: str = "cpu") -
 
     device: "cpu" (for the Reference and CPU platforms) or "cuda" (for the CUDA platform; compiling
     needs a CUDA GPU and Triton, and the package runs on GPUs of the kind it was compiled on).
+    static_shapes: as for export_torchscript (default: for "cuda", so that the program has no
+    shapes that depend on the data and never waits for the device).
 
     The forward and backward of GraphScriptModel are traced together into one graph of ATen
     operations (make_fx, symbolic shapes), exported with dynamic particle and edge counts and
@@ -378,7 +397,9 @@ def export_aoti(model, path: str, dtype: str = "float64", device: str = "cpu") -
     torch_dtype = torch.float64 if dtype == "float64" else torch.float32
     if not isinstance(model, GraphModelTorch):
         model = GraphModelTorch(model if isinstance(model, ModelFile) else read_model(model), dtype=torch.float64)
-    module = GraphScriptModel(model, torch_dtype).eval().requires_grad_(False).to(device)
+    if static_shapes is None:
+        static_shapes = device == "cuda"
+    module = GraphScriptModel(model, torch_dtype, static_shapes).eval().requires_grad_(False).to(device)
     for network in list(module.fitting_networks) + list(module.node_networks):
         # Lists of tensors (scriptable attributes) are not moved by Module.to.
         network.weights = [w.to(device) for w in network.weights]

@@ -55,6 +55,25 @@ def test_export_matches_pytorch_implementation(tmp_path, name):
     np.testing.assert_allclose(forces, expected_forces, rtol=0, atol=1e-11 * np.abs(expected_forces).max())
 
 
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_static_shapes_export(tmp_path, name):
+    """static_shapes=True (every type's network on all rows, kept by torch.where, no torch.nonzero): the same energies
+    and gradients as the default export, and the metadata says "capturable"."""
+    model = small_model(name)
+    reference = GraphModelTorch(model)
+    dynamic, static = str(tmp_path / "dynamic.pt"), str(tmp_path / "static.pt")
+    assert "capturable" not in export_torchscript(model, dynamic)
+    assert export_torchscript(model, static, static_shapes=True)["capturable"] is True
+    assert read_metadata(static)["capturable"] is True
+    positions, types, box = system_of(250, model.n_types)
+    expected_energy, expected_forces = module_energy_and_forces(torch.jit.load(dynamic), reference, positions, types, box)
+    energy, forces = module_energy_and_forces(torch.jit.load(static), reference, positions, types, box)
+    assert energy == pytest.approx(expected_energy, rel=1e-14)
+    np.testing.assert_allclose(forces, expected_forces, rtol=0, atol=1e-13 * np.abs(expected_forces).max())
+    # The graph of the scripted module has no data-dependent shapes left.
+    assert "nonzero" not in str(torch.jit.load(static).inlined_graph)
+
+
 def test_float32_export(tmp_path):
     model = small_model("interaction")
     reference = GraphModelTorch(model)

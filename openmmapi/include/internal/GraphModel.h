@@ -66,6 +66,11 @@ public:
      * every AOTInductor package, and TorchScript modules that differentiate themselves); else energies only.
      */
     bool torchReturnsGradients = false;
+    /**
+     * Metadata "capturable": the model's forward (and its backward) neither synchronise with the host nor change
+     * shape with the data, given inputs of fixed shapes, so the CUDA platform may capture them into a CUDA graph.
+     */
+    bool torchCapturable = false;
     int numTypes = 0; ///< T
     std::vector<std::string> typeNames;
     std::vector<int> typeAtomicNumbers;
