@@ -48,6 +48,8 @@ class GraphModel;
  *    types or OpenMM's buffers change.  "auto" falls back to plain kernel
  *    launches if a capture fails, "true" throws an OpenMMException instead,
  *    "false" never captures.  Results are bitwise the same in every mode.
+ *    With a PyTorch model, the model's part is captured when its metadata
+ *    says "capturable" (docs/torch-models.md).
  *  - "CudaChunkRows": "auto" (default) or a positive number of rows.  CUDA
  *    platform only: the networks run over chunks of at most this many
  *    particles, so their activations take memory per chunk, not per

@@ -94,6 +94,29 @@ def test_torchscript_module_that_returns_gradients_on_cuda(tmp_path):
 
 
 @needs_cuda_plugin
+def test_capturable_model_in_cuda_graphs(tmp_path):
+    """export_torchscript(static_shapes=True) marks the model capturable: with CudaGraph "auto" or "true" the model's part
+    is captured and replayed; results follow the uncaptured run step by step, also after the edge tensors grow."""
+    model = small_model("interaction", seed=13)
+    exported = str(tmp_path / "model.pt")
+    assert export_torchscript(model, exported, static_shapes=True)["capturable"]
+    positions, types, box = lattice_system(300, n_types=model.n_types, seed=10)
+    contexts = [graph_context(exported, types, box, positions, "CUDA", configure=lambda f, m=mode: f.setProperty("CudaGraph", m),
+                              properties={"Precision": "double"})[0] for mode in ("false", "auto", "true")]
+    for step in range(4):
+        results = [energy_forces(c) for c in contexts]
+        for energy, forces in results[1:]:
+            assert energy == pytest.approx(results[0][0], rel=1e-12), step
+            np.testing.assert_allclose(forces, results[0][1], rtol=0, atol=1e-10 * np.abs(results[0][1]).max() + 64 * 2.0**-32)
+        positions = positions + 0.002 * np.random.default_rng(step).standard_normal(positions.shape)
+        if step == 2:  # denser: the edge tensors grow, the graphs are captured again
+            positions, box = 0.85 * positions, 0.85 * np.asarray(box)
+        for c in contexts:
+            c.setPeriodicBoxVectors(*[openmm.Vec3(*map(float, row)) for row in np.asarray(box)])
+            c.setPositions(positions)
+
+
+@needs_cuda_plugin
 def test_float32_torchscript_on_cuda_mixed_precision(tmp_path):
     """A float32 export in mixed precision against the native Reference platform, not periodic; the native CUDA path
     in the same precision is within the same tolerances."""

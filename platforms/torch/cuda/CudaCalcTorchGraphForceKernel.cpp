@@ -5,6 +5,7 @@
 #include "openmm/OpenMMException.h"
 #include "openmm/common/ContextSelector.h"
 #include "openmm/internal/ContextImpl.h"
+#include <ATen/cuda/CUDAGraph.h>
 #include <algorithm>
 #include <c10/cuda/CUDAGuard.h>
 
@@ -52,6 +53,10 @@ CudaCalcTorchGraphForceKernel::~CudaCalcTorchGraphForceKernel() {
         {
             PrimaryContextScope scope(primaryContext);
             energies = gradEdges = gradPositions = torch::Tensor();
+            for (int g = 0; g < 2; g++) {
+                modelGraphs[g].reset();
+                graphOutputs[g].clear();
+            }
             positions = typeTensor = rowOffsets = neighbors = edgeVectors = box = torch::Tensor();
             runner.reset();
             torchStream.reset();
@@ -79,9 +84,15 @@ void CudaCalcTorchGraphForceKernel::initialize(const System& system, const Graph
     if (force.getProperty("Domains") == "mpi")
         throw OpenMMException("GraphForce: property Domains = \"mpi\" with a PyTorch model runs on the Reference and CPU platforms, not "
                               "yet on CUDA (docs/mpi.md)");
-    if (force.getProperty("CudaGraph") == "true")
-        throw OpenMMException("GraphForce: CudaGraph is \"true\", but a PyTorch model is not captured into CUDA graphs (it runs in "
-                              "PyTorch's own CUDA context); set CudaGraph to \"auto\" or \"false\" (docs/torch-models.md)");
+    // CUDA graphs: the model's part is captured (in PyTorch's context) when its metadata says it is capturable.
+    const std::string graphProperty = force.getProperty("CudaGraph");
+    const bool capturable = model->torchCapturable && model->kind == ModelKind::TorchScript;
+    if (graphProperty == "true" && !capturable)
+        throw OpenMMException("GraphForce: CudaGraph is \"true\", but this PyTorch model is not marked capturable (metadata "
+                              "\"capturable\": true, from export_torchscript(..., static_shapes=True); AOTInductor packages are not "
+                              "captured); set CudaGraph to \"auto\" or \"false\" (docs/torch-models.md)");
+    captureModel = capturable && graphProperty != "false";
+    requireGraphs = graphProperty == "true";
     periodic = force.usesPeriodicBoundaryConditions();
     dtype = model->torchFloat32 ? torch::kFloat32 : torch::kFloat64;
     n = force.getNumParticles();
@@ -137,6 +148,11 @@ void CudaCalcTorchGraphForceKernel::uploadTypes() {
 
 void CudaCalcTorchGraphForceKernel::allocateEdges(long long edges) {
     PrimaryContextScope scope(primaryContext);
+    // Captured graphs read the old tensors: capture again.
+    for (int g = 0; g < 2; g++) {
+        modelGraphs[g].reset();
+        graphOutputs[g].clear();
+    }
     edgeCapacity = std::max<long long>(1, edges);
     const torch::Device device(torch::kCUDA, (c10::DeviceIndex) cu.getDeviceIndex());
     neighbors = torch::zeros({edgeCapacity}, torch::TensorOptions().dtype(torch::kInt64).device(device));
@@ -175,22 +191,20 @@ void CudaCalcTorchGraphForceKernel::enqueue(bool includeForces, bool addEnergy) 
         PrimaryContextScope scope(primaryContext);
         GRAPH_CU_CHECK(cuStreamWaitEvent(modelStream, inputsReady, 0));
         c10::cuda::CUDAStreamGuard streamGuard(*torchStream);
-        const bool autograd = includeForces && !runner->returnsGradients();
-        torch::Tensor x = positions.detach().requires_grad_(autograd), d = edgeVectors.detach().requires_grad_(autograd);
-        try {
-            runner->run({x, typeTensor, rowOffsets, neighbors, d, box}, n + 1, n, 0, includeForces, (void*) modelStream, energies,
-                        gradEdges, gradPositions);
-            energies = energies.detach().to(dtype).contiguous();
-            if (includeForces) {
-                gradEdges = gradEdges.defined() ? gradEdges.to(dtype).contiguous() : torch::Tensor();
-                gradPositions = gradPositions.defined() ? gradPositions.to(dtype).contiguous() : torch::Tensor();
-            }
+        const int g = includeForces ? 1 : 0;
+        if (captureModel && modelGraphs[g] != nullptr) {
+            // The captured model reads the same input tensors and writes the same output tensors every time.
+            modelGraphs[g]->replay();
+            energies = graphOutputs[g][0];
+            gradEdges = graphOutputs[g][1];
+            gradPositions = graphOutputs[g][2];
         }
-        catch (const OpenMMException&) {
-            throw;
-        }
-        catch (const std::exception& error) {
-            throw OpenMMException(std::string("GraphForce: ") + runner->kindName() + " model: the model failed: " + error.what());
+        else {
+            runModel(includeForces);
+            if (captureModel)
+                // Captured after this eager run (the warm-up: lazy initialisations happen outside the capture), for the
+                // next evaluations with these shapes; the capture itself runs nothing.
+                captureModelGraph(includeForces);
         }
         GRAPH_CU_CHECK(cuEventRecord(outputsReady, modelStream));
     }
@@ -220,6 +234,73 @@ void CudaCalcTorchGraphForceKernel::enqueue(bool includeForces, bool addEnergy) 
     GRAPH_CUDA_CHECK(cudaMemcpyAsync(hostStatus, deviceStatus, sizeof(GraphStatus), cudaMemcpyDeviceToHost, stream));
     GRAPH_CU_CHECK(cuEventRecord(statusEvent, (CUstream) stream));
     pending = true;
+}
+
+void CudaCalcTorchGraphForceKernel::runModel(bool includeForces) {
+    const bool autograd = includeForces && !runner->returnsGradients();
+    torch::Tensor x = positions.detach().requires_grad_(autograd), d = edgeVectors.detach().requires_grad_(autograd);
+    try {
+        runner->run({x, typeTensor, rowOffsets, neighbors, d, box}, n + 1, n, 0, includeForces, (void*) modelStream, energies, gradEdges,
+                    gradPositions);
+        energies = energies.detach().to(dtype).contiguous();
+        if (includeForces) {
+            gradEdges = gradEdges.defined() ? gradEdges.to(dtype).contiguous() : torch::Tensor();
+            gradPositions = gradPositions.defined() ? gradPositions.to(dtype).contiguous() : torch::Tensor();
+        }
+        else
+            gradEdges = gradPositions = torch::Tensor();
+    }
+    catch (const OpenMMException&) {
+        throw;
+    }
+    catch (const std::exception& error) {
+        throw OpenMMException(std::string("GraphForce: ") + runner->kindName() + " model: the model failed: " + error.what());
+    }
+}
+
+void CudaCalcTorchGraphForceKernel::captureModelGraph(bool includeForces) {
+    const int g = includeForces ? 1 : 0;
+    // The eager run's outputs stay this evaluation's; the capture's go to the graph's own memory pool.
+    torch::Tensor eagerEnergies = energies, eagerGradEdges = gradEdges, eagerGradPositions = gradPositions;
+    auto captured = std::make_unique<at::cuda::CUDAGraph>();
+    std::string failure;
+    try {
+        captured->capture_begin();
+    }
+    catch (const std::exception& error) {
+        failure = error.what();
+    }
+    if (failure.empty()) {
+        try {
+            runModel(includeForces);
+        }
+        catch (const std::exception& error) {
+            failure = error.what();
+        }
+        try {
+            captured->capture_end(); // always: the stream leaves capture mode (it fails after a failed run; the first error counts)
+        }
+        catch (const std::exception& error) {
+            if (failure.empty())
+                failure = error.what();
+        }
+    }
+    (void) cudaGetLastError();
+    if (failure.empty()) {
+        graphOutputs[g] = {energies, gradEdges, gradPositions};
+        modelGraphs[g] = std::move(captured);
+    }
+    energies = eagerEnergies;
+    gradEdges = eagerGradEdges;
+    gradPositions = eagerGradPositions;
+    if (!failure.empty()) {
+        captureModel = false; // "auto": plain runs from now on
+        modelGraphs[0].reset();
+        modelGraphs[1].reset();
+        if (requireGraphs)
+            throw OpenMMException("GraphForce: CudaGraph is \"true\", but the model could not be captured into a CUDA graph (" + failure +
+                                  "); set CudaGraph to \"auto\" or \"false\" (docs/torch-models.md)");
+    }
 }
 
 bool CudaCalcTorchGraphForceKernel::finish() {

@@ -6,6 +6,7 @@
 #include "TorchModelRunner.h"
 #include "openmm/cuda/CudaArray.h"
 #include "openmm/cuda/CudaContext.h"
+#include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAStream.h>
 #include <memory>
 #include <optional>
@@ -29,7 +30,9 @@ namespace GraphPlugin {
  *     energy buffer and the forces in 64-bit fixed point into its force buffer.
  * The status (errors, longest row, edge count) is read where OpenMM reads its
  * own neighbour-list count (a ForcePostComputation); an overflow of the rows
- * or of the edge tensors grows them and has OpenMM recompute.
+ * or of the edge tensors grows them and has OpenMM recompute.  A model whose
+ * metadata says "capturable" has step 2 captured into a CUDA graph (in the
+ * primary context) and replayed, captured again when the edge tensors change.
  *
  * Device memory: the graph in OpenMM's context (CudaArray), the model's inputs
  * and outputs in PyTorch's caching allocator (primary context); both contexts
@@ -53,8 +56,15 @@ private:
     class StatusCheck;
     /** Makes the device's primary context (PyTorch's) current for a scope. */
     class PrimaryContextScope;
-    /** Enqueue one evaluation (steps 1 to 3); energyBuffer: add the energy to OpenMM's buffer. */
+    /** Enqueue one evaluation (steps 1 to 3); addEnergy: add the energy to OpenMM's buffer. */
     void enqueue(bool includeForces, bool addEnergy);
+    /** Step 2 without a graph: the model on the inputs, outputs into energies, gradEdges, gradPositions (primary context). */
+    void runModel(bool includeForces);
+    /**
+     * Capture step 2 into a CUDA graph for the current edge capacity (after an eager run of the same evaluation, whose
+     * outputs are kept).  A failed capture turns capturing off ("auto") or throws (CudaGraph "true").
+     */
+    void captureModelGraph(bool includeForces);
     /**
      * Read the status of the last enqueue() (waits for it): throws an OpenMMException for an error; returns false when
      * the rows or the edge tensors overflowed (they have grown: evaluate again).
@@ -85,6 +95,13 @@ private:
     torch::Tensor positions, typeTensor, rowOffsets, neighbors, edgeVectors, box;
     /** The last evaluation's outputs, alive until the next one (step 3 reads them). */
     torch::Tensor energies, gradEdges, gradPositions;
+    /**
+     * CUDA graphs of step 2 for capturable models (metadata "capturable", property CudaGraph not "false"), one per
+     * [includeForces], dropped whenever the edge tensors are reallocated; their outputs live in the graphs' pools.
+     */
+    bool captureModel = false, requireGraphs = false;
+    std::unique_ptr<at::cuda::CUDAGraph> modelGraphs[2];
+    std::vector<torch::Tensor> graphOutputs[2];
     bool pending = false;
     std::shared_ptr<PostComputationState> postComputation;
 };
