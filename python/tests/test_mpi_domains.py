@@ -23,9 +23,9 @@ WORKER = textwrap.dedent(
     import openmmgraph
     from openmmgraph.grades import lattice_system, make_model
 
-    model_path, domains, platform, out = sys.argv[1:5]
+    model_path, domains, platform, out, interactions = sys.argv[1:6]
     model = make_model(seed=11, n_channels=8, n_axis=4, fitting_widths=(16, 16), grade="small", l_max=2,
-                       n_interactions=0 if platform == "CUDA" else 1, descriptor_l_sum=False)
+                       n_interactions=int(interactions), descriptor_l_sum=False)
     positions, types, box = lattice_system(250, n_types=model.n_types, seed=3)
     force = openmmgraph.GraphForce(model_path)
     force.setProperty("Domains", domains)
@@ -88,13 +88,15 @@ def load(path):
             np.array([float.fromhex(x) for x in data["positions"]]))
 
 
-@pytest.mark.parametrize("platform, kind", [("CPU", "native"), ("CPU", "torchscript"), pytest.param("CUDA", "native", marks=pytest.mark.gpu)])
-def test_two_ranks_integrate_the_same_trajectory(tmp_path, platform, kind):
+@pytest.mark.parametrize("platform, kind, interactions", [
+    ("CPU", "native", 1), ("CPU", "torchscript", 1),
+    pytest.param("CUDA", "native", 0, marks=pytest.mark.gpu), pytest.param("CUDA", "native", 1, marks=pytest.mark.gpu)])
+def test_two_ranks_integrate_the_same_trajectory(tmp_path, platform, kind, interactions):
     """Native models, and TorchScript models whose interaction block fills its ghosts' node features through
     openmmgraph::communicate with the MPI engine (the LibTorch plugin hands each rank's module its slab and ghosts).
-    On CUDA (mixed precision; rank r on GPU r modulo the GPUs present, so two GPUs where there are two; a model
-    without an interaction block, which is what the CUDA platform splits over ranks for now) each rank evaluates its
-    share of the centers and the fixed-point sums go through MPI."""
+    On CUDA (mixed precision; rank r on GPU r modulo the GPUs present, so two GPUs where there are two) each rank
+    evaluates its share of the centers and the fixed-point sums go through MPI; with an interaction block the node
+    features and dE/dB of the ranks' centers go between them too (CudaMpiExchange)."""
     launcher = mpiexec()
     if launcher is None:
         pytest.skip("no mpiexec (pip install mpich)")
@@ -106,7 +108,7 @@ def test_two_ranks_integrate_the_same_trajectory(tmp_path, platform, kind):
 
     model_path = str(tmp_path / "model.safetensors")
     model = make_model(seed=11, n_channels=8, n_axis=4, fitting_widths=(16, 16), grade="small", l_max=2,
-                       n_interactions=0 if platform == "CUDA" else 1, descriptor_l_sum=False)
+                       n_interactions=interactions, descriptor_l_sum=False)
     model.write(model_path)
     if kind == "torchscript":
         import openmm
@@ -129,9 +131,9 @@ def test_two_ranks_integrate_the_same_trajectory(tmp_path, platform, kind):
     # Open MPI refuses more ranks than cores unless told (4.x: OMPI_MCA_..., 5.x: PRTE_MCA_...); MPICH ignores these.
     environment.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
     environment.setdefault("PRTE_MCA_rmaps_default_mapping_policy", ":oversubscribe")
-    subprocess.run([sys.executable, str(worker), model_path, "single", platform, out + "-single"], check=True, timeout=300,
-                   env=environment)
-    run = subprocess.run([launcher, "-n", "2", sys.executable, str(worker), model_path, "mpi", platform, out + "-mpi"],
+    subprocess.run([sys.executable, str(worker), model_path, "single", platform, out + "-single", str(interactions)], check=True,
+                   timeout=300, env=environment)
+    run = subprocess.run([launcher, "-n", "2", sys.executable, str(worker), model_path, "mpi", platform, out + "-mpi", str(interactions)],
                          capture_output=True, text=True, timeout=300, env=environment)
     assert run.returncode == 0, f"mpiexec failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     e0, f0, x0 = load(out + "-mpi.0.json")

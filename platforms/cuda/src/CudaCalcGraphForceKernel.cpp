@@ -1,4 +1,5 @@
 #include "CudaCalcGraphForceKernel.h"
+#include "CudaMpiExchange.h"
 #include "CudaNeighborGraph.h"
 #include "internal/GraphModel.h"
 #include "openmm/OpenMMException.h"
@@ -12,9 +13,6 @@ using namespace OpenMM;
 void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce& force) {
     model = force.getModel();
     if (force.getProperty("Domains") == "mpi") {
-        if (model->numInteractions != 0)
-            throw OpenMMException("GraphForce: property Domains = \"mpi\" on the CUDA platform takes models without an interaction block, "
-                                  "for now; use the Reference or CPU platform (docs/mpi.md)");
         if (numDomains != 1)
             throw OpenMMException("GraphForce: property Domains = \"mpi\" needs one device per rank (DeviceIndex names several)");
         domains.reset(new ReferenceMpiDomains());
@@ -33,6 +31,16 @@ void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce
     const int chunkRows = chunk == "auto" ? 0 : std::stoi(chunk); // validated by setProperty
     firstCenter = (int) ((long long) domainIndex * n / numDomains);
     numCenters = (int) ((long long) (domainIndex + 1) * n / numDomains) - firstCenter;
+    if (domains && model->numInteractions != 0) {
+        // The interaction block's node features and dE/dB go between the ranks (CudaMpiExchange).
+        std::vector<int> first(numDomains), count(numDomains);
+        for (int r = 0; r < numDomains; r++) {
+            first[r] = (int) ((long long) r * n / numDomains);
+            count[r] = (int) ((long long) (r + 1) * n / numDomains) - first[r];
+        }
+        ownedExchange.reset(new CudaMpiExchange(*domains, first, count, n));
+        exchange = ownedExchange.get();
+    }
     CudaGraphDomain domain;
     domain.firstCenter = firstCenter;
     domain.numCenters = numCenters;

@@ -16,12 +16,13 @@ namespace GraphPlugin {
  * fixed point to OpenMM's force buffer (see CudaGraphPipeline).  fp32
  * arithmetic in single and mixed precision, fp64 in double precision.
  *
- * With the property Domains = "mpi" (models without an interaction block, for
- * now): every MPI rank runs a Context for the whole System and evaluates the
- * centers [rank * n / size, (rank + 1) * n / size); the fixed-point forces and
- * energy words of the ranks are summed with MPI (staged through host memory)
- * and added to OpenMM's buffers, so every rank gets bitwise the same values,
- * the same as one process.  A step then waits for the device once, for the sum.
+ * With the property Domains = "mpi": every MPI rank runs a Context for the
+ * whole System and evaluates the centers [rank * n / size, (rank + 1) * n /
+ * size); the fixed-point forces and energy words of the ranks are summed with
+ * MPI (staged through host memory) and added to OpenMM's buffers, so every
+ * rank gets bitwise the same values, the same as one process.  A step then
+ * waits for the device once, for the sum; with an interaction block also twice
+ * per exchange of node features and dE/dB between the ranks (CudaMpiExchange).
  */
 class CudaCalcGraphForceKernel : public CalcGraphForceKernel {
 public:
@@ -81,6 +82,7 @@ private:
     int domainIndex, numDomains, firstCenter = 0, numCenters = 0;
     OpenMM::CudaContext* orderContext;
     CudaGraphExchange* exchange;
+    std::unique_ptr<CudaGraphExchange> ownedExchange; ///< Domains = "mpi" with an interaction block (CudaMpiExchange)
     std::shared_ptr<const GraphModel> model;
     std::vector<int> particles, types;
     bool periodic = false;

@@ -1,0 +1,53 @@
+#ifndef OPENMM_GRAPH_CUDA_MPI_EXCHANGE_H_
+#define OPENMM_GRAPH_CUDA_MPI_EXCHANGE_H_
+
+#include "CudaGraphExchange.h"
+#include "ReferenceMpiDomains.h"
+#include <array>
+#include <cstdint>
+#include <vector>
+
+namespace GraphPlugin {
+
+/**
+ * CudaGraphExchange between MPI ranks (property Domains = "mpi" on the CUDA
+ * platform, models with an interaction block): each rank's pipeline computes
+ * the rows of its own centers; an exchange point stages the rank's rows to
+ * pinned host memory, sums a buffer of all rows over the ranks as 64-bit
+ * integers (every byte has exactly one non-zero contributor, so the integer
+ * sum is the bitwise union: every rank gets bitwise the rows of their owners)
+ * and copies it back to the device.  It waits for the device twice per point
+ * (the staging), and moves every row through MPI_Allreduce: simple and exact,
+ * at the cost of n x width bytes per rank and point (docs/mpi.md).  One
+ * domain per process: `domain` is this rank.
+ */
+class CudaMpiExchange : public CudaGraphExchange {
+public:
+    /**
+     * @param domains the MPI ranks (ReferenceMpiDomains::sumInt64)
+     * @param first, count [ranks] the centers of each rank (force order)
+     * @param n        the force's particles (rows of every exchanged array)
+     */
+    CudaMpiExchange(const ReferenceMpiDomains& domains, const std::vector<int>& first, const std::vector<int>& count, int n);
+    ~CudaMpiExchange();
+    void attach(int domain, Point point, CUdeviceptr array, size_t bytesPerNode) override;
+    void allGather(int domain, Point point, CUstream stream) override;
+    bool allOf(int domain, bool value) override;
+
+private:
+    const ReferenceMpiDomains& domains;
+    std::vector<int> first, count;
+    int n;
+    struct Slot {
+        CUdeviceptr array = 0;
+        size_t bytesPerNode = 0;
+    };
+    std::array<Slot, NumPoints> slots;
+    unsigned char* staging = nullptr; ///< pinned, the largest array rounded up to 8 bytes
+    size_t stagingBytes = 0;
+    std::vector<int64_t> words;
+};
+
+} // namespace GraphPlugin
+
+#endif
