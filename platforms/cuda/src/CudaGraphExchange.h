@@ -7,8 +7,9 @@
 namespace GraphPlugin {
 
 /**
- * The `communicate` operation of the native interaction block between the
- * devices of one Context (docs/multi-gpu.md).  Every device's pipeline owns
+ * The `communicate` operation of the native interaction block between
+ * domains: the devices of one Context (CudaPeerExchange, docs/multi-gpu.md)
+ * or MPI ranks (CudaMpiExchange, docs/mpi.md).  Every device's pipeline owns
  * per-node arrays of the whole force ([n][width], device memory of its own
  * context) but computes only the rows of its centers [first, first + count);
  * an exchange point makes every other domain's rows current.  Two points per
@@ -25,8 +26,8 @@ public:
     virtual void attach(int domain, Point point, CUdeviceptr array, size_t bytesPerNode) = 0;
     /**
      * Enqueue on `stream` (domain's context current, after the work that wrote its own rows): fill the rows of
-     * every other domain's centers in this domain's array from their owners.  No host synchronisation with a
-     * device; the host threads of the domains meet once (so every owner's rows are enqueued first).
+     * every other domain's centers in this domain's array from their owners (between devices without waiting for
+     * them: the host threads meet once, so every owner's rows are enqueued first; between ranks through MPI).
      */
     virtual void allGather(int domain, Point point, CUstream stream) = 0;
     /** Whether `value` holds on every domain (a meeting of the host threads; for repeated evaluations after an overflow). */

@@ -38,7 +38,8 @@ struct CudaGraphDomain {
     bool rankSums = false;
     /**
      * A model with an interaction block split over the devices of one Context: the exchange of node features
-     * and their gradients between the domains (CudaPeerExchange), and this device's index in it.  CUDA graphs
+     * and their gradients between the domains (CudaPeerExchange between devices, CudaMpiExchange between MPI ranks), and this
+     * domain's index in it.  CUDA graphs
      * are not captured then ("true" is an error).
      */
     CudaGraphExchange* exchange = nullptr;
