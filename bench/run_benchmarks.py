@@ -636,8 +636,9 @@ class Run:
             model, _ = self.model(grade)
             dtype = "float64" if self.precision == "double" else "float32"
             if kind == "torchscript":
+                # On CUDA with static shapes: capturable, so the plugin replays the model as a CUDA graph (docs/torch-models.md).
                 path = os.path.join(self.temp_dir, f"{grade}-{dtype}.pt")
-                export_torchscript(model, path, dtype=dtype)
+                export_torchscript(model, path, dtype=dtype, static_shapes=self.platform_name == "CUDA")
             else:
                 path = os.path.join(self.temp_dir, f"{grade}-{dtype}.pt2")
                 export_aoti(model, path, dtype=dtype, device="cuda" if self.platform_name == "CUDA" else "cpu")
