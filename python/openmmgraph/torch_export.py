@@ -322,8 +322,9 @@ def export_torchscript(model, path: str, dtype: str = "float64", use_communicate
     module = cls(model, torch_dtype, static_shapes).eval()
     scripted = torch.jit.script(GradientScriptModel(module).eval() if gradients else module)
     metadata = _metadata(model, dtype, use_communicate)
-    if static_shapes and not use_communicate:
-        metadata["capturable"] = True  # communicate goes through the host (MPI) or another device
+    if static_shapes:
+        # With one domain (the CUDA platform: no ghosts) the communicate branch never runs.
+        metadata["capturable"] = True
     if gradients:
         metadata["interface"] = "particle_energies_and_gradients"
         metadata["program"] = "torchscript"

@@ -1,5 +1,6 @@
 #include "CudaMpiExchange.h"
 #include "CudaGraphErrors.h"
+#include "openmm/OpenMMException.h"
 #include <cstring>
 
 using namespace GraphPlugin;
@@ -7,42 +8,40 @@ using namespace GraphPlugin;
 CudaMpiExchange::CudaMpiExchange(const ReferenceMpiDomains& domains, const std::vector<int>& first, const std::vector<int>& count, int n)
     : domains(domains), first(first), count(count), n(n) {}
 
-CudaMpiExchange::~CudaMpiExchange() {
-    if (staging != nullptr)
-        cuMemFreeHost(staging);
-}
-
 void CudaMpiExchange::attach(int domain, Point point, CUdeviceptr array, size_t bytesPerNode) {
     slots[point].array = array;
     slots[point].bytesPerNode = bytesPerNode;
-    const size_t bytes = ((size_t) n * bytesPerNode + 7) / 8 * 8;
-    if (bytes > stagingBytes) {
-        // attach() runs while the pipeline is created, with its context current.
-        if (staging != nullptr)
-            GRAPH_CU_CHECK(cuMemFreeHost(staging));
-        staging = nullptr;
-        GRAPH_CU_CHECK(cuMemHostAlloc((void**) &staging, bytes, 0));
-        stagingBytes = bytes;
-    }
 }
 
 void CudaMpiExchange::allGather(int domain, Point point, CUstream stream) {
     const Slot& slot = slots[point];
-    const size_t total = (size_t) n * slot.bytesPerNode, wordBytes = (total + 7) / 8 * 8;
+    const size_t total = (size_t) n * slot.bytesPerNode, numWords = (total + 7) / 8;
     const size_t offset = (size_t) first[domain] * slot.bytesPerNode, own = (size_t) count[domain] * slot.bytesPerNode;
-    // This rank's rows in place, zeros elsewhere; then the integer sum over the ranks is the union of their rows.
-    std::memset(staging, 0, wordBytes);
+    // This rank's rows in place, zeros elsewhere; then the integer sum over the ranks is the union of their rows.  One
+    // more word says whether a rank could not stage its rows: every rank still joins the sum, and all of them throw.
+    words.assign(numWords + 1, 0);
+    std::string failure;
     if (own > 0) {
-        GRAPH_CU_CHECK(cuMemcpyDtoHAsync(staging + offset, slot.array + offset, own, stream));
-        GRAPH_CU_CHECK(cuStreamSynchronize(stream));
+        try {
+            GRAPH_CU_CHECK(cuMemcpyDtoHAsync(reinterpret_cast<unsigned char*>(words.data()) + offset, slot.array + offset, own, stream));
+            GRAPH_CU_CHECK(cuStreamSynchronize(stream));
+        }
+        catch (const std::exception& error) {
+            failure = error.what();
+            words.assign(numWords + 1, 0);
+            words[numWords] = 1;
+        }
     }
-    words.resize(wordBytes / 8);
-    std::memcpy(words.data(), staging, wordBytes);
     domains.sumInt64(words);
-    std::memcpy(staging, words.data(), wordBytes);
-    // Back to the device: the other ranks' rows (this rank's come back unchanged).
-    GRAPH_CU_CHECK(cuMemcpyHtoDAsync(slot.array, staging, total, stream));
-    GRAPH_CU_CHECK(cuStreamSynchronize(stream)); // the staging buffer is reused by the next point
+    if (words[numWords] != 0)
+        throw OpenMM::OpenMMException(failure.empty()
+                                          ? std::string("GraphForce: Domains = \"mpi\": another rank could not exchange its node "
+                                                        "features (see its output)")
+                                          : failure);
+    // Back to the device: the other ranks' rows (this rank's come back unchanged).  Synchronous: the host buffer is
+    // reused by the next point.
+    GRAPH_CU_CHECK(cuMemcpyHtoDAsync(slot.array, words.data(), total, stream));
+    GRAPH_CU_CHECK(cuStreamSynchronize(stream));
 }
 
 bool CudaMpiExchange::allOf(int domain, bool value) {

@@ -13,10 +13,11 @@ namespace GraphPlugin {
  * CudaGraphExchange between MPI ranks (property Domains = "mpi" on the CUDA
  * platform, models with an interaction block): each rank's pipeline computes
  * the rows of its own centers; an exchange point stages the rank's rows to
- * pinned host memory, sums a buffer of all rows over the ranks as 64-bit
- * integers (every byte has exactly one non-zero contributor, so the integer
- * sum is the bitwise union: every rank gets bitwise the rows of their owners)
- * and copies it back to the device.  It waits for the device twice per point
+ * host memory, sums a buffer of all rows over the ranks as 64-bit integers
+ * (every byte has exactly one non-zero contributor, so the integer sum is the
+ * bitwise union: every rank gets bitwise the rows of their owners) and copies
+ * it back to the device.  A rank that cannot stage its rows still joins the
+ * sum with an error word, so every rank throws instead of one waiting in MPI.  It waits for the device twice per point
  * (the staging), and moves every row through MPI_Allreduce: simple and exact,
  * at the cost of n x width bytes per rank and point (docs/mpi.md).  One
  * domain per process: `domain` is this rank.
@@ -29,7 +30,6 @@ public:
      * @param n        the force's particles (rows of every exchanged array)
      */
     CudaMpiExchange(const ReferenceMpiDomains& domains, const std::vector<int>& first, const std::vector<int>& count, int n);
-    ~CudaMpiExchange();
     void attach(int domain, Point point, CUdeviceptr array, size_t bytesPerNode) override;
     void allGather(int domain, Point point, CUstream stream) override;
     bool allOf(int domain, bool value) override;
@@ -43,9 +43,7 @@ private:
         size_t bytesPerNode = 0;
     };
     std::array<Slot, NumPoints> slots;
-    unsigned char* staging = nullptr; ///< pinned, the largest array rounded up to 8 bytes
-    size_t stagingBytes = 0;
-    std::vector<int64_t> words;
+    std::vector<int64_t> words; ///< host staging of one point: the rows (rounded up to 8 bytes), then the error word
 };
 
 } // namespace GraphPlugin

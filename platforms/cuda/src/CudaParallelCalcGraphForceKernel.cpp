@@ -86,9 +86,23 @@ void CudaParallelCalcGraphForceKernel::abortExchange(const std::string& error) {
         exchange->abort(error);
 }
 
+void CudaParallelCalcGraphForceKernel::recoverExchange() {
+    if (!exchange || !exchange->wasAborted())
+        return;
+    // After a failed evaluation OpenMM rethrew the first device's error without waiting for the other devices' tasks:
+    // let them finish (they throw the same error, which is dropped here) before the devices meet again.
+    for (CudaContext* context : data.contexts) {
+        try {
+            context->getWorkThread().flush();
+        }
+        catch (const OpenMMException&) {
+        }
+    }
+    exchange->reset();
+}
+
 double CudaParallelCalcGraphForceKernel::execute(ContextImpl& context, bool includeForces, bool includeEnergy) {
-    if (exchange)
-        exchange->reset(); // the previous evaluation's tasks are done (OpenMM flushed the worker threads)
+    recoverExchange();
     for (int device = 0; device < (int) kernels.size(); device++)
         data.contexts[device]->getWorkThread().addTask(new Task(*this, device, [this, &context, device, includeForces, includeEnergy] {
             refreshAtomOrder(device);
@@ -111,7 +125,7 @@ void CudaParallelCalcGraphForceKernel::getParticleEnergies(ContextImpl& context,
     std::vector<std::vector<double>> shareEnergies(kernels.size());
     if (exchange) {
         // The shares exchange node features: they evaluate at the same time, each on its device's worker thread.
-        exchange->reset();
+        recoverExchange();
         for (int device = 0; device < (int) kernels.size(); device++)
             data.contexts[device]->getWorkThread().addTask(new Task(*this, device, [this, &context, device, &shareEnergies] {
                 share(device).getParticleEnergies(context, shareEnergies[device]);

@@ -56,6 +56,8 @@ private:
     }
     /** A device's task failed: the other devices stop waiting for it at the exchange (models with an interaction block). */
     void abortExchange(const std::string& error);
+    /** Before the devices' tasks of an evaluation are queued: after an aborted one, wait for its stray tasks, then reset. */
+    void recoverExchange();
     /** Device `device` (> 0) takes the first context's current atom order if it changed since it last did. */
     void refreshAtomOrder(int device);
 

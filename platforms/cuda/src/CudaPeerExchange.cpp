@@ -50,6 +50,11 @@ bool CudaPeerExchange::allOf(int domain, bool value) {
     return meet(value);
 }
 
+bool CudaPeerExchange::wasAborted() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return aborted;
+}
+
 void CudaPeerExchange::reset() {
     std::lock_guard<std::mutex> lock(mutex);
     aborted = false;

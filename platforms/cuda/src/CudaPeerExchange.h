@@ -21,10 +21,13 @@ namespace GraphPlugin {
  * every owner's event is recorded before anyone waits on it; no host thread
  * waits for a device.
  *
- * Ordering (why no copy reads rows that are being rewritten): a domain
- * rewrites its rows of one point only after its stream has waited for every
- * other domain's event of a later point, which those domains recorded after
- * their pulls of the earlier one.
+ * Ordering (why no copy reads rows that are being rewritten): within an
+ * evaluation with forces, a domain rewrites its rows of one point only after
+ * its stream has waited for every other domain's event of a later point,
+ * which those domains recorded after their pulls of the earlier one.  Between
+ * evaluations (and in one without forces, which has a single point), every
+ * device's status check waits for its stream in OpenMM's finishComputation
+ * and OpenMM joins the worker threads before the next evaluation starts.
  *
  * If one domain's evaluation fails, abort() wakes the others, whose meetings
  * then throw, so a failure is an OpenMMException and never a hang.
@@ -41,7 +44,11 @@ public:
     void attach(int domain, Point point, CUdeviceptr array, size_t bytesPerNode) override;
     void allGather(int domain, Point point, CUstream stream) override;
     bool allOf(int domain, bool value) override;
-    /** Before the domains' tasks of an evaluation are queued (main thread): forget an abort of an earlier one. */
+    /** Whether an evaluation was aborted since the last reset(). */
+    bool wasAborted();
+    /**
+     * After an aborted evaluation, once every worker thread has finished its tasks (main thread): forget the abort.
+     */
     void reset();
     /** A domain's task failed with `error`: the other domains' meetings throw it instead of waiting. */
     void abort(const std::string& error);

@@ -49,9 +49,14 @@ private:
 CudaCalcTorchGraphForceKernel::~CudaCalcTorchGraphForceKernel() {
     if (postComputation)
         postComputation->kernel = nullptr;
-    if (primaryContext != nullptr) {
-        {
-            PrimaryContextScope scope(primaryContext);
+    if (pending && statusEvent != nullptr) {
+        // An evaluation in flight (an exception left it unread) still uses the tensors and the status memory.
+        ContextSelector selector(cu);
+        cuEventSynchronize(statusEvent);
+    }
+    if (primaryContext != nullptr && cuCtxPushCurrent(primaryContext) == CUDA_SUCCESS) {
+        // Torch's objects are released in PyTorch's context (no PrimaryContextScope: a destructor must not throw).
+        try {
             energies = gradEdges = gradPositions = torch::Tensor();
             for (int g = 0; g < 2; g++) {
                 modelGraphs[g].reset();
@@ -65,6 +70,10 @@ CudaCalcTorchGraphForceKernel::~CudaCalcTorchGraphForceKernel() {
             if (outputsReady != nullptr)
                 cuEventDestroy(outputsReady);
         }
+        catch (...) {
+        }
+        CUcontext popped;
+        cuCtxPopCurrent(&popped);
         cuDevicePrimaryCtxRelease(cu.getDevice());
     }
     ContextSelector selector(cu);
@@ -89,8 +98,8 @@ void CudaCalcTorchGraphForceKernel::initialize(const System& system, const Graph
     const bool capturable = model->torchCapturable && model->kind == ModelKind::TorchScript;
     if (graphProperty == "true" && !capturable)
         throw OpenMMException("GraphForce: CudaGraph is \"true\", but this PyTorch model is not marked capturable (metadata "
-                              "\"capturable\": true, from export_torchscript(..., static_shapes=True); AOTInductor packages are not "
-                              "captured); set CudaGraph to \"auto\" or \"false\" (docs/torch-models.md)");
+                              "\"capturable\": true, from export_torchscript(..., static_shapes=True); "
+                              "AOTInductor packages are not captured); set CudaGraph to \"auto\" or \"false\" (docs/torch-models.md)");
     captureModel = capturable && graphProperty != "false";
     requireGraphs = graphProperty == "true";
     periodic = force.usesPeriodicBoundaryConditions();
@@ -127,14 +136,16 @@ void CudaCalcTorchGraphForceKernel::initialize(const System& system, const Graph
     runner = std::make_unique<TorchModelRunner>(force, device);
     auto real = torch::TensorOptions().dtype(dtype).device(device);
     auto integer = torch::TensorOptions().dtype(torch::kInt64).device(device);
-    positions = torch::zeros({n + 1, 3}, real);
-    typeTensor = torch::zeros({n + 1}, integer);
-    rowOffsets = torch::zeros({n + 2}, integer);
+    // Every input is written by the input kernel at every evaluation (on OpenMM's stream): allocated, not filled.
+    positions = torch::empty({n + 1, 3}, real);
+    typeTensor = torch::empty({n + 1}, integer);
+    rowOffsets = torch::empty({n + 2}, integer);
     // TorchScript modules get [0, 3] without periodicity; an AOTInductor program was traced with [3, 3] (zeros then).
-    box = torch::zeros({periodic || runner->isPackage() ? 3 : 0, 3}, real);
+    box = torch::empty({periodic || runner->isPackage() ? 3 : 0, 3}, real);
     uploadTypes();
-    // A first guess of the edges (every row at the capacity); the first status read shrinks it to the graph's size.
-    allocateEdges((long long) n * graph->capacity());
+    // A first guess of the edges (half of every row at the capacity, which has headroom); the first status read sets
+    // the size from the graph's edge count (growing with a recomputation if the guess was short).
+    allocateEdges((long long) n * graph->capacity() / 2);
     postComputation = std::make_shared<PostComputationState>();
     postComputation->kernel = this;
     cu.addPostComputation(new StatusCheck(postComputation, cu));
@@ -153,10 +164,13 @@ void CudaCalcTorchGraphForceKernel::allocateEdges(long long edges) {
         modelGraphs[g].reset();
         graphOutputs[g].clear();
     }
+    eagerRuns[0] = eagerRuns[1] = 0;
     edgeCapacity = std::max<long long>(1, edges);
     const torch::Device device(torch::kCUDA, (c10::DeviceIndex) cu.getDeviceIndex());
-    neighbors = torch::zeros({edgeCapacity}, torch::TensorOptions().dtype(torch::kInt64).device(device));
-    edgeVectors = torch::zeros({edgeCapacity, 3}, torch::TensorOptions().dtype(dtype).device(device));
+    // Not filled: the input kernel writes every slot (edges, then padding) at every evaluation, on OpenMM's stream,
+    // which nothing orders with a fill on PyTorch's stream.
+    neighbors = torch::empty({edgeCapacity}, torch::TensorOptions().dtype(torch::kInt64).device(device));
+    edgeVectors = torch::empty({edgeCapacity, 3}, torch::TensorOptions().dtype(dtype).device(device));
 }
 
 void CudaCalcTorchGraphForceKernel::enqueue(bool includeForces, bool addEnergy) {
@@ -201,9 +215,10 @@ void CudaCalcTorchGraphForceKernel::enqueue(bool includeForces, bool addEnergy) 
         }
         else {
             runModel(includeForces);
-            if (captureModel)
-                // Captured after this eager run (the warm-up: lazy initialisations happen outside the capture), for the
-                // next evaluations with these shapes; the capture itself runs nothing.
+            // Captured after WarmUpRuns plain runs with these tensors (lazy initialisations and TorchScript's profiling
+            // and optimisation happen outside the capture; the capacity has been confirmed by status reads), for the
+            // next evaluations; the capture itself runs nothing.
+            if (captureModel && ++eagerRuns[g] >= WarmUpRuns)
                 captureModelGraph(includeForces);
         }
         GRAPH_CU_CHECK(cuEventRecord(outputsReady, modelStream));
@@ -285,7 +300,7 @@ void CudaCalcTorchGraphForceKernel::captureModelGraph(bool includeForces) {
                 failure = error.what();
         }
     }
-    (void) cudaGetLastError();
+
     if (failure.empty()) {
         graphOutputs[g] = {energies, gradEdges, gradPositions};
         modelGraphs[g] = std::move(captured);
@@ -294,10 +309,11 @@ void CudaCalcTorchGraphForceKernel::captureModelGraph(bool includeForces) {
     gradEdges = eagerGradEdges;
     gradPositions = eagerGradPositions;
     if (!failure.empty()) {
-        captureModel = false; // "auto": plain runs from now on
         modelGraphs[0].reset();
         modelGraphs[1].reset();
-        if (requireGraphs)
+        if (!requireGraphs)
+            captureModel = false; // "auto": plain runs from now on ("true": every evaluation tries again, and throws)
+        else
             throw OpenMMException("GraphForce: CudaGraph is \"true\", but the model could not be captured into a CUDA graph (" + failure +
                                   "); set CudaGraph to \"auto\" or \"false\" (docs/torch-models.md)");
     }

@@ -100,6 +100,8 @@ private:
      * [includeForces], dropped whenever the edge tensors are reallocated; their outputs live in the graphs' pools.
      */
     bool captureModel = false, requireGraphs = false;
+    static constexpr int WarmUpRuns = 3;
+    int eagerRuns[2] = {0, 0}; ///< [includeForces] plain runs since the edge tensors were allocated
     std::unique_ptr<at::cuda::CUDAGraph> modelGraphs[2];
     std::vector<torch::Tensor> graphOutputs[2];
     bool pending = false;
