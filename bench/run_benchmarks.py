@@ -363,16 +363,17 @@ def time_force(context, settings: Settings, budget: Budget, share: float) -> tup
 
 
 def time_steps(context, integrator, settings: Settings, budget: Budget, share: float) -> tuple[float, int, str | None]:
-    """Mean seconds per step of integrator.step(N) followed by one getState(getEnergy=True)."""
+    """Mean seconds per step of integrator.step(N) followed by one getState(getPositions=True), which waits for the
+    device without evaluating anything (an energy there would add one force evaluation to N steps)."""
     probe_steps = 10 if not settings.quick else 2
     start = time.perf_counter()
     integrator.step(probe_steps)
-    context.getState(getEnergy=True)
+    context.getState(getPositions=True)
     single_s = (time.perf_counter() - start) / probe_steps
     steps, note = repetitions(single_s, settings.step_min_steps, settings, budget, share)
     start = time.perf_counter()
     integrator.step(steps)
-    context.getState(getEnergy=True)
+    context.getState(getPositions=True)
     return (time.perf_counter() - start) / steps, steps, note
 
 
