@@ -3,8 +3,11 @@ interface of docs/torch-models.md, run in OpenMM through LibTorch, next to the n
 
     python examples/torch_model.py [--platform CPU] [--cells 3] [--steps 100] [--out silicon.pt] [--aoti]
 
-With --aoti the model is exported as an AOTInductor package (silicon.pt2, compiled for this CPU;
-its program returns the energies and their gradients) instead of a TorchScript archive.
+With --aoti the model is exported as an AOTInductor package (silicon.pt2, compiled for this CPU,
+or for the GPU with --platform CUDA; its program returns the energies and their gradients) instead
+of a TorchScript archive.  On the CUDA platform (double precision, to compare with the float64
+export) the TorchScript module is exported with static shapes, so the plugin captures it into a
+CUDA graph (docs/torch-models.md).
 
 It exports examples/models/silicon-sw.safetensors with openmmgraph.torch_export, builds the same
 silicon crystal twice (GraphForce("silicon.pt") and GraphForce("silicon-sw.safetensors")),
@@ -39,7 +42,7 @@ def energy_and_forces(context):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--platform", default="CPU", help="Reference or CPU (the LibTorch kernel's platforms)")
+    parser.add_argument("--platform", default="CPU", help="Reference, CPU or CUDA (the LibTorch kernels' platforms)")
     parser.add_argument("--cells", type=int, default=3, help="diamond cells per edge (8 atoms each)")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--out", default=None, help="where to write the exported model (default: a temporary folder)")
@@ -48,7 +51,11 @@ def main(argv=None):
     native = os.path.join(HERE, "models", "silicon-sw.safetensors")
     kind = "AOTInductor" if args.aoti else "TorchScript"
     exported = args.out or os.path.join(tempfile.mkdtemp(), "silicon.pt2" if args.aoti else "silicon.pt")
-    metadata = (export_aoti if args.aoti else export_torchscript)(native, exported)
+    cuda = args.platform == "CUDA"
+    if args.aoti:
+        metadata = export_aoti(native, exported, device="cuda" if cuda else "cpu")
+    else:
+        metadata = export_torchscript(native, exported, static_shapes=cuda)
     print(f"exported {native} -> {exported} ({os.path.getsize(exported):,} bytes; cut-off {metadata['cutoff']} "
           f"{metadata['length_unit']}, types {[t['name'] for t in metadata['types']]})")
 
@@ -57,12 +64,14 @@ def main(argv=None):
     results = {}
     for label, path in (("native", native), (kind, exported)):
         system = silicon_md.ml_system(path, len(positions), edge)
-        context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName(args.platform))
+        properties = {"Precision": "double"} if cuda else {}
+        context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName(args.platform), properties)
         context.setPositions(positions_nm + 0.01 * np.random.default_rng(0).standard_normal(positions_nm.shape))
         context.setVelocitiesToTemperature(1000, 1)
         results[label] = energy_and_forces(context)
         start = time.perf_counter()
         context.getIntegrator().step(args.steps)
+        context.getState(getPositions=True)  # waits for the device
         speed = args.steps / (time.perf_counter() - start)
         print(f"{label:12s} energy {results[label][0]:14.6f} kJ/mol, {speed:8.1f} steps/s on {args.platform} ({len(positions)} atoms)")
     (e0, f0), (e1, f1) = results["native"], results[kind]
