@@ -74,6 +74,52 @@ def test_static_shapes_export(tmp_path, name):
     assert "nonzero" not in str(torch.jit.load(static).inlined_graph)
 
 
+@pytest.mark.parametrize("static_shapes", [False, True])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_padding_particle_changes_nothing(tmp_path, name, static_shapes):
+    """The static-shape layout of the CUDA platform (docs/torch-models.md): particle n (type 0, at the origin) owns
+    padding self-edges of length 2 r_c after the real edges. The first n energies, the gradients of the real edges and
+    of the real positions are those of the graph without padding; the padding edges get no gradient from them. A
+    module that differentiates itself (the sum of all its energies) gives the same gradients on the real parts.  (Not
+    bitwise: the padding particle joins type 0's batch in the networks, which may change the rounding of a product.)"""
+    model = small_model(name)
+    reference = GraphModelTorch(model)
+    plain, gradients = str(tmp_path / "plain.pt"), str(tmp_path / "gradients.pt")
+    export_torchscript(model, plain, static_shapes=static_shapes)
+    export_torchscript(model, gradients, static_shapes=static_shapes, gradients=True)
+    positions, types, box = system_of(200, model.n_types)
+    scale = reference.length_scale_nm
+    rows, neighbors, vectors = canonical_graph(positions, box, reference.cutoff_nm, scale)
+    n, edges, pad = len(types), len(neighbors), 37
+    x, v, b = positions / scale, vectors.detach(), box / scale
+    padded = (torch.cat((x, torch.zeros(1, 3, dtype=x.dtype))), torch.cat((types, torch.zeros(1, dtype=types.dtype))),
+              torch.cat((rows, torch.tensor([edges + pad]))), torch.cat((neighbors, torch.full((pad,), n, dtype=neighbors.dtype))),
+              torch.cat((v, torch.tensor([[2 * reference.cutoff, 0.0, 0.0]], dtype=v.dtype).repeat(pad, 1))))
+
+    def run(module, positions, types, rows, neighbors, vectors):
+        positions = positions.clone().requires_grad_(True)
+        vectors = vectors.clone().requires_grad_(True)
+        energies = module(positions, types, rows, neighbors, vectors, b, len(rows) - 1, 0)
+        grad_vectors, grad_positions = torch.autograd.grad(energies[:n].sum(), (vectors, positions), allow_unused=True)
+        return energies.detach(), grad_vectors, grad_positions
+
+    module = torch.jit.load(plain)
+    energies, grad_vectors, _ = run(module, x, types, rows, neighbors, v)
+    padded_energies, padded_grad_vectors, padded_grad_positions = run(module, *padded)
+    assert padded_energies.shape == (n + 1,)
+    np.testing.assert_allclose(padded_energies[:n].numpy(), energies.numpy(), rtol=1e-12, atol=0)
+    np.testing.assert_allclose(padded_grad_vectors[:edges].numpy(), grad_vectors.numpy(), rtol=0,
+                               atol=1e-12 * float(grad_vectors.abs().max()))
+    assert float(padded_grad_vectors[edges:].abs().max()) == 0.0
+    assert padded_grad_positions is None or float(padded_grad_positions.abs().max()) == 0.0
+    with torch.enable_grad():
+        own_energies, own_grad_vectors, own_grad_positions = torch.jit.load(gradients)(*padded[:4], padded[4], b, n + 1, 0)
+    np.testing.assert_allclose(own_energies[:n].numpy(), energies.numpy(), rtol=1e-12, atol=0)
+    np.testing.assert_allclose(own_grad_vectors[:edges].numpy(), grad_vectors.numpy(), rtol=0,
+                               atol=1e-12 * float(grad_vectors.abs().max()))
+    assert float(own_grad_positions[:n].abs().max()) == 0.0
+
+
 def test_float32_export(tmp_path):
     model = small_model("interaction")
     reference = GraphModelTorch(model)
