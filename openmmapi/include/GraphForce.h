@@ -68,8 +68,8 @@ class GraphModel;
  *    initialized if the application has not done it.  Reference and CPU
  *    platforms, native and TorchScript models (whose module gets the rank's
  *    particles, its ghosts and the communicate handle); on the CUDA
- *    platform, native models without an interaction block (each rank one
- *    GPU, or ranks sharing one), for now.
+ *    platform, native models (each rank one GPU, or ranks sharing one; an
+ *    interaction block's node features go between the ranks through MPI).
  */
 class OPENMM_EXPORT_GRAPH GraphForce : public OpenMM::Force {
 public:
