@@ -81,6 +81,14 @@ class _ScriptNetwork(torch.nn.Module):
         self.output_bias = torch.nn.Parameter(network.output_bias.detach().to(dtype).clone(), requires_grad=False)
         self.tanh = network.activation is torch.tanh
 
+    def _apply(self, fn, recurse=True):
+        # Module.to / .cuda / .double move parameters and buffers; the scriptable tensor lists go along.
+        super()._apply(fn, recurse)
+        self.weights = [fn(w) for w in self.weights]
+        self.biases = [fn(b) for b in self.biases]
+        self.timesteps = [fn(t) for t in self.timesteps]
+        return self
+
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         hidden = inputs
         for index in range(len(self.weights)):
@@ -401,11 +409,6 @@ def export_aoti(model, path: str, dtype: str = "float64", device: str = "cpu", s
     if static_shapes is None:
         static_shapes = device == "cuda"
     module = GraphScriptModel(model, torch_dtype, static_shapes).eval().requires_grad_(False).to(device)
-    for network in list(module.fitting_networks) + list(module.node_networks):
-        # Lists of tensors (scriptable attributes) are not moved by Module.to.
-        network.weights = [w.to(device) for w in network.weights]
-        network.biases = [b.to(device) for b in network.biases]
-        network.timesteps = [t.to(device) for t in network.timesteps]
 
     def program(positions, types, row_offsets, neighbors, edge_vectors, box):
         with torch.enable_grad():

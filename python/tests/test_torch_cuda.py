@@ -17,7 +17,8 @@ from openmmgraph.grades import lattice_system
 from openmmgraph.torch_export import export_aoti, export_torchscript
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # the shared torch_model_system module (importlib mode)
-from torch_model_system import MODELS, energy_forces, graph_context, small_model  # noqa: E402
+from torch_model_system import (  # noqa: E402
+    MODELS, assert_float32_accuracy, change_every_third_type, energy_forces, graph_context, small_model)
 
 pytestmark = pytest.mark.gpu
 
@@ -69,12 +70,7 @@ def test_torchscript_on_cuda_matches_the_native_reference(tmp_path, name):
         c.setPeriodicBoxVectors(*[openmm.Vec3(*map(float, row)) for row in 0.8 * np.asarray(box)])
         c.setPositions(0.8 * np.asarray(positions))
     expect_close(context, force, expected_context, expected_force, 1e-10, 1e-9)
-    for i in range(0, len(types), 3):
-        types[i] = (types[i] + 1) % model.n_types
-        force.setParticleParameters(i, i, int(types[i]))
-        expected_force.setParticleParameters(i, i, int(types[i]))
-    force.updateParametersInContext(context)
-    expected_force.updateParametersInContext(expected_context)
+    change_every_third_type(types, model.n_types, [(context, force), (expected_context, expected_force)])
     expect_close(context, force, expected_context, expected_force, 1e-10, 1e-9)
     context.getIntegrator().step(20)
     assert np.isfinite(energy_forces(context)[0])
@@ -127,12 +123,9 @@ def test_float32_torchscript_on_cuda_mixed_precision(tmp_path):
     positions, types, box = lattice_system(300, n_types=model.n_types, seed=5)
     expected_context, expected_force, _ = graph_context(native, types, box, positions, "Reference", periodic=False)
     expected_energy, expected_forces = energy_forces(expected_context)
-    rms = np.sqrt(np.mean(np.sum(expected_forces**2, axis=1)))
     for path in (exported, native):
         context, force, _ = graph_context(path, types, box, positions, "CUDA", properties={"Precision": "mixed"}, periodic=False)
-        energy, forces = energy_forces(context)
-        assert energy == pytest.approx(expected_energy, rel=1e-5), path
-        assert np.sqrt(np.mean(np.sum((forces - expected_forces) ** 2, axis=1))) < 1e-4 * rms, path
+        assert_float32_accuracy(*energy_forces(context), expected_energy, expected_forces, path)
 
 
 @needs_cuda_plugin

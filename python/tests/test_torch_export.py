@@ -20,7 +20,8 @@ from openmmgraph.torch_export import canonical_graph, export_aoti, export_torchs
 from openmmgraph.torch_model import GraphModelTorch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # the shared torch_model_system module (importlib mode)
-from torch_model_system import MODELS, energy_forces, graph_context, small_model  # noqa: E402
+from torch_model_system import (  # noqa: E402
+    MODELS, assert_float32_accuracy, change_every_third_type, energy_forces, graph_context, small_model)
 
 def system_of(n, n_types, seed=1):
     positions, types, box = lattice_system(n, n_types=n_types, seed=seed)
@@ -128,9 +129,7 @@ def test_float32_export(tmp_path):
     positions, types, box = system_of(250, model.n_types)
     expected_energy, expected_forces = reference.energy_and_forces(positions, types, box)
     energy, forces = module_energy_and_forces(torch.jit.load(path), reference, positions, types, box, torch.float32)
-    assert energy == pytest.approx(expected_energy, rel=1e-5)
-    rms = np.sqrt(np.mean(np.sum(expected_forces**2, axis=1)))
-    assert np.sqrt(np.mean(np.sum((forces - expected_forces) ** 2, axis=1))) < 1e-4 * rms
+    assert_float32_accuracy(energy, forces, expected_energy, expected_forces)
 
 
 def test_export_matches_openmm_reference_platform(tmp_path):
@@ -269,12 +268,7 @@ def test_graphforce_runs_torchscript_models(tmp_path, name, platform):
     again.setPositions(np.asarray(positions))
     assert energy_forces(again)[0] == energy
     # Types can change in the Context, as for native models.
-    for i in range(0, len(types), 3):
-        types[i] = (types[i] + 1) % model.n_types
-        force.setParticleParameters(i, i, int(types[i]))
-        expected_force.setParticleParameters(i, i, int(types[i]))
-    force.updateParametersInContext(context)
-    expected_force.updateParametersInContext(expected_context)
+    change_every_third_type(types, model.n_types, [(context, force), (expected_context, expected_force)])
     assert energy_forces(context)[0] == pytest.approx(energy_forces(expected_context)[0], rel=1e-12)
     # MD runs.
     context.getIntegrator().step(5)
@@ -290,9 +284,7 @@ def test_graphforce_float32_torchscript_model(tmp_path):
     positions, types, box = lattice_system(250, n_types=model.n_types, seed=5)
     expected_energy, expected_forces = energy_forces(graph_context(native, types, box, positions, "Reference")[0])
     energy, forces = energy_forces(graph_context(exported, types, box, positions, "Reference")[0])
-    assert energy == pytest.approx(expected_energy, rel=1e-5)
-    rms = np.sqrt(np.mean(np.sum(expected_forces**2, axis=1)))
-    assert np.sqrt(np.mean(np.sum((forces - expected_forces) ** 2, axis=1))) < 1e-4 * rms
+    assert_float32_accuracy(energy, forces, expected_energy, expected_forces)
 
 
 def test_torchscript_archives_are_checked(tmp_path):
@@ -402,9 +394,7 @@ def test_graphforce_float32_aoti_package(tmp_path):
     positions, types, box = lattice_system(250, n_types=model.n_types, seed=5)
     expected_energy, expected_forces = energy_forces(graph_context(native, types, box, positions, "Reference")[0])
     energy, forces = energy_forces(graph_context(package, types, box, positions, "Reference")[0])
-    assert energy == pytest.approx(expected_energy, rel=1e-5)
-    rms = np.sqrt(np.mean(np.sum(expected_forces**2, axis=1)))
-    assert np.sqrt(np.mean(np.sum((forces - expected_forces) ** 2, axis=1))) < 1e-4 * rms
+    assert_float32_accuracy(energy, forces, expected_energy, expected_forces)
     with pytest.raises(ValueError, match="pt2"):
         export_aoti(model, str(tmp_path / "model.pt"))
     with pytest.raises(ValueError, match="dtype"):

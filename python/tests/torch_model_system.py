@@ -42,3 +42,21 @@ def energy_forces(context):
     state = context.getState(getEnergy=True, getForces=True)
     return (state.getPotentialEnergy().value_in_unit(openmm.unit.kilojoule_per_mole),
             state.getForces(asNumpy=True).value_in_unit(openmm.unit.kilojoule_per_mole / openmm.unit.nanometer))
+
+
+def change_every_third_type(types, n_types, pairs):
+    """Give every third particle the next type: in `types` and in each (context, force) of `pairs`, updated in the
+    Context (types change in a Context for PyTorch models as for native ones)."""
+    for i in range(0, len(types), 3):
+        types[i] = (types[i] + 1) % n_types
+        for _, force in pairs:
+            force.setParticleParameters(i, i, int(types[i]))
+    for context, force in pairs:
+        force.updateParametersInContext(context)
+
+
+def assert_float32_accuracy(energy, forces, expected_energy, expected_forces, where=""):
+    """A float32 model against float64: energy to 1e-5 relative, RMS force error below 1e-4 of the RMS force."""
+    assert abs(energy - expected_energy) <= 1e-5 * abs(expected_energy), where
+    rms = np.sqrt(np.mean(np.sum(np.asarray(expected_forces) ** 2, axis=1)))
+    assert np.sqrt(np.mean(np.sum((np.asarray(forces) - expected_forces) ** 2, axis=1))) < 1e-4 * rms, where

@@ -29,15 +29,12 @@ void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce
     const CudaGraphMode mode = graph == "true" ? CudaGraphMode::Required : graph == "false" ? CudaGraphMode::Off : CudaGraphMode::Auto;
     const std::string chunk = force.getProperty("CudaChunkRows");
     const int chunkRows = chunk == "auto" ? 0 : std::stoi(chunk); // validated by setProperty
-    firstCenter = (int) ((long long) domainIndex * n / numDomains);
-    numCenters = (int) ((long long) (domainIndex + 1) * n / numDomains) - firstCenter;
+    std::vector<int> first, count;
+    centerShares(n, numDomains, first, count);
+    firstCenter = first[domainIndex];
+    numCenters = count[domainIndex];
     if (domains && model->numInteractions != 0) {
         // The interaction block's node features and dE/dB go between the ranks (CudaMpiExchange).
-        std::vector<int> first(numDomains), count(numDomains);
-        for (int r = 0; r < numDomains; r++) {
-            first[r] = (int) ((long long) r * n / numDomains);
-            count[r] = (int) ((long long) (r + 1) * n / numDomains) - first[r];
-        }
         ownedExchange.reset(new CudaMpiExchange(*domains, first, count, n));
         exchange = ownedExchange.get();
     }

@@ -98,6 +98,20 @@ public:
 };
 
 /**
+ * How the centers are shared out (devices of a Context, MPI ranks): domain d of
+ * numDomains evaluates [first[d], first[d] + count[d]) = [d * n / numDomains,
+ * (d + 1) * n / numDomains) of the force's n particles.
+ */
+inline void centerShares(int n, int numDomains, std::vector<int>& first, std::vector<int>& count) {
+    first.resize(numDomains);
+    count.resize(numDomains);
+    for (int d = 0; d < numDomains; d++) {
+        first[d] = (int) ((long long) d * n / numDomains);
+        count[d] = (int) ((long long) (d + 1) * n / numDomains) - first[d];
+    }
+}
+
+/**
  * Creates the pipeline for the CudaContext's precision.
  *
  * @param particles  [n] System index of each particle of the force

@@ -55,12 +55,8 @@ void CudaParallelCalcGraphForceKernel::initialize(const System& system, const Gr
     CudaContext& first = *data.contexts[0];
     if (force.getModel()->numInteractions != 0) {
         // The devices' shares of the centers, as each CudaCalcGraphForceKernel computes them.
-        const long long n = force.getNumParticles();
-        std::vector<int> firstCenter(numDevices), numCenters(numDevices);
-        for (int device = 0; device < numDevices; device++) {
-            firstCenter[device] = (int) (device * n / numDevices);
-            numCenters[device] = (int) ((device + 1) * n / numDevices) - firstCenter[device];
-        }
+        std::vector<int> firstCenter, numCenters;
+        centerShares(force.getNumParticles(), numDevices, firstCenter, numCenters);
         exchange.reset(new CudaPeerExchange(data.contexts, firstCenter, numCenters));
     }
     for (int device = 0; device < numDevices; device++) {

@@ -177,8 +177,6 @@ void CudaCalcTorchGraphForceKernel::enqueue(bool includeForces, bool addEnergy) 
     ContextSelector selector(cu);
     cudaStream_t stream = (cudaStream_t) cu.getCurrentStream();
     const GraphBox<double> boxNm = graph->currentBox();
-    const double toModel = 1.0 / model->lengthScale;
-    const double scale = model->energyScale / model->lengthScale; // model energy / model length -> kJ/mol/nm
 
     // Step 1: the graph and the model's inputs (OpenMM's context and stream).
     GraphStatus* deviceStatus = reinterpret_cast<GraphStatus*>(status->getDevicePointer());
@@ -187,16 +185,10 @@ void CudaCalcTorchGraphForceKernel::enqueue(bool includeForces, bool addEnergy) 
     long long* scan = reinterpret_cast<long long*>(scanned->getDevicePointer());
     launchTorchRowOffsets(graph->rowCount(), n, graph->capacity(), reinterpret_cast<long long*>(counts->getDevicePointer()), scan,
                           reinterpret_cast<void*>(scanScratch->getDevicePointer()), scanScratch->getSize(), stream);
-    const bool writeBox = box.size(0) == 3;
-    const double paddingLength = 2 * model->cutoff * toModel;
     if (dtype == torch::kFloat32)
-        launchTorchGraphInputs<float>(graph->positions(), graph->rows(), graph->rowCount(), graph->capacity(), scan, n, boxNm, toModel,
-                                      paddingLength, edgeCapacity, writeBox, positions.data_ptr<float>(), longs(rowOffsets),
-                                      longs(neighbors), edgeVectors.data_ptr<float>(), box.data_ptr<float>(), deviceStatus, stream);
+        launchInputs<float>(stream, boxNm, deviceStatus);
     else
-        launchTorchGraphInputs<double>(graph->positions(), graph->rows(), graph->rowCount(), graph->capacity(), scan, n, boxNm, toModel,
-                                       paddingLength, edgeCapacity, writeBox, positions.data_ptr<double>(), longs(rowOffsets),
-                                       longs(neighbors), edgeVectors.data_ptr<double>(), box.data_ptr<double>(), deviceStatus, stream);
+        launchInputs<double>(stream, boxNm, deviceStatus);
     GRAPH_CUDA_CHECK(cudaGetLastError());
     GRAPH_CU_CHECK(cuEventRecord(inputsReady, (CUstream) stream));
 
@@ -226,29 +218,35 @@ void CudaCalcTorchGraphForceKernel::enqueue(bool includeForces, bool addEnergy) 
 
     // Step 3: energy and forces into OpenMM's buffers (OpenMM's stream, after the model).
     GRAPH_CU_CHECK(cuStreamWaitEvent((CUstream) stream, outputsReady, 0));
-    void* energyBuffer = addEnergy ? (void*) cu.getEnergyBuffer().getDevicePointer() : nullptr;
-    const bool energyIsDouble = cu.getEnergyBuffer().getElementSize() == sizeof(double);
-    long long* forceBuffer = (long long*) cu.getLongForceBuffer().getDevicePointer();
-    const long long* offsets = longs(rowOffsets);
-    const long long* neighborIndex = longs(neighbors);
-    if (dtype == torch::kFloat32) {
-        launchTorchEnergy<float>(energies.data_ptr<float>(), n, model->energyScale, deviceStatus, energyBuffer, energyIsDouble, stream);
-        if (includeForces)
-            launchTorchForces<float>(gradEdges.defined() ? gradEdges.data_ptr<float>() : nullptr,
-                                     gradPositions.defined() ? gradPositions.data_ptr<float>() : nullptr, offsets, neighborIndex, n, scale,
-                                     graph->slotOfNode(), forceBuffer, cu.getPaddedNumAtoms(), deviceStatus, stream);
-    }
-    else {
-        launchTorchEnergy<double>(energies.data_ptr<double>(), n, model->energyScale, deviceStatus, energyBuffer, energyIsDouble, stream);
-        if (includeForces)
-            launchTorchForces<double>(gradEdges.defined() ? gradEdges.data_ptr<double>() : nullptr,
-                                      gradPositions.defined() ? gradPositions.data_ptr<double>() : nullptr, offsets, neighborIndex, n,
-                                      scale, graph->slotOfNode(), forceBuffer, cu.getPaddedNumAtoms(), deviceStatus, stream);
-    }
+    if (dtype == torch::kFloat32)
+        launchOutputs<float>(stream, includeForces, addEnergy, deviceStatus);
+    else
+        launchOutputs<double>(stream, includeForces, addEnergy, deviceStatus);
     GRAPH_CUDA_CHECK(cudaGetLastError());
     GRAPH_CUDA_CHECK(cudaMemcpyAsync(hostStatus, deviceStatus, sizeof(GraphStatus), cudaMemcpyDeviceToHost, stream));
     GRAPH_CU_CHECK(cuEventRecord(statusEvent, (CUstream) stream));
     pending = true;
+}
+
+template <typename real>
+void CudaCalcTorchGraphForceKernel::launchInputs(cudaStream_t stream, const GraphBox<double>& boxNm, GraphStatus* deviceStatus) {
+    const double toModel = 1.0 / model->lengthScale;
+    launchTorchGraphInputs<real>(graph->positions(), graph->rows(), graph->rowCount(), graph->capacity(),
+                                 reinterpret_cast<const long long*>(scanned->getDevicePointer()), n, boxNm, toModel,
+                                 2 * model->cutoff * toModel, edgeCapacity, box.size(0) == 3, positions.data_ptr<real>(), longs(rowOffsets),
+                                 longs(neighbors), edgeVectors.data_ptr<real>(), box.data_ptr<real>(), deviceStatus, stream);
+}
+
+template <typename real>
+void CudaCalcTorchGraphForceKernel::launchOutputs(cudaStream_t stream, bool includeForces, bool addEnergy, GraphStatus* deviceStatus) {
+    void* energyBuffer = addEnergy ? (void*) cu.getEnergyBuffer().getDevicePointer() : nullptr;
+    const bool energyIsDouble = cu.getEnergyBuffer().getElementSize() == sizeof(double);
+    launchTorchEnergy<real>(energies.data_ptr<real>(), n, model->energyScale, deviceStatus, energyBuffer, energyIsDouble, stream);
+    if (includeForces)
+        launchTorchForces<real>(gradEdges.defined() ? gradEdges.data_ptr<real>() : nullptr,
+                                gradPositions.defined() ? gradPositions.data_ptr<real>() : nullptr, longs(rowOffsets), longs(neighbors), n,
+                                model->energyScale / model->lengthScale, graph->slotOfNode(),
+                                (long long*) cu.getLongForceBuffer().getDevicePointer(), cu.getPaddedNumAtoms(), deviceStatus, stream);
 }
 
 void CudaCalcTorchGraphForceKernel::runModel(bool includeForces) {

@@ -58,6 +58,10 @@ private:
     class PrimaryContextScope;
     /** Enqueue one evaluation (steps 1 to 3); addEnergy: add the energy to OpenMM's buffer. */
     void enqueue(bool includeForces, bool addEnergy);
+    /** Step 1's last kernel: the model's inputs (in its dtype `real`) from the graph, on OpenMM's stream. */
+    template <typename real> void launchInputs(cudaStream_t stream, const GraphBox<double>& boxNm, GraphStatus* deviceStatus);
+    /** Step 3: the energy (when addEnergy) and the forces (when includeForces) into OpenMM's buffers, on OpenMM's stream. */
+    template <typename real> void launchOutputs(cudaStream_t stream, bool includeForces, bool addEnergy, GraphStatus* deviceStatus);
     /** Step 2 without a graph: the model on the inputs, outputs into energies, gradEdges, gradPositions (primary context). */
     void runModel(bool includeForces);
     /**
