@@ -445,10 +445,13 @@ def export_aoti(model, path: str, dtype: str = "float64", device: str = "cpu", s
     if os.path.exists(path):
         os.remove(path)
     configs = {}
-    if device == "cuda" and hasattr(torch._inductor.config.triton, "autotune_with_sample_inputs"):
-        # Inductor autotunes the CUDA kernels at compile time on random tensors by default; the graph gathers by the
-        # neighbour indices, whose bounds asserts random indices fail (a device-side assert).  Tune on the example graph.
-        configs["triton.autotune_with_sample_inputs"] = True
+    if device == "cuda":
+        # By default AOTInductor autotunes its Triton kernels at compile time on generated inputs (random floats, zero
+        # integers): the graph gathers by neighbour and center indices computed from them, and the bounds asserts of
+        # those gathers fail on the device (measured on an H200: a device-side assert).  Without compile-time
+        # autotuning, AOTInductor runs a first JIT pass on the real example graph to choose the kernels' launch
+        # configurations, then generates the package.
+        configs["triton.autotune_at_compile_time"] = False
     torch._inductor.aoti_compile_and_package(exported, package_path=str(path), inductor_configs=configs or None)
     metadata = _metadata(model, dtype, False)
     metadata["interface"] = "particle_energies_and_gradients"
