@@ -41,11 +41,9 @@ public:
      * In OpenMM's context (TorchCudaContext "openmm"): for the scope, PyTorch's allocations on the model's stream come
      * from this kernel's private pool of the caching allocator, whose memory belongs to OpenMM's context and is given
      * back before OpenMM destroys it; no other tensor of the process ever takes a block of it.  In the primary context:
-     * nothing.  Every scope takes a reference to the pool and gives it back (the kernel holds one from initialize());
-     * a scope inside another (initialize() uploading the types) routes nothing more.
+     * nothing.  Every scope takes a reference to the pool and gives it back (the kernel holds one from initialize()).
      */
-    explicit AllocationRouting(CudaCalcTorchGraphForceKernel& kernel) : kernel(kernel), active(kernel.sharedContext && kernel.routingDepth == 0) {
-        kernel.routingDepth++;
+    explicit AllocationRouting(CudaCalcTorchGraphForceKernel& kernel) : kernel(kernel), active(kernel.sharedContext) {
         if (active) {
             const cudaStream_t stream = (cudaStream_t) kernel.modelStream;
             c10::cuda::CUDACachingAllocator::beginAllocateToPool(kernel.deviceIndex, kernel.memoryPool,
@@ -53,7 +51,6 @@ public:
         }
     }
     ~AllocationRouting() {
-        kernel.routingDepth--;
         if (active) {
             try {
                 c10::cuda::CUDACachingAllocator::endAllocateToPool(kernel.deviceIndex, kernel.memoryPool);
@@ -181,10 +178,8 @@ void CudaCalcTorchGraphForceKernel::initialize(const System& system, const Graph
     if (sharedContext) {
         // PyTorch keeps its cuBLAS handles for the life of the process: this thread's are made in the primary context
         // (where the rest of the program uses them), never in OpenMM's, which is destroyed with the Context.
-        // The caching allocator is set up there too (on the first tensor of the process), before a pool is made.
         TorchContextScope primary(primaryContext);
         c10::cuda::CUDAGuard deviceGuard(device);
-        torch::empty({1}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
         at::cuda::getCurrentCUDABlasHandle();
         at::cuda::getCurrentCUDABlasLtHandle();
     }

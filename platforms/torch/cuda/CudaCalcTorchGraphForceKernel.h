@@ -102,7 +102,6 @@ private:
     c10::DeviceIndex deviceIndex = 0;
     c10::cuda::MempoolId_t memoryPool{0, 0}; ///< the private pool in OpenMM's context
     bool poolCreated = false;
-    int routingDepth = 0; ///< AllocationRouting scopes open
     CUstream modelStream = nullptr; ///< in torchContext
     std::optional<c10::cuda::CUDAStream> torchStream;
     CUevent inputsReady = nullptr, outputsReady = nullptr, statusEvent = nullptr;
