@@ -70,14 +70,6 @@ class GraphModel;
  *    particles, its ghosts and the communicate handle); on the CUDA
  *    platform, native models (each rank one GPU, or ranks sharing one; an
  *    interaction block's node features go between the ranks through MPI).
- *  - "TorchCudaContext": "openmm" (default) or "primary".  CUDA platform,
- *    PyTorch models only: the CUDA context PyTorch runs the model in.
- *    "openmm": OpenMM's own context, so an evaluation switches no context on
- *    the host or the GPU; the model's memory comes from a private pool given
- *    back when the Context is destroyed.  "primary": the device's primary
- *    context (where the rest of a PyTorch program works), as openmm-torch
- *    does; the GPU interleaves the two contexts' work.  Results are the same
- *    (docs/torch-models.md).
  */
 class OPENMM_EXPORT_GRAPH GraphForce : public OpenMM::Force {
 public:

@@ -266,11 +266,6 @@ def test_properties(modelBytes):
             force.setProperty("CudaChunkRows", bad)
     force.setProperty("CudaChunkRows", "65536")
     assert force.getProperties() == {"CheckFinite": "false", "CudaChunkRows": "65536"}
-    assert force.getProperty("TorchCudaContext") == "openmm"
-    with pytest.raises(openmm.OpenMMException, match="TorchCudaContext must be \"openmm\" or \"primary\""):
-        force.setProperty("TorchCudaContext", "shared")
-    force.setProperty("TorchCudaContext", "primary")
-    assert force.getProperty("TorchCudaContext") == "primary"
 
 
 # --------------------------------------------------------------------------

@@ -50,20 +50,17 @@ def expect_close(context, force, expected_context, expected_force, energy_rel, f
 
 
 @needs_cuda_plugin
-@pytest.mark.parametrize("torch_context", ["openmm", "primary"])
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_torchscript_on_cuda_matches_the_native_reference(tmp_path, name, torch_context):
+def test_torchscript_on_cuda_matches_the_native_reference(tmp_path, name):
     """float64 export, double precision: the CUDA path equals the native Reference platform to summation order; the
-    edge tensors grow when the system gets denser; repeated evaluations agree to 1e-12; types change; MD runs.  With
-    the model in OpenMM's CUDA context (the default) and in the primary context."""
+    edge tensors grow when the system gets denser; repeated evaluations agree to 1e-12; types change; MD runs."""
     model = small_model(name, seed=7)
     native, exported = str(tmp_path / "model.safetensors"), str(tmp_path / "model.pt")
     model.write(native)
     export_torchscript(model, exported)
     positions, types, box = lattice_system(400, n_types=model.n_types, seed=4)
     expected_context, expected_force, _ = graph_context(native, types, box, positions, "Reference")
-    context, force, _ = graph_context(exported, types, box, positions, "CUDA", properties={"Precision": "double"},
-                                      configure=lambda f: f.setProperty("TorchCudaContext", torch_context))
+    context, force, _ = graph_context(exported, types, box, positions, "CUDA", properties={"Precision": "double"})
     energy, forces = expect_close(context, force, expected_context, expected_force, 1e-10, 1e-9)
     # Not bitwise: the module's index_add (and its backward of index_select) add with floating-point atomics on CUDA,
     # so a gradient may change in its last bit and a force by the fixed-point unit 2^-32 kJ/mol/nm per contribution.
@@ -79,42 +76,6 @@ def test_torchscript_on_cuda_matches_the_native_reference(tmp_path, name, torch_
     expect_close(context, force, expected_context, expected_force, 1e-10, 1e-9)
     context.getIntegrator().step(20)
     assert np.isfinite(energy_forces(context)[0])
-
-
-@needs_cuda_plugin
-def test_models_in_openmms_context_give_their_memory_back_and_leave_pytorch_working(tmp_path):
-    """TorchCudaContext "openmm" (the default) runs the model in OpenMM's CUDA context, from a private pool of the
-    caching allocator.  Contexts created and destroyed in turn with "primary" ones, between PyTorch's own work in the
-    primary context: that work stays correct, every Context gives its memory back, and both modes give the same
-    results."""
-    import gc
-
-    model = small_model("interaction", seed=12)
-    exported = str(tmp_path / "model.pt")
-    export_torchscript(model, exported)
-    positions, types, box = lattice_system(300, n_types=model.n_types, seed=11)
-    a = torch.randn(192, 192, device="cuda", dtype=torch.float64)
-    expected_product = (a.cpu() @ a.cpu()).numpy()
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    allocated = torch.cuda.memory_allocated()
-    results = {"openmm": [], "primary": []}
-    for _ in range(3):
-        for mode in results:
-            context = graph_context(exported, types, box, positions, "CUDA", properties={"Precision": "double"},
-                                    configure=lambda f, m=mode: f.setProperty("TorchCudaContext", m))[0]
-            context.getIntegrator().step(3)
-            results[mode].append(energy_forces(context))
-            np.testing.assert_allclose((a @ a).cpu().numpy(), expected_product, rtol=1e-12)  # while the Context lives
-            del context
-            gc.collect()
-            np.testing.assert_allclose((a @ a).cpu().numpy(), expected_product, rtol=1e-12)  # after it is gone
-    for (energy, forces), (primary_energy, primary_forces) in zip(results["openmm"], results["primary"]):
-        assert energy == pytest.approx(primary_energy, rel=1e-12)
-        np.testing.assert_allclose(forces, primary_forces, rtol=0, atol=1e-12 * np.abs(primary_forces).max() + 64 * 2.0**-32)
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    assert torch.cuda.memory_allocated() == allocated
 
 
 @needs_cuda_plugin
@@ -182,10 +143,6 @@ def test_aoti_package_for_cuda(tmp_path):
     expected_context, expected_force, _ = graph_context(native, types, box, positions, "Reference")
     context, force, _ = graph_context(package, types, box, positions, "CUDA", properties={"Precision": "double"})
     expect_close(context, force, expected_context, expected_force, 1e-10, 1e-9)
-    primary, primary_force, _ = graph_context(package, types, box, positions, "CUDA", properties={"Precision": "double"},
-                                              configure=lambda f: f.setProperty("TorchCudaContext", "primary"))
-    expect_close(primary, primary_force, expected_context, expected_force, 1e-10, 1e-9)
-    del primary
     context.getIntegrator().step(5)
     assert np.isfinite(energy_forces(context)[0])
     with pytest.raises(openmm.OpenMMException, match='device="cpu"'):

@@ -5,9 +5,7 @@
 #include "openmm/OpenMMException.h"
 #include "openmm/common/ContextSelector.h"
 #include "openmm/internal/ContextImpl.h"
-#include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDACachingAllocator.h>
 #include <algorithm>
 #include <c10/cuda/CUDAGuard.h>
 
@@ -23,47 +21,15 @@ long long* longs(const torch::Tensor& tensor) {
 
 } // namespace
 
-class CudaCalcTorchGraphForceKernel::TorchContextScope {
+class CudaCalcTorchGraphForceKernel::PrimaryContextScope {
 public:
-    /** Makes `context` current on this thread for the scope (OpenMM's own: no switch, only the host's context stack). */
-    explicit TorchContextScope(CUcontext context) {
+    explicit PrimaryContextScope(CUcontext context) {
         GRAPH_CU_CHECK(cuCtxPushCurrent(context));
     }
-    ~TorchContextScope() {
+    ~PrimaryContextScope() {
         CUcontext popped;
         cuCtxPopCurrent(&popped);
     }
-};
-
-class CudaCalcTorchGraphForceKernel::AllocationRouting {
-public:
-    /**
-     * In OpenMM's context (TorchCudaContext "openmm"): for the scope, PyTorch's allocations on the model's stream come
-     * from this kernel's private pool of the caching allocator, whose memory belongs to OpenMM's context and is given
-     * back before OpenMM destroys it; no other tensor of the process ever takes a block of it.  In the primary context:
-     * nothing.  Every scope takes a reference to the pool and gives it back (the kernel holds one from initialize()).
-     */
-    explicit AllocationRouting(CudaCalcTorchGraphForceKernel& kernel) : kernel(kernel), active(kernel.sharedContext) {
-        if (active) {
-            const cudaStream_t stream = (cudaStream_t) kernel.modelStream;
-            c10::cuda::CUDACachingAllocator::beginAllocateToPool(kernel.deviceIndex, kernel.memoryPool,
-                                                                 [stream](cudaStream_t s) { return s == stream; });
-        }
-    }
-    ~AllocationRouting() {
-        if (active) {
-            try {
-                c10::cuda::CUDACachingAllocator::endAllocateToPool(kernel.deviceIndex, kernel.memoryPool);
-                c10::cuda::CUDACachingAllocator::releasePool(kernel.deviceIndex, kernel.memoryPool);
-            }
-            catch (...) {
-            }
-        }
-    }
-
-private:
-    CudaCalcTorchGraphForceKernel& kernel;
-    bool active;
 };
 
 class CudaCalcTorchGraphForceKernel::StatusCheck : public ComputeContext::ForcePostComputation {
@@ -88,11 +54,9 @@ CudaCalcTorchGraphForceKernel::~CudaCalcTorchGraphForceKernel() {
         ContextSelector selector(cu);
         cuEventSynchronize(statusEvent);
     }
-    if (torchContext != nullptr && cuCtxPushCurrent(torchContext) == CUDA_SUCCESS) {
-        // Torch's objects are released in PyTorch's context (no TorchContextScope: a destructor must not throw).
+    if (primaryContext != nullptr && cuCtxPushCurrent(primaryContext) == CUDA_SUCCESS) {
+        // Torch's objects are released in PyTorch's context (no PrimaryContextScope: a destructor must not throw).
         try {
-            if (modelStream != nullptr)
-                cuStreamSynchronize(modelStream);
             energies = gradEdges = gradPositions = torch::Tensor();
             for (int g = 0; g < 2; g++) {
                 modelGraphs[g].reset();
@@ -100,13 +64,6 @@ CudaCalcTorchGraphForceKernel::~CudaCalcTorchGraphForceKernel() {
             }
             positions = typeTensor = rowOffsets = neighbors = edgeVectors = box = torch::Tensor();
             runner.reset();
-            if (sharedContext && poolCreated) {
-                // Everything PyTorch holds in OpenMM's context goes back before OpenMM destroys it: cuBLAS's workspaces
-                // (kept per handle and stream, also for this kernel's stream), then the private pool's memory.
-                at::cuda::clearCublasWorkspaces();
-                c10::cuda::CUDACachingAllocator::releasePool(deviceIndex, memoryPool);
-                c10::cuda::CUDACachingAllocator::emptyCache();
-            }
             torchStream.reset();
             if (modelStream != nullptr)
                 cuStreamDestroy(modelStream);
@@ -117,9 +74,8 @@ CudaCalcTorchGraphForceKernel::~CudaCalcTorchGraphForceKernel() {
         }
         CUcontext popped;
         cuCtxPopCurrent(&popped);
-    }
-    if (primaryContext != nullptr)
         cuDevicePrimaryCtxRelease(cu.getDevice());
+    }
     ContextSelector selector(cu);
     if (hostStatus != nullptr)
         cuMemFreeHost(hostStatus);
@@ -169,36 +125,15 @@ void CudaCalcTorchGraphForceKernel::initialize(const System& system, const Graph
         GRAPH_CU_CHECK(cuEventCreate(&inputsReady, CU_EVENT_DISABLE_TIMING));
         GRAPH_CU_CHECK(cuEventCreate(&statusEvent, CU_EVENT_DISABLE_TIMING));
     }
-    // PyTorch works in OpenMM's own context (TorchCudaContext "openmm", the default) or in the device's primary
-    // context ("primary"): the model, its tensors and its stream live there.
-    sharedContext = force.getProperty("TorchCudaContext") == "openmm";
-    deviceIndex = (c10::DeviceIndex) cu.getDeviceIndex();
-    const torch::Device device(torch::kCUDA, deviceIndex);
+    // PyTorch works in the device's primary context: the model, its tensors and its stream live there.
     GRAPH_CU_CHECK(cuDevicePrimaryCtxRetain(&primaryContext, cu.getDevice()));
-    if (sharedContext) {
-        // PyTorch keeps its cuBLAS handles for the life of the process: this thread's are made in the primary context
-        // (where the rest of the program uses them), never in OpenMM's, which is destroyed with the Context.
-        TorchContextScope primary(primaryContext);
-        c10::cuda::CUDAGuard deviceGuard(device);
-        at::cuda::getCurrentCUDABlasHandle();
-        at::cuda::getCurrentCUDABlasLtHandle();
-    }
-    torchContext = sharedContext ? cu.getContext() : primaryContext;
-    TorchContextScope scope(torchContext);
+    PrimaryContextScope scope(primaryContext);
+    const torch::Device device(torch::kCUDA, (c10::DeviceIndex) cu.getDeviceIndex());
     c10::cuda::CUDAGuard deviceGuard(device);
     GRAPH_CU_CHECK(cuStreamCreate(&modelStream, CU_STREAM_NON_BLOCKING));
     torchStream = c10::cuda::getStreamFromExternal((cudaStream_t) modelStream, device.index());
     GRAPH_CU_CHECK(cuEventCreate(&outputsReady, CU_EVENT_DISABLE_TIMING));
-    c10::cuda::CUDAStreamGuard streamGuard(*torchStream);
-    if (sharedContext) {
-        // The kernel's private pool, and the kernel's own reference to it (given back in the destructor).
-        memoryPool = at::cuda::graph_pool_handle();
-        c10::cuda::CUDACachingAllocator::beginAllocateToPool(deviceIndex, memoryPool, [](cudaStream_t) { return false; });
-        c10::cuda::CUDACachingAllocator::endAllocateToPool(deviceIndex, memoryPool);
-        poolCreated = true;
-    }
-    AllocationRouting routing(*this);
-    runner = std::make_unique<TorchModelRunner>(force, device, sharedContext);
+    runner = std::make_unique<TorchModelRunner>(force, device);
     auto real = torch::TensorOptions().dtype(dtype).device(device);
     auto integer = torch::TensorOptions().dtype(torch::kInt64).device(device);
     // Every input is written by the input kernel at every evaluation (on OpenMM's stream): allocated, not filled.
@@ -217,17 +152,13 @@ void CudaCalcTorchGraphForceKernel::initialize(const System& system, const Graph
 }
 
 void CudaCalcTorchGraphForceKernel::uploadTypes() {
-    TorchContextScope scope(torchContext);
+    PrimaryContextScope scope(primaryContext);
     GRAPH_CU_CHECK(cuStreamSynchronize(modelStream)); // an evaluation in flight reads the types
-    c10::cuda::CUDAStreamGuard streamGuard(*torchStream);
-    AllocationRouting routing(*this);
     typeTensor.copy_(torch::tensor(types, torch::kInt64));
 }
 
 void CudaCalcTorchGraphForceKernel::allocateEdges(long long edges) {
-    TorchContextScope scope(torchContext);
-    c10::cuda::CUDAStreamGuard streamGuard(*torchStream);
-    AllocationRouting routing(*this);
+    PrimaryContextScope scope(primaryContext);
     // Captured graphs read the old tensors: capture again.
     for (int g = 0; g < 2; g++) {
         modelGraphs[g].reset();
@@ -261,9 +192,9 @@ void CudaCalcTorchGraphForceKernel::enqueue(bool includeForces, bool addEnergy) 
     GRAPH_CUDA_CHECK(cudaGetLastError());
     GRAPH_CU_CHECK(cuEventRecord(inputsReady, (CUstream) stream));
 
-    // Step 2: the model, in PyTorch's context (OpenMM's own by default) on this kernel's stream, after the inputs.
+    // Step 2: the model, in PyTorch's context on this kernel's stream, after the inputs.
     {
-        TorchContextScope scope(torchContext);
+        PrimaryContextScope scope(primaryContext);
         GRAPH_CU_CHECK(cuStreamWaitEvent(modelStream, inputsReady, 0));
         c10::cuda::CUDAStreamGuard streamGuard(*torchStream);
         const int g = includeForces ? 1 : 0;
@@ -275,10 +206,7 @@ void CudaCalcTorchGraphForceKernel::enqueue(bool includeForces, bool addEnergy) 
             gradPositions = graphOutputs[g][2];
         }
         else {
-            {
-                AllocationRouting routing(*this); // not during a capture, whose allocations go to the graph's own pool
-                runModel(includeForces);
-            }
+            runModel(includeForces);
             // Captured after WarmUpRuns plain runs with these tensors (lazy initialisations and TorchScript's profiling
             // and optimisation happen outside the capture; the capacity has been confirmed by status reads), for the
             // next evaluations; the capture itself runs nothing.
@@ -427,9 +355,7 @@ void CudaCalcTorchGraphForceKernel::getParticleEnergies(ContextImpl& context, st
     do
         enqueue(false, false);
     while (!finish());
-    TorchContextScope scope(torchContext);
-    c10::cuda::CUDAStreamGuard streamGuard(*torchStream);
-    AllocationRouting routing(*this);
+    PrimaryContextScope scope(primaryContext);
     torch::Tensor values = energies.narrow(0, 0, n).to(torch::kCPU, torch::kFloat64).contiguous();
     result.assign(values.data_ptr<double>(), values.data_ptr<double>() + n);
     for (double& e : result)

@@ -32,7 +32,7 @@ void preloadLibTorch() {
 
 } // namespace
 
-TorchModelRunner::TorchModelRunner(const GraphForce& force, torch::Device device, bool currentContext) {
+TorchModelRunner::TorchModelRunner(const GraphForce& force, torch::Device device) {
     const GraphModel& model = *force.getModel();
     if (model.kind == ModelKind::AOTInductor) {
         if (model.torchPackageForCuda != device.is_cuda())
@@ -60,9 +60,8 @@ TorchModelRunner::TorchModelRunner(const GraphForce& force, torch::Device device
         try {
             if (written != bytes.size())
                 throw std::runtime_error("cannot write the package to " + std::string(path));
-            // Device index -1: the program takes the device of the current context (an index makes it call cudaSetDevice).
-            const c10::DeviceIndex index = device.is_cuda() && !currentContext ? device.index() : (c10::DeviceIndex) -1;
-            package = std::make_unique<torch::inductor::AOTIModelPackageLoader>(path, "model", false, 1, index);
+            package = std::make_unique<torch::inductor::AOTIModelPackageLoader>(path, "model", false, 1,
+                                                                                device.is_cuda() ? device.index() : (c10::DeviceIndex) -1);
         }
         catch (const std::exception& error) {
             std::remove(path);
