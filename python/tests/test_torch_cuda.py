@@ -79,6 +79,39 @@ def test_torchscript_on_cuda_matches_the_native_reference(tmp_path, name):
 
 
 @needs_cuda_plugin
+def test_contexts_give_their_memory_back_and_leave_pytorch_working(tmp_path):
+    """Contexts with a PyTorch model created, run and destroyed in turn, between PyTorch's own work in the same
+    process and on the same device: that work stays correct, every Context gives back the memory it took from
+    PyTorch's caching allocator, and every Context gives the same results."""
+    import gc
+
+    model = small_model("interaction", seed=12)
+    exported = str(tmp_path / "model.pt")
+    export_torchscript(model, exported)
+    positions, types, box = lattice_system(300, n_types=model.n_types, seed=11)
+    a = torch.randn(192, 192, device="cuda", dtype=torch.float64)
+    expected_product = (a.cpu() @ a.cpu()).numpy()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    allocated = torch.cuda.memory_allocated()
+    results = []
+    for _ in range(3):
+        context = graph_context(exported, types, box, positions, "CUDA", properties={"Precision": "double"})[0]
+        context.getIntegrator().step(3)
+        results.append(energy_forces(context))
+        np.testing.assert_allclose((a @ a).cpu().numpy(), expected_product, rtol=1e-12)  # while the Context lives
+        del context
+        gc.collect()
+        np.testing.assert_allclose((a @ a).cpu().numpy(), expected_product, rtol=1e-12)  # after it is gone
+    for energy, forces in results[1:]:
+        assert energy == pytest.approx(results[0][0], rel=1e-12)
+        np.testing.assert_allclose(forces, results[0][1], rtol=0, atol=1e-12 * np.abs(results[0][1]).max() + 64 * 2.0**-32)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    assert torch.cuda.memory_allocated() == allocated
+
+
+@needs_cuda_plugin
 def test_torchscript_module_that_returns_gradients_on_cuda(tmp_path):
     """export_torchscript(gradients=True): the module differentiates itself, on the plugin's stream."""
     model = small_model("interaction", seed=11)
