@@ -91,9 +91,17 @@ def test_contexts_give_their_memory_back_and_leave_pytorch_working(tmp_path):
     positions, types, box = lattice_system(300, n_types=model.n_types, seed=11)
     a = torch.randn(192, 192, device="cuda", dtype=torch.float64)
     expected_product = (a.cpu() @ a.cpu()).numpy()
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    allocated = torch.cuda.memory_allocated()
+    a @ a  # PyTorch's cuBLAS workspace for this stream, before the count
+
+    def allocated_now():
+        """Bytes in use in PyTorch's caching allocator, once this stream's workspace is there again (a Context drops
+        PyTorch's cuBLAS workspaces when it goes, docs/torch-models.md)."""
+        a @ a
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        return torch.cuda.memory_allocated()
+
+    allocated = allocated_now()
     results = []
     for _ in range(3):
         context = graph_context(exported, types, box, positions, "CUDA", properties={"Precision": "double"})[0]
@@ -106,9 +114,7 @@ def test_contexts_give_their_memory_back_and_leave_pytorch_working(tmp_path):
     for energy, forces in results[1:]:
         assert energy == pytest.approx(results[0][0], rel=1e-12)
         np.testing.assert_allclose(forces, results[0][1], rtol=0, atol=1e-12 * np.abs(results[0][1]).max() + 64 * 2.0**-32)
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    assert torch.cuda.memory_allocated() == allocated
+    assert allocated_now() <= allocated  # less when a workspace of another stream was dropped too
 
 
 @needs_cuda_plugin

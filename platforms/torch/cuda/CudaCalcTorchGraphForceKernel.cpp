@@ -5,6 +5,7 @@
 #include "openmm/OpenMMException.h"
 #include "openmm/common/ContextSelector.h"
 #include "openmm/internal/ContextImpl.h"
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <algorithm>
 #include <c10/cuda/CUDAGuard.h>
@@ -64,6 +65,12 @@ CudaCalcTorchGraphForceKernel::~CudaCalcTorchGraphForceKernel() {
             }
             positions = typeTensor = rowOffsets = neighbors = edgeVectors = box = torch::Tensor();
             runner.reset();
+            // PyTorch keeps a cuBLAS (and cuBLASLt) workspace per handle and stream for the life of the process, so
+            // every Context's stream would leave its own behind (found on the H200: tens of MB per Context).  There is
+            // no per-stream release in every LibTorch we build against: all are dropped, and remade when next used.
+            if (modelStream != nullptr)
+                cuStreamSynchronize(modelStream);
+            at::cuda::clearCublasWorkspaces();
             torchStream.reset();
             if (modelStream != nullptr)
                 cuStreamDestroy(modelStream);
