@@ -190,6 +190,63 @@ def test_aoti_package_for_cuda(tmp_path):
     export_aoti(model, cpu_package)
     with pytest.raises(openmm.OpenMMException, match='device="cuda"'):
         graph_context(cpu_package, types, box, positions, "CUDA")
+    check_package_in_openmms_context(tmp_path, package, types, box, positions, *energy_forces(expected_context))
+
+
+# Run in a process of its own (a failure there must not take this test process with it): the package in OpenMM's
+# CUDA context (TorchCudaContext "openmm"), between PyTorch's own work in the primary context.
+OPENMM_CONTEXT_SCRIPT = """
+import gc, json, sys
+import numpy as np, torch
+sys.path.insert(0, sys.argv[1])
+from torch_model_system import energy_forces, graph_context
+data = np.load(sys.argv[3])
+a = torch.randn(128, 128, device="cuda", dtype=torch.float64)
+product = (a.cpu() @ a.cpu()).numpy()
+def allocated():
+    a @ a
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return torch.cuda.memory_allocated()
+before = allocated()
+results = []
+for _ in range(2):
+    context = graph_context(sys.argv[2], data["types"], data["box"], data["positions"], "CUDA",
+                            properties={"Precision": "double"},
+                            configure=lambda f: f.setProperty("TorchCudaContext", "openmm"))[0]
+    energy, forces = energy_forces(context)
+    context.getIntegrator().step(5)
+    stepped = energy_forces(context)[0]
+    same_product = bool(np.allclose((a @ a).cpu().numpy(), product, rtol=1e-12, atol=0))
+    del context
+    gc.collect()
+    results.append(dict(energy=energy, stepped=stepped, same_product=same_product))
+np.save(sys.argv[4], forces)
+print(json.dumps(dict(results=results, before=before, after=allocated(),
+                      same_product=bool(np.allclose((a @ a).cpu().numpy(), product, rtol=1e-12, atol=0)))))
+"""
+
+
+def check_package_in_openmms_context(tmp_path, package, types, box, positions, expected_energy, expected_forces):
+    """TorchCudaContext "openmm": the package gives the native Reference platform's energy and forces (twice, in
+    Contexts made one after the other), MD runs, PyTorch's own work in the primary context stays correct while and
+    after the Contexts live, and the Contexts give PyTorch's memory back."""
+    import json
+    import subprocess
+
+    inputs, forces_path = str(tmp_path / "system.npz"), str(tmp_path / "openmm_context_forces.npy")
+    np.savez(inputs, types=np.asarray(types), box=np.asarray(box), positions=np.asarray(positions))
+    run = subprocess.run([sys.executable, "-c", OPENMM_CONTEXT_SCRIPT, str(pathlib.Path(__file__).resolve().parent), package,
+                          inputs, forces_path], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"exit status {run.returncode}:\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}"
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    for result in report["results"]:
+        assert result["energy"] == pytest.approx(expected_energy, rel=1e-10)
+        assert np.isfinite(result["stepped"]) and result["same_product"]
+    np.testing.assert_allclose(np.load(forces_path), expected_forces, rtol=0,
+                               atol=1e-9 * np.abs(expected_forces).max() + 64 * 2.0**-32)
+    assert report["same_product"]
+    assert report["after"] <= report["before"]
 
 
 @needs_cuda_plugin
@@ -209,6 +266,9 @@ def test_errors_on_cuda_are_clear_and_nothing_is_lost(tmp_path):
     assert energy_forces(context)[0] == good[0]
     with pytest.raises(openmm.OpenMMException, match="CudaGraph"):
         graph_context(exported, types, box, positions, "CUDA", configure=lambda f: f.setProperty("CudaGraph", "true"))
+    with pytest.raises(openmm.OpenMMException, match='TorchCudaContext "openmm" runs AOTInductor packages only'):
+        graph_context(exported, types, box, positions, "CUDA", configure=lambda f: f.setProperty("TorchCudaContext", "openmm"))
+    assert energy_forces(context)[0] == good[0]
 
 
 @needs_cuda_plugin

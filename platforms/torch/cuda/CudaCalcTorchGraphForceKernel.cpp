@@ -7,6 +7,7 @@
 #include "openmm/internal/ContextImpl.h"
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <algorithm>
 #include <c10/cuda/CUDAGuard.h>
 
@@ -22,15 +23,50 @@ long long* longs(const torch::Tensor& tensor) {
 
 } // namespace
 
-class CudaCalcTorchGraphForceKernel::PrimaryContextScope {
+class CudaCalcTorchGraphForceKernel::TorchContextScope {
 public:
-    explicit PrimaryContextScope(CUcontext context) {
+    /** Makes `context` current on this thread for the scope (OpenMM's own: no switch, only the host's context stack). */
+    explicit TorchContextScope(CUcontext context) {
         GRAPH_CU_CHECK(cuCtxPushCurrent(context));
     }
-    ~PrimaryContextScope() {
+    ~TorchContextScope() {
         CUcontext popped;
         cuCtxPopCurrent(&popped);
     }
+};
+
+class CudaCalcTorchGraphForceKernel::AllocationRouting {
+public:
+    /**
+     * In OpenMM's context (TorchCudaContext "openmm"): for the scope, PyTorch's allocations on the model's stream come
+     * from this kernel's private pool of the caching allocator, whose memory belongs to OpenMM's context and is given
+     * back before OpenMM destroys it; no other tensor of the process ever takes a block of it.  In the primary context:
+     * nothing.  Every scope takes a reference to the pool and gives it back (the kernel holds one from initialize());
+     * a scope inside another (initialize() uploading the types) routes nothing more.
+     */
+    explicit AllocationRouting(CudaCalcTorchGraphForceKernel& kernel) : kernel(kernel), active(kernel.sharedContext && kernel.routingDepth == 0) {
+        kernel.routingDepth++;
+        if (active) {
+            const cudaStream_t stream = (cudaStream_t) kernel.modelStream;
+            c10::cuda::CUDACachingAllocator::beginAllocateToPool(kernel.deviceIndex, kernel.memoryPool,
+                                                                 [stream](cudaStream_t s) { return s == stream; });
+        }
+    }
+    ~AllocationRouting() {
+        kernel.routingDepth--;
+        if (active) {
+            try {
+                c10::cuda::CUDACachingAllocator::endAllocateToPool(kernel.deviceIndex, kernel.memoryPool);
+                c10::cuda::CUDACachingAllocator::releasePool(kernel.deviceIndex, kernel.memoryPool);
+            }
+            catch (...) {
+            }
+        }
+    }
+
+private:
+    CudaCalcTorchGraphForceKernel& kernel;
+    bool active;
 };
 
 class CudaCalcTorchGraphForceKernel::StatusCheck : public ComputeContext::ForcePostComputation {
@@ -55,9 +91,11 @@ CudaCalcTorchGraphForceKernel::~CudaCalcTorchGraphForceKernel() {
         ContextSelector selector(cu);
         cuEventSynchronize(statusEvent);
     }
-    if (primaryContext != nullptr && cuCtxPushCurrent(primaryContext) == CUDA_SUCCESS) {
-        // Torch's objects are released in PyTorch's context (no PrimaryContextScope: a destructor must not throw).
+    if (torchContext != nullptr && cuCtxPushCurrent(torchContext) == CUDA_SUCCESS) {
+        // Torch's objects are released in PyTorch's context (no TorchContextScope: a destructor must not throw).
         try {
+            if (modelStream != nullptr)
+                cuStreamSynchronize(modelStream);
             energies = gradEdges = gradPositions = torch::Tensor();
             for (int g = 0; g < 2; g++) {
                 modelGraphs[g].reset();
@@ -68,9 +106,12 @@ CudaCalcTorchGraphForceKernel::~CudaCalcTorchGraphForceKernel() {
             // PyTorch keeps a cuBLAS (and cuBLASLt) workspace per handle and stream for the life of the process, so
             // every Context's stream would leave its own behind (found on the H200: tens of MB per Context).  There is
             // no per-stream release in every LibTorch we build against: all are dropped, and remade when next used.
-            if (modelStream != nullptr)
-                cuStreamSynchronize(modelStream);
             at::cuda::clearCublasWorkspaces();
+            if (sharedContext && poolCreated) {
+                // Everything PyTorch holds in OpenMM's context goes back before OpenMM destroys it: the private pool.
+                c10::cuda::CUDACachingAllocator::releasePool(deviceIndex, memoryPool);
+                c10::cuda::CUDACachingAllocator::emptyCache();
+            }
             torchStream.reset();
             if (modelStream != nullptr)
                 cuStreamDestroy(modelStream);
@@ -81,8 +122,9 @@ CudaCalcTorchGraphForceKernel::~CudaCalcTorchGraphForceKernel() {
         }
         CUcontext popped;
         cuCtxPopCurrent(&popped);
-        cuDevicePrimaryCtxRelease(cu.getDevice());
     }
+    if (primaryContext != nullptr)
+        cuDevicePrimaryCtxRelease(cu.getDevice());
     ContextSelector selector(cu);
     if (hostStatus != nullptr)
         cuMemFreeHost(hostStatus);
@@ -100,6 +142,11 @@ void CudaCalcTorchGraphForceKernel::initialize(const System& system, const Graph
     if (force.getProperty("Domains") == "mpi")
         throw OpenMMException("GraphForce: property Domains = \"mpi\" with a PyTorch model runs on the Reference and CPU platforms, not "
                               "yet on CUDA (docs/mpi.md)");
+    sharedContext = force.getProperty("TorchCudaContext") == "openmm";
+    if (sharedContext && model->kind != ModelKind::AOTInductor)
+        throw OpenMMException("GraphForce: TorchCudaContext \"openmm\" runs AOTInductor packages only: a TorchScript model's "
+                              "gradients come from autograd, whose CUDA backward runs on PyTorch's worker thread in the primary "
+                              "context; use \"primary\" (the default) or export_aoti(..., device=\"cuda\") (docs/torch-models.md)");
     // CUDA graphs: the model's part is captured (in PyTorch's context) when its metadata says it is capturable.
     const std::string graphProperty = force.getProperty("CudaGraph");
     const bool capturable = model->torchCapturable && model->kind == ModelKind::TorchScript;
@@ -132,15 +179,37 @@ void CudaCalcTorchGraphForceKernel::initialize(const System& system, const Graph
         GRAPH_CU_CHECK(cuEventCreate(&inputsReady, CU_EVENT_DISABLE_TIMING));
         GRAPH_CU_CHECK(cuEventCreate(&statusEvent, CU_EVENT_DISABLE_TIMING));
     }
-    // PyTorch works in the device's primary context: the model, its tensors and its stream live there.
+    // PyTorch works in the device's primary context (TorchCudaContext "primary", the default) or, for AOTInductor
+    // packages, in OpenMM's own context ("openmm"): the model, its tensors and its stream live there.
+    deviceIndex = (c10::DeviceIndex) cu.getDeviceIndex();
+    const torch::Device device(torch::kCUDA, deviceIndex);
     GRAPH_CU_CHECK(cuDevicePrimaryCtxRetain(&primaryContext, cu.getDevice()));
-    PrimaryContextScope scope(primaryContext);
-    const torch::Device device(torch::kCUDA, (c10::DeviceIndex) cu.getDeviceIndex());
+    if (sharedContext) {
+        // PyTorch keeps its cuBLAS handles for the life of the process: this thread's are made in the primary context
+        // (where the rest of the program uses them), never in OpenMM's, which is destroyed with the Context.
+        // The caching allocator is set up there too (on the first tensor of the process), before a pool is made.
+        TorchContextScope primary(primaryContext);
+        c10::cuda::CUDAGuard deviceGuard(device);
+        torch::empty({1}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+        at::cuda::getCurrentCUDABlasHandle();
+        at::cuda::getCurrentCUDABlasLtHandle();
+    }
+    torchContext = sharedContext ? cu.getContext() : primaryContext;
+    TorchContextScope scope(torchContext);
     c10::cuda::CUDAGuard deviceGuard(device);
     GRAPH_CU_CHECK(cuStreamCreate(&modelStream, CU_STREAM_NON_BLOCKING));
     torchStream = c10::cuda::getStreamFromExternal((cudaStream_t) modelStream, device.index());
     GRAPH_CU_CHECK(cuEventCreate(&outputsReady, CU_EVENT_DISABLE_TIMING));
-    runner = std::make_unique<TorchModelRunner>(force, device);
+    c10::cuda::CUDAStreamGuard streamGuard(*torchStream);
+    if (sharedContext) {
+        // The kernel's private pool, and the kernel's own reference to it (given back in the destructor).
+        memoryPool = at::cuda::graph_pool_handle();
+        c10::cuda::CUDACachingAllocator::beginAllocateToPool(deviceIndex, memoryPool, [](cudaStream_t) { return false; });
+        c10::cuda::CUDACachingAllocator::endAllocateToPool(deviceIndex, memoryPool);
+        poolCreated = true;
+    }
+    AllocationRouting routing(*this);
+    runner = std::make_unique<TorchModelRunner>(force, device, sharedContext);
     auto real = torch::TensorOptions().dtype(dtype).device(device);
     auto integer = torch::TensorOptions().dtype(torch::kInt64).device(device);
     // Every input is written by the input kernel at every evaluation (on OpenMM's stream): allocated, not filled.
@@ -159,13 +228,17 @@ void CudaCalcTorchGraphForceKernel::initialize(const System& system, const Graph
 }
 
 void CudaCalcTorchGraphForceKernel::uploadTypes() {
-    PrimaryContextScope scope(primaryContext);
+    TorchContextScope scope(torchContext);
     GRAPH_CU_CHECK(cuStreamSynchronize(modelStream)); // an evaluation in flight reads the types
+    c10::cuda::CUDAStreamGuard streamGuard(*torchStream);
+    AllocationRouting routing(*this);
     typeTensor.copy_(torch::tensor(types, torch::kInt64));
 }
 
 void CudaCalcTorchGraphForceKernel::allocateEdges(long long edges) {
-    PrimaryContextScope scope(primaryContext);
+    TorchContextScope scope(torchContext);
+    c10::cuda::CUDAStreamGuard streamGuard(*torchStream);
+    AllocationRouting routing(*this);
     // Captured graphs read the old tensors: capture again.
     for (int g = 0; g < 2; g++) {
         modelGraphs[g].reset();
@@ -199,9 +272,9 @@ void CudaCalcTorchGraphForceKernel::enqueue(bool includeForces, bool addEnergy) 
     GRAPH_CUDA_CHECK(cudaGetLastError());
     GRAPH_CU_CHECK(cuEventRecord(inputsReady, (CUstream) stream));
 
-    // Step 2: the model, in PyTorch's context on this kernel's stream, after the inputs.
+    // Step 2: the model, in PyTorch's context (OpenMM's own by default) on this kernel's stream, after the inputs.
     {
-        PrimaryContextScope scope(primaryContext);
+        TorchContextScope scope(torchContext);
         GRAPH_CU_CHECK(cuStreamWaitEvent(modelStream, inputsReady, 0));
         c10::cuda::CUDAStreamGuard streamGuard(*torchStream);
         const int g = includeForces ? 1 : 0;
@@ -213,7 +286,10 @@ void CudaCalcTorchGraphForceKernel::enqueue(bool includeForces, bool addEnergy) 
             gradPositions = graphOutputs[g][2];
         }
         else {
-            runModel(includeForces);
+            {
+                AllocationRouting routing(*this); // not during a capture, whose allocations go to the graph's own pool
+                runModel(includeForces);
+            }
             // Captured after WarmUpRuns plain runs with these tensors (lazy initialisations and TorchScript's profiling
             // and optimisation happen outside the capture; the capacity has been confirmed by status reads), for the
             // next evaluations; the capture itself runs nothing.
@@ -362,7 +438,9 @@ void CudaCalcTorchGraphForceKernel::getParticleEnergies(ContextImpl& context, st
     do
         enqueue(false, false);
     while (!finish());
-    PrimaryContextScope scope(primaryContext);
+    TorchContextScope scope(torchContext);
+    c10::cuda::CUDAStreamGuard streamGuard(*torchStream);
+    AllocationRouting routing(*this);
     torch::Tensor values = energies.narrow(0, 0, n).to(torch::kCPU, torch::kFloat64).contiguous();
     result.assign(values.data_ptr<double>(), values.data_ptr<double>() + n);
     for (double& e : result)

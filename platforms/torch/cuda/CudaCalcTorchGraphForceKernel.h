@@ -7,6 +7,7 @@
 #include "openmm/cuda/CudaArray.h"
 #include "openmm/cuda/CudaContext.h"
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 #include <memory>
 #include <optional>
@@ -23,20 +24,25 @@ namespace GraphPlugin {
  *     (CudaNeighborGraph, as for native models), written straight into the
  *     model's input tensors (TorchGraphKernels.cu: static shapes, a padding
  *     particle owns the padding edges, so no count is read back);
- *  2. on a stream of this kernel in the device's primary context (where
- *     PyTorch works), after an event of step 1: the model, and autograd for a
- *     TorchScript module;
+ *  2. on a stream of this kernel, after an event of step 1: the model, and
+ *     autograd for a TorchScript module.  PyTorch works in the device's
+ *     primary context (property TorchCudaContext "primary", the default, as
+ *     openmm-torch does) or, for an AOTInductor package, in OpenMM's own
+ *     context ("openmm": no context switch on the host or the GPU);
  *  3. on OpenMM's stream, after an event of step 2: the energy into OpenMM's
  *     energy buffer and the forces in 64-bit fixed point into its force buffer.
  * The status (errors, longest row, edge count) is read where OpenMM reads its
  * own neighbour-list count (a ForcePostComputation); an overflow of the rows
  * or of the edge tensors grows them and has OpenMM recompute.  A model whose
- * metadata says "capturable" has step 2 captured into a CUDA graph (in the
- * primary context) and replayed, captured again when the edge tensors change.
+ * metadata says "capturable" has step 2 captured into a CUDA graph (in
+ * PyTorch's context) and replayed, captured again when the edge tensors change.
  *
- * Device memory: the graph in OpenMM's context (CudaArray), the model's inputs
- * and outputs in PyTorch's caching allocator (primary context); both contexts
- * address each other's memory on the same device.
+ * Device memory: the graph in OpenMM's context (CudaArray), the model's inputs,
+ * outputs and intermediates in PyTorch's caching allocator.  In OpenMM's
+ * context they come from a private pool of this kernel (no other tensor of the
+ * process shares its blocks), given back, with the cuBLAS workspaces, before
+ * OpenMM destroys its context; in the primary context from the common pools.
+ * Kernels of either context address the other's memory on the same device.
  */
 class CudaCalcTorchGraphForceKernel : public CalcTorchGraphForceKernel {
 public:
@@ -54,15 +60,17 @@ private:
         CudaCalcTorchGraphForceKernel* kernel = nullptr;
     };
     class StatusCheck;
-    /** Makes the device's primary context (PyTorch's) current for a scope. */
-    class PrimaryContextScope;
+    /** Makes PyTorch's context for this kernel (torchContext) current for a scope. */
+    class TorchContextScope;
+    /** Routes PyTorch's allocations on modelStream to memoryPool for a scope (OpenMM's context only). */
+    class AllocationRouting;
     /** Enqueue one evaluation (steps 1 to 3); addEnergy: add the energy to OpenMM's buffer. */
     void enqueue(bool includeForces, bool addEnergy);
     /** Step 1's last kernel: the model's inputs (in its dtype `real`) from the graph, on OpenMM's stream. */
     template <typename real> void launchInputs(cudaStream_t stream, const GraphBox<double>& boxNm, GraphStatus* deviceStatus);
     /** Step 3: the energy (when addEnergy) and the forces (when includeForces) into OpenMM's buffers, on OpenMM's stream. */
     template <typename real> void launchOutputs(cudaStream_t stream, bool includeForces, bool addEnergy, GraphStatus* deviceStatus);
-    /** Step 2 without a graph: the model on the inputs, outputs into energies, gradEdges, gradPositions (primary context). */
+    /** Step 2 without a graph: the model on the inputs, outputs into energies, gradEdges, gradPositions (PyTorch's context). */
     void runModel(bool includeForces);
     /**
      * Capture step 2 into a CUDA graph for the current edge capacity (after an eager run of the same evaluation, whose
@@ -74,7 +82,7 @@ private:
      * the rows or the edge tensors overflowed (they have grown: evaluate again).
      */
     bool finish();
-    /** (Re)allocate the model's edge tensors for `edges` edges (primary context). */
+    /** (Re)allocate the model's edge tensors for `edges` edges (PyTorch's context). */
     void allocateEdges(long long edges);
     void uploadTypes();
 
@@ -88,14 +96,20 @@ private:
     std::unique_ptr<CudaNeighborGraph> graph;
     std::unique_ptr<TorchModelRunner> runner;
     torch::Dtype dtype = torch::kFloat64;
-    CUcontext primaryContext = nullptr;
-    CUstream modelStream = nullptr; ///< primary context
+    bool sharedContext = false;        ///< PyTorch works in OpenMM's context (TorchCudaContext "openmm")
+    CUcontext primaryContext = nullptr; ///< retained for the kernel's life (cuBLAS handles are made there)
+    CUcontext torchContext = nullptr;   ///< OpenMM's context or the primary context
+    c10::DeviceIndex deviceIndex = 0;
+    c10::cuda::MempoolId_t memoryPool{0, 0}; ///< the private pool in OpenMM's context
+    bool poolCreated = false;
+    int routingDepth = 0; ///< AllocationRouting scopes open
+    CUstream modelStream = nullptr; ///< in torchContext
     std::optional<c10::cuda::CUDAStream> torchStream;
     CUevent inputsReady = nullptr, outputsReady = nullptr, statusEvent = nullptr;
     std::unique_ptr<OpenMM::CudaArray> status, counts, scanned, scanScratch; ///< OpenMM's context
     GraphStatus* hostStatus = nullptr;
     long long edgeCapacity = 1;
-    /** The model's inputs (primary context): [n + 1, 3], [n + 1], [n + 2], [E], [E, 3], box. */
+    /** The model's inputs (PyTorch's context): [n + 1, 3], [n + 1], [n + 2], [E], [E, 3], box. */
     torch::Tensor positions, typeTensor, rowOffsets, neighbors, edgeVectors, box;
     /** The last evaluation's outputs, alive until the next one (step 3 reads them). */
     torch::Tensor energies, gradEdges, gradPositions;

@@ -32,7 +32,7 @@ void preloadLibTorch() {
 
 } // namespace
 
-TorchModelRunner::TorchModelRunner(const GraphForce& force, torch::Device device) {
+TorchModelRunner::TorchModelRunner(const GraphForce& force, torch::Device device, bool currentContext) {
     const GraphModel& model = *force.getModel();
     if (model.kind == ModelKind::AOTInductor) {
         if (model.torchPackageForCuda != device.is_cuda())
@@ -60,8 +60,9 @@ TorchModelRunner::TorchModelRunner(const GraphForce& force, torch::Device device
         try {
             if (written != bytes.size())
                 throw std::runtime_error("cannot write the package to " + std::string(path));
-            package = std::make_unique<torch::inductor::AOTIModelPackageLoader>(path, "model", false, 1,
-                                                                                device.is_cuda() ? device.index() : (c10::DeviceIndex) -1);
+            // Device index -1: the program takes the device of the current context (an index makes it call cudaSetDevice).
+            const c10::DeviceIndex index = device.is_cuda() && !currentContext ? device.index() : (c10::DeviceIndex) -1;
+            package = std::make_unique<torch::inductor::AOTIModelPackageLoader>(path, "model", false, 1, index);
         }
         catch (const std::exception& error) {
             std::remove(path);

@@ -23,9 +23,11 @@ public:
     /**
      * Load the force's model onto `device` (torch::kCPU, or a CUDA device of the Context).  Throws an
      * OpenMMException that names the problem when LibTorch cannot load it, or when an AOTInductor package was
-     * compiled for another kind of device.
+     * compiled for another kind of device.  currentContext (CUDA): the CUDA context current on this thread is the
+     * device's and the model must stay in it (an AOTInductor package is then loaded without selecting its device, which
+     * would make the device's primary context current).
      */
-    TorchModelRunner(const GraphForce& force, torch::Device device);
+    TorchModelRunner(const GraphForce& force, torch::Device device, bool currentContext = false);
     bool isPackage() const {
         return package != nullptr;
     }
