@@ -207,7 +207,7 @@ def allocated():
     a @ a
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
-    return torch.cuda.memory_allocated()
+    return torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
 before = allocated()
 results = []
 for _ in range(2):
@@ -246,7 +246,8 @@ def check_package_in_openmms_context(tmp_path, package, types, box, positions, e
     np.testing.assert_allclose(np.load(forces_path), expected_forces, rtol=0,
                                atol=1e-9 * np.abs(expected_forces).max() + 64 * 2.0**-32)
     assert report["same_product"]
-    assert report["after"] <= report["before"]
+    # Allocated and reserved: a private pool left behind would hold reserved memory that nothing has allocated.
+    assert report["after"][0] <= report["before"][0] and report["after"][1] <= report["before"][1], report
 
 
 @needs_cuda_plugin

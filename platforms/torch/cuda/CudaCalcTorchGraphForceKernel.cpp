@@ -9,6 +9,9 @@
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
 #include <c10/cuda/CUDAGuard.h>
 
 using namespace GraphPlugin;
@@ -19,6 +22,75 @@ namespace {
 /** An int64 tensor's data as the kernels' long long (the same 64 bits; int64_t is long on Linux). */
 long long* longs(const torch::Tensor& tensor) {
     return reinterpret_cast<long long*>(tensor.data_ptr<int64_t>());
+}
+
+/** Runs `step`, swallowing any exception (destructors: each release step on its own, so one failure skips no other). */
+template <typename Step> void releaseStep(Step step) {
+    try {
+        step();
+    }
+    catch (...) {
+    }
+}
+
+/** PyTorch's cuBLAS workspaces of `stream` (clearCublasWorkspacesForStream where LibTorch has it, else all of them). */
+template <typename Stream> auto clearWorkspaces(Stream stream, int) -> decltype(at::cuda::clearCublasWorkspacesForStream(stream), void()) {
+    at::cuda::clearCublasWorkspacesForStream(stream);
+}
+template <typename Stream> void clearWorkspaces(Stream, long) {
+    at::cuda::clearCublasWorkspaces();
+}
+
+/** The cached memory of one private pool (emptyCache(pool) where LibTorch has it, else every free cached block). */
+template <typename Id> auto emptyPool(const Id& pool, int) -> decltype(c10::cuda::CUDACachingAllocator::emptyCache(pool), void()) {
+    c10::cuda::CUDACachingAllocator::emptyCache(pool);
+}
+template <typename Id> void emptyPool(const Id&, long) {
+    c10::cuda::CUDACachingAllocator::emptyCache();
+}
+
+/**
+ * The device's primary context, retained once per process and never released: PyTorch's objects made there (cuBLAS
+ * handles, the caching allocator's memory) live as long as the process, and a last release would reset the context
+ * under them.
+ */
+CUcontext retainedPrimaryContext(CUdevice device) {
+    static std::mutex mutex;
+    static std::map<CUdevice, CUcontext> contexts;
+    std::lock_guard<std::mutex> lock(mutex);
+    auto found = contexts.find(device);
+    if (found != contexts.end())
+        return found->second;
+    CUcontext context;
+    GRAPH_CU_CHECK(cuDevicePrimaryCtxRetain(&context, device));
+    contexts[device] = context;
+    return context;
+}
+
+/**
+ * Make this thread's PyTorch cuBLAS handles for `device` in the primary context, once per thread and device (TorchCudaContext
+ * "openmm": a handle made while OpenMM's context is current would outlive that context in PyTorch's process-wide pool).
+ */
+void warmUpBlasHandles(CUcontext primary, const torch::Device& device) {
+    static thread_local std::set<int> warmed;
+    if (warmed.count(device.index()))
+        return;
+    GRAPH_CU_CHECK(cuCtxPushCurrent(primary));
+    try {
+        c10::cuda::CUDAGuard deviceGuard(device);
+        // The caching allocator is set up there too (on the first tensor of the process), before a pool is made.
+        torch::empty({1}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+        at::cuda::getCurrentCUDABlasHandle();
+        at::cuda::getCurrentCUDABlasLtHandle();
+    }
+    catch (...) {
+        CUcontext popped;
+        cuCtxPopCurrent(&popped);
+        throw;
+    }
+    CUcontext popped;
+    cuCtxPopCurrent(&popped);
+    warmed.insert(device.index());
 }
 
 } // namespace
@@ -44,29 +116,27 @@ public:
      * nothing.  Every scope takes a reference to the pool and gives it back (the kernel holds one from initialize());
      * a scope inside another (initialize() uploading the types) routes nothing more.
      */
-    explicit AllocationRouting(CudaCalcTorchGraphForceKernel& kernel) : kernel(kernel), active(kernel.sharedContext && kernel.routingDepth == 0) {
-        kernel.routingDepth++;
-        if (active) {
+    explicit AllocationRouting(CudaCalcTorchGraphForceKernel& kernel) : kernel(kernel) {
+        if (kernel.sharedContext && kernel.routingDepth == 0) {
             const cudaStream_t stream = (cudaStream_t) kernel.modelStream;
             c10::cuda::CUDACachingAllocator::beginAllocateToPool(kernel.deviceIndex, kernel.memoryPool,
                                                                  [stream](cudaStream_t s) { return s == stream; });
+            active = true; // only once the routing is in place (a throw above leaves the kernel's state as it was)
         }
+        kernel.routingDepth++;
     }
     ~AllocationRouting() {
         kernel.routingDepth--;
         if (active) {
-            try {
-                c10::cuda::CUDACachingAllocator::endAllocateToPool(kernel.deviceIndex, kernel.memoryPool);
-                c10::cuda::CUDACachingAllocator::releasePool(kernel.deviceIndex, kernel.memoryPool);
-            }
-            catch (...) {
-            }
+            CudaCalcTorchGraphForceKernel& k = kernel;
+            releaseStep([&] { c10::cuda::CUDACachingAllocator::endAllocateToPool(k.deviceIndex, k.memoryPool); });
+            releaseStep([&] { c10::cuda::CUDACachingAllocator::releasePool(k.deviceIndex, k.memoryPool); });
         }
     }
 
 private:
     CudaCalcTorchGraphForceKernel& kernel;
-    bool active;
+    bool active = false;
 };
 
 class CudaCalcTorchGraphForceKernel::StatusCheck : public ComputeContext::ForcePostComputation {
@@ -92,39 +162,37 @@ CudaCalcTorchGraphForceKernel::~CudaCalcTorchGraphForceKernel() {
         cuEventSynchronize(statusEvent);
     }
     if (torchContext != nullptr && cuCtxPushCurrent(torchContext) == CUDA_SUCCESS) {
-        // Torch's objects are released in PyTorch's context (no TorchContextScope: a destructor must not throw).
-        try {
-            if (modelStream != nullptr)
-                cuStreamSynchronize(modelStream);
-            energies = gradEdges = gradPositions = torch::Tensor();
+        // Torch's objects are released in PyTorch's context (no TorchContextScope: a destructor must not throw), each
+        // step on its own.
+        if (modelStream != nullptr)
+            cuStreamSynchronize(modelStream);
+        releaseStep([&] { energies = gradEdges = gradPositions = torch::Tensor(); });
+        releaseStep([&] {
             for (int g = 0; g < 2; g++) {
                 modelGraphs[g].reset();
                 graphOutputs[g].clear();
             }
-            positions = typeTensor = rowOffsets = neighbors = edgeVectors = box = torch::Tensor();
-            runner.reset();
-            // PyTorch keeps a cuBLAS (and cuBLASLt) workspace per handle and stream for the life of the process, so
-            // every Context's stream would leave its own behind (found on the H200: tens of MB per Context).  There is
-            // no per-stream release in every LibTorch we build against: all are dropped, and remade when next used.
-            at::cuda::clearCublasWorkspaces();
-            if (sharedContext && poolCreated) {
-                // Everything PyTorch holds in OpenMM's context goes back before OpenMM destroys it: the private pool.
-                c10::cuda::CUDACachingAllocator::releasePool(deviceIndex, memoryPool);
-                c10::cuda::CUDACachingAllocator::emptyCache();
-            }
-            torchStream.reset();
-            if (modelStream != nullptr)
-                cuStreamDestroy(modelStream);
-            if (outputsReady != nullptr)
-                cuEventDestroy(outputsReady);
+        });
+        releaseStep([&] { positions = typeTensor = rowOffsets = neighbors = edgeVectors = box = torch::Tensor(); });
+        releaseStep([&] { runner.reset(); });
+        // PyTorch keeps a cuBLAS (and cuBLASLt) workspace per handle and stream for the life of the process, so every
+        // Context's stream would leave its own behind (found on the H200: tens of MB per Context): this stream's go
+        // (all of them, with a LibTorch that cannot drop one stream's), and are remade where next used.
+        if (modelStream != nullptr)
+            releaseStep([&] { clearWorkspaces((cudaStream_t) modelStream, 0); });
+        if (sharedContext && poolCreated) {
+            // Everything PyTorch holds in OpenMM's context goes back before OpenMM destroys it: the private pool.
+            releaseStep([&] { c10::cuda::CUDACachingAllocator::releasePool(deviceIndex, memoryPool); });
+            releaseStep([&] { emptyPool(memoryPool, 0); });
         }
-        catch (...) {
-        }
+        releaseStep([&] { torchStream.reset(); });
+        if (modelStream != nullptr)
+            cuStreamDestroy(modelStream);
+        if (outputsReady != nullptr)
+            cuEventDestroy(outputsReady);
         CUcontext popped;
         cuCtxPopCurrent(&popped);
     }
-    if (primaryContext != nullptr)
-        cuDevicePrimaryCtxRelease(cu.getDevice());
     ContextSelector selector(cu);
     if (hostStatus != nullptr)
         cuMemFreeHost(hostStatus);
@@ -183,17 +251,9 @@ void CudaCalcTorchGraphForceKernel::initialize(const System& system, const Graph
     // packages, in OpenMM's own context ("openmm"): the model, its tensors and its stream live there.
     deviceIndex = (c10::DeviceIndex) cu.getDeviceIndex();
     const torch::Device device(torch::kCUDA, deviceIndex);
-    GRAPH_CU_CHECK(cuDevicePrimaryCtxRetain(&primaryContext, cu.getDevice()));
-    if (sharedContext) {
-        // PyTorch keeps its cuBLAS handles for the life of the process: this thread's are made in the primary context
-        // (where the rest of the program uses them), never in OpenMM's, which is destroyed with the Context.
-        // The caching allocator is set up there too (on the first tensor of the process), before a pool is made.
-        TorchContextScope primary(primaryContext);
-        c10::cuda::CUDAGuard deviceGuard(device);
-        torch::empty({1}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
-        at::cuda::getCurrentCUDABlasHandle();
-        at::cuda::getCurrentCUDABlasLtHandle();
-    }
+    primaryContext = retainedPrimaryContext(cu.getDevice());
+    if (sharedContext) // PyTorch's cuBLAS handles are made in the primary context, never in OpenMM's (also per step)
+        warmUpBlasHandles(primaryContext, device);
     torchContext = sharedContext ? cu.getContext() : primaryContext;
     TorchContextScope scope(torchContext);
     c10::cuda::CUDAGuard deviceGuard(device);
@@ -274,6 +334,8 @@ void CudaCalcTorchGraphForceKernel::enqueue(bool includeForces, bool addEnergy) 
 
     // Step 2: the model, in PyTorch's context (OpenMM's own by default) on this kernel's stream, after the inputs.
     {
+        if (sharedContext) // this thread's handles (OpenMM may run the step on another thread than initialize())
+            warmUpBlasHandles(primaryContext, torch::Device(torch::kCUDA, deviceIndex));
         TorchContextScope scope(torchContext);
         GRAPH_CU_CHECK(cuStreamWaitEvent(modelStream, inputsReady, 0));
         c10::cuda::CUDAStreamGuard streamGuard(*torchStream);

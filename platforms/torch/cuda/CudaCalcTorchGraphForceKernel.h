@@ -97,7 +97,7 @@ private:
     std::unique_ptr<TorchModelRunner> runner;
     torch::Dtype dtype = torch::kFloat64;
     bool sharedContext = false;        ///< PyTorch works in OpenMM's context (TorchCudaContext "openmm")
-    CUcontext primaryContext = nullptr; ///< retained for the kernel's life (cuBLAS handles are made there)
+    CUcontext primaryContext = nullptr; ///< retained once per process and device, never released
     CUcontext torchContext = nullptr;   ///< OpenMM's context or the primary context
     c10::DeviceIndex deviceIndex = 0;
     c10::cuda::MempoolId_t memoryPool{0, 0}; ///< the private pool in OpenMM's context
