@@ -11,7 +11,8 @@ using namespace OpenMM;
 namespace {
 
 const std::map<std::string, std::string>& propertyDefaults() {
-    static const std::map<std::string, std::string> defaults = {{"CheckFinite", "true"}, {"CudaChunkRows", "auto"}, {"CudaGraph", "auto"}, {"Domains", "single"}, {"TorchCudaContext", "primary"}};
+    static const std::map<std::string, std::string> defaults = {
+        {"CheckFinite", "true"}, {"CudaChunkRows", "auto"}, {"CudaGraph", "auto"}, {"Domains", "single"}, {"TorchCudaContext", "primary"}};
     return defaults;
 }
 
@@ -135,8 +136,8 @@ void GraphForce::setProperty(const std::string& key, const std::string& value) {
             end = 0;
         }
         if (end != value.size() || rows < 1 || rows > 2147483647LL)
-            throw OpenMMException("GraphForce: property CudaChunkRows must be \"auto\" or a positive whole number of rows, found \"" + value +
-                                  "\"");
+            throw OpenMMException("GraphForce: property CudaChunkRows must be \"auto\" or a positive whole number of rows, found \"" +
+                                  value + "\"");
     }
     properties[key] = value;
 }

@@ -7,12 +7,12 @@
 #include "openmm/internal/ContextImpl.h"
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDACachingAllocator.h>
 #include <algorithm>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <map>
 #include <mutex>
 #include <set>
-#include <c10/cuda/CUDAGuard.h>
 
 using namespace GraphPlugin;
 using namespace OpenMM;

@@ -96,13 +96,13 @@ private:
     std::unique_ptr<CudaNeighborGraph> graph;
     std::unique_ptr<TorchModelRunner> runner;
     torch::Dtype dtype = torch::kFloat64;
-    bool sharedContext = false;        ///< PyTorch works in OpenMM's context (TorchCudaContext "openmm")
+    bool sharedContext = false;         ///< PyTorch works in OpenMM's context (TorchCudaContext "openmm")
     CUcontext primaryContext = nullptr; ///< retained once per process and device, never released
     CUcontext torchContext = nullptr;   ///< OpenMM's context or the primary context
     c10::DeviceIndex deviceIndex = 0;
     c10::cuda::MempoolId_t memoryPool{0, 0}; ///< the private pool in OpenMM's context
     bool poolCreated = false;
-    int routingDepth = 0; ///< AllocationRouting scopes open
+    int routingDepth = 0;           ///< AllocationRouting scopes open
     CUstream modelStream = nullptr; ///< in torchContext
     std::optional<c10::cuda::CUDAStream> torchStream;
     CUevent inputsReady = nullptr, outputsReady = nullptr, statusEvent = nullptr;
