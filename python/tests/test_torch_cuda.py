@@ -12,27 +12,19 @@ import openmm
 import pytest
 import torch
 
-import openmmgraph
 from openmmgraph.grades import lattice_system
 from openmmgraph.torch_export import export_aoti, export_torchscript
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # the shared torch_model_system module (importlib mode)
 from torch_model_system import (  # noqa: E402
-    MODELS, assert_float32_accuracy, change_every_third_type, energy_forces, graph_context, small_model)
+    MODELS, assert_float32_accuracy, change_every_third_type, energy_forces, graph_context, small_model, torch_cuda_memory,
+    torch_kernel_on)
 
 pytestmark = pytest.mark.gpu
 
 
-def cuda_torch_kernel():
-    openmmgraph.GraphForce  # noqa: B018  (the package loads its plugins on first use)
-    try:
-        return openmm.Platform.getPlatformByName("CUDA").supportsKernels(["CalcTorchGraphForce"])
-    except Exception:
-        return False
-
-
 needs_cuda_plugin = pytest.mark.skipif(
-    not cuda_torch_kernel() or not torch.cuda.is_available(),
+    not torch_kernel_on("CUDA") or not torch.cuda.is_available(),
     reason="the CUDA platform with the LibTorch CUDA plugin (libOpenMMGraphTorchCUDA) and a CUDA PyTorch are needed: "
     + "; ".join(m for m in openmm.Platform.getPluginLoadFailures() if "Graph" in m))
 
@@ -91,17 +83,7 @@ def test_contexts_give_their_memory_back_and_leave_pytorch_working(tmp_path):
     positions, types, box = lattice_system(300, n_types=model.n_types, seed=11)
     a = torch.randn(192, 192, device="cuda", dtype=torch.float64)
     expected_product = (a.cpu() @ a.cpu()).numpy()
-    a @ a  # PyTorch's cuBLAS workspace for this stream, before the count
-
-    def allocated_now():
-        """Bytes in use in PyTorch's caching allocator, once this stream's workspace is there again (a Context drops
-        PyTorch's cuBLAS workspaces when it goes, docs/torch-models.md)."""
-        a @ a
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        return torch.cuda.memory_allocated()
-
-    allocated = allocated_now()
+    allocated = torch_cuda_memory(a)[0]
     results = []
     for _ in range(3):
         context = graph_context(exported, types, box, positions, "CUDA", properties={"Precision": "double"})[0]
@@ -114,7 +96,7 @@ def test_contexts_give_their_memory_back_and_leave_pytorch_working(tmp_path):
     for energy, forces in results[1:]:
         assert energy == pytest.approx(results[0][0], rel=1e-12)
         np.testing.assert_allclose(forces, results[0][1], rtol=0, atol=1e-12 * np.abs(results[0][1]).max() + 64 * 2.0**-32)
-    assert allocated_now() <= allocated  # less when a workspace of another stream was dropped too
+    assert torch_cuda_memory(a)[0] <= allocated  # less when a workspace of another stream was dropped too
 
 
 @needs_cuda_plugin
@@ -199,16 +181,11 @@ OPENMM_CONTEXT_SCRIPT = """
 import gc, json, sys
 import numpy as np, torch
 sys.path.insert(0, sys.argv[1])
-from torch_model_system import energy_forces, graph_context
+from torch_model_system import energy_forces, graph_context, torch_cuda_memory
 data = np.load(sys.argv[3])
 a = torch.randn(128, 128, device="cuda", dtype=torch.float64)
 product = (a.cpu() @ a.cpu()).numpy()
-def allocated():
-    a @ a
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    return torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
-before = allocated()
+before = torch_cuda_memory(a)
 results = []
 for _ in range(2):
     context = graph_context(sys.argv[2], data["types"], data["box"], data["positions"], "CUDA",
@@ -222,7 +199,7 @@ for _ in range(2):
     gc.collect()
     results.append(dict(energy=energy, stepped=stepped, same_product=same_product))
 np.save(sys.argv[4], forces)
-print(json.dumps(dict(results=results, before=before, after=allocated(),
+print(json.dumps(dict(results=results, before=before, after=torch_cuda_memory(a),
                       same_product=bool(np.allclose((a @ a).cpu().numpy(), product, rtol=1e-12, atol=0)))))
 """
 

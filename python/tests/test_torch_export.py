@@ -21,7 +21,7 @@ from openmmgraph.torch_model import GraphModelTorch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # the shared torch_model_system module (importlib mode)
 from torch_model_system import (  # noqa: E402
-    MODELS, assert_float32_accuracy, change_every_third_type, energy_forces, graph_context, small_model)
+    MODELS, assert_float32_accuracy, change_every_third_type, energy_forces, graph_context, small_model, torch_kernel_on)
 
 def system_of(n, n_types, seed=1):
     positions, types, box = lattice_system(n, n_types=n_types, seed=seed)
@@ -226,11 +226,7 @@ def test_bad_inputs_are_refused(tmp_path):
 # The GraphForce with a TorchScript model (the LibTorch plugin) against the native GraphForce
 # ---------------------------------------------------------------------------------------------
 def torch_plugin_loaded():
-    openmmgraph.GraphForce  # noqa: B018  (the package loads its plugins on first use)
-    try:
-        return openmm.Platform.getPlatformByName("Reference").supportsKernels(["CalcTorchGraphForce"])
-    except Exception:
-        return False
+    return torch_kernel_on("Reference")
 
 
 needs_plugin = pytest.mark.skipif(not torch_plugin_loaded(), reason="the LibTorch plugin (libOpenMMGraphTorch) is not loaded: "

@@ -18,6 +18,27 @@ def small_model(name, seed=3):
     return make_model(seed=seed, n_channels=8, n_axis=4, fitting_widths=(16, 16), **MODELS[name])
 
 
+def torch_kernel_on(platform):
+    """Whether the LibTorch plugin for `platform` ("Reference" or "CUDA") is loaded (kernel CalcTorchGraphForce)."""
+    openmmgraph.GraphForce  # noqa: B018  (the package loads its plugins on first use)
+    try:
+        return openmm.Platform.getPlatformByName(platform).supportsKernels(["CalcTorchGraphForce"])
+    except Exception:
+        return False
+
+
+def torch_cuda_memory(a):
+    """(allocated, reserved) bytes of PyTorch's caching allocator, after a matmul of `a` (a CUDA matrix) has made
+    this stream's cuBLAS workspace again (a Context drops PyTorch's cuBLAS workspaces when it goes) and the cache is
+    emptied."""
+    import torch
+
+    a @ a
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+
+
 def graph_context(path, types, box, positions, platform, configure=None, properties=None, periodic=True):
     """(context, force, system): a GraphForce of the model at `path` over every particle, on `platform` with
     `properties`; configure(force) runs before the force is added to the System."""

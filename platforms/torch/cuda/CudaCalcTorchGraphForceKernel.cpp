@@ -180,7 +180,7 @@ CudaCalcTorchGraphForceKernel::~CudaCalcTorchGraphForceKernel() {
         // (all of them, with a LibTorch that cannot drop one stream's), and are remade where next used.
         if (modelStream != nullptr)
             releaseStep([&] { clearWorkspaces((cudaStream_t) modelStream, 0); });
-        if (sharedContext && poolCreated) {
+        if (sharedContext && memoryPool != c10::cuda::MempoolId_t{0, 0}) {
             // Everything PyTorch holds in OpenMM's context goes back before OpenMM destroys it: the private pool.
             releaseStep([&] { c10::cuda::CUDACachingAllocator::releasePool(deviceIndex, memoryPool); });
             releaseStep([&] { emptyPool(memoryPool, 0); });
@@ -266,7 +266,6 @@ void CudaCalcTorchGraphForceKernel::initialize(const System& system, const Graph
         memoryPool = at::cuda::graph_pool_handle();
         c10::cuda::CUDACachingAllocator::beginAllocateToPool(deviceIndex, memoryPool, [](cudaStream_t) { return false; });
         c10::cuda::CUDACachingAllocator::endAllocateToPool(deviceIndex, memoryPool);
-        poolCreated = true;
     }
     AllocationRouting routing(*this);
     runner = std::make_unique<TorchModelRunner>(force, device, sharedContext);
@@ -332,7 +331,8 @@ void CudaCalcTorchGraphForceKernel::enqueue(bool includeForces, bool addEnergy) 
     GRAPH_CUDA_CHECK(cudaGetLastError());
     GRAPH_CU_CHECK(cuEventRecord(inputsReady, (CUstream) stream));
 
-    // Step 2: the model, in PyTorch's context (OpenMM's own by default) on this kernel's stream, after the inputs.
+    // Step 2: the model, in PyTorch's context (the primary one, or OpenMM's for "openmm") on this kernel's stream, after
+    // the inputs.
     {
         if (sharedContext) // this thread's handles (OpenMM may run the step on another thread than initialize())
             warmUpBlasHandles(primaryContext, torch::Device(torch::kCUDA, deviceIndex));

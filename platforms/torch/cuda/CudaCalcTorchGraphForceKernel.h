@@ -100,10 +100,9 @@ private:
     CUcontext primaryContext = nullptr; ///< retained once per process and device, never released
     CUcontext torchContext = nullptr;   ///< OpenMM's context or the primary context
     c10::DeviceIndex deviceIndex = 0;
-    c10::cuda::MempoolId_t memoryPool{0, 0}; ///< the private pool in OpenMM's context
-    bool poolCreated = false;
-    int routingDepth = 0;           ///< AllocationRouting scopes open
-    CUstream modelStream = nullptr; ///< in torchContext
+    c10::cuda::MempoolId_t memoryPool{0, 0}; ///< the private pool in OpenMM's context ({0, 0}: none yet)
+    int routingDepth = 0;                    ///< AllocationRouting scopes open
+    CUstream modelStream = nullptr;          ///< in torchContext
     std::optional<c10::cuda::CUDAStream> torchStream;
     CUevent inputsReady = nullptr, outputsReady = nullptr, statusEvent = nullptr;
     std::unique_ptr<OpenMM::CudaArray> status, counts, scanned, scanScratch; ///< OpenMM's context
