@@ -33,12 +33,22 @@ template <typename Step> void releaseStep(Step step) {
     }
 }
 
-/** PyTorch's cuBLAS workspaces of `stream` (clearCublasWorkspacesForStream where LibTorch has it, else all of them). */
-template <typename Stream> auto clearWorkspaces(Stream stream, int) -> decltype(at::cuda::clearCublasWorkspacesForStream(stream), void()) {
-    at::cuda::clearCublasWorkspacesForStream(stream);
-}
-template <typename Stream> void clearWorkspaces(Stream, long) {
+/**
+ * Fallback of at::cuda::clearCublasWorkspacesForStream for LibTorch versions without it (2.11 has none): all of
+ * PyTorch's cuBLAS workspaces. Unqualified lookup in clearWorkspaces sees both; where LibTorch has its non-template
+ * function, overload resolution prefers it (a qualified name that may not exist cannot be tested by SFINAE).
+ */
+namespace fallback {
+template <typename Stream> void clearCublasWorkspacesForStream(Stream) {
     at::cuda::clearCublasWorkspaces();
+}
+} // namespace fallback
+
+/** PyTorch's cuBLAS workspaces of `stream` (only that stream's where LibTorch can, else all of them). */
+void clearWorkspaces(cudaStream_t stream) {
+    using namespace at::cuda;
+    using namespace fallback;
+    clearCublasWorkspacesForStream(stream);
 }
 
 /** The cached memory of one private pool (emptyCache(pool) where LibTorch has it, else every free cached block). */
@@ -179,7 +189,7 @@ CudaCalcTorchGraphForceKernel::~CudaCalcTorchGraphForceKernel() {
         // Context's stream would leave its own behind (found on the H200: tens of MB per Context): this stream's go
         // (all of them, with a LibTorch that cannot drop one stream's), and are remade where next used.
         if (modelStream != nullptr)
-            releaseStep([&] { clearWorkspaces((cudaStream_t) modelStream, 0); });
+            releaseStep([&] { clearWorkspaces((cudaStream_t) modelStream); });
         if (sharedContext && memoryPool != c10::cuda::MempoolId_t{0, 0}) {
             // Everything PyTorch holds in OpenMM's context goes back before OpenMM destroys it: the private pool.
             releaseStep([&] { c10::cuda::CUDACachingAllocator::releasePool(deviceIndex, memoryPool); });
