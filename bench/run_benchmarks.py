@@ -633,7 +633,7 @@ class Run:
     def exported_model(self, grade: str, kind: str) -> str:
         """The grade's model exported for the GraphForce's LibTorch path (--torch-models): a TorchScript archive or an
         AOTInductor package for this platform's device, float32 unless the precision is double."""
-        kind = kind.removesuffix("-openmm")
+        kind = kind.removesuffix("-primary")
         key = (grade, kind)
         if key not in self.exports:
             from openmmgraph.torch_export import export_aoti, export_torchscript
@@ -661,8 +661,9 @@ class Run:
         context = integrator = None
         try:
             path = None if trivial else self.exported_model(grade, torch_model) if torch_model else self.model(grade)[1]
-            # "aoti-openmm": the same package, run in OpenMM's own CUDA context (TorchCudaContext).
-            force_properties = {"TorchCudaContext": "openmm"} if torch_model and torch_model.endswith("-openmm") else None
+            # "aoti": the package with the default TorchCudaContext ("auto": OpenMM's own CUDA context); "aoti-primary":
+            # the same package in the device's primary context.
+            force_properties = {"TorchCudaContext": "primary"} if torch_model and torch_model.endswith("-primary") else None
             system = make_openmm_system(n, box, trivial, path, types, force_properties)
             self.free_torch_memory()
             before_bytes = self.memory.used_bytes()
@@ -1149,10 +1150,10 @@ def main(argv=None) -> int:
     parser.add_argument("--largest-max", type=int, default=1 << 30, help="never try more particles than this")
     parser.add_argument("--bisections", type=int, default=4, help="bisection steps after the first failure (default 4)")
     parser.add_argument("--torch-models", default="",
-                        help="comma-separated, of torchscript,aoti,aoti-openmm: also time the GraphForce running the grade's "
+                        help="comma-separated, of torchscript,aoti,aoti-primary: also time the GraphForce running the grade's "
                              "model exported for its LibTorch path (float32 unless --precision double), in the same run; "
-                             "aoti-openmm: the package in OpenMM's CUDA context rather than the primary one "
-                             "(property TorchCudaContext; default: none)")
+                             "aoti runs the package in OpenMM's CUDA context (the default), aoti-primary in the device's "
+                             "primary one (property TorchCudaContext; default: none)")
     parser.add_argument("--openmm-torch-max-n", type=int, default=OPENMM_TORCH_MAX_N,
                         help=f"largest n for the openmm-torch peer (O(n^2) pairs; default {OPENMM_TORCH_MAX_N})")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, few repetitions, CPU allowed")
@@ -1181,9 +1182,9 @@ def main(argv=None) -> int:
         if unknown:
             parser.error(f"--peers: unknown {unknown}; expected some of {list(PEER_CHOICES)}")
     args.torch_models = parse_list(args.torch_models) if args.torch_models else []
-    unknown = [k for k in args.torch_models if k not in ("torchscript", "aoti", "aoti-openmm")]
+    unknown = [k for k in args.torch_models if k not in ("torchscript", "aoti", "aoti-primary")]
     if unknown:
-        parser.error(f"--torch-models: unknown {unknown}; expected some of ['torchscript', 'aoti', 'aoti-openmm']")
+        parser.error(f"--torch-models: unknown {unknown}; expected some of ['torchscript', 'aoti', 'aoti-primary']")
     if args.time_budget is None:
         args.time_budget = 100.0 if args.quick else 3600.0
 

@@ -70,15 +70,16 @@ class GraphModel;
  *    particles, its ghosts and the communicate handle); on the CUDA
  *    platform, native models (each rank one GPU, or ranks sharing one; an
  *    interaction block's node features go between the ranks through MPI).
- *  - "TorchCudaContext": "primary" (default) or "openmm".  CUDA platform,
- *    PyTorch models only: the CUDA context PyTorch runs the model in.
+ *  - "TorchCudaContext": "auto" (default), "openmm" or "primary".  CUDA
+ *    platform, PyTorch models only: the CUDA context PyTorch runs the model
+ *    in.  "openmm": OpenMM's own context, so an evaluation switches no
+ *    context; AOTInductor packages only (a TorchScript model's backward runs
+ *    on autograd's worker thread, in the primary context); the model's memory
+ *    comes from a private pool given back when the Context is destroyed.
  *    "primary": the device's primary context (where the rest of a PyTorch
  *    program works), as openmm-torch does; the GPU interleaves OpenMM's and
- *    PyTorch's contexts.  "openmm": OpenMM's own context, so an evaluation
- *    switches no context; AOTInductor packages only (a TorchScript model's
- *    backward runs on autograd's worker thread, in the primary context); the
- *    model's memory comes from a private pool given back when the Context is
- *    destroyed (docs/torch-models.md).
+ *    PyTorch's contexts.  "auto": "openmm" for AOTInductor packages,
+ *    "primary" for TorchScript (docs/torch-models.md).
  */
 class OPENMM_EXPORT_GRAPH GraphForce : public OpenMM::Force {
 public:

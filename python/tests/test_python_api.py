@@ -266,8 +266,8 @@ def test_properties(modelBytes):
             force.setProperty("CudaChunkRows", bad)
     force.setProperty("CudaChunkRows", "65536")
     assert force.getProperties() == {"CheckFinite": "false", "CudaChunkRows": "65536"}
-    assert force.getProperty("TorchCudaContext") == "primary"
-    with pytest.raises(openmm.OpenMMException, match="TorchCudaContext must be \"openmm\" or \"primary\""):
+    assert force.getProperty("TorchCudaContext") == "auto"
+    with pytest.raises(openmm.OpenMMException, match="TorchCudaContext must be \"auto\", \"openmm\" or \"primary\""):
         force.setProperty("TorchCudaContext", "shared")
     force.setProperty("TorchCudaContext", "openmm")
     assert force.getProperty("TorchCudaContext") == "openmm"

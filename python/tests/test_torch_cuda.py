@@ -162,7 +162,9 @@ def test_aoti_package_for_cuda(tmp_path):
     assert export_aoti(model, package, device="cuda")["device"] == "cuda"
     positions, types, box = lattice_system(250, n_types=model.n_types, seed=6)
     expected_context, expected_force, _ = graph_context(native, types, box, positions, "Reference")
-    context, force, _ = graph_context(package, types, box, positions, "CUDA", properties={"Precision": "double"})
+    # In the primary context here; the default (OpenMM's own context for a package) runs in a process of its own below.
+    context, force, _ = graph_context(package, types, box, positions, "CUDA", properties={"Precision": "double"},
+                                      configure=lambda f: f.setProperty("TorchCudaContext", "primary"))
     expect_close(context, force, expected_context, expected_force, 1e-10, 1e-9)
     context.getIntegrator().step(5)
     assert np.isfinite(energy_forces(context)[0])
@@ -176,7 +178,7 @@ def test_aoti_package_for_cuda(tmp_path):
 
 
 # Run in a process of its own (a failure there must not take this test process with it): the package in OpenMM's
-# CUDA context (TorchCudaContext "openmm"), between PyTorch's own work in the primary context.
+# CUDA context (TorchCudaContext "auto", the default, and "openmm"), between PyTorch's own work in the primary context.
 OPENMM_CONTEXT_SCRIPT = """
 import gc, json, sys
 import numpy as np, torch
@@ -187,10 +189,10 @@ a = torch.randn(128, 128, device="cuda", dtype=torch.float64)
 product = (a.cpu() @ a.cpu()).numpy()
 before = torch_cuda_memory(a)
 results = []
-for _ in range(2):
+for setting in ("auto", "openmm"):
     context = graph_context(sys.argv[2], data["types"], data["box"], data["positions"], "CUDA",
                             properties={"Precision": "double"},
-                            configure=lambda f: f.setProperty("TorchCudaContext", "openmm"))[0]
+                            configure=lambda f: f.setProperty("TorchCudaContext", setting))[0]
     energy, forces = energy_forces(context)
     context.getIntegrator().step(5)
     stepped = energy_forces(context)[0]
@@ -205,8 +207,8 @@ print(json.dumps(dict(results=results, before=before, after=torch_cuda_memory(a)
 
 
 def check_package_in_openmms_context(tmp_path, package, types, box, positions, expected_energy, expected_forces):
-    """TorchCudaContext "openmm": the package gives the native Reference platform's energy and forces (twice, in
-    Contexts made one after the other), MD runs, PyTorch's own work in the primary context stays correct while and
+    """TorchCudaContext "auto" (the default) and "openmm": the package gives the native Reference platform's energy
+    and forces (in two Contexts made one after the other), MD runs, PyTorch's own work in the primary context stays correct while and
     after the Contexts live, and the Contexts give PyTorch's memory back."""
     import json
     import subprocess

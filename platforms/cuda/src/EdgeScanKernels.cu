@@ -50,8 +50,8 @@ __device__ inline void rowChunk(int count, int warp, int numWarps, int& first, i
 /**
  * The per-edge quantities that every lane of a warp needs, computed once per
  * edge (lane e of the warp for edge e of a batch) instead of once per lane:
- * neighbour, its type, the table interval and Hermite basis, the harmonics and
- * (Full, for the forces) their gradients, the unit vector and the distance.
+ * neighbour, its type, the table interval and Hermite basis (Full, for the
+ * forces: and its derivatives), the harmonics, the unit vector and the distance.
  * One per warp in shared memory; a batch holds StageEdges edges.
  */
 template <typename real, int H, bool Full> struct EdgeStage {
@@ -60,7 +60,6 @@ template <typename real, int H, bool Full> struct EdgeStage {
     real h[6][E];
     real d[Full ? 6 : 1][E];
     real Y[H][E];
-    real grad[Full ? 3 * H : 1][E];
     real u[Full ? 3 : 1][E];
     real r[E];
 
@@ -79,12 +78,8 @@ template <typename real, int H, bool Full> struct EdgeStage {
             if (Full)
                 d[x][slot] = basis.d[x];
         }
-        for (int lm = 0; lm < H; lm++) {
+        for (int lm = 0; lm < H; lm++)
             Y[lm][slot] = YY[lm];
-            if (Full)
-                for (int c = 0; c < 3; c++)
-                    grad[3 * lm + c][slot] = gg[lm][c];
-        }
         if (Full)
             for (int c = 0; c < 3; c++)
                 u[c][slot] = uu[c];
@@ -191,26 +186,39 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
     }
 }
 
+/**
+ * Invariants, one block per row (grid-stride over rows): X_i and A_i are
+ * staged in shared memory ([2][H][M] reals), then the block's threads write
+ * the row's descriptor entries in flat order (coalesced).  32-bit index
+ * arithmetic per row (a 64-bit division per element cost more than the sums).
+ */
 template <typename real>
 __global__ void invariantsKernel(GraphModelParams<real> model, const real* __restrict__ X, const real* __restrict__ A,
                                  const int* __restrict__ rowNodes, int numRows, real* __restrict__ out, int outStride, int outOffset) {
+    extern __shared__ unsigned char sharedBytes[];
     const int M = model.numChannels, Maxis = model.numAxis, H = (model.lMax + 1) * (model.lMax + 1);
     const int perDegree = M * Maxis;
     const int size = model.descriptorSize;
-    for (size_t index = blockIdx.x * (size_t) blockDim.x + threadIdx.x; index < (size_t) numRows * size;
-         index += (size_t) gridDim.x * blockDim.x) {
-        const int row = (int) (index / size), flat = (int) (index % size);
+    real* Xs = reinterpret_cast<real*>(sharedBytes);
+    real* As = Xs + H * M;
+    for (int row = blockIdx.x; row < numRows; row += gridDim.x) {
         const int i = rowNodes[row];
-        const int kp = flat % Maxis, k = (flat / Maxis) % M;
-        const int lFirst = model.descriptorLSum ? 0 : flat / perDegree;
-        const int lLast = model.descriptorLSum ? model.lMax : lFirst;
-        const real* Xi = X + (size_t) i * H * M;
-        const real* Ai = A + (size_t) i * H * M;
-        real sum = 0;
-        for (int l = lFirst; l <= lLast; l++)
-            for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
-                sum += Xi[lm * M + k] * Ai[lm * M + kp];
-        out[(size_t) row * outStride + outOffset + flat] = sum;
+        for (int x = threadIdx.x; x < H * M; x += blockDim.x) {
+            Xs[x] = X[(size_t) i * H * M + x];
+            As[x] = A[(size_t) i * H * M + x];
+        }
+        __syncthreads();
+        for (int flat = threadIdx.x; flat < size; flat += blockDim.x) {
+            const int kp = flat % Maxis, k = (flat / Maxis) % M;
+            const int lFirst = model.descriptorLSum ? 0 : flat / perDegree;
+            const int lLast = model.descriptorLSum ? model.lMax : lFirst;
+            real sum = 0;
+            for (int l = lFirst; l <= lLast; l++)
+                for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
+                    sum += Xs[lm * M + k] * As[lm * M + kp];
+            out[(size_t) row * outStride + outOffset + flat] = sum;
+        }
+        __syncthreads();
     }
 }
 
@@ -222,37 +230,50 @@ __device__ inline real descriptorGradient(const GraphModelParams<real>& model, c
     return g[base + k * Maxis + kp];
 }
 
+/**
+ * The invariants' backward, one block per row like the forward: X_i and A_i
+ * staged in shared memory, then one thread per (lm, k) of dX and dA (the
+ * row's descriptor gradient, up to 3 M^2 reals, is read through L1).
+ */
 template <typename real>
 __global__ void invariantsBackwardKernel(GraphModelParams<real> model, const real* __restrict__ X, const real* __restrict__ A,
                                          const int* __restrict__ rowNodes, int numRows, const real* __restrict__ gradIn, int gradStride,
                                          int gradOffset, real* __restrict__ gradX, real* __restrict__ gradA, int accumulate) {
+    extern __shared__ unsigned char sharedBytes[];
     const int M = model.numChannels, Maxis = model.numAxis, H = (model.lMax + 1) * (model.lMax + 1);
     const bool same = X == A;
-    for (size_t index = blockIdx.x * (size_t) blockDim.x + threadIdx.x; index < (size_t) numRows * H * M;
-         index += (size_t) gridDim.x * blockDim.x) {
-        const int row = (int) (index / (H * M)), lm = (int) ((index / M) % H), k = (int) (index % M);
+    real* Xs = reinterpret_cast<real*>(sharedBytes);
+    real* As = Xs + H * M;
+    for (int row = blockIdx.x; row < numRows; row += gridDim.x) {
         const int i = rowNodes[row];
-        const int l = degreeOf(lm);
         const real* g = gradIn + (size_t) row * gradStride + gradOffset;
-        const real* Xi = X + (size_t) i * H * M;
-        const real* Ai = A + (size_t) i * H * M;
-        // Channel k as the first factor (X[lm][k]) ...
-        real gx = 0;
-        for (int kp = 0; kp < Maxis; kp++)
-            gx += descriptorGradient(model, g, l, k, kp) * Ai[lm * M + kp];
-        // ... and as the second (A[lm][k], k < M_axis).
-        real ga = 0;
-        if (k < Maxis)
-            for (int kk = 0; kk < M; kk++)
-                ga += descriptorGradient(model, g, l, kk, k) * Xi[lm * M + kk];
-        const size_t out = (size_t) i * H * M + lm * M + k;
-        if (same) {
-            gradA[out] = (accumulate ? gradA[out] : real(0)) + gx + ga;
+        for (int x = threadIdx.x; x < H * M; x += blockDim.x) {
+            Xs[x] = X[(size_t) i * H * M + x];
+            As[x] = A[(size_t) i * H * M + x];
         }
-        else {
-            gradX[out] = (accumulate ? gradX[out] : real(0)) + gx;
-            gradA[out] = (accumulate ? gradA[out] : real(0)) + ga;
+        __syncthreads();
+        for (int x = threadIdx.x; x < H * M; x += blockDim.x) {
+            const int lm = x / M, k = x % M;
+            const int l = degreeOf(lm);
+            // Channel k as the first factor (X[lm][k]) ...
+            real gx = 0;
+            for (int kp = 0; kp < Maxis; kp++)
+                gx += descriptorGradient(model, g, l, k, kp) * As[lm * M + kp];
+            // ... and as the second (A[lm][k], k < M_axis).
+            real ga = 0;
+            if (k < Maxis)
+                for (int kk = 0; kk < M; kk++)
+                    ga += descriptorGradient(model, g, l, kk, k) * Xs[lm * M + kk];
+            const size_t out = (size_t) i * H * M + x;
+            if (same) {
+                gradA[out] = (accumulate ? gradA[out] : real(0)) + gx + ga;
+            }
+            else {
+                gradX[out] = (accumulate ? gradX[out] : real(0)) + gx;
+                gradA[out] = (accumulate ? gradA[out] : real(0)) + ga;
+            }
         }
+        __syncthreads();
     }
 }
 
@@ -344,16 +365,13 @@ template <typename real, int V> __device__ inline real warpReduceScatter(real v[
     return x;
 }
 
-/** The smallest power of two >= x (x <= 32). */
-__host__ __device__ constexpr int powerOfTwoAtLeast(int x) {
-    return x <= 1 ? 1 : x <= 2 ? 2 : x <= 4 ? 4 : x <= 8 ? 8 : x <= 16 ? 16 : 32;
-}
-
 /**
  * Forces.  Per edge, each lane sums its channels' share of
- * S_lm = sum_k G_lm,k R_l,k and P_lm = sum_k G_lm,k R'_l,k; one reduce-scatter
- * leaves each (S or P, lm) total in its own lanes, which turn it into their
- * share of dE/dd, and three warp sums give dE/dd.  Edges are staged a batch at
+ * S_lm = sum_k G_lm,k R_l,k and P_lm = sum_k G_lm,k R'_l,k and contracts them
+ * at once with the edge's harmonics into its share of dE/dd (linear in S and
+ * P); one reduce-scatter of the three components over the lanes (6 shuffles,
+ * not the 2H-value reduction of S and P) leaves component c in lanes 8c..8c+7,
+ * and lanes 0, 8 and 16 add it to OpenMM's buffer.  Edges are staged a batch at
  * a time as in the moments.
  */
 template <typename real, int LMAX, int CPL>
@@ -363,8 +381,6 @@ __global__ void __launch_bounds__(32 * MaxForceWarps)
                  const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity, const int* __restrict__ slotOfNode,
                  long long* __restrict__ forceBuffer, int paddedAtoms, GraphStatus* status) {
     constexpr int H = (LMAX + 1) * (LMAX + 1);
-    constexpr int V = powerOfTwoAtLeast(2 * H);
-    constexpr int lanesPerValue = 32 / V;
     using Stage = EdgeStage<real, H, true>;
     extern __shared__ unsigned char sharedBytes[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -372,16 +388,16 @@ __global__ void __launch_bounds__(32 * MaxForceWarps)
     const int M = model.numChannels;
     const int numBlocks = model.numInteractions == 1 ? 2 : 1;
     const int numWarps = blockDim.x >> 5;
-    // The (S or P, lm) this lane finishes, and whether it is the first of its copies.
-    const int mine = lane / lanesPerValue;
-    const bool owner = lane % lanesPerValue == 0 && mine < 2 * H;
+    // The component of dE/dd this lane finishes (lanes 0, 8, 16: x, y, z).
+    const int component = lane >> 3;
+    const bool owner = (lane & 7) == 0 && component < 3;
     for (int b = blockIdx.x; b < numCenters; b += gridDim.x) {
         const int i = firstCenter + b;
         const int ti = types[i];
         int first, last;
         rowChunk(rowCount[i], warp, numWarps, first, last);
-        // F_i in fixed point, edge by edge: the sum does not depend on how the row is split over warps.
-        long long forceI[3] = {0, 0, 0};
+        // This lane's component of F_i in fixed point, edge by edge: the sum does not depend on how the row is split over warps.
+        long long forceI = 0;
         forEachStagedEdge<LMAX>(stage, lane, model, positions, types, i, neighbors, capacity, box, first, last, [&](int q) {
             const int j = stage->j[q], tj = stage->tj[q], interval = stage->interval[q];
             real h[6], d[6];
@@ -390,10 +406,10 @@ __global__ void __launch_bounds__(32 * MaxForceWarps)
                 h[x] = stage->h[x][q];
                 d[x] = stage->d[x][q];
             }
-            real v[V];
+            real S[H], P[H];
 #pragma unroll
-            for (int x = 0; x < V; x++)
-                v[x] = 0;
+            for (int lm = 0; lm < H; lm++)
+                S[lm] = P[lm] = 0;
             for (int block = 0; block < numBlocks; block++) {
                 const real* table = block == 0 ? model.radialTable : model.interactionTable;
                 const real* G = (block == 0 ? gradA : gradB) + (size_t) i * H * M;
@@ -410,57 +426,45 @@ __global__ void __launch_bounds__(32 * MaxForceWarps)
                             deriv *= weight;
 #pragma unroll
                             for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
-                                v[lm] += G[lm * M + k] * value;
-                                v[H + lm] += G[lm * M + k] * deriv;
+                                S[lm] += G[lm * M + k] * value;
+                                P[lm] += G[lm * M + k] * deriv;
                             }
                         }
                     }
                 }
             }
-            // dE/dd = (1/n_norm) sum_lm [ P_lm Y_lm u + S_lm (dY/du - u (u . dY/du)) / r ]
-            const real total = warpReduceScatter<real, V>(v, lane);
-            real g[3] = {0, 0, 0};
-            if (owner) {
-                const real u[3] = {stage->u[0][q], stage->u[1][q], stage->u[2][q]};
-                if (mine < H) {
-                    const int lm = mine;
-                    const real gr[3] = {stage->grad[3 * lm][q], stage->grad[3 * lm + 1][q], stage->grad[3 * lm + 2][q]};
-                    const real uDotGrad = u[0] * gr[0] + u[1] * gr[1] + u[2] * gr[2];
-                    const real r = stage->r[q];
+            // This lane's share of dE/dd = (1/n_norm) sum_lm [ P_lm Y_lm u + S_lm (dY/du - u (u . dY/du)) / r ].
+            const real u[3] = {stage->u[0][q], stage->u[1][q], stage->u[2][q]};
+            real Y[MaxHarmonics], grad[MaxHarmonics][3];
+            harmonics(LMAX, u, Y, grad);
+            real p = 0, s[3] = {0, 0, 0};
 #pragma unroll
-                    for (int c = 0; c < 3; c++)
-                        g[c] = total * (gr[c] - u[c] * uDotGrad) / r;
-                }
-                else {
-                    const real Y = stage->Y[mine - H][q];
+            for (int lm = 0; lm < H; lm++) {
+                p += P[lm] * Y[lm];
 #pragma unroll
-                    for (int c = 0; c < 3; c++)
-                        g[c] = total * Y * u[c];
-                }
+                for (int c = 0; c < 3; c++)
+                    s[c] += S[lm] * grad[lm][c];
             }
+            const real uDotS = u[0] * s[0] + u[1] * s[1] + u[2] * s[2];
+            const real invR = real(1) / stage->r[q];
+            real g[4];
 #pragma unroll
             for (int c = 0; c < 3; c++)
-                g[c] = warpSum(g[c]);
-            if (lane == 0) {
-                const int slot = slotOfNode[j];
-#pragma unroll
-                for (int c = 0; c < 3; c++) {
-                    const real gc = g[c] * model.invNorm;
-                    if (!(fabs((double) gc) < FixedPointLimit))
-                        reportError(status, GraphErrorForceOutOfRange, i, j, (double) gc);
-                    forceI[c] += realToFixedPoint((double) gc);
-                    atomicAdd((unsigned long long*) &forceBuffer[slot + c * paddedAtoms],
-                              (unsigned long long) realToFixedPoint(-(double) gc));
-                }
+                g[c] = p * u[c] + (s[c] - u[c] * uDotS) * invR;
+            g[3] = 0;
+            const real total = warpReduceScatter<real, 4>(g, lane);
+            if (owner) {
+                const real gc = total * model.invNorm;
+                if (!(fabs((double) gc) < FixedPointLimit))
+                    reportError(status, GraphErrorForceOutOfRange, i, j, (double) gc);
+                forceI += realToFixedPoint((double) gc);
+                atomicAdd((unsigned long long*) &forceBuffer[slotOfNode[j] + component * paddedAtoms],
+                          (unsigned long long) realToFixedPoint(-(double) gc));
             }
         });
         // Each warp adds its chunk's share of F_i (integer atomics: order independent).
-        if (lane == 0 && last > first) {
-            const int slot = slotOfNode[i];
-#pragma unroll
-            for (int c = 0; c < 3; c++)
-                atomicAdd((unsigned long long*) &forceBuffer[slot + c * paddedAtoms], (unsigned long long) forceI[c]);
-        }
+        if (owner && last > first)
+            atomicAdd((unsigned long long*) &forceBuffer[slotOfNode[i] + component * paddedAtoms], (unsigned long long) forceI);
     }
 }
 
@@ -508,6 +512,11 @@ int centerBlocks(int n) {
     return std::max(1, std::min(n, 65535 * 16));
 }
 
+/** Blocks of the one-block-per-row kernels (grid-stride beyond; enough to fill any device several times). */
+int rowBlocks(int numRows) {
+    return std::max(1, std::min(numRows, 65535));
+}
+
 template <typename real>
 void launchMoments(const GraphModelParams<real>& model, const real* table, const real* nodeWeights, const double* positions,
                    const int* types, int firstCenter, int numCenters, GraphBox<double> box, const int* neighbors, const int* rowCount,
@@ -525,9 +534,9 @@ void launchMoments(const GraphModelParams<real>& model, const real* table, const
 template <typename real>
 void launchInvariants(const GraphModelParams<real>& model, const real* X, const real* A, const int* rowNodes, int numRows, real* out,
                       int outStride, int outOffset, cudaStream_t stream) {
+    const size_t shared = sizeof(real) * 2 * (model.lMax + 1) * (model.lMax + 1) * model.numChannels;
     if (numRows > 0)
-        invariantsKernel<real><<<elementBlocks((size_t) numRows * model.descriptorSize), 256, 0, stream>>>(model, X, A, rowNodes, numRows,
-                                                                                                           out, outStride, outOffset);
+        invariantsKernel<real><<<rowBlocks(numRows), 128, shared, stream>>>(model, X, A, rowNodes, numRows, out, outStride, outOffset);
 }
 
 template <typename real>
@@ -535,9 +544,10 @@ void launchInvariantsBackward(const GraphModelParams<real>& model, const real* X
                               const real* gradIn, int gradStride, int gradOffset, real* gradX, real* gradA, bool accumulate,
                               cudaStream_t stream) {
     const int H = (model.lMax + 1) * (model.lMax + 1);
+    const size_t shared = sizeof(real) * 2 * H * model.numChannels;
     if (numRows > 0)
-        invariantsBackwardKernel<real><<<elementBlocks((size_t) numRows * H * model.numChannels), 256, 0, stream>>>(
-            model, X, A, rowNodes, numRows, gradIn, gradStride, gradOffset, gradX, gradA, accumulate ? 1 : 0);
+        invariantsBackwardKernel<real><<<rowBlocks(numRows), 128, shared, stream>>>(model, X, A, rowNodes, numRows, gradIn, gradStride,
+                                                                                    gradOffset, gradX, gradA, accumulate ? 1 : 0);
 }
 
 template <typename real>
@@ -566,7 +576,7 @@ void launchForces(const GraphModelParams<real>& model, const real* gradA, const 
     if (numCenters == 0)
         return;
     dispatchShape(model.lMax, model.numChannels, [&](auto l, auto cpl) {
-        // At most 48 KB of staged edges per block (the default limit of dynamic shared memory): 6 warps for l_max = 2.
+        // At most 48 KB of staged edges per block (the default limit of dynamic shared memory): 3.6 KB a warp in float for l_max = 2.
         const size_t stage = stageBytes<real, decltype(l)::value, true>();
         const int warps = std::max(1, std::min(warpsPerCenter, (int) (48 * 1024 / stage)));
         forcesKernel<real, decltype(l)::value, decltype(cpl)::value><<<centerBlocks(numCenters), 32 * warps, warps * stage, stream>>>(

@@ -220,11 +220,13 @@ void CudaCalcTorchGraphForceKernel::initialize(const System& system, const Graph
     if (force.getProperty("Domains") == "mpi")
         throw OpenMMException("GraphForce: property Domains = \"mpi\" with a PyTorch model runs on the Reference and CPU platforms, not "
                               "yet on CUDA (docs/mpi.md)");
-    sharedContext = force.getProperty("TorchCudaContext") == "openmm";
-    if (sharedContext && model->kind != ModelKind::AOTInductor)
-        throw OpenMMException("GraphForce: TorchCudaContext \"openmm\" runs AOTInductor packages only: a TorchScript model's "
-                              "gradients come from autograd, whose CUDA backward runs on PyTorch's worker thread in the primary "
-                              "context; use \"primary\" (the default) or export_aoti(..., device=\"cuda\") (docs/torch-models.md)");
+    const std::string contextProperty = force.getProperty("TorchCudaContext");
+    sharedContext = model->kind == ModelKind::AOTInductor && contextProperty != "primary"; // "auto": packages in OpenMM's context
+    if (contextProperty == "openmm" && model->kind != ModelKind::AOTInductor)
+        throw OpenMMException(
+            "GraphForce: TorchCudaContext \"openmm\" runs AOTInductor packages only: a TorchScript model's "
+            "gradients come from autograd, whose CUDA backward runs on PyTorch's worker thread in the primary "
+            "context; use \"auto\" (the default) or \"primary\", or export_aoti(..., device=\"cuda\") (docs/torch-models.md)");
     // CUDA graphs: the model's part is captured (in PyTorch's context) when its metadata says it is capturable.
     const std::string graphProperty = force.getProperty("CudaGraph");
     const bool capturable = model->torchCapturable && model->kind == ModelKind::TorchScript;
@@ -257,8 +259,9 @@ void CudaCalcTorchGraphForceKernel::initialize(const System& system, const Graph
         GRAPH_CU_CHECK(cuEventCreate(&inputsReady, CU_EVENT_DISABLE_TIMING));
         GRAPH_CU_CHECK(cuEventCreate(&statusEvent, CU_EVENT_DISABLE_TIMING));
     }
-    // PyTorch works in the device's primary context (TorchCudaContext "primary", the default) or, for AOTInductor
-    // packages, in OpenMM's own context ("openmm"): the model, its tensors and its stream live there.
+    // PyTorch works in the device's primary context (TorchCudaContext "primary"; TorchScript models under "auto") or,
+    // for AOTInductor packages, in OpenMM's own context ("openmm"; packages under "auto"): the model, its tensors and
+    // its stream live there.
     deviceIndex = (c10::DeviceIndex) cu.getDeviceIndex();
     const torch::Device device(torch::kCUDA, deviceIndex);
     primaryContext = retainedPrimaryContext(cu.getDevice());

@@ -26,9 +26,10 @@ namespace GraphPlugin {
  *     particle owns the padding edges, so no count is read back);
  *  2. on a stream of this kernel, after an event of step 1: the model, and
  *     autograd for a TorchScript module.  PyTorch works in the device's
- *     primary context (property TorchCudaContext "primary", the default, as
- *     openmm-torch does) or, for an AOTInductor package, in OpenMM's own
- *     context ("openmm": no context switch on the host or the GPU);
+ *     primary context (property TorchCudaContext "primary", and TorchScript
+ *     modules under the default "auto", as openmm-torch does) or, for an
+ *     AOTInductor package, in OpenMM's own context ("openmm", and packages
+ *     under "auto": no context switch on the host or the GPU);
  *  3. on OpenMM's stream, after an event of step 2: the energy into OpenMM's
  *     energy buffer and the forces in 64-bit fixed point into its force buffer.
  * The status (errors, longest row, edge count) is read where OpenMM reads its
