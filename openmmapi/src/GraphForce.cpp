@@ -11,8 +11,9 @@ using namespace OpenMM;
 namespace {
 
 const std::map<std::string, std::string>& propertyDefaults() {
-    static const std::map<std::string, std::string> defaults = {
-        {"CheckFinite", "true"}, {"CudaChunkRows", "auto"}, {"CudaGraph", "auto"}, {"Domains", "single"}, {"TorchCudaContext", "auto"}};
+    static const std::map<std::string, std::string> defaults = {{"CheckFinite", "true"},  {"CudaChunkRows", "auto"},
+                                                                {"CudaEdgeScan", "rows"}, {"CudaGraph", "auto"},
+                                                                {"Domains", "single"},    {"TorchCudaContext", "auto"}};
     return defaults;
 }
 
@@ -122,6 +123,8 @@ void GraphForce::setProperty(const std::string& key, const std::string& value) {
         throw OpenMMException("GraphForce: property CheckFinite must be \"true\" or \"false\", found \"" + value + "\"");
     if (key == "Domains" && value != "single" && value != "mpi")
         throw OpenMMException("GraphForce: property Domains must be \"single\" or \"mpi\", found \"" + value + "\"");
+    if (key == "CudaEdgeScan" && value != "rows" && value != "windows")
+        throw OpenMMException("GraphForce: property CudaEdgeScan must be \"rows\" or \"windows\", found \"" + value + "\"");
     if (key == "CudaGraph" && value != "auto" && value != "true" && value != "false")
         throw OpenMMException("GraphForce: property CudaGraph must be \"auto\", \"true\" or \"false\", found \"" + value + "\"");
     if (key == "TorchCudaContext" && value != "auto" && value != "openmm" && value != "primary")

@@ -266,6 +266,9 @@ def test_properties(modelBytes):
             force.setProperty("CudaChunkRows", bad)
     force.setProperty("CudaChunkRows", "65536")
     assert force.getProperties() == {"CheckFinite": "false", "CudaChunkRows": "65536"}
+    assert force.getProperty("CudaEdgeScan") == "rows"
+    with pytest.raises(openmm.OpenMMException, match="CudaEdgeScan must be \"rows\" or \"windows\""):
+        force.setProperty("CudaEdgeScan", "tiles")
     assert force.getProperty("TorchCudaContext") == "auto"
     with pytest.raises(openmm.OpenMMException, match="TorchCudaContext must be \"auto\", \"openmm\" or \"primary\""):
         force.setProperty("TorchCudaContext", "shared")

@@ -186,6 +186,174 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
     }
 }
 
+constexpr int WindowWarps = 16;
+
+/**
+ * Centers per warp of the knot-window scans: their moments (or dE/dA and dE/dB) stay in registers, H x CPL values a
+ * center and table, so two only where that is at most 2 x 9 x 2 floats (no spills).
+ */
+template <typename real> __host__ __device__ constexpr int windowCentersPerWarp(int cpl, int numInteractions) {
+    return cpl <= 2 && sizeof(real) == 4 && numInteractions == 0 ? 2 : 1;
+}
+
+/**
+ * The walk of the knot-window scans (docs/cuda-platform.md), shared by the
+ * moments and the force scan.  A block takes a tile of centers of one type a
+ * (consecutive rows of the type-sorted node list; this warp's centers in
+ * `center`, -1 for none) and goes through the table's intervals in windows of
+ * Q.  For each window it copies the slice of `numTables` tables (table0,
+ * table1) for all neighbour types b, degrees l and channels, knots
+ * [first - 1, last], into `slice` ([numTables][T][L+1][Q+2][3][M] reals in
+ * shared memory); then every warp walks its centers' rows from where it
+ * paused, in canonical order, a staged batch at a time, pausing at the first
+ * edge whose interval lies past the window.  So each row is walked once in
+ * canonical order (the windows only decide when a warp pauses), and every
+ * table row read from L2 serves all the tile's edges in its window.
+ * body(c, q, knot) runs for each edge (staged in slot q of `stage`, of center
+ * c), all lanes together; knot(t, l) is the first knot of the edge's interval
+ * in table t, degree l.  An edge whose interval lies before the slice (not
+ * expected: rows sorted by r have nondecreasing intervals, up to one knot
+ * within ties of the sort key) gets the knot from global memory.
+ */
+template <typename real, int LMAX, bool Full, int CPW, typename Body>
+__device__ inline void forEachWindowEdge(EdgeStage<real, (LMAX + 1) * (LMAX + 1), Full>* stage, real* slice,
+                                         const GraphModelParams<real>& model, const real* table0, const real* table1, int numTables, int a,
+                                         const int (&center)[CPW], const double* positions, const int* types, const int* neighbors,
+                                         const int* rowCount, int capacity, const GraphBox<double>& box, int Q, int lane, Body body) {
+    using Stage = EdgeStage<real, (LMAX + 1) * (LMAX + 1), Full>;
+    const int M = model.numChannels, T = model.numTypes, K = model.radialIntervals;
+    const int knotStride = 3 * M;                  // reals per knot
+    const int segmentReals = (Q + 2) * knotStride; // one (table, b, l) of the slice
+    int cursor[CPW], count[CPW], next[CPW];        // next: interval of the first unwalked edge (-1: not staged)
+#pragma unroll
+    for (int c = 0; c < CPW; c++) {
+        cursor[c] = 0;
+        count[c] = center[c] >= 0 ? rowCount[center[c]] : 0;
+        next[c] = -1;
+    }
+    for (int first = 0; first < K; first += Q) {
+        const int last = min(K, first + Q); // intervals [first, last): knots up to last
+        const int sliceFirst = max(0, first - 1);
+        const int knots = last - sliceFirst + 1;
+        __syncthreads(); // every warp is done with the previous slice
+        for (int segment = 0; segment < numTables * T * (LMAX + 1); segment++) {
+            const int t = segment / (T * (LMAX + 1)), b = (segment / (LMAX + 1)) % T, l = segment % (LMAX + 1);
+            const real* source = tableKnot(t == 0 ? table0 : table1, model, a, b, l, sliceFirst);
+            real* target = slice + (size_t) segment * segmentReals;
+            for (int x = threadIdx.x; x < knots * knotStride; x += blockDim.x)
+                target[x] = source[x];
+        }
+        __syncthreads();
+#pragma unroll
+        for (int c = 0; c < CPW; c++) {
+            const int i = center[c]; // the same in all lanes, as is everything the loops below test: warp-uniform
+            while (i >= 0 && cursor[c] < count[c] && next[c] < last) {
+                const int staged = min(Stage::E, count[c] - cursor[c]);
+                if (lane < staged)
+                    stage->fill(lane, LMAX, model, positions, types, i, neighbors[(size_t) i * capacity + cursor[c] + lane], box);
+                __syncwarp();
+                int q = 0;
+                for (; q < staged; q++) {
+                    const int interval = stage->interval[q];
+                    if (interval >= last)
+                        break;
+                    const int tj = stage->tj[q];
+                    const bool inSlice = interval >= sliceFirst;
+                    auto knot = [&](int t, int l) -> const real* {
+                        return inSlice ? slice + (size_t) ((t * T + tj) * (LMAX + 1) + l) * segmentReals +
+                                             (size_t) (interval - sliceFirst) * knotStride
+                                       : tableKnot(t == 0 ? table0 : table1, model, a, tj, l, interval);
+                    };
+                    body(c, q, knot);
+                }
+                next[c] = q < staged ? stage->interval[q] : -1;
+                cursor[c] += q;
+                __syncwarp();
+            }
+        }
+    }
+}
+
+/** This warp's centers in a knot-window tile (-1 past the tile's end): rows tile.x + c WindowWarps + warp. */
+template <int CPW> __device__ inline void windowCenters(const int2& tile, const int* rowNodes, int warp, int (&center)[CPW]) {
+#pragma unroll
+    for (int c = 0; c < CPW; c++) {
+        const int row = tile.x + c * WindowWarps + warp;
+        center[c] = row < tile.y ? rowNodes[row] : -1;
+    }
+}
+
+/**
+ * Moments by knot windows (forEachWindowEdge; CudaEdgeScan "windows"): the
+ * sums of momentsKernel, each row in one pass in canonical order.  Lane k:
+ * channels k, k + 32, ...
+ */
+template <typename real, int LMAX, int CPL, int CPW>
+__global__ void __launch_bounds__(32 * WindowWarps)
+    windowMomentsKernel(GraphModelParams<real> model, const real* __restrict__ table, const real* __restrict__ nodeWeights,
+                        const double* __restrict__ positions, const int* __restrict__ types, const int* __restrict__ rowNodes,
+                        const int2* __restrict__ tiles, int windowIntervals, GraphBox<double> box, const int* __restrict__ neighbors,
+                        const int* __restrict__ rowCount, int capacity, real* __restrict__ moments) {
+    constexpr int H = (LMAX + 1) * (LMAX + 1);
+    using Stage = EdgeStage<real, H, false>;
+    extern __shared__ unsigned char sharedBytes[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    Stage* stage = reinterpret_cast<Stage*>(sharedBytes) + warp;
+    real* slice = reinterpret_cast<real*>(sharedBytes + WindowWarps * sizeof(Stage));
+    const int M = model.numChannels;
+    const int2 tile = tiles[blockIdx.x];
+    const int a = types[rowNodes[tile.x]];
+    int center[CPW];
+    windowCenters(tile, rowNodes, warp, center);
+    real acc[CPW][H][CPL];
+#pragma unroll
+    for (int c = 0; c < CPW; c++)
+#pragma unroll
+        for (int lm = 0; lm < H; lm++)
+#pragma unroll
+            for (int x = 0; x < CPL; x++)
+                acc[c][lm][x] = 0;
+    forEachWindowEdge<real, LMAX, false, CPW>(stage, slice, model, table, nullptr, 1, a, center, positions, types, neighbors, rowCount,
+                                              capacity, box, windowIntervals, lane, [&](int c, int q, auto knot) {
+                                                  const int j = stage->j[q];
+                                                  real h[6], Y[H];
+#pragma unroll
+                                                  for (int x = 0; x < 6; x++)
+                                                      h[x] = stage->h[x][q];
+#pragma unroll
+                                                  for (int lm = 0; lm < H; lm++)
+                                                      Y[lm] = stage->Y[lm][q];
+#pragma unroll
+                                                  for (int x = 0; x < CPL; x++) {
+                                                      const int k = lane + 32 * x;
+                                                      if (k < M) {
+                                                          const real weight = nodeWeights ? nodeWeights[(size_t) j * M + k] : real(1);
+#pragma unroll
+                                                          for (int l = 0; l <= LMAX; l++) {
+                                                              real value, unused;
+                                                              hermiteFromKnots<real, false>(knot(0, l), M, k, model, h, nullptr, value,
+                                                                                            unused);
+                                                              value *= weight;
+#pragma unroll
+                                                              for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
+                                                                  acc[c][lm][x] += value * Y[lm];
+                                                          }
+                                                      }
+                                                  }
+                                              });
+#pragma unroll
+    for (int c = 0; c < CPW; c++)
+        if (center[c] >= 0)
+#pragma unroll
+            for (int x = 0; x < CPL; x++) {
+                const int k = lane + 32 * x;
+                if (k < M)
+#pragma unroll
+                    for (int lm = 0; lm < H; lm++)
+                        moments[(size_t) center[c] * H * M + lm * M + k] = acc[c][lm][x] * model.invNorm;
+            }
+}
+
 /**
  * Invariants, one block per row (grid-stride over rows): X_i and A_i are
  * staged in shared memory ([2][H][M] reals), then the block's threads write
@@ -365,6 +533,57 @@ template <typename real, int V> __device__ inline real warpReduceScatter(real v[
     return x;
 }
 
+/** The component of dE/dd that lane `lane` finishes in edgeForce (lanes 0, 8, 16: x, y, z), and whether it finishes one. */
+__device__ inline int forceComponent(int lane) {
+    return lane >> 3;
+}
+__device__ inline bool forceOwner(int lane) {
+    return (lane & 7) == 0 && forceComponent(lane) < 3;
+}
+
+/**
+ * The force of edge (i, j) from this lane's share of S_lm and P_lm (its
+ * channels): the lane contracts them with the edge's harmonics and their
+ * gradients into its share of dE/dd = (1/n_norm) sum_lm [ P_lm Y_lm u + S_lm
+ * (dY/du - u (u . dY/du)) / r ] (linear in S and P), one reduce-scatter over
+ * the warp sums the three components (6 shuffles, fixed order), and the owner
+ * lane of each component adds -dE/dd to j in OpenMM's buffer and dE/dd to
+ * forceI (this lane's component of F_i, fixed point), reporting a value
+ * beyond the fixed-point range.  Called by all 32 lanes.
+ */
+template <typename real, int LMAX>
+__device__ inline void edgeForce(const real* S, const real* P, const real u[3], real r, int lane, int i, int j,
+                                 const GraphModelParams<real>& model, GraphStatus* status, const int* slotOfNode, long long* forceBuffer,
+                                 int paddedAtoms, long long& forceI) {
+    constexpr int H = (LMAX + 1) * (LMAX + 1);
+    real Y[MaxHarmonics], grad[MaxHarmonics][3];
+    harmonics(LMAX, u, Y, grad);
+    real p = 0, s[3] = {0, 0, 0};
+#pragma unroll
+    for (int lm = 0; lm < H; lm++) {
+        p += P[lm] * Y[lm];
+#pragma unroll
+        for (int c = 0; c < 3; c++)
+            s[c] += S[lm] * grad[lm][c];
+    }
+    const real uDotS = u[0] * s[0] + u[1] * s[1] + u[2] * s[2];
+    const real invR = real(1) / r;
+    real g[4];
+#pragma unroll
+    for (int c = 0; c < 3; c++)
+        g[c] = p * u[c] + (s[c] - u[c] * uDotS) * invR;
+    g[3] = 0;
+    const real total = warpReduceScatter<real, 4>(g, lane);
+    if (forceOwner(lane)) {
+        const real gc = total * model.invNorm;
+        if (!(fabs((double) gc) < FixedPointLimit))
+            reportError(status, GraphErrorForceOutOfRange, i, j, (double) gc);
+        forceI += realToFixedPoint((double) gc);
+        atomicAdd((unsigned long long*) &forceBuffer[slotOfNode[j] + forceComponent(lane) * paddedAtoms],
+                  (unsigned long long) realToFixedPoint(-(double) gc));
+    }
+}
+
 /**
  * Forces.  Per edge, each lane sums its channels' share of
  * S_lm = sum_k G_lm,k R_l,k and P_lm = sum_k G_lm,k R'_l,k and contracts them
@@ -388,9 +607,6 @@ __global__ void __launch_bounds__(32 * MaxForceWarps)
     const int M = model.numChannels;
     const int numBlocks = model.numInteractions == 1 ? 2 : 1;
     const int numWarps = blockDim.x >> 5;
-    // The component of dE/dd this lane finishes (lanes 0, 8, 16: x, y, z).
-    const int component = lane >> 3;
-    const bool owner = (lane & 7) == 0 && component < 3;
     for (int b = blockIdx.x; b < numCenters; b += gridDim.x) {
         const int i = firstCenter + b;
         const int ti = types[i];
@@ -433,39 +649,100 @@ __global__ void __launch_bounds__(32 * MaxForceWarps)
                     }
                 }
             }
-            // This lane's share of dE/dd = (1/n_norm) sum_lm [ P_lm Y_lm u + S_lm (dY/du - u (u . dY/du)) / r ].
             const real u[3] = {stage->u[0][q], stage->u[1][q], stage->u[2][q]};
-            real Y[MaxHarmonics], grad[MaxHarmonics][3];
-            harmonics(LMAX, u, Y, grad);
-            real p = 0, s[3] = {0, 0, 0};
-#pragma unroll
-            for (int lm = 0; lm < H; lm++) {
-                p += P[lm] * Y[lm];
-#pragma unroll
-                for (int c = 0; c < 3; c++)
-                    s[c] += S[lm] * grad[lm][c];
-            }
-            const real uDotS = u[0] * s[0] + u[1] * s[1] + u[2] * s[2];
-            const real invR = real(1) / stage->r[q];
-            real g[4];
-#pragma unroll
-            for (int c = 0; c < 3; c++)
-                g[c] = p * u[c] + (s[c] - u[c] * uDotS) * invR;
-            g[3] = 0;
-            const real total = warpReduceScatter<real, 4>(g, lane);
-            if (owner) {
-                const real gc = total * model.invNorm;
-                if (!(fabs((double) gc) < FixedPointLimit))
-                    reportError(status, GraphErrorForceOutOfRange, i, j, (double) gc);
-                forceI += realToFixedPoint((double) gc);
-                atomicAdd((unsigned long long*) &forceBuffer[slotOfNode[j] + component * paddedAtoms],
-                          (unsigned long long) realToFixedPoint(-(double) gc));
-            }
+            edgeForce<real, LMAX>(S, P, u, stage->r[q], lane, i, j, model, status, slotOfNode, forceBuffer, paddedAtoms, forceI);
         });
         // Each warp adds its chunk's share of F_i (integer atomics: order independent).
-        if (owner && last > first)
-            atomicAdd((unsigned long long*) &forceBuffer[slotOfNode[i] + component * paddedAtoms], (unsigned long long) forceI);
+        if (forceOwner(lane) && last > first)
+            atomicAdd((unsigned long long*) &forceBuffer[slotOfNode[i] + forceComponent(lane) * paddedAtoms], (unsigned long long) forceI);
     }
+}
+
+/**
+ * The force scan by knot windows (forEachWindowEdge; CudaEdgeScan "windows"):
+ * the forces of forcesKernel, with dE/dA (and dE/dB, NB = 2 with an
+ * interaction block) of the warp's centers in registers and the radial (and
+ * interaction) table slices in shared memory.  Each edge's force is added by
+ * edgeForce as in forcesKernel (fixed point: the same forces however the work
+ * is split).
+ */
+template <typename real, int LMAX, int CPL, int CPW, int NB>
+__global__ void __launch_bounds__(32 * WindowWarps)
+    windowForcesKernel(GraphModelParams<real> model, const real* __restrict__ gradA, const real* __restrict__ gradB,
+                       const real* __restrict__ phi, const double* __restrict__ positions, const int* __restrict__ types,
+                       const int* __restrict__ rowNodes, const int2* __restrict__ tiles, int windowIntervals, GraphBox<double> box,
+                       const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity,
+                       const int* __restrict__ slotOfNode, long long* __restrict__ forceBuffer, int paddedAtoms, GraphStatus* status) {
+    constexpr int H = (LMAX + 1) * (LMAX + 1);
+    using Stage = EdgeStage<real, H, true>;
+    extern __shared__ unsigned char sharedBytes[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    Stage* stage = reinterpret_cast<Stage*>(sharedBytes) + warp;
+    real* slice = reinterpret_cast<real*>(sharedBytes + WindowWarps * sizeof(Stage));
+    const int M = model.numChannels;
+    const int2 tile = tiles[blockIdx.x];
+    const int a = types[rowNodes[tile.x]];
+    int center[CPW];
+    windowCenters(tile, rowNodes, warp, center);
+    real G[CPW][NB][H][CPL];
+    long long forceI[CPW];
+#pragma unroll
+    for (int c = 0; c < CPW; c++) {
+        forceI[c] = 0;
+#pragma unroll
+        for (int t = 0; t < NB; t++)
+#pragma unroll
+            for (int lm = 0; lm < H; lm++)
+#pragma unroll
+                for (int x = 0; x < CPL; x++) {
+                    const int k = lane + 32 * x;
+                    G[c][t][lm][x] = center[c] >= 0 && k < M ? (t == 0 ? gradA : gradB)[((size_t) center[c] * H + lm) * M + k] : real(0);
+                }
+    }
+    forEachWindowEdge<real, LMAX, true, CPW>(
+        stage, slice, model, model.radialTable, model.interactionTable, NB, a, center, positions, types, neighbors, rowCount, capacity, box,
+        windowIntervals, lane, [&](int c, int q, auto knot) {
+            const int j = stage->j[q];
+            real h[6], d[6];
+#pragma unroll
+            for (int x = 0; x < 6; x++) {
+                h[x] = stage->h[x][q];
+                d[x] = stage->d[x][q];
+            }
+            real S[H], P[H];
+#pragma unroll
+            for (int lm = 0; lm < H; lm++)
+                S[lm] = P[lm] = 0;
+#pragma unroll
+            for (int t = 0; t < NB; t++)
+#pragma unroll
+                for (int x = 0; x < CPL; x++) {
+                    const int k = lane + 32 * x;
+                    if (k < M) {
+                        const real weight = t == 0 ? real(1) : phi[(size_t) j * M + k];
+#pragma unroll
+                        for (int l = 0; l <= LMAX; l++) {
+                            real value, deriv;
+                            hermiteFromKnots<real, true>(knot(t, l), M, k, model, h, d, value, deriv);
+                            value *= weight;
+                            deriv *= weight;
+#pragma unroll
+                            for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
+                                S[lm] += G[c][t][lm][x] * value;
+                                P[lm] += G[c][t][lm][x] * deriv;
+                            }
+                        }
+                    }
+                }
+            const real u[3] = {stage->u[0][q], stage->u[1][q], stage->u[2][q]};
+            edgeForce<real, LMAX>(S, P, u, stage->r[q], lane, center[c], j, model, status, slotOfNode, forceBuffer, paddedAtoms, forceI[c]);
+        });
+    // Each center's F_i, from the lanes that own its components (integer atomics: order independent).
+#pragma unroll
+    for (int c = 0; c < CPW; c++)
+        if (center[c] >= 0 && forceOwner(lane))
+            atomicAdd((unsigned long long*) &forceBuffer[slotOfNode[center[c]] + forceComponent(lane) * paddedAtoms],
+                      (unsigned long long) forceI[c]);
 }
 
 int elementBlocks(size_t count) {
@@ -531,6 +808,105 @@ void launchMoments(const GraphModelParams<real>& model, const real* table, const
     });
 }
 
+template <typename real> int windowTileCenters(int numChannels, int numInteractions) {
+    return WindowWarps * windowCentersPerWarp<real>((numChannels + 31) / 32, numInteractions);
+}
+
+/** Bytes of the staged edges of a knot-window block (every warp's stage). */
+template <typename real, bool Full> size_t windowStageBytes(int lMax) {
+    return WindowWarps * (lMax == 0 ? stageBytes<real, 0, Full>() : lMax == 1 ? stageBytes<real, 1, Full>() : stageBytes<real, 2, Full>());
+}
+
+/** Tables in the slice of a knot-window scan: the radial table, and for the force scan the interaction table too. */
+template <typename real> int windowTables(const GraphModelParams<real>& model, bool forces) {
+    return forces && model.numInteractions == 1 ? 2 : 1;
+}
+
+/** Dynamic shared memory of a knot-window kernel: the staged edges and the table slice of Q + 2 knots. */
+template <typename real> size_t windowSharedBytes(const GraphModelParams<real>& model, bool forces, int windowIntervals) {
+    const size_t stages = forces ? windowStageBytes<real, true>(model.lMax) : windowStageBytes<real, false>(model.lMax);
+    return stages + sizeof(real) * (size_t) windowTables(model, forces) * model.numTypes * (model.lMax + 1) * (windowIntervals + 2) * 3 *
+                        model.numChannels;
+}
+
+template <typename real> int windowIntervals(const GraphModelParams<real>& model, bool forces, int maxSharedBytes) {
+    const size_t stages = forces ? windowStageBytes<real, true>(model.lMax) : windowStageBytes<real, false>(model.lMax);
+    const size_t knotBytes =
+        sizeof(real) * (size_t) windowTables(model, forces) * model.numTypes * (model.lMax + 1) * 3 * model.numChannels;
+    if ((size_t) maxSharedBytes < stages + 3 * knotBytes)
+        return 0;
+    const size_t knots = ((size_t) maxSharedBytes - stages) / knotBytes; // Q + 2 knots
+    return (int) std::min<size_t>(knots - 2, (size_t) model.radialIntervals);
+}
+
+/** Calls body(kernel) with the knot-window moments or force kernel for the model's shape (and CPW, NB). */
+template <typename real, bool Forces, typename Body> void dispatchWindowKernel(const GraphModelParams<real>& model, Body body) {
+    dispatchShape(model.lMax, model.numChannels, [&](auto l, auto cpl) {
+        constexpr int L = decltype(l)::value, CPL = decltype(cpl)::value;
+        constexpr bool two = windowCentersPerWarp<real>(CPL, 0) == 2; // else no shape of this CPL has two centers a warp
+        const bool interaction = model.numInteractions == 1;
+        if constexpr (Forces) {
+            if (interaction)
+                body(windowForcesKernel<real, L, CPL, 1, 2>);
+            else if constexpr (two)
+                body(windowForcesKernel<real, L, CPL, 2, 1>);
+            else
+                body(windowForcesKernel<real, L, CPL, 1, 1>);
+        }
+        else {
+            if constexpr (two) {
+                if (!interaction) {
+                    body(windowMomentsKernel<real, L, CPL, 2>);
+                    return;
+                }
+            }
+            body(windowMomentsKernel<real, L, CPL, 1>);
+        }
+    });
+}
+
+template <typename real> cudaError_t prepareWindowScans(const GraphModelParams<real>& model, int momentIntervals, int forceIntervals) {
+    // Above 48 KB of dynamic shared memory a kernel must opt in (once, outside any stream capture).
+    cudaError_t result = cudaSuccess;
+    dispatchWindowKernel<real, false>(model, [&](auto kernel) {
+        result = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int) windowSharedBytes(model, false, momentIntervals));
+    });
+    if (result != cudaSuccess)
+        return result;
+    dispatchWindowKernel<real, true>(model, [&](auto kernel) {
+        result =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) windowSharedBytes(model, true, forceIntervals));
+    });
+    return result;
+}
+
+template <typename real>
+void launchWindowMoments(const GraphModelParams<real>& model, const real* table, const real* nodeWeights, const double* positions,
+                         const int* types, const int* rowNodes, const int2* tiles, int numTiles, int windowIntervals, GraphBox<double> box,
+                         const int* neighbors, const int* rowCount, int capacity, real* moments, cudaStream_t stream) {
+    if (numTiles == 0)
+        return;
+    dispatchWindowKernel<real, false>(model, [&](auto kernel) {
+        kernel<<<numTiles, 32 * WindowWarps, windowSharedBytes(model, false, windowIntervals), stream>>>(
+            model, table, nodeWeights, positions, types, rowNodes, tiles, windowIntervals, box, neighbors, rowCount, capacity, moments);
+    });
+}
+
+template <typename real>
+void launchWindowForces(const GraphModelParams<real>& model, const real* gradA, const real* gradB, const real* phi, const double* positions,
+                        const int* types, const int* rowNodes, const int2* tiles, int numTiles, int windowIntervals, GraphBox<double> box,
+                        const int* neighbors, const int* rowCount, int capacity, const int* slotOfNode, long long* forceBuffer,
+                        int paddedAtoms, GraphStatus* status, cudaStream_t stream) {
+    if (numTiles == 0)
+        return;
+    dispatchWindowKernel<real, true>(model, [&](auto kernel) {
+        kernel<<<numTiles, 32 * WindowWarps, windowSharedBytes(model, true, windowIntervals), stream>>>(
+            model, gradA, gradB, phi, positions, types, rowNodes, tiles, windowIntervals, box, neighbors, rowCount, capacity, slotOfNode,
+            forceBuffer, paddedAtoms, status);
+    });
+}
+
 template <typename real>
 void launchInvariants(const GraphModelParams<real>& model, const real* X, const real* A, const int* rowNodes, int numRows, real* out,
                       int outStride, int outOffset, cudaStream_t stream) {
@@ -588,6 +964,15 @@ void launchForces(const GraphModelParams<real>& model, const real* gradA, const 
 #define GRAPH_INSTANTIATE_EDGES(real)                                                                                                      \
     template void launchMoments<real>(const GraphModelParams<real>&, const real*, const real*, const double*, const int*, int, int,        \
                                       GraphBox<double>, const int*, const int*, int, real*, cudaStream_t);                                 \
+    template int windowTileCenters<real>(int, int);                                                                                        \
+    template int windowIntervals<real>(const GraphModelParams<real>&, bool, int);                                                          \
+    template cudaError_t prepareWindowScans<real>(const GraphModelParams<real>&, int, int);                                                \
+    template void launchWindowMoments<real>(const GraphModelParams<real>&, const real*, const real*, const double*, const int*,            \
+                                            const int*, const int2*, int, int, GraphBox<double>, const int*, const int*, int, real*,       \
+                                            cudaStream_t);                                                                                 \
+    template void launchWindowForces<real>(const GraphModelParams<real>&, const real*, const real*, const real*, const double*,            \
+                                           const int*, const int*, const int2*, int, int, GraphBox<double>, const int*, const int*, int,   \
+                                           const int*, long long*, int, GraphStatus*, cudaStream_t);                                       \
     template void launchInvariants<real>(const GraphModelParams<real>&, const real*, const real*, const int*, int, real*, int, int,        \
                                          cudaStream_t);                                                                                    \
     template void launchInvariantsBackward<real>(const GraphModelParams<real>&, const real*, const real*, const int*, int, const real*,    \

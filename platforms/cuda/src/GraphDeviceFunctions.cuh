@@ -32,8 +32,7 @@ __device__ inline long long realToFixedPoint(double x) {
     return __double2ll_rn(x * FixedPointScale);
 }
 
-template <typename real>
-__device__ inline void minimumImage(real d[3], const GraphBox<real>& box) {
+template <typename real> __device__ inline void minimumImage(real d[3], const GraphBox<real>& box) {
     if (!box.periodic)
         return;
     real s = floor(d[2] / box.c[2] + real(0.5));
@@ -48,8 +47,7 @@ __device__ inline void minimumImage(real d[3], const GraphBox<real>& box) {
 }
 
 /** The canonical sort key of an edge: r^2 / r_c^2 in 32-bit fixed point (r < r_c). */
-template <typename real>
-__device__ inline uint32_t distanceKey(real r2, real invCutoff2) {
+template <typename real> __device__ inline uint32_t distanceKey(real r2, real invCutoff2) {
     double x = (double) r2 * (double) invCutoff2;
     return (uint32_t) fmin(x * 4294967295.0, 4294967295.0);
 }
@@ -58,8 +56,7 @@ __device__ inline uint32_t distanceKey(real r2, real invCutoff2) {
  * Racah-normalised real spherical harmonics (index lm = l*l + m) and their
  * polynomial gradients with respect to u.
  */
-template <typename real>
-__device__ inline void harmonics(int lMax, const real u[3], real Y[MaxHarmonics], real grad[MaxHarmonics][3]) {
+template <typename real> __device__ inline void harmonics(int lMax, const real u[3], real Y[MaxHarmonics], real grad[MaxHarmonics][3]) {
     const real s3 = real(1.7320508075688772);
     Y[0] = 1;
     grad[0][0] = grad[0][1] = grad[0][2] = 0;
@@ -84,17 +81,16 @@ __device__ inline void harmonics(int lMax, const real u[3], real Y[MaxHarmonics]
     }
 }
 
-/** The quintic Hermite basis at t and its t-derivative (docs/model-format.md section 3). */
 /**
- * R (and, when Deriv, dR/dr) of channel k of table (a, b, l) in the given
- * interval, from the Hermite basis values h[6] (and derivatives d[6]) of the
- * edge's position in it.  The one implementation of the table lookup.
+ * R (and, when Deriv, dR/dr) of channel k from the two knots of an edge's
+ * interval: knot0 points at [3][M] values (f, f', f'') of the interval's first
+ * knot, the second knot follows at knot0 + 3 M (global or shared memory); h[6]
+ * (and d[6]) are the Hermite basis values (and t-derivatives) of the edge's
+ * position in the interval.  The one implementation of the table lookup.
  */
 template <typename real, bool Deriv>
-__device__ inline void hermiteEvaluate(const real* table, const GraphModelParams<real>& model, int a, int b, int l, int k, int interval,
-                                       const real h[6], const real* d, real& value, real& deriv) {
-    const int M = model.numChannels;
-    const real* knot0 = table + ((((size_t) a * model.numTypes + b) * (model.lMax + 1) + l) * (model.radialIntervals + 1) + interval) * 3 * M;
+__device__ inline void hermiteFromKnots(const real* knot0, int M, int k, const GraphModelParams<real>& model, const real h[6],
+                                        const real* d, real& value, real& deriv) {
     const real* knot1 = knot0 + 3 * M;
     const real dr = model.radialDr;
     const real p0 = knot0[k], v0 = knot0[M + k] * dr, a0 = knot0[2 * M + k] * dr * dr;
@@ -104,8 +100,22 @@ __device__ inline void hermiteEvaluate(const real* table, const GraphModelParams
         deriv = (p0 * d[0] + v0 * d[1] + a0 * d[2] + a1 * d[3] + v1 * d[4] + p1 * d[5]) * model.invDr;
 }
 
+/** The first knot of interval `interval` of table (a, b, l) in a [T][T][L+1][K+1][3][M] table. */
 template <typename real>
-struct HermiteBasis {
+__device__ inline const real* tableKnot(const real* table, const GraphModelParams<real>& model, int a, int b, int l, int interval) {
+    return table +
+           ((((size_t) a * model.numTypes + b) * (model.lMax + 1) + l) * (model.radialIntervals + 1) + interval) * 3 * model.numChannels;
+}
+
+/** R (and, when Deriv, dR/dr) of channel k of table (a, b, l) in the given interval (hermiteFromKnots). */
+template <typename real, bool Deriv>
+__device__ inline void hermiteEvaluate(const real* table, const GraphModelParams<real>& model, int a, int b, int l, int k, int interval,
+                                       const real h[6], const real* d, real& value, real& deriv) {
+    hermiteFromKnots<real, Deriv>(tableKnot(table, model, a, b, l, interval), model.numChannels, k, model, h, d, value, deriv);
+}
+
+/** The quintic Hermite basis at an edge's position t in its interval, and its t-derivatives (docs/model-format.md section 3). */
+template <typename real> struct HermiteBasis {
     real h[6], d[6]; ///< order: p0, v0, a0, a1, v1, p1
     int interval;
     __device__ HermiteBasis(real r, const GraphModelParams<real>& model) {
@@ -135,8 +145,7 @@ struct HermiteBasis {
 };
 
 /** Sum over the 32 lanes of a warp in a fixed butterfly order (bitwise reproducible). */
-template <typename real>
-__device__ inline real warpSum(real x) {
+template <typename real> __device__ inline real warpSum(real x) {
     for (int offset = 16; offset > 0; offset >>= 1)
         x += __shfl_xor_sync(0xffffffff, x, offset);
     return x;

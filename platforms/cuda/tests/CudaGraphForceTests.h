@@ -155,3 +155,78 @@ TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
     force->setProperty("CudaChunkRows", "4096");
     EXPECT_EQ("4096", force->getProperty("CudaChunkRows"));
 }
+
+/**
+ * CudaEdgeScan "windows" (edge scans by knot windows, docs/cuda-platform.md): a
+ * model of the medium grade's shape (4 types, l_max 2, 64 channels, 400
+ * intervals: 7 or 8 intervals a window in double precision, 17 or 18 in float on an H200, so
+ * rows cross many windows) agrees with the Reference platform with and without
+ * an interaction block; its trajectories are bitwise reproducible (MD, a box
+ * change, a type change that rebuilds the tiles, energy-only evaluations), and
+ * so are its results when the System's particles are permuted.
+ */
+GraphTest::ModelOptions windowModelOptions(int numInteractions) {
+    GraphTest::ModelOptions options;
+    options.numTypes = 4;
+    options.lMax = 2;
+    options.numChannels = 64;
+    options.numAxis = 8;
+    options.lSum = false;
+    options.intervals = 400;
+    options.numInteractions = numInteractions;
+    options.nodeWidths = {64, 64};
+    return options;
+}
+
+TEST(CudaGraphForce, KnotWindowScansMatchReference) {
+    for (int interactions = 0; interactions <= 1; interactions++) {
+        Configuration config = makeConfiguration(Geometry::Cubic, 300, 4, 36 + interactions);
+        GraphForce* force;
+        std::unique_ptr<System> system(makeSystem(config, windowModelOptions(interactions), &force));
+        force->setProperty("CudaEdgeScan", "windows");
+        checkAgainstReference(*system, config.positions);
+    }
+}
+
+TEST(CudaGraphForce, KnotWindowScansAreReproducible) {
+    expectSameTrajectories(propertyTrajectory("CudaEdgeScan", "windows", 1), propertyTrajectory("CudaEdgeScan", "windows", 1));
+    GraphTest::ModelOptions options = windowModelOptions(1);
+    Configuration config = makeConfiguration(Geometry::Cubic, 300, 4, 38);
+    GraphForce* force;
+    std::unique_ptr<System> system(makeSystem(config, options, &force));
+    force->setProperty("CudaEdgeScan", "windows");
+    Result original = evaluateOnTestPlatform(*system, config.positions);
+    std::vector<int> order;
+    Configuration permuted = permuteConfiguration(config, 39, order);
+    GraphForce* permutedForce;
+    std::unique_ptr<System> permutedSystem(makeSystem(permuted, options, &permutedForce));
+    permutedForce->setProperty("CudaEdgeScan", "windows");
+    Result result = evaluateOnTestPlatform(*permutedSystem, permuted.positions);
+    EXPECT_EQ(result.energy, original.energy);
+    for (size_t i = 0; i < order.size(); i++)
+        for (int c = 0; c < 3; c++)
+            ASSERT_EQ(result.forces[i][c], original.forces[order[i]][c]) << "particle " << i;
+}
+
+TEST(CudaGraphForce, KnotWindowsThatDoNotFitAreRefused) {
+    // 16 neighbour types x 3 degrees x 3 values x 128 channels: 74 KB a knot in float, three knots exceed any block's shared memory.
+    GraphTest::ModelOptions options;
+    options.numTypes = 16;
+    options.lMax = 2;
+    options.numChannels = 128;
+    options.numAxis = 4;
+    options.intervals = 8;
+    Configuration config = makeConfiguration(Geometry::Cubic, 64, 16, 40);
+    GraphForce* force;
+    std::unique_ptr<System> system(makeSystem(config, options, &force));
+    force->setProperty("CudaEdgeScan", "windows");
+    VerletIntegrator integrator(0.001);
+    try {
+        Context context(*system, integrator, testPlatform(), testPlatformProperties());
+        FAIL() << "a table slice larger than shared memory was accepted";
+    }
+    catch (const OpenMMException& error) {
+        EXPECT_NE(std::string(error.what()).find("CudaEdgeScan"), std::string::npos) << error.what();
+    }
+    EXPECT_THROW(force->setProperty("CudaEdgeScan", "tiles"), OpenMMException);
+}
