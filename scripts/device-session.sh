@@ -10,7 +10,8 @@
 # PARTS: comma-separated, of
 #   test     build with CMake, run every C++ test (ctest)
 #   py       pip install the package, run the Python tests marked gpu (PYTEST_ARGS: more pytest arguments, e.g. files)
-#   profile  per-kernel times under Nsight Compute (PROFILE_CASES, grade:n ...)
+#   profile  per-kernel times under Nsight Compute (PROFILE_CASES, grade:n ...; PROFILE_ARGS: more arguments of
+#            bench/profile_kernels.py, e.g. "--edge-scan windows")
 #   bench    bench/run_benchmarks.py with $BENCH_ARGS
 #   extra    bash $EXTRA_SCRIPT (after the rest; the package is installed)
 # "all" = test,py,bench (the default).
@@ -45,19 +46,19 @@ if has profile; then
     for case in ${PROFILE_CASES:-small:512 medium:10296}; do
         grade=${case%%:*}; n=${case##*:}
         for graph in false auto; do
-            python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 20 --cuda-graph $graph \
+            python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 20 --cuda-graph $graph ${PROFILE_ARGS:-} \
                 --steps $([ "$n" -le 20000 ] && echo 2000 || echo 50) > "$OUT/wall-$grade-$n-$graph.log" 2>&1
             tail -2 "$OUT/wall-$grade-$n-$graph.log"
         done
         [ -n "$NCU" ] && timeout 240 "$NCU" --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
-            python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 2 > "$OUT/ncu-$grade-$n.csv" 2> "$OUT/ncu-$grade-$n.err"
+            python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 2 ${PROFILE_ARGS:-} > "$OUT/ncu-$grade-$n.csv" 2> "$OUT/ncu-$grade-$n.err"
     done
     # PROFILE_DETAIL="grade:n:kernel-regex ...": Nsight Compute's throughput and stall sections for one evaluation's kernels.
     for case in ${PROFILE_DETAIL:-}; do
         IFS=: read -r grade n kernels <<< "$case"
         [ -n "$NCU" ] && timeout 240 "$NCU" --clock-control none --profile-from-start off -k "regex:$kernels" \
             --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
-            python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 1 > "$OUT/ncu-detail-$grade-$n.txt" 2>&1
+            python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 1 ${PROFILE_ARGS:-} > "$OUT/ncu-detail-$grade-$n.txt" 2>&1
     done
 fi
 if has bench; then
