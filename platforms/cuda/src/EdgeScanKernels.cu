@@ -112,6 +112,90 @@ __device__ inline void forEachStagedEdge(Stage* stage, int lane, const GraphMode
 }
 
 /**
+ * Adds staged edge q's terms to its center's moments acc[lm][x] (channels
+ * lane + 32 x): R_l,k(r) (times nodeWeights[j][k] when given) Y_lm, where
+ * knot(l) is the first knot of the edge's interval in degree l's table (global
+ * or shared memory).  The per-edge body of both moment scans.
+ */
+template <typename real, int LMAX, int CPL, typename Stage, typename Knot>
+__device__ inline void addEdgeMoments(const Stage* stage, int q, int lane, const GraphModelParams<real>& model, const real* nodeWeights,
+                                      Knot knot, real (&acc)[(LMAX + 1) * (LMAX + 1)][CPL]) {
+    constexpr int H = (LMAX + 1) * (LMAX + 1);
+    const int M = model.numChannels;
+    const int j = stage->j[q];
+    real h[6], Y[H];
+#pragma unroll
+    for (int x = 0; x < 6; x++)
+        h[x] = stage->h[x][q];
+#pragma unroll
+    for (int lm = 0; lm < H; lm++)
+        Y[lm] = stage->Y[lm][q];
+#pragma unroll
+    for (int x = 0; x < CPL; x++) {
+        const int k = lane + 32 * x;
+        if (k < M) {
+            const real weight = nodeWeights ? nodeWeights[(size_t) j * M + k] : real(1);
+#pragma unroll
+            for (int l = 0; l <= LMAX; l++) {
+                real value, unused;
+                hermiteFromKnots<real, false>(knot(l), M, k, model, h, nullptr, value, unused);
+                value *= weight;
+#pragma unroll
+                for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
+                    acc[lm][x] += value * Y[lm];
+            }
+        }
+    }
+}
+
+/**
+ * This lane's share (channels lane + 32 x) of S_lm = sum_k G_lm,k R_l,k and
+ * P_lm = sum_k G_lm,k R'_l,k for staged edge q, over `numTables` tables
+ * (table 1, the interaction block's, weighted by phi[j][k]): knot(t, l) is the
+ * first knot of the edge's interval in table t, degree l, and grad(t, lm, x)
+ * the center's dE/dA (t = 0) or dE/dB (t = 1) of channel lane + 32 x.  The
+ * per-edge body of both force scans, before edgeForce.
+ */
+template <typename real, int LMAX, int CPL, typename Stage, typename Knot, typename Grad>
+__device__ inline void edgeGradientSums(const Stage* stage, int q, int lane, const GraphModelParams<real>& model, const real* phi,
+                                        int numTables, Knot knot, Grad grad, real* S, real* P) {
+    constexpr int H = (LMAX + 1) * (LMAX + 1);
+    const int M = model.numChannels;
+    const int j = stage->j[q];
+    real h[6], d[6];
+#pragma unroll
+    for (int x = 0; x < 6; x++) {
+        h[x] = stage->h[x][q];
+        d[x] = stage->d[x][q];
+    }
+#pragma unroll
+    for (int lm = 0; lm < H; lm++)
+        S[lm] = P[lm] = 0;
+#pragma unroll
+    for (int t = 0; t < numTables; t++)
+#pragma unroll
+        for (int x = 0; x < CPL; x++) {
+            const int k = lane + 32 * x;
+            if (k < M) {
+                const real weight = t == 0 ? real(1) : phi[(size_t) j * M + k];
+#pragma unroll
+                for (int l = 0; l <= LMAX; l++) {
+                    real value, deriv;
+                    hermiteFromKnots<real, true>(knot(t, l), M, k, model, h, d, value, deriv);
+                    value *= weight;
+                    deriv *= weight;
+#pragma unroll
+                    for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
+                        const real g = grad(t, lm, x);
+                        S[lm] += g * value;
+                        P[lm] += g * deriv;
+                    }
+                }
+            }
+        }
+}
+
+/**
  * One block per center, WarpsPerBlock warps over contiguous chunks of its row;
  * lane k of a warp handles channels k, k + 32, ... (CPL per lane).  Edges are
  * staged a batch at a time (EdgeStage), then every lane walks the batch in
@@ -142,30 +226,9 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
         int first, last;
         rowChunk(rowCount[i], warp, WarpsPerBlock, first, last);
         forEachStagedEdge<LMAX>(stage, lane, model, positions, types, i, neighbors, capacity, box, first, last, [&](int q) {
-            const int j = stage->j[q], tj = stage->tj[q], interval = stage->interval[q];
-            real h[6], Y[H];
-#pragma unroll
-            for (int x = 0; x < 6; x++)
-                h[x] = stage->h[x][q];
-#pragma unroll
-            for (int lm = 0; lm < H; lm++)
-                Y[lm] = stage->Y[lm][q];
-#pragma unroll
-            for (int c = 0; c < CPL; c++) {
-                const int k = lane + 32 * c;
-                if (k < M) {
-                    const real weight = nodeWeights ? nodeWeights[(size_t) j * M + k] : real(1);
-#pragma unroll
-                    for (int l = 0; l <= LMAX; l++) {
-                        real value, unused;
-                        hermiteEvaluate<real, false>(table, model, ti, tj, l, k, interval, h, nullptr, value, unused);
-                        value *= weight;
-#pragma unroll
-                        for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
-                            acc[lm][c] += value * Y[lm];
-                    }
-                }
-            }
+            const int tj = stage->tj[q], interval = stage->interval[q];
+            addEdgeMoments<real, LMAX, CPL>(
+                stage, q, lane, model, nodeWeights, [&](int l) { return tableKnot(table, model, ti, tj, l, interval); }, acc);
         });
 #pragma unroll
         for (int c = 0; c < CPL; c++) {
@@ -315,31 +378,8 @@ __global__ void __launch_bounds__(32 * WindowWarps)
                 acc[c][lm][x] = 0;
     forEachWindowEdge<real, LMAX, false, CPW>(stage, slice, model, table, nullptr, 1, a, center, positions, types, neighbors, rowCount,
                                               capacity, box, windowIntervals, lane, [&](int c, int q, auto knot) {
-                                                  const int j = stage->j[q];
-                                                  real h[6], Y[H];
-#pragma unroll
-                                                  for (int x = 0; x < 6; x++)
-                                                      h[x] = stage->h[x][q];
-#pragma unroll
-                                                  for (int lm = 0; lm < H; lm++)
-                                                      Y[lm] = stage->Y[lm][q];
-#pragma unroll
-                                                  for (int x = 0; x < CPL; x++) {
-                                                      const int k = lane + 32 * x;
-                                                      if (k < M) {
-                                                          const real weight = nodeWeights ? nodeWeights[(size_t) j * M + k] : real(1);
-#pragma unroll
-                                                          for (int l = 0; l <= LMAX; l++) {
-                                                              real value, unused;
-                                                              hermiteFromKnots<real, false>(knot(0, l), M, k, model, h, nullptr, value,
-                                                                                            unused);
-                                                              value *= weight;
-#pragma unroll
-                                                              for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
-                                                                  acc[c][lm][x] += value * Y[lm];
-                                                          }
-                                                      }
-                                                  }
+                                                  addEdgeMoments<real, LMAX, CPL>(
+                                                      stage, q, lane, model, nodeWeights, [&](int l) { return knot(0, l); }, acc[c]);
                                               });
 #pragma unroll
     for (int c = 0; c < CPW; c++)
@@ -616,39 +656,11 @@ __global__ void __launch_bounds__(32 * MaxForceWarps)
         long long forceI = 0;
         forEachStagedEdge<LMAX>(stage, lane, model, positions, types, i, neighbors, capacity, box, first, last, [&](int q) {
             const int j = stage->j[q], tj = stage->tj[q], interval = stage->interval[q];
-            real h[6], d[6];
-#pragma unroll
-            for (int x = 0; x < 6; x++) {
-                h[x] = stage->h[x][q];
-                d[x] = stage->d[x][q];
-            }
             real S[H], P[H];
-#pragma unroll
-            for (int lm = 0; lm < H; lm++)
-                S[lm] = P[lm] = 0;
-            for (int block = 0; block < numBlocks; block++) {
-                const real* table = block == 0 ? model.radialTable : model.interactionTable;
-                const real* G = (block == 0 ? gradA : gradB) + (size_t) i * H * M;
-#pragma unroll
-                for (int c = 0; c < CPL; c++) {
-                    const int k = lane + 32 * c;
-                    if (k < M) {
-                        const real weight = block == 0 ? real(1) : phi[(size_t) j * M + k];
-#pragma unroll
-                        for (int l = 0; l <= LMAX; l++) {
-                            real value, deriv;
-                            hermiteEvaluate<real, true>(table, model, ti, tj, l, k, interval, h, d, value, deriv);
-                            value *= weight;
-                            deriv *= weight;
-#pragma unroll
-                            for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
-                                S[lm] += G[lm * M + k] * value;
-                                P[lm] += G[lm * M + k] * deriv;
-                            }
-                        }
-                    }
-                }
-            }
+            edgeGradientSums<real, LMAX, CPL>(
+                stage, q, lane, model, phi, numBlocks,
+                [&](int t, int l) { return tableKnot(t == 0 ? model.radialTable : model.interactionTable, model, ti, tj, l, interval); },
+                [&](int t, int lm, int x) { return (t == 0 ? gradA : gradB)[((size_t) i * H + lm) * M + lane + 32 * x]; }, S, P);
             const real u[3] = {stage->u[0][q], stage->u[1][q], stage->u[2][q]};
             edgeForce<real, LMAX>(S, P, u, stage->r[q], lane, i, j, model, status, slotOfNode, forceBuffer, paddedAtoms, forceI);
         });
@@ -703,37 +715,9 @@ __global__ void __launch_bounds__(32 * WindowWarps)
         stage, slice, model, model.radialTable, model.interactionTable, NB, a, center, positions, types, neighbors, rowCount, capacity, box,
         windowIntervals, lane, [&](int c, int q, auto knot) {
             const int j = stage->j[q];
-            real h[6], d[6];
-#pragma unroll
-            for (int x = 0; x < 6; x++) {
-                h[x] = stage->h[x][q];
-                d[x] = stage->d[x][q];
-            }
             real S[H], P[H];
-#pragma unroll
-            for (int lm = 0; lm < H; lm++)
-                S[lm] = P[lm] = 0;
-#pragma unroll
-            for (int t = 0; t < NB; t++)
-#pragma unroll
-                for (int x = 0; x < CPL; x++) {
-                    const int k = lane + 32 * x;
-                    if (k < M) {
-                        const real weight = t == 0 ? real(1) : phi[(size_t) j * M + k];
-#pragma unroll
-                        for (int l = 0; l <= LMAX; l++) {
-                            real value, deriv;
-                            hermiteFromKnots<real, true>(knot(t, l), M, k, model, h, d, value, deriv);
-                            value *= weight;
-                            deriv *= weight;
-#pragma unroll
-                            for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
-                                S[lm] += G[c][t][lm][x] * value;
-                                P[lm] += G[c][t][lm][x] * deriv;
-                            }
-                        }
-                    }
-                }
+            edgeGradientSums<real, LMAX, CPL>(
+                stage, q, lane, model, phi, NB, knot, [&](int t, int lm, int x) { return G[c][t][lm][x]; }, S, P);
             const real u[3] = {stage->u[0][q], stage->u[1][q], stage->u[2][q]};
             edgeForce<real, LMAX>(S, P, u, stage->r[q], lane, center[c], j, model, status, slotOfNode, forceBuffer, paddedAtoms, forceI[c]);
         });
