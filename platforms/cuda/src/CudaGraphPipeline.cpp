@@ -53,7 +53,6 @@ public:
         rankSums = domain.rankSums;
         ContextSelector selector(cu);
         GRAPH_CU_CHECK(cuDeviceGetAttribute(&numMultiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cu.getDevice()));
-        GRAPH_CU_CHECK(cuStreamCreate(&captureStream, CU_STREAM_NON_BLOCKING));
         const GraphModel& m = *model;
         if (m.numChannels > 32 * 4)
             throw OpenMMException("GraphForce: the CUDA platform supports at most 128 channels (n_channels); this model has " +
@@ -97,7 +96,7 @@ public:
                                       std::to_string(m.numTypes) + " neighbour types, " + std::to_string(m.lMax + 1) + " degrees and " +
                                       std::to_string(M) + " channels) do not fit in the " + std::to_string(maxShared) +
                                       " bytes of shared memory a block may use on this device; set CudaEdgeScan to \"rows\"");
-            GRAPH_CUDA_CHECK(prepareWindowScans<real>(params, windowQ, windowForceQ));
+            GRAPH_CUDA_CHECK(prepareWindowScans<real>(params, maxShared));
         }
         activation = m.activation == Activation::Tanh ? GraphTanh : GraphSilu;
         fitting = uploadNetworks(m.fitting);
@@ -165,6 +164,8 @@ public:
             identitySlots->upload(identity);
         }
         status.reset(CudaArray::create<GraphStatus>(cu, 1, "graphStatus"));
+        // Driver objects last, after every check that can refuse the force (a throwing constructor runs no destructor).
+        GRAPH_CU_CHECK(cuStreamCreate(&captureStream, CU_STREAM_NON_BLOCKING));
         GRAPH_CU_CHECK(cuMemHostAlloc((void**) &hostStatus, sizeof(GraphStatus), 0));
         *hostStatus = GraphStatus();
         GRAPH_CU_CHECK(cuEventCreate(&statusEvent, CU_EVENT_DISABLE_TIMING));
@@ -205,7 +206,7 @@ public:
                 for (int row = typeOffsets[t]; row < typeOffsets[t + 1]; row += tileCenters)
                     tiles.push_back(make_int2(row, std::min(row + tileCenters, typeOffsets[t + 1])));
             numWindowTiles = (int) tiles.size();
-            if (!windowTiles || windowTiles->getSize() < std::max<size_t>(1, tiles.size()))
+            if (!windowTiles || windowTiles->getSize() != (int) std::max<size_t>(1, tiles.size())) // upload() needs the exact size
                 windowTiles.reset(CudaArray::create<int2>(cu, std::max<size_t>(1, tiles.size()), "graphWindowTiles"));
             if (!tiles.empty())
                 windowTiles->upload(tiles);

@@ -849,19 +849,16 @@ template <typename real, bool Forces, typename Body> void dispatchWindowKernel(c
     });
 }
 
-template <typename real> cudaError_t prepareWindowScans(const GraphModelParams<real>& model, int momentIntervals, int forceIntervals) {
-    // Above 48 KB of dynamic shared memory a kernel must opt in (once, outside any stream capture).
+template <typename real> cudaError_t prepareWindowScans(const GraphModelParams<real>& model, int maxSharedBytes) {
+    // Above 48 KB of dynamic shared memory a kernel must opt in (once, outside any stream capture).  The attribute belongs
+    // to the kernel in the CUDA context, shared by every force that uses it: the device's limit, which no force lowers.
     cudaError_t result = cudaSuccess;
-    dispatchWindowKernel<real, false>(model, [&](auto kernel) {
-        result = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int) windowSharedBytes(model, false, momentIntervals));
-    });
+    dispatchWindowKernel<real, false>(
+        model, [&](auto kernel) { result = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes); });
     if (result != cudaSuccess)
         return result;
-    dispatchWindowKernel<real, true>(model, [&](auto kernel) {
-        result =
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) windowSharedBytes(model, true, forceIntervals));
-    });
+    dispatchWindowKernel<real, true>(
+        model, [&](auto kernel) { result = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes); });
     return result;
 }
 
@@ -950,7 +947,7 @@ void launchForces(const GraphModelParams<real>& model, const real* gradA, const 
                                       GraphBox<double>, const int*, const int*, int, real*, cudaStream_t);                                 \
     template int windowTileCenters<real>(int, int);                                                                                        \
     template int windowIntervals<real>(const GraphModelParams<real>&, bool, int);                                                          \
-    template cudaError_t prepareWindowScans<real>(const GraphModelParams<real>&, int, int);                                                \
+    template cudaError_t prepareWindowScans<real>(const GraphModelParams<real>&, int);                                                     \
     template void launchWindowMoments<real>(const GraphModelParams<real>&, const real*, const real*, const double*, const int*,            \
                                             const int*, const int2*, int, int, GraphBox<double>, const int*, const int*, int, real*,       \
                                             cudaStream_t);                                                                                 \

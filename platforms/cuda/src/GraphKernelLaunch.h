@@ -86,8 +86,11 @@ template <typename real> int windowTileCenters(int numChannels, int numInteracti
  */
 template <typename real> int windowIntervals(const GraphModelParams<real>& model, bool forces, int maxSharedBytes);
 
-/** Lets the knot-window kernels for this model use their shared memory (once, before any launch or capture). */
-template <typename real> cudaError_t prepareWindowScans(const GraphModelParams<real>& model, int momentIntervals, int forceIntervals);
+/**
+ * Lets the knot-window kernels for this model use up to maxSharedBytes (the device's opt-in limit) of dynamic shared
+ * memory (once, before any launch or capture).
+ */
+template <typename real> cudaError_t prepareWindowScans(const GraphModelParams<real>& model, int maxSharedBytes);
 
 /**
  * The moments of launchMoments by knot windows: the same sums, each row walked in one pass in canonical order, the

@@ -81,11 +81,14 @@ TEST(CudaGraphForce, CrowdedRowsAreRecomputedTransparently) {
  * (replays), a box change (re-capture), a type change and energy-only
  * evaluations.
  */
-std::vector<Result> propertyTrajectory(const std::string& key, const std::string& value, int numInteractions) {
+std::vector<Result> propertyTrajectory(const std::string& key, const std::string& value, int numInteractions,
+                                       const GraphTest::ModelOptions* model = nullptr) {
     GraphTest::ModelOptions options;
     options.numInteractions = numInteractions;
     options.lMax = 2;
-    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 35);
+    if (model != nullptr)
+        options = *model;
+    Configuration config = makeConfiguration(Geometry::Cubic, 220, options.numTypes, 35);
     GraphForce* force;
     std::unique_ptr<System> system(makeSystem(config, options, &force));
     force->setProperty(key, value);
@@ -110,7 +113,7 @@ std::vector<Result> propertyTrajectory(const std::string& key, const std::string
     for (int i = 0; i < force->getNumParticles(); i += 4) {
         int particle, type;
         force->getParticleParameters(i, particle, type);
-        force->setParticleParameters(i, particle, 1 - type);
+        force->setParticleParameters(i, particle, (type + 1) % options.numTypes);
     }
     force->updateParametersInContext(context);
     integrator.step(5);
@@ -159,11 +162,14 @@ TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
 /**
  * CudaEdgeScan "windows" (edge scans by knot windows, docs/cuda-platform.md): a
  * model of the medium grade's shape (4 types, l_max 2, 64 channels, 400
- * intervals: 7 or 8 intervals a window in double precision, 17 or 18 in float on an H200, so
- * rows cross many windows) agrees with the Reference platform with and without
- * an interaction block; its trajectories are bitwise reproducible (MD, a box
- * change, a type change that rebuilds the tiles, energy-only evaluations), and
- * so are its results when the System's particles are permuted.
+ * intervals: on an H200 18 intervals a window for the moments and 17 for the
+ * force scan in float, 8 and 7 in double; with an interaction block the force
+ * scan holds both tables, 7 in float and 2 in double), so rows cross many
+ * windows, agrees with the Reference platform with and without an interaction
+ * block (one center a warp with it, two in single and mixed precision without
+ * it); its trajectories are bitwise reproducible (MD, a box change, a type
+ * change that rebuilds the tiles, energy-only evaluations), and so are its
+ * results when the System's particles are permuted.
  */
 GraphTest::ModelOptions windowModelOptions(int numInteractions) {
     GraphTest::ModelOptions options;
@@ -189,23 +195,26 @@ TEST(CudaGraphForce, KnotWindowScansMatchReference) {
 }
 
 TEST(CudaGraphForce, KnotWindowScansAreReproducible) {
-    expectSameTrajectories(propertyTrajectory("CudaEdgeScan", "windows", 1), propertyTrajectory("CudaEdgeScan", "windows", 1));
-    GraphTest::ModelOptions options = windowModelOptions(1);
-    Configuration config = makeConfiguration(Geometry::Cubic, 300, 4, 38);
-    GraphForce* force;
-    std::unique_ptr<System> system(makeSystem(config, options, &force));
-    force->setProperty("CudaEdgeScan", "windows");
-    Result original = evaluateOnTestPlatform(*system, config.positions);
-    std::vector<int> order;
-    Configuration permuted = permuteConfiguration(config, 39, order);
-    GraphForce* permutedForce;
-    std::unique_ptr<System> permutedSystem(makeSystem(permuted, options, &permutedForce));
-    permutedForce->setProperty("CudaEdgeScan", "windows");
-    Result result = evaluateOnTestPlatform(*permutedSystem, permuted.positions);
-    EXPECT_EQ(result.energy, original.energy);
-    for (size_t i = 0; i < order.size(); i++)
-        for (int c = 0; c < 3; c++)
-            ASSERT_EQ(result.forces[i][c], original.forces[order[i]][c]) << "particle " << i;
+    for (int interactions = 0; interactions <= 1; interactions++) {
+        const GraphTest::ModelOptions options = windowModelOptions(interactions);
+        expectSameTrajectories(propertyTrajectory("CudaEdgeScan", "windows", interactions, &options),
+                               propertyTrajectory("CudaEdgeScan", "windows", interactions, &options));
+        Configuration config = makeConfiguration(Geometry::Cubic, 300, 4, 38);
+        GraphForce* force;
+        std::unique_ptr<System> system(makeSystem(config, options, &force));
+        force->setProperty("CudaEdgeScan", "windows");
+        Result original = evaluateOnTestPlatform(*system, config.positions);
+        std::vector<int> order;
+        Configuration permuted = permuteConfiguration(config, 39, order);
+        GraphForce* permutedForce;
+        std::unique_ptr<System> permutedSystem(makeSystem(permuted, options, &permutedForce));
+        permutedForce->setProperty("CudaEdgeScan", "windows");
+        Result result = evaluateOnTestPlatform(*permutedSystem, permuted.positions);
+        EXPECT_EQ(result.energy, original.energy) << "interactions " << interactions;
+        for (size_t i = 0; i < order.size(); i++)
+            for (int c = 0; c < 3; c++)
+                ASSERT_EQ(result.forces[i][c], original.forces[order[i]][c]) << "particle " << i << ", interactions " << interactions;
+    }
 }
 
 TEST(CudaGraphForce, KnotWindowsThatDoNotFitAreRefused) {
@@ -216,7 +225,7 @@ TEST(CudaGraphForce, KnotWindowsThatDoNotFitAreRefused) {
     options.numChannels = 128;
     options.numAxis = 4;
     options.intervals = 8;
-    Configuration config = makeConfiguration(Geometry::Cubic, 64, 16, 40);
+    Configuration config = makeConfiguration(Geometry::Cubic, 220, 16, 40); // a box wider than twice the cut-off
     GraphForce* force;
     std::unique_ptr<System> system(makeSystem(config, options, &force));
     force->setProperty("CudaEdgeScan", "windows");
@@ -226,7 +235,7 @@ TEST(CudaGraphForce, KnotWindowsThatDoNotFitAreRefused) {
         FAIL() << "a table slice larger than shared memory was accepted";
     }
     catch (const OpenMMException& error) {
-        EXPECT_NE(std::string(error.what()).find("CudaEdgeScan"), std::string::npos) << error.what();
+        EXPECT_NE(std::string(error.what()).find("CudaEdgeScan is \"windows\""), std::string::npos) << error.what();
     }
     EXPECT_THROW(force->setProperty("CudaEdgeScan", "tiles"), OpenMMException);
 }
