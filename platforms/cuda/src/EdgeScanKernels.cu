@@ -267,9 +267,10 @@ template <typename real> __host__ __device__ constexpr int windowCentersPerWarp(
  * Q.  For each window it copies the slice of `numTables` tables (table0,
  * table1) for all neighbour types b, degrees l and channels, knots
  * [first - 1, last], into `slice` ([numTables][T][L+1][Q+2][3][M] reals in
- * shared memory); then every warp walks its centers' rows from where it
- * paused, in canonical order, a staged batch at a time, pausing at the first
- * edge whose interval lies past the window.  So each row is walked once in
+ * shared memory; skipped for a window that holds no edge of the tile); then
+ * every warp walks its centers' rows from where it paused, in canonical
+ * order, a staged batch at a time, pausing at the first edge whose interval
+ * lies past the window.  So each row is walked once in
  * canonical order (the windows only decide when a warp pauses), and every
  * table row read from L2 serves all the tile's edges in its window.
  * body(c, q, knot) runs for each edge (staged in slot q of `stage`, of center
@@ -298,7 +299,13 @@ __device__ inline void forEachWindowEdge(EdgeStage<real, (LMAX + 1) * (LMAX + 1)
         const int last = min(K, first + Q); // intervals [first, last): knots up to last
         const int sliceFirst = max(0, first - 1);
         const int knots = last - sliceFirst + 1;
-        __syncthreads(); // every warp is done with the previous slice
+        bool wanted = false; // an edge of this warp's centers may lie in the window
+#pragma unroll
+        for (int c = 0; c < CPW; c++)
+            wanted = wanted || (center[c] >= 0 && cursor[c] < count[c] && next[c] < last);
+        // A barrier too (every warp is done with the previous slice); no copy for a window without edges of the tile.
+        if (!__syncthreads_or(wanted))
+            continue;
         for (int segment = 0; segment < numTables * T * (LMAX + 1); segment++) {
             const int t = segment / (T * (LMAX + 1)), b = (segment / (LMAX + 1)) % T, l = segment % (LMAX + 1);
             const real* source = tableKnot(t == 0 ? table0 : table1, model, a, b, l, sliceFirst);
