@@ -746,7 +746,7 @@ private:
     std::unique_ptr<CudaArray> gradientScratch[2];
     int windowQ = 0;                        ///< CudaEdgeScan "windows": intervals per window of the moments (0: scans by rows)
     int windowForceQ = 0;                   ///< CudaEdgeScan "windows": intervals per window of the force scan
-    int numWindowTiles = 0;                 ///< tiles of the knot-window moments
+    int numWindowTiles = 0;                 ///< tiles of the knot-window scans
     std::unique_ptr<CudaArray> windowTiles; ///< [numWindowTiles] int2 (first, end) rows of nodesByType, one type each
     std::vector<std::unique_ptr<CudaArray>> fittingActivations, fittingDerivatives, nodeActivations, nodeDerivatives;
     GraphStatus* hostStatus = nullptr;
