@@ -68,6 +68,12 @@ class GraphModel;
  *    rounding.  A model whose table slice does not fit in the device's
  *    shared memory is refused with the reason.  Not yet run on a GPU
  *    (session 6).
+ *  - "CudaEdgeScanWindow": "auto" (default) or a positive number of table
+ *    intervals: with CudaEdgeScan "windows", the most intervals a window
+ *    holds ("auto": as many as fit in shared memory).  Results are bitwise
+ *    the same for every value (each row is walked once in canonical order);
+ *    small values only make the scans pause more often (for tests and
+ *    tuning).
  *  - "Domains": "single" (default) or "mpi".  With "mpi" every MPI rank
  *    (MPI_COMM_WORLD) runs its own Context for the whole System; the force
  *    evaluates the energies of the rank's own share of particles (a spatial

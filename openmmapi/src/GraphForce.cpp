@@ -11,9 +11,9 @@ using namespace OpenMM;
 namespace {
 
 const std::map<std::string, std::string>& propertyDefaults() {
-    static const std::map<std::string, std::string> defaults = {{"CheckFinite", "true"},  {"CudaChunkRows", "auto"},
-                                                                {"CudaEdgeScan", "rows"}, {"CudaGraph", "auto"},
-                                                                {"Domains", "single"},    {"TorchCudaContext", "auto"}};
+    static const std::map<std::string, std::string> defaults = {
+        {"CheckFinite", "true"}, {"CudaChunkRows", "auto"}, {"CudaEdgeScan", "rows"},    {"CudaEdgeScanWindow", "auto"},
+        {"CudaGraph", "auto"},   {"Domains", "single"},     {"TorchCudaContext", "auto"}};
     return defaults;
 }
 
@@ -129,18 +129,18 @@ void GraphForce::setProperty(const std::string& key, const std::string& value) {
         throw OpenMMException("GraphForce: property CudaGraph must be \"auto\", \"true\" or \"false\", found \"" + value + "\"");
     if (key == "TorchCudaContext" && value != "auto" && value != "openmm" && value != "primary")
         throw OpenMMException("GraphForce: property TorchCudaContext must be \"auto\", \"openmm\" or \"primary\", found \"" + value + "\"");
-    if (key == "CudaChunkRows" && value != "auto") {
+    if ((key == "CudaChunkRows" || key == "CudaEdgeScanWindow") && value != "auto") {
         size_t end = 0;
-        long long rows = 0;
+        long long number = 0;
         try {
-            rows = std::stoll(value, &end);
+            number = std::stoll(value, &end);
         }
         catch (const std::exception&) {
             end = 0;
         }
-        if (end != value.size() || rows < 1 || rows > 2147483647LL)
-            throw OpenMMException("GraphForce: property CudaChunkRows must be \"auto\" or a positive whole number of rows, found \"" +
-                                  value + "\"");
+        if (end != value.size() || number < 1 || number > 2147483647LL)
+            throw OpenMMException("GraphForce: property " + key + " must be \"auto\" or a positive whole number of " +
+                                  (key == "CudaChunkRows" ? "rows" : "table intervals") + ", found \"" + value + "\"");
     }
     properties[key] = value;
 }

@@ -32,7 +32,7 @@ template <typename real> class CudaGraphPipeline : public CudaGraphPipelineBase 
 public:
     CudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles,
                       const std::vector<int>& types, bool periodic, int numSystemParticles, CudaGraphMode graphMode, int maxChunkRows,
-                      bool windowScans, const CudaGraphDomain& domain)
+                      bool windowScans, int maxWindowIntervals, const CudaGraphDomain& domain)
         : cu(cu), model(model), n((int) particles.size()), periodic(periodic), graphMode(graphMode) {
         firstCenter = domain.firstCenter;
         numCenters = domain.numCenters < 0 ? n : domain.numCenters;
@@ -97,6 +97,10 @@ public:
                                       std::to_string(M) + " channels) do not fit in the " + std::to_string(maxShared) +
                                       " bytes of shared memory a block may use on this device; set CudaEdgeScan to \"rows\"");
             GRAPH_CUDA_CHECK(prepareWindowScans<real>(params, maxShared));
+            if (maxWindowIntervals > 0) { // CudaEdgeScanWindow: results are the same for any window
+                windowQ = std::min(windowQ, maxWindowIntervals);
+                windowForceQ = std::min(windowForceQ, maxWindowIntervals);
+            }
         }
         activation = m.activation == Activation::Tanh ? GraphTanh : GraphSilu;
         fitting = uploadNetworks(m.fitting);
@@ -764,13 +768,13 @@ private:
 std::unique_ptr<CudaGraphPipelineBase>
 GraphPlugin::createCudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles,
                                      const std::vector<int>& types, bool periodic, int numSystemParticles, CudaGraphMode graphMode,
-                                     int maxChunkRows, bool windowScans, const CudaGraphDomain& domain) {
+                                     int maxChunkRows, bool windowScans, int maxWindowIntervals, const CudaGraphDomain& domain) {
     if (cu.getUseDoublePrecision()) {
         auto pipeline = new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows,
-                                                      windowScans, domain);
+                                                      windowScans, maxWindowIntervals, domain);
         return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
     }
     auto pipeline = new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows,
-                                                 windowScans, domain);
+                                                 windowScans, maxWindowIntervals, domain);
     return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
 }

@@ -81,7 +81,7 @@ TEST(CudaGraphForce, CrowdedRowsAreRecomputedTransparently) {
  * (replays), a box change (re-capture), a type change and energy-only
  * evaluations.
  */
-std::vector<Result> propertyTrajectory(const std::string& key, const std::string& value, int numInteractions,
+std::vector<Result> propertyTrajectory(const std::map<std::string, std::string>& properties, int numInteractions,
                                        const GraphTest::ModelOptions* model = nullptr) {
     GraphTest::ModelOptions options;
     options.numInteractions = numInteractions;
@@ -91,7 +91,8 @@ std::vector<Result> propertyTrajectory(const std::string& key, const std::string
     Configuration config = makeConfiguration(Geometry::Cubic, 220, options.numTypes, 35);
     GraphForce* force;
     std::unique_ptr<System> system(makeSystem(config, options, &force));
-    force->setProperty(key, value);
+    for (const auto& property : properties)
+        force->setProperty(property.first, property.second);
     VerletIntegrator integrator(0.0005);
     Context context(*system, integrator, testPlatform(), testPlatformProperties());
     context.setPositions(config.positions);
@@ -119,6 +120,11 @@ std::vector<Result> propertyTrajectory(const std::string& key, const std::string
     integrator.step(5);
     record();
     return results;
+}
+
+std::vector<Result> propertyTrajectory(const std::string& key, const std::string& value, int numInteractions,
+                                       const GraphTest::ModelOptions* model = nullptr) {
+    return propertyTrajectory(std::map<std::string, std::string>{{key, value}}, numInteractions, model);
 }
 
 void expectSameTrajectories(const std::vector<Result>& expected, const std::vector<Result>& found) {
@@ -238,4 +244,26 @@ TEST(CudaGraphForce, KnotWindowsThatDoNotFitAreRefused) {
         EXPECT_NE(std::string(error.what()).find("CudaEdgeScan is \"windows\""), std::string::npos) << error.what();
     }
     EXPECT_THROW(force->setProperty("CudaEdgeScan", "tiles"), OpenMMException);
+}
+
+/**
+ * CudaEdgeScanWindow: every row is walked once in canonical order whatever
+ * the window, so one interval a window (a pause at nearly every edge) and
+ * three give bitwise the trajectories of the largest window, with one and two
+ * centers a warp (without and with an interaction block), on the medium-shaped
+ * model and on a small one (60 intervals, where the largest window is the
+ * whole table).
+ */
+TEST(CudaGraphForce, KnotWindowSizeChangesNothing) {
+    for (int interactions = 0; interactions <= 1; interactions++) {
+        GraphTest::ModelOptions small;
+        small.lMax = 2;
+        small.numInteractions = interactions;
+        for (const GraphTest::ModelOptions& options : {windowModelOptions(interactions), small}) {
+            const std::vector<Result> expected = propertyTrajectory("CudaEdgeScan", "windows", interactions, &options);
+            for (const char* window : {"1", "3"})
+                expectSameTrajectories(
+                    expected, propertyTrajectory({{"CudaEdgeScan", "windows"}, {"CudaEdgeScanWindow", window}}, interactions, &options));
+        }
+    }
 }
