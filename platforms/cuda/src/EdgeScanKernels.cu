@@ -260,10 +260,34 @@ template <typename real> __host__ __device__ constexpr int windowCentersPerWarp(
 }
 
 /**
+ * The setup of a knot-window block (both scans): this warp's staged edges and
+ * the table slice in dynamic shared memory, the center type a of the block's
+ * tile, and this warp's centers (rows tile.x + c WindowWarps + warp of the
+ * type-sorted list; -1 past the tile's end).
+ */
+template <typename real, typename Stage, int CPW> struct WindowBlock {
+    Stage* stage;
+    real* slice;
+    int a;
+    int center[CPW];
+    __device__ WindowBlock(unsigned char* shared, const int2* tiles, const int* rowNodes, const int* types, int warp) {
+        stage = reinterpret_cast<Stage*>(shared) + warp;
+        slice = reinterpret_cast<real*>(shared + WindowWarps * sizeof(Stage));
+        const int2 tile = tiles[blockIdx.x];
+        a = types[rowNodes[tile.x]];
+#pragma unroll
+        for (int c = 0; c < CPW; c++) {
+            const int row = tile.x + c * WindowWarps + warp;
+            center[c] = row < tile.y ? rowNodes[row] : -1;
+        }
+    }
+};
+
+/**
  * The walk of the knot-window scans (docs/cuda-platform.md), shared by the
  * moments and the force scan.  A block takes a tile of centers of one type a
- * (consecutive rows of the type-sorted node list; this warp's centers in
- * `center`, -1 for none) and goes through the table's intervals in windows of
+ * (consecutive rows of the type-sorted node list; WindowBlock holds this
+ * warp's centers, -1 for none) and goes through the table's intervals in windows of
  * Q.  For each window it copies the slice of `numTables` tables (table0,
  * table1) for all neighbour types b, degrees l and channels, knots
  * [first - 1, last], into `slice` ([numTables][T][L+1][Q+2][3][M] reals in
@@ -279,12 +303,15 @@ template <typename real> __host__ __device__ constexpr int windowCentersPerWarp(
  * expected: rows sorted by r have nondecreasing intervals, up to one knot
  * within ties of the sort key) gets the knot from global memory.
  */
-template <typename real, int LMAX, bool Full, int CPW, typename Body>
-__device__ inline void forEachWindowEdge(EdgeStage<real, (LMAX + 1) * (LMAX + 1), Full>* stage, real* slice,
-                                         const GraphModelParams<real>& model, const real* table0, const real* table1, int numTables, int a,
-                                         const int (&center)[CPW], const double* positions, const int* types, const int* neighbors,
-                                         const int* rowCount, int capacity, const GraphBox<double>& box, int Q, int lane, Body body) {
-    using Stage = EdgeStage<real, (LMAX + 1) * (LMAX + 1), Full>;
+template <typename real, int LMAX, typename Stage, int CPW, typename Body>
+__device__ inline void forEachWindowEdge(const WindowBlock<real, Stage, CPW>& block, const GraphModelParams<real>& model,
+                                         const real* table0, const real* table1, int numTables, const double* positions, const int* types,
+                                         const int* neighbors, const int* rowCount, int capacity, const GraphBox<double>& box, int Q,
+                                         int lane, Body body) {
+    Stage* stage = block.stage;
+    real* slice = block.slice;
+    const int a = block.a;
+    const int* center = block.center;
     const int M = model.numChannels, T = model.numTypes, K = model.radialIntervals;
     const int knotStride = 3 * M;                  // reals per knot
     const int segmentReals = (Q + 2) * knotStride; // one (table, b, l) of the slice
@@ -344,15 +371,6 @@ __device__ inline void forEachWindowEdge(EdgeStage<real, (LMAX + 1) * (LMAX + 1)
     }
 }
 
-/** This warp's centers in a knot-window tile (-1 past the tile's end): rows tile.x + c WindowWarps + warp. */
-template <int CPW> __device__ inline void windowCenters(const int2& tile, const int* rowNodes, int warp, int (&center)[CPW]) {
-#pragma unroll
-    for (int c = 0; c < CPW; c++) {
-        const int row = tile.x + c * WindowWarps + warp;
-        center[c] = row < tile.y ? rowNodes[row] : -1;
-    }
-}
-
 /**
  * Moments by knot windows (forEachWindowEdge; CudaEdgeScan "windows"): the
  * sums of momentsKernel, each row in one pass in canonical order.  Lane k:
@@ -365,16 +383,12 @@ __global__ void __launch_bounds__(32 * WindowWarps)
                         const int2* __restrict__ tiles, int windowIntervals, GraphBox<double> box, const int* __restrict__ neighbors,
                         const int* __restrict__ rowCount, int capacity, real* __restrict__ moments) {
     constexpr int H = (LMAX + 1) * (LMAX + 1);
-    using Stage = EdgeStage<real, H, false>;
     extern __shared__ unsigned char sharedBytes[];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    Stage* stage = reinterpret_cast<Stage*>(sharedBytes) + warp;
-    real* slice = reinterpret_cast<real*>(sharedBytes + WindowWarps * sizeof(Stage));
+    const int lane = threadIdx.x & 31;
     const int M = model.numChannels;
-    const int2 tile = tiles[blockIdx.x];
-    const int a = types[rowNodes[tile.x]];
-    int center[CPW];
-    windowCenters(tile, rowNodes, warp, center);
+    const WindowBlock<real, EdgeStage<real, H, false>, CPW> block(sharedBytes, tiles, rowNodes, types, threadIdx.x >> 5);
+    const auto* stage = block.stage;
+    const int* center = block.center;
     real acc[CPW][H][CPL];
 #pragma unroll
     for (int c = 0; c < CPW; c++)
@@ -383,11 +397,11 @@ __global__ void __launch_bounds__(32 * WindowWarps)
 #pragma unroll
             for (int x = 0; x < CPL; x++)
                 acc[c][lm][x] = 0;
-    forEachWindowEdge<real, LMAX, false, CPW>(stage, slice, model, table, nullptr, 1, a, center, positions, types, neighbors, rowCount,
-                                              capacity, box, windowIntervals, lane, [&](int c, int q, auto knot) {
-                                                  addEdgeMoments<real, LMAX, CPL>(
-                                                      stage, q, lane, model, nodeWeights, [&](int l) { return knot(0, l); }, acc[c]);
-                                              });
+    forEachWindowEdge<real, LMAX>(block, model, table, nullptr, 1, positions, types, neighbors, rowCount, capacity, box, windowIntervals,
+                                  lane, [&](int c, int q, auto knot) {
+                                      addEdgeMoments<real, LMAX, CPL>(
+                                          stage, q, lane, model, nodeWeights, [&](int l) { return knot(0, l); }, acc[c]);
+                                  });
 #pragma unroll
     for (int c = 0; c < CPW; c++)
         if (center[c] >= 0)
@@ -693,16 +707,12 @@ __global__ void __launch_bounds__(32 * WindowWarps)
                        const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity,
                        const int* __restrict__ slotOfNode, long long* __restrict__ forceBuffer, int paddedAtoms, GraphStatus* status) {
     constexpr int H = (LMAX + 1) * (LMAX + 1);
-    using Stage = EdgeStage<real, H, true>;
     extern __shared__ unsigned char sharedBytes[];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    Stage* stage = reinterpret_cast<Stage*>(sharedBytes) + warp;
-    real* slice = reinterpret_cast<real*>(sharedBytes + WindowWarps * sizeof(Stage));
+    const int lane = threadIdx.x & 31;
     const int M = model.numChannels;
-    const int2 tile = tiles[blockIdx.x];
-    const int a = types[rowNodes[tile.x]];
-    int center[CPW];
-    windowCenters(tile, rowNodes, warp, center);
+    const WindowBlock<real, EdgeStage<real, H, true>, CPW> block(sharedBytes, tiles, rowNodes, types, threadIdx.x >> 5);
+    const auto* stage = block.stage;
+    const int* center = block.center;
     real G[CPW][NB][H][CPL];
     long long forceI[CPW];
 #pragma unroll
@@ -718,16 +728,16 @@ __global__ void __launch_bounds__(32 * WindowWarps)
                     G[c][t][lm][x] = center[c] >= 0 && k < M ? (t == 0 ? gradA : gradB)[((size_t) center[c] * H + lm) * M + k] : real(0);
                 }
     }
-    forEachWindowEdge<real, LMAX, true, CPW>(
-        stage, slice, model, model.radialTable, model.interactionTable, NB, a, center, positions, types, neighbors, rowCount, capacity, box,
-        windowIntervals, lane, [&](int c, int q, auto knot) {
-            const int j = stage->j[q];
-            real S[H], P[H];
-            edgeGradientSums<real, LMAX, CPL>(
-                stage, q, lane, model, phi, NB, knot, [&](int t, int lm, int x) { return G[c][t][lm][x]; }, S, P);
-            const real u[3] = {stage->u[0][q], stage->u[1][q], stage->u[2][q]};
-            edgeForce<real, LMAX>(S, P, u, stage->r[q], lane, center[c], j, model, status, slotOfNode, forceBuffer, paddedAtoms, forceI[c]);
-        });
+    forEachWindowEdge<real, LMAX>(block, model, model.radialTable, model.interactionTable, NB, positions, types, neighbors, rowCount,
+                                  capacity, box, windowIntervals, lane, [&](int c, int q, auto knot) {
+                                      const int j = stage->j[q];
+                                      real S[H], P[H];
+                                      edgeGradientSums<real, LMAX, CPL>(
+                                          stage, q, lane, model, phi, NB, knot, [&](int t, int lm, int x) { return G[c][t][lm][x]; }, S, P);
+                                      const real u[3] = {stage->u[0][q], stage->u[1][q], stage->u[2][q]};
+                                      edgeForce<real, LMAX>(S, P, u, stage->r[q], lane, center[c], j, model, status, slotOfNode,
+                                                            forceBuffer, paddedAtoms, forceI[c]);
+                                  });
     // Each center's F_i, from the lanes that own its components (integer atomics: order independent).
 #pragma unroll
     for (int c = 0; c < CPW; c++)
@@ -804,55 +814,64 @@ template <typename real> int windowTileCenters(int numChannels, int numInteracti
 }
 
 /** Bytes of the staged edges of a knot-window block (every warp's stage). */
-template <typename real, bool Full> size_t windowStageBytes(int lMax) {
-    return WindowWarps * (lMax == 0 ? stageBytes<real, 0, Full>() : lMax == 1 ? stageBytes<real, 1, Full>() : stageBytes<real, 2, Full>());
+template <typename real> size_t windowStageBytes(int lMax, bool forces) {
+    if (forces)
+        return WindowWarps * (lMax == 0   ? stageBytes<real, 0, true>()
+                              : lMax == 1 ? stageBytes<real, 1, true>()
+                                          : stageBytes<real, 2, true>());
+    return WindowWarps * (lMax == 0   ? stageBytes<real, 0, false>()
+                          : lMax == 1 ? stageBytes<real, 1, false>()
+                                      : stageBytes<real, 2, false>());
 }
 
-/** Tables in the slice of a knot-window scan: the radial table, and for the force scan the interaction table too. */
-template <typename real> int windowTables(const GraphModelParams<real>& model, bool forces) {
-    return forces && model.numInteractions == 1 ? 2 : 1;
+/**
+ * Bytes of one knot of a knot-window slice: all neighbour types, degrees, the three values and M channels, of the radial
+ * table and, for the force scan of a model with an interaction block, of the interaction table too.
+ */
+template <typename real> size_t windowKnotBytes(const GraphModelParams<real>& model, bool forces) {
+    const int tables = forces && model.numInteractions == 1 ? 2 : 1;
+    return sizeof(real) * (size_t) tables * model.numTypes * (model.lMax + 1) * 3 * model.numChannels;
 }
 
 /** Dynamic shared memory of a knot-window kernel: the staged edges and the table slice of Q + 2 knots. */
 template <typename real> size_t windowSharedBytes(const GraphModelParams<real>& model, bool forces, int windowIntervals) {
-    const size_t stages = forces ? windowStageBytes<real, true>(model.lMax) : windowStageBytes<real, false>(model.lMax);
-    return stages + sizeof(real) * (size_t) windowTables(model, forces) * model.numTypes * (model.lMax + 1) * (windowIntervals + 2) * 3 *
-                        model.numChannels;
+    return windowStageBytes<real>(model.lMax, forces) + (size_t) (windowIntervals + 2) * windowKnotBytes(model, forces);
 }
 
 template <typename real> int windowIntervals(const GraphModelParams<real>& model, bool forces, int maxSharedBytes) {
-    const size_t stages = forces ? windowStageBytes<real, true>(model.lMax) : windowStageBytes<real, false>(model.lMax);
-    const size_t knotBytes =
-        sizeof(real) * (size_t) windowTables(model, forces) * model.numTypes * (model.lMax + 1) * 3 * model.numChannels;
+    const size_t stages = windowStageBytes<real>(model.lMax, forces), knotBytes = windowKnotBytes(model, forces);
     if ((size_t) maxSharedBytes < stages + 3 * knotBytes)
         return 0;
     const size_t knots = ((size_t) maxSharedBytes - stages) / knotBytes; // Q + 2 knots
     return (int) std::min<size_t>(knots - 2, (size_t) model.radialIntervals);
 }
 
-/** Calls body(kernel) with the knot-window moments or force kernel for the model's shape (and CPW, NB). */
+/**
+ * Calls body(kernel) with the knot-window moments or force kernel for the model's shape: CPW from
+ * windowCentersPerWarp, NB (force scan) 2 with an interaction block.
+ */
 template <typename real, bool Forces, typename Body> void dispatchWindowKernel(const GraphModelParams<real>& model, Body body) {
     dispatchShape(model.lMax, model.numChannels, [&](auto l, auto cpl) {
         constexpr int L = decltype(l)::value, CPL = decltype(cpl)::value;
-        constexpr bool two = windowCentersPerWarp<real>(CPL, 0) == 2; // else no shape of this CPL has two centers a warp
-        const bool interaction = model.numInteractions == 1;
-        if constexpr (Forces) {
-            if (interaction)
+        // Only the kernels a model can reach are instantiated: two centers a warp wherever the shape allows it without an
+        // interaction block, and one with it (or where the shape does not allow two).
+        constexpr bool two = windowCentersPerWarp<real>(CPL, 0) == 2;
+        if (windowCentersPerWarp<real>(CPL, model.numInteractions) == 2) {
+            if constexpr (two) {
+                if constexpr (Forces)
+                    body(windowForcesKernel<real, L, CPL, 2, 1>);
+                else
+                    body(windowMomentsKernel<real, L, CPL, 2>);
+            }
+        }
+        else if constexpr (Forces) {
+            if (model.numInteractions == 1)
                 body(windowForcesKernel<real, L, CPL, 1, 2>);
-            else if constexpr (two)
-                body(windowForcesKernel<real, L, CPL, 2, 1>);
-            else
+            else if constexpr (!two)
                 body(windowForcesKernel<real, L, CPL, 1, 1>);
         }
-        else {
-            if constexpr (two) {
-                if (!interaction) {
-                    body(windowMomentsKernel<real, L, CPL, 2>);
-                    return;
-                }
-            }
+        else
             body(windowMomentsKernel<real, L, CPL, 1>);
-        }
     });
 }
 

@@ -107,13 +107,6 @@ __device__ inline const real* tableKnot(const real* table, const GraphModelParam
            ((((size_t) a * model.numTypes + b) * (model.lMax + 1) + l) * (model.radialIntervals + 1) + interval) * 3 * model.numChannels;
 }
 
-/** R (and, when Deriv, dR/dr) of channel k of table (a, b, l) in the given interval (hermiteFromKnots). */
-template <typename real, bool Deriv>
-__device__ inline void hermiteEvaluate(const real* table, const GraphModelParams<real>& model, int a, int b, int l, int k, int interval,
-                                       const real h[6], const real* d, real& value, real& deriv) {
-    hermiteFromKnots<real, Deriv>(tableKnot(table, model, a, b, l, interval), model.numChannels, k, model, h, d, value, deriv);
-}
-
 /** The quintic Hermite basis at an edge's position t in its interval, and its t-derivatives (docs/model-format.md section 3). */
 template <typename real> struct HermiteBasis {
     real h[6], d[6]; ///< order: p0, v0, a0, a1, v1, p1
@@ -140,7 +133,7 @@ template <typename real> struct HermiteBasis {
     /** R and dR/dr of channel k of table (a, b, l). */
     __device__ void evaluate(const real* table, const GraphModelParams<real>& model, int a, int b, int l, int k, real& value,
                              real& deriv) const {
-        hermiteEvaluate<real, true>(table, model, a, b, l, k, interval, h, d, value, deriv);
+        hermiteFromKnots<real, true>(tableKnot(table, model, a, b, l, interval), model.numChannels, k, model, h, d, value, deriv);
     }
 };
 
