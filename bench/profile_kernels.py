@@ -29,6 +29,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=0, help="also time this many Verlet steps (outside the profiled range)")
     parser.add_argument("--cuda-graph", default="auto", choices=("auto", "true", "false"), help="the GraphForce's CudaGraph property")
     parser.add_argument("--edge-scan", default="rows", choices=("rows", "windows"), help="the GraphForce's CudaEdgeScan property")
+    parser.add_argument("--device-index", default="0", help='OpenMM\'s DeviceIndex, e.g. "0,1" for two GPUs in one Context')
     args = parser.parse_args()
 
     import openmm
@@ -55,7 +56,7 @@ def main() -> None:
     system.addForce(force)
     integrator = openmm.VerletIntegrator(0.001)
     platform = openmm.Platform.getPlatformByName("CUDA")
-    context = openmm.Context(system, integrator, platform, {"Precision": args.precision})
+    context = openmm.Context(system, integrator, platform, {"Precision": args.precision, "DeviceIndex": args.device_index})
     context.setPositions(positions)
     for _ in range(3):
         context.getState(getForces=True)
@@ -74,14 +75,15 @@ def main() -> None:
     elapsed = (time.perf_counter() - start) / args.evaluations
     if cudart is not None:
         cudart.cudaProfilerStop()
-    print(f"{args.grade} n={args.n} CudaGraph={args.cuda_graph}: {1e3 * elapsed:.3f} ms per evaluation (wall, {args.evaluations} evaluations)")
+    label = f"{args.grade} n={args.n} CudaGraph={args.cuda_graph} DeviceIndex={args.device_index}"
+    print(f"{label}: {1e3 * elapsed:.3f} ms per evaluation (wall, {args.evaluations} evaluations)")
     if args.steps:
         integrator.step(10)
         context.getState(getEnergy=True)
         start = time.perf_counter()
         integrator.step(args.steps)
         context.getState(getEnergy=True)
-        print(f"{args.grade} n={args.n} CudaGraph={args.cuda_graph}: {1e3 * (time.perf_counter() - start) / args.steps:.4f} ms per step")
+        print(f"{label}: {1e3 * (time.perf_counter() - start) / args.steps:.4f} ms per step")
 
 
 if __name__ == "__main__":
