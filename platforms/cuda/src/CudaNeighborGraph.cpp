@@ -38,8 +38,10 @@ CudaNeighborGraph::CudaNeighborGraph(CudaContext& cu, const std::vector<int>& pa
     if (this->orderContext != nullptr) {
         atomOrder.reset(CudaArray::create<int>(cu, cu.getPaddedNumAtoms(), "graphAtomOrder"));
         setAtomOrder(this->orderContext->getAtomIndex());
-        if (cu.getUseMixedPrecision())
+        if (cu.getUseMixedPrecision()) {
             correctionCopy.reset(CudaArray::create<float4>(cu, cu.getPaddedNumAtoms(), "graphPosqCorrection"));
+            correctionStream.reset(new CudaPeerCopyStream(cu));
+        }
     }
     allocateRows(initialCapacity());
 }
@@ -71,12 +73,16 @@ void CudaNeighborGraph::enqueue(cudaStream_t stream, const GraphBox<double>& box
 }
 
 void CudaNeighborGraph::enqueueCorrectionCopy(cudaStream_t stream) {
-    if (correctionCopy)
-        // posqCorrection of the first context (this device's own is never written); stream ordered after OpenMM's
-        // copy of posq to this device, outside any captured graph.
-        GRAPH_CU_CHECK(cuMemcpyPeerAsync(correctionCopy->getDevicePointer(), cu.getContext(),
-                                         orderContext->getPosqCorrection().getDevicePointer(), orderContext->getContext(),
-                                         correctionCopy->getSize() * sizeof(float4), (CUstream) stream));
+    if (!correctionCopy)
+        return;
+    // posqCorrection of the first context (this device's own is never written), outside any captured graph.  After
+    // OpenMM's copy of posq to this device (enqueued on `stream` before; it waited for the first device's integration,
+    // which wrote posqCorrection too), and off the legacy stream, so that it never waits for the first device's
+    // evaluation (CudaPeerCopyStream).
+    correctionStream->begin((CUstream) stream);
+    correctionStream->copy(correctionCopy->getDevicePointer(), orderContext->getPosqCorrection().getDevicePointer(),
+                           orderContext->getContext(), correctionCopy->getSize() * sizeof(float4));
+    correctionStream->end((CUstream) stream);
 }
 
 void CudaNeighborGraph::grow(int maxRowCount) {

@@ -1,6 +1,7 @@
 #ifndef OPENMM_GRAPH_CUDA_NEIGHBOR_GRAPH_H_
 #define OPENMM_GRAPH_CUDA_NEIGHBOR_GRAPH_H_
 
+#include "CudaPeerCopyStream.h"
 #include "GraphDeviceTypes.h"
 #include "openmm/cuda/CudaArray.h"
 #include "openmm/cuda/CudaContext.h"
@@ -93,6 +94,7 @@ private:
     std::unique_ptr<OpenMM::CudaArray> nodeOfParticle, positionArray, slotArray, grid, cellOfNode, sortedCells, nodeIds, sortedNodes,
         cellStart, cellEnd, sortScratch, rowCountArray, unsortedNeighbors, neighborKeys, neighbors;
     std::unique_ptr<OpenMM::CudaArray> atomOrder, correctionCopy; ///< with orderContext: its atom order and posqCorrection here
+    std::unique_ptr<CudaPeerCopyStream> correctionStream;         ///< with correctionCopy: the copy's stream
 };
 
 } // namespace GraphPlugin

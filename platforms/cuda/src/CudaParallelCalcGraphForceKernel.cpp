@@ -53,15 +53,15 @@ CudaParallelCalcGraphForceKernel::CudaParallelCalcGraphForceKernel(std::string n
 void CudaParallelCalcGraphForceKernel::initialize(const System& system, const GraphForce& force) {
     const int numDevices = (int) data.contexts.size();
     CudaContext& first = *data.contexts[0];
-    if (force.getModel()->numInteractions != 0) {
-        // The devices' shares of the centers, as each CudaCalcGraphForceKernel computes them.
-        std::vector<int> firstCenter, numCenters;
-        centerShares(force.getNumParticles(), numDevices, firstCenter, numCenters);
-        exchange.reset(new CudaPeerExchange(data.contexts, firstCenter, numCenters));
-    }
+    // The devices' shares of the centers, as each CudaCalcGraphForceKernel computes them.  The exchange carries the
+    // interaction block's node features between them, and is the devices' meeting point before each evaluation.
+    std::vector<int> firstCenter, numCenters;
+    centerShares(force.getNumParticles(), numDevices, firstCenter, numCenters);
+    exchange.reset(new CudaPeerExchange(data.contexts, firstCenter, numCenters));
+    CudaPeerExchange* featureExchange = force.getModel()->numInteractions != 0 ? exchange.get() : nullptr;
     for (int device = 0; device < numDevices; device++) {
         CudaCalcGraphForceKernel* kernel = new CudaCalcGraphForceKernel(getName(), getPlatform(), *data.contexts[device], device,
-                                                                        numDevices, device == 0 ? nullptr : &first, exchange.get());
+                                                                        numDevices, device == 0 ? nullptr : &first, featureExchange);
         kernels.emplace_back(kernel);
         kernel->initialize(system, force);
     }
@@ -78,12 +78,11 @@ void CudaParallelCalcGraphForceKernel::refreshAtomOrder(int device) {
 }
 
 void CudaParallelCalcGraphForceKernel::abortExchange(const std::string& error) {
-    if (exchange)
-        exchange->abort(error);
+    exchange->abort(error);
 }
 
 void CudaParallelCalcGraphForceKernel::recoverExchange() {
-    if (!exchange || !exchange->wasAborted())
+    if (!exchange->wasAborted())
         return;
     // After a failed evaluation OpenMM rethrew the first device's error without waiting for the other devices' tasks:
     // let them finish (they throw the same error, which is dropped here) before the devices meet again.
@@ -102,6 +101,10 @@ double CudaParallelCalcGraphForceKernel::execute(ContextImpl& context, bool incl
     for (int device = 0; device < (int) kernels.size(); device++)
         data.contexts[device]->getWorkThread().addTask(new Task(*this, device, [this, &context, device, includeForces, includeEnergy] {
             refreshAtomOrder(device);
+            // Wait until every device's thread has enqueued OpenMM's copy of the positions to its device (a peer copy
+            // on the legacy stream, which waits for all work issued to the first device before it): were the first
+            // device's evaluation enqueued before another device's copy, that device would wait for it to finish.
+            exchange->allOf(device, true);
             share(device).execute(context, includeForces, includeEnergy);
         }));
     return 0.0; // each share's energy goes into its own context's energy buffer
@@ -119,18 +122,14 @@ void CudaParallelCalcGraphForceKernel::getParticleEnergies(ContextImpl& context,
         refreshAtomOrder(device);
     }
     std::vector<std::vector<double>> shareEnergies(kernels.size());
-    if (exchange) {
-        // The shares exchange node features: they evaluate at the same time, each on its device's worker thread.
-        recoverExchange();
-        for (int device = 0; device < (int) kernels.size(); device++)
-            data.contexts[device]->getWorkThread().addTask(new Task(*this, device, [this, &context, device, &shareEnergies] {
-                share(device).getParticleEnergies(context, shareEnergies[device]);
-            }));
-        data.syncContexts(); // throws the first failure
-    }
-    else
-        for (int device = 0; device < (int) kernels.size(); device++)
+    // The shares evaluate at the same time, each on its device's worker thread (those of an interaction block exchange
+    // node features).
+    recoverExchange();
+    for (int device = 0; device < (int) kernels.size(); device++)
+        data.contexts[device]->getWorkThread().addTask(new Task(*this, device, [this, &context, device, &shareEnergies] {
             share(device).getParticleEnergies(context, shareEnergies[device]);
+        }));
+    data.syncContexts(); // throws the first failure
     energies.assign(shareEnergies[0].size(), 0.0);
     for (int device = 0; device < (int) kernels.size(); device++) {
         CudaCalcGraphForceKernel& kernel = share(device);

@@ -25,7 +25,13 @@ namespace GraphPlugin {
  * sum of per-device partial sums (equal to about 1e-16 relative).
  *
  * Each share runs as a task on its device's OpenMM worker thread, queued
- * behind that device's other work.  Devices after the first use the first
+ * behind that device's other work.  The tasks meet on the host before they
+ * enqueue anything (a few microseconds): by then every device's thread has
+ * enqueued OpenMM's copy of the positions to its device, a peer copy on the
+ * legacy stream that waits for all work already issued to the first device,
+ * so no device waits for the first device's evaluation.  The shares' own
+ * peer copies run off the legacy stream (CudaPeerCopyStream).  Devices after
+ * the first use the first
  * context's atom order and posqCorrection (OpenMM reorders atoms on the first
  * context only); a ReorderListener on it tells them when the order changes.
  *
@@ -54,7 +60,7 @@ private:
     CudaCalcGraphForceKernel& share(int device) {
         return kernels[device].getAs<CudaCalcGraphForceKernel>();
     }
-    /** A device's task failed: the other devices stop waiting for it at the exchange (models with an interaction block). */
+    /** A device's task failed: the other devices stop waiting for it at the exchange. */
     void abortExchange(const std::string& error);
     /** Before the devices' tasks of an evaluation are queued: after an aborted one, wait for its stray tasks, then reset. */
     void recoverExchange();
@@ -65,7 +71,7 @@ private:
     std::vector<OpenMM::Kernel> kernels; ///< one per device that has a share
     std::vector<long long> seenVersion;  ///< [device] the order version its share has (touched by that device's thread only)
     std::shared_ptr<OrderVersion> orderVersion;
-    std::unique_ptr<CudaPeerExchange> exchange; ///< models with an interaction block
+    std::unique_ptr<CudaPeerExchange> exchange; ///< the devices' meeting point; the node features of an interaction block
 };
 
 } // namespace GraphPlugin

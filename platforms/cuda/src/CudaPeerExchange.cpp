@@ -10,6 +10,7 @@ CudaPeerExchange::CudaPeerExchange(const std::vector<CudaContext*>& contexts, co
     : contexts(contexts), first(first), count(count), slots(contexts.size()) {
     for (size_t d = 0; d < contexts.size(); d++) {
         ContextSelector selector(*contexts[d]);
+        pulls.emplace_back(new CudaPeerCopyStream(*contexts[d]));
         for (Slot& slot : slots[d])
             GRAPH_CU_CHECK(cuEventCreate(&slot.written, CU_EVENT_DISABLE_TIMING));
     }
@@ -33,17 +34,19 @@ void CudaPeerExchange::allGather(int domain, Point point, CUstream stream) {
     const Slot& own = slots[domain][point];
     GRAPH_CU_CHECK(cuEventRecord(own.written, stream));
     meet(true); // every owner's event of this point is recorded
+    CudaPeerCopyStream& pull = *pulls[domain];
+    pull.begin(stream); // after this domain's own work (which may still use the rows being replaced)
     for (size_t e = 0; e < slots.size(); e++) {
         if ((int) e == domain || count[e] == 0)
             continue;
         const Slot& owner = slots[e][point];
         if (owner.array == 0 || owner.bytesPerNode != own.bytesPerNode)
             throw OpenMMException("GraphForce: internal error: the devices' exchange arrays do not match");
-        GRAPH_CU_CHECK(cuStreamWaitEvent(stream, owner.written, 0));
+        pull.waitFor(owner.written);
         const size_t offset = (size_t) first[e] * own.bytesPerNode;
-        GRAPH_CU_CHECK(cuMemcpyPeerAsync(own.array + offset, contexts[domain]->getContext(), owner.array + offset,
-                                         contexts[e]->getContext(), (size_t) count[e] * own.bytesPerNode, stream));
+        pull.copy(own.array + offset, owner.array + offset, contexts[e]->getContext(), (size_t) count[e] * own.bytesPerNode);
     }
+    pull.end(stream);
 }
 
 bool CudaPeerExchange::allOf(int domain, bool value) {

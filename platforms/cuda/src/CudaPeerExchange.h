@@ -2,9 +2,11 @@
 #define OPENMM_GRAPH_CUDA_PEER_EXCHANGE_H_
 
 #include "CudaGraphExchange.h"
+#include "CudaPeerCopyStream.h"
 #include "openmm/cuda/CudaContext.h"
 #include <array>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -15,11 +17,17 @@ namespace GraphPlugin {
  * CudaGraphExchange between the devices of one multi-device Context, by peer
  * copies (cuMemcpyPeerAsync: NVLink or PCIe, staged by the driver where the
  * devices cannot reach each other).  Each device pulls the other domains'
- * rows into its own array on its own stream, after waiting (on the device,
- * cuStreamWaitEvent) for the event its owner recorded when the rows were
- * written.  The host threads of the domains meet once per point, so that
- * every owner's event is recorded before anyone waits on it; no host thread
- * waits for a device.
+ * rows into its own array on its own copy stream (CudaPeerCopyStream: not
+ * OpenMM's legacy stream, where a peer copy would serialise the devices),
+ * after waiting (on the device, cuStreamWaitEvent) for its own stream's work
+ * so far and for the event its owner recorded when the rows were written; its
+ * stream then waits for the pulls.  The host threads of the domains meet once
+ * per point, so that every owner's event is recorded before anyone waits on
+ * it; no host thread waits for a device.
+ *
+ * The host meeting also serves as a barrier: meet() via allOf(), with the
+ * same abort semantics (CudaParallelCalcGraphForceKernel meets before each
+ * evaluation is enqueued).
  *
  * Ordering (why no copy reads rows that are being rewritten): within an
  * evaluation with forces, a domain rewrites its rows of one point only after
@@ -64,7 +72,8 @@ private:
     };
     std::vector<OpenMM::CudaContext*> contexts;
     std::vector<int> first, count;
-    std::vector<std::array<Slot, NumPoints>> slots; ///< [domain][point]
+    std::vector<std::array<Slot, NumPoints>> slots;         ///< [domain][point]
+    std::vector<std::unique_ptr<CudaPeerCopyStream>> pulls; ///< [domain] the stream of the domain's pulls
     std::mutex mutex;
     std::condition_variable arrivedAll;
     int arrived = 0;
