@@ -664,8 +664,8 @@ class Run:
         context = integrator = None
         try:
             path = None if trivial else self.exported_model(grade, torch_model) if torch_model else self.model(grade)[1]
-            # "aoti", "torchscript": with the default TorchCudaContext ("auto": OpenMM's own CUDA context); "aoti-primary",
-            # "torchscript-primary": the same model in the device's primary context.
+            # "aoti": the package with the default TorchCudaContext ("auto": OpenMM's own CUDA context); "aoti-primary":
+            # the same package in the device's primary context.
             force_properties = {"TorchCudaContext": "primary"} if torch_model and torch_model.endswith("-primary") else None
             if edge_scan:  # --edge-scans: the native model with another CudaEdgeScan
                 force_properties = {"CudaEdgeScan": edge_scan}
@@ -1157,10 +1157,10 @@ def main(argv=None) -> int:
     parser.add_argument("--largest-max", type=int, default=1 << 30, help="never try more particles than this")
     parser.add_argument("--bisections", type=int, default=4, help="bisection steps after the first failure (default 4)")
     parser.add_argument("--torch-models", default="",
-                        help="comma-separated, of torchscript,torchscript-primary,aoti,aoti-primary: also time the GraphForce "
-                             "running the grade's model exported for its LibTorch path (float32 unless --precision double), in "
-                             "the same run; torchscript and aoti run in OpenMM's CUDA context (the default), the -primary kinds "
-                             "in the device's primary one (property TorchCudaContext; default: none)")
+                        help="comma-separated, of torchscript,aoti,aoti-primary: also time the GraphForce running the grade's "
+                             "model exported for its LibTorch path (float32 unless --precision double), in the same run; "
+                             "aoti runs the package in OpenMM's CUDA context (the default), aoti-primary in the device's "
+                             "primary one (property TorchCudaContext; default: none)")
     parser.add_argument("--edge-scans", default="",
                         help="comma-separated, of windows: also time the native GraphForce with this CudaEdgeScan "
                              "property (CUDA; docs/cuda-platform.md) in the same run, recorded as openmm-graph-CUDA-<precision>-<scan> "
@@ -1196,10 +1196,9 @@ def main(argv=None) -> int:
     args.edge_scans = parse_list(args.edge_scans) if args.edge_scans else []
     if [k for k in args.edge_scans if k != "windows"]:
         parser.error(f"--edge-scans: expected some of ['windows'], found {args.edge_scans}")
-    kinds = ("torchscript", "torchscript-primary", "aoti", "aoti-primary")
-    unknown = [k for k in args.torch_models if k not in kinds]
+    unknown = [k for k in args.torch_models if k not in ("torchscript", "aoti", "aoti-primary")]
     if unknown:
-        parser.error(f"--torch-models: unknown {unknown}; expected some of {list(kinds)}")
+        parser.error(f"--torch-models: unknown {unknown}; expected some of ['torchscript', 'aoti', 'aoti-primary']")
     if args.time_budget is None:
         args.time_budget = 100.0 if args.quick else 3600.0
 

@@ -88,9 +88,6 @@ void warmUpBlasHandles(CUcontext primary, const torch::Device& device) {
     GRAPH_CU_CHECK(cuCtxPushCurrent(primary));
     try {
         c10::cuda::CUDAGuard deviceGuard(device);
-        // On the device's default stream: on autograd's worker thread the current stream is the model's (OpenMM's
-        // context), whose allocations go to the kernel's private pool.
-        c10::cuda::CUDAStreamGuard streamGuard(c10::cuda::getDefaultCUDAStream(device.index()));
         // The caching allocator is set up there too (on the first tensor of the process), before a pool is made.
         torch::empty({1}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
         at::cuda::getCurrentCUDABlasHandle();
@@ -118,30 +115,6 @@ public:
         CUcontext popped;
         cuCtxPopCurrent(&popped);
     }
-};
-
-/**
- * A TorchScript module's backward in OpenMM's context (TorchModelRunner puts it around the module): on autograd's
- * worker thread, that thread's cuBLAS handles are made in the primary context first (as on the calling thread), then
- * OpenMM's context is pushed for the backward and popped after it.
- */
-class CudaCalcTorchGraphForceKernel::BackwardInOpenMMContext : public TorchBackwardContext {
-public:
-    BackwardInOpenMMContext(CUcontext primary, CUcontext openmm, c10::DeviceIndex device) : primary(primary), openmm(openmm), device(device) {}
-
-protected:
-    void enter() override {
-        warmUpBlasHandles(primary, torch::Device(torch::kCUDA, device));
-        GRAPH_CU_CHECK(cuCtxPushCurrent(openmm));
-    }
-    void exit() override {
-        CUcontext popped;
-        GRAPH_CU_CHECK(cuCtxPopCurrent(&popped));
-    }
-
-private:
-    CUcontext primary, openmm;
-    c10::DeviceIndex device;
 };
 
 class CudaCalcTorchGraphForceKernel::AllocationRouting {
@@ -248,15 +221,12 @@ void CudaCalcTorchGraphForceKernel::initialize(const System& system, const Graph
         throw OpenMMException("GraphForce: property Domains = \"mpi\" with a PyTorch model runs on the Reference and CPU platforms, not "
                               "yet on CUDA (docs/mpi.md)");
     const std::string contextProperty = force.getProperty("TorchCudaContext");
-    // A TorchScript module that returns its own gradients calls autograd inside forward, where the plugin cannot put
-    // its context switch around the backward (TorchBackwardContext): it runs in the primary context.
-    const bool differentiatesItself = model->kind == ModelKind::TorchScript && model->torchReturnsGradients;
-    sharedContext = contextProperty != "primary" && !differentiatesItself; // "auto": OpenMM's context where possible
-    if (contextProperty == "openmm" && differentiatesItself)
+    sharedContext = model->kind == ModelKind::AOTInductor && contextProperty != "primary"; // "auto": packages in OpenMM's context
+    if (contextProperty == "openmm" && model->kind != ModelKind::AOTInductor)
         throw OpenMMException(
-            "GraphForce: TorchCudaContext \"openmm\" cannot run a TorchScript module that returns its own gradients "
-            "(interface \"particle_energies_and_gradients\"): its autograd backward runs on PyTorch's worker thread in the "
-            "primary context; use \"auto\" (the default) or \"primary\", or export without gradients=True (docs/torch-models.md)");
+            "GraphForce: TorchCudaContext \"openmm\" runs AOTInductor packages only: a TorchScript model's "
+            "gradients come from autograd, whose CUDA backward runs on PyTorch's worker thread in the primary "
+            "context; use \"auto\" (the default) or \"primary\", or export_aoti(..., device=\"cuda\") (docs/torch-models.md)");
     // CUDA graphs: the model's part is captured (in PyTorch's context) when its metadata says it is capturable.
     const std::string graphProperty = force.getProperty("CudaGraph");
     const bool capturable = model->torchCapturable && model->kind == ModelKind::TorchScript;
@@ -298,8 +268,6 @@ void CudaCalcTorchGraphForceKernel::initialize(const System& system, const Graph
     if (sharedContext) // PyTorch's cuBLAS handles are made in the primary context, never in OpenMM's (also per step)
         warmUpBlasHandles(primaryContext, device);
     torchContext = sharedContext ? cu.getContext() : primaryContext;
-    if (sharedContext && model->kind == ModelKind::TorchScript)
-        backwardContext = std::make_unique<BackwardInOpenMMContext>(primaryContext, cu.getContext(), deviceIndex);
     TorchContextScope scope(torchContext);
     c10::cuda::CUDAGuard deviceGuard(device);
     GRAPH_CU_CHECK(cuStreamCreate(&modelStream, CU_STREAM_NON_BLOCKING));
@@ -444,7 +412,7 @@ void CudaCalcTorchGraphForceKernel::runModel(bool includeForces) {
     torch::Tensor x = positions.detach().requires_grad_(autograd), d = edgeVectors.detach().requires_grad_(autograd);
     try {
         runner->run({x, typeTensor, rowOffsets, neighbors, d, box}, n + 1, n, 0, includeForces, (void*) modelStream, energies, gradEdges,
-                    gradPositions, backwardContext.get());
+                    gradPositions);
         energies = energies.detach().to(dtype).contiguous();
         if (includeForces) {
             gradEdges = gradEdges.defined() ? gradEdges.to(dtype).contiguous() : torch::Tensor();

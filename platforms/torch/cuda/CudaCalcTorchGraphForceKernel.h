@@ -65,8 +65,6 @@ private:
     class TorchContextScope;
     /** Routes PyTorch's allocations on modelStream to memoryPool for a scope (OpenMM's context only). */
     class AllocationRouting;
-    /** Makes OpenMM's context current on autograd's worker thread for a TorchScript module's backward (OpenMM's context only). */
-    class BackwardInOpenMMContext;
     /** Enqueue one evaluation (steps 1 to 3); addEnergy: add the energy to OpenMM's buffer. */
     void enqueue(bool includeForces, bool addEnergy);
     /** Step 1's last kernel: the model's inputs (in its dtype `real`) from the graph, on OpenMM's stream. */
@@ -99,8 +97,7 @@ private:
     std::unique_ptr<CudaNeighborGraph> graph;
     std::unique_ptr<TorchModelRunner> runner;
     torch::Dtype dtype = torch::kFloat64;
-    bool sharedContext = false;         ///< PyTorch works in OpenMM's context (TorchCudaContext "openmm", or "auto")
-    std::unique_ptr<TorchBackwardContext> backwardContext; ///< a TorchScript module's backward in OpenMM's context
+    bool sharedContext = false;         ///< PyTorch works in OpenMM's context (TorchCudaContext "openmm")
     CUcontext primaryContext = nullptr; ///< retained once per process and device, never released
     CUcontext torchContext = nullptr;   ///< OpenMM's context or the primary context
     c10::DeviceIndex deviceIndex = 0;

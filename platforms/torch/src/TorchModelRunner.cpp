@@ -30,43 +30,6 @@ void preloadLibTorch() {
     dlopen((path.substr(0, slash) + "/libtorch.so").c_str(), RTLD_NOW | RTLD_GLOBAL); // absent in some builds: the package then says so
 }
 
-/** The node on the energy: its backward, the first of the backward, enters the model's context (TorchBackwardContext). */
-struct EnterBackwardContext : public torch::autograd::Function<EnterBackwardContext> {
-    static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor energy, int64_t context) {
-        ctx->saved_data["context"] = context;
-        return energy;
-    }
-    static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
-        reinterpret_cast<TorchBackwardContext*>(ctx->saved_data["context"].toInt())->enterBackward();
-        return {grads[0], torch::Tensor()};
-    }
-};
-
-/**
- * The node on the positions and edge vectors: its backward, the last of the backward (every path from the energy to
- * them passes through it), leaves the model's context.  Also the one node of the backward that cleans up after a
- * failed one (exitBackward() does nothing when nothing was entered).
- */
-struct ExitBackwardContext : public torch::autograd::Function<ExitBackwardContext> {
-    static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, torch::Tensor positions, torch::Tensor edges,
-                                                  int64_t context) {
-        ctx->saved_data["context"] = context;
-        return {positions, edges};
-    }
-    static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grads) {
-        reinterpret_cast<TorchBackwardContext*>(ctx->saved_data["context"].toInt())->exitBackward();
-        return {grads[0], grads[1], torch::Tensor()};
-    }
-};
-
-/** After a backward that failed inside the model's context: leave it, on the worker thread that entered it. */
-void leaveFailedBackward(TorchBackwardContext& context, const torch::Tensor& like) {
-    torch::Tensor a = torch::zeros({1}, like.options()).requires_grad_(true);
-    torch::Tensor b = torch::zeros({1}, like.options()).requires_grad_(true);
-    torch::autograd::variable_list out = ExitBackwardContext::apply(a, b, (int64_t) &context);
-    torch::autograd::grad({(out[0] + out[1]).sum()}, {a, b});
-}
-
 } // namespace
 
 TorchModelRunner::TorchModelRunner(const GraphForce& force, torch::Device device, bool currentContext) {
@@ -144,8 +107,7 @@ void TorchModelRunner::takeGradientOutputs(const std::vector<torch::Tensor>& out
 }
 
 void TorchModelRunner::run(const std::vector<torch::Tensor>& inputs, int rows, int counted, int64_t communicator, bool wantGradients,
-                           void* stream, torch::Tensor& energies, torch::Tensor& gradEdges, torch::Tensor& gradPositions,
-                           TorchBackwardContext* backwardContext) {
+                           void* stream, torch::Tensor& energies, torch::Tensor& gradEdges, torch::Tensor& gradPositions) {
     if (package) {
         takeGradientOutputs(package->run(inputs, stream), inputs, rows, energies, gradEdges, gradPositions);
         return;
@@ -153,13 +115,6 @@ void TorchModelRunner::run(const std::vector<torch::Tensor>& inputs, int rows, i
     // A module that returns its gradients differentiates inside forward: autograd must be on for it.
     torch::AutoGradMode gradMode(wantGradients || moduleReturnsGradients);
     std::vector<torch::jit::IValue> arguments(inputs.begin(), inputs.end());
-    const bool switchBackward = backwardContext != nullptr && wantGradients && !moduleReturnsGradients;
-    if (switchBackward) {
-        // The module sees the positions and edge vectors through the node that leaves the model's context last.
-        torch::autograd::variable_list seen = ExitBackwardContext::apply(inputs[0], inputs[4], (int64_t) backwardContext);
-        arguments[0] = seen[0];
-        arguments[4] = seen[1];
-    }
     arguments.push_back((int64_t) rows);
     arguments.push_back(communicator);
     const torch::jit::IValue result = module.forward(arguments);
@@ -194,18 +149,8 @@ void TorchModelRunner::run(const std::vector<torch::Tensor>& inputs, int rows, i
     }
     if (wantGradients) {
         torch::Tensor total = (counted == rows ? energies : energies.narrow(0, 0, counted)).sum();
-        if (switchBackward)
-            total = EnterBackwardContext::apply(total, (int64_t) backwardContext);
-        std::vector<torch::Tensor> gradients;
-        try {
-            gradients = torch::autograd::grad({total}, {inputs[4], inputs[0]}, {}, /*retain_graph=*/false, /*create_graph=*/false,
-                                              /*allow_unused=*/true);
-        }
-        catch (...) {
-            if (switchBackward && backwardContext->isEntered())
-                leaveFailedBackward(*backwardContext, inputs[4]);
-            throw;
-        }
+        std::vector<torch::Tensor> gradients = torch::autograd::grad({total}, {inputs[4], inputs[0]}, {}, /*retain_graph=*/false,
+                                                                     /*create_graph=*/false, /*allow_unused=*/true);
         gradEdges = gradients[0];
         gradPositions = gradients[1];
     }

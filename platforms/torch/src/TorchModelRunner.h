@@ -2,7 +2,6 @@
 #define OPENMM_GRAPH_TORCH_MODEL_RUNNER_H_
 
 #include "GraphForce.h"
-#include "TorchBackwardContext.h"
 #include "internal/GraphModel.h"
 #include <memory>
 #include <torch/csrc/autograd/autograd.h>
@@ -55,12 +54,9 @@ public:
      * @param energies      out: [rows] model energy unit
      * @param gradEdges     out: [E, 3] (undefined when the model does not use edge_vectors)
      * @param gradPositions out: [n_local, 3] (undefined when the model does not use positions)
-     * @param backwardContext where a TorchScript module's autograd backward must run in another CUDA context than
-     *                      autograd's worker thread has (the model in OpenMM's context), else nullptr
      */
     void run(const std::vector<torch::Tensor>& inputs, int rows, int counted, int64_t communicator, bool wantGradients, void* stream,
-             torch::Tensor& energies, torch::Tensor& gradEdges, torch::Tensor& gradPositions,
-             TorchBackwardContext* backwardContext = nullptr);
+             torch::Tensor& energies, torch::Tensor& gradEdges, torch::Tensor& gradPositions);
 
 private:
     /** The three outputs of a program that returns gradients, checked against the inputs. */
