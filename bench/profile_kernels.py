@@ -28,7 +28,6 @@ def main() -> None:
     parser.add_argument("--precision", default="mixed")
     parser.add_argument("--steps", type=int, default=0, help="also time this many Verlet steps (outside the profiled range)")
     parser.add_argument("--cuda-graph", default="auto", choices=("auto", "true", "false"), help="the GraphForce's CudaGraph property")
-    parser.add_argument("--edge-scan", default="rows", choices=("rows", "windows"), help="the GraphForce's CudaEdgeScan property")
     parser.add_argument("--device-index", default="0", help='OpenMM\'s DeviceIndex, e.g. "0,1" for two GPUs in one Context')
     args = parser.parse_args()
 
@@ -44,7 +43,6 @@ def main() -> None:
     model.write(path)
     force = openmmgraph.GraphForce(path)
     force.setProperty("CudaGraph", args.cuda_graph)
-    force.setProperty("CudaEdgeScan", args.edge_scan)
     n_types = force.getNumTypes()
     positions, types, box = lattice_system(args.n, n_types=n_types, seed=0)
     system = openmm.System()

@@ -650,13 +650,10 @@ class Run:
             self.exports[key] = path
         return self.exports[key]
 
-    def measure_openmm(self, grade, n, positions, types, box, trivial: bool, multi_gpu: bool = False, torch_model: str | None = None,
-                       edge_scan: str | None = None):
+    def measure_openmm(self, grade, n, positions, types, box, trivial: bool, multi_gpu: bool = False, torch_model: str | None = None):
         implementation = "openmm-floor" if trivial else self.multi_gpu_implementation() if multi_gpu else self.graph_implementation
         if torch_model:
             implementation = f"{self.graph_implementation}-{torch_model}"
-        if edge_scan:
-            implementation = f"{self.graph_implementation}-{edge_scan}"
         properties = dict(self.properties, DeviceIndex=self.args.multi_gpu) if multi_gpu else self.properties
         if self.budget.exhausted():
             return self.skipped(grade, n, implementation, "time budget exhausted")
@@ -667,8 +664,6 @@ class Run:
             # "aoti": the package with the default TorchCudaContext ("auto": OpenMM's own CUDA context); "aoti-primary":
             # the same package in the device's primary context.
             force_properties = {"TorchCudaContext": "primary"} if torch_model and torch_model.endswith("-primary") else None
-            if edge_scan:  # --edge-scans: the native model with another CudaEdgeScan
-                force_properties = {"CudaEdgeScan": edge_scan}
             system = make_openmm_system(n, box, trivial, path, types, force_properties)
             self.free_torch_memory()
             before_bytes = self.memory.used_bytes()
@@ -1106,8 +1101,6 @@ class Run:
                     self.measure_openmm(grade, n, positions, types, box, trivial=False, multi_gpu=True)
                 for kind in self.torch_models:
                     self.measure_openmm(grade, n, positions, types, box, trivial=False, torch_model=kind)
-                for scan in args.edge_scans:
-                    self.measure_openmm(grade, n, positions, types, box, trivial=False, edge_scan=scan)
                 for peer in self.peers:
                     if peer in ("torch-eager", "torch-compile") and self.torch is not None:
                         for with_pairs in (False, True):
@@ -1161,10 +1154,6 @@ def main(argv=None) -> int:
                              "model exported for its LibTorch path (float32 unless --precision double), in the same run; "
                              "aoti runs the package in OpenMM's CUDA context (the default), aoti-primary in the device's "
                              "primary one (property TorchCudaContext; default: none)")
-    parser.add_argument("--edge-scans", default="",
-                        help="comma-separated, of windows: also time the native GraphForce with this CudaEdgeScan "
-                             "property (CUDA; docs/cuda-platform.md) in the same run, recorded as openmm-graph-CUDA-<precision>-<scan> "
-                             "(default: none; the main record is \"rows\")")
     parser.add_argument("--openmm-torch-max-n", type=int, default=OPENMM_TORCH_MAX_N,
                         help=f"largest n for the openmm-torch peer (O(n^2) pairs; default {OPENMM_TORCH_MAX_N})")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, few repetitions, CPU allowed")
@@ -1193,9 +1182,6 @@ def main(argv=None) -> int:
         if unknown:
             parser.error(f"--peers: unknown {unknown}; expected some of {list(PEER_CHOICES)}")
     args.torch_models = parse_list(args.torch_models) if args.torch_models else []
-    args.edge_scans = parse_list(args.edge_scans) if args.edge_scans else []
-    if [k for k in args.edge_scans if k != "windows"]:
-        parser.error(f"--edge-scans: expected some of ['windows'], found {args.edge_scans}")
     unknown = [k for k in args.torch_models if k not in ("torchscript", "aoti", "aoti-primary")]
     if unknown:
         parser.error(f"--torch-models: unknown {unknown}; expected some of ['torchscript', 'aoti', 'aoti-primary']")

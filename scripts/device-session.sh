@@ -11,7 +11,7 @@
 #   test     build with CMake, run every C++ test (ctest)
 #   py       pip install the package, run the Python tests marked gpu (PYTEST_ARGS: more pytest arguments, e.g. files)
 #   profile  per-kernel times under Nsight Compute (PROFILE_CASES, grade:n ...; PROFILE_ARGS: more arguments of
-#            bench/profile_kernels.py, e.g. "--edge-scan windows")
+#            bench/profile_kernels.py, e.g. "--precision double")
 #   bench    bench/run_benchmarks.py with $BENCH_ARGS
 #   extra    bash $EXTRA_SCRIPT (after the rest; the package is installed)
 # "all" = test,py,bench (the default).

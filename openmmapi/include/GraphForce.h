@@ -58,22 +58,6 @@ class GraphModel;
  *    least 32,768 rows), so systems that fit run in one chunk.  Results
  *    are bitwise the same for every value; a smaller value lowers peak
  *    memory and adds kernel launches.
- *  - "CudaEdgeScan": "rows" (default) or "windows".  CUDA platform, native
- *    models: how the edge scans (moments and forces) walk the graph.
- *    "rows": one block per center.  "windows": tiles of centers of one type
- *    walk their rows together through windows of the radial table's
- *    intervals held in shared memory, so each table row read from L2 serves
- *    many edges (docs/cuda-platform.md); each row is walked in one pass in
- *    canonical order, so results are reproducible but differ from "rows" in
- *    rounding.  A model whose table slice does not fit in the device's
- *    shared memory is refused with the reason.  Not yet run on a GPU
- *    (session 6).
- *  - "CudaEdgeScanWindow": "auto" (default) or a positive number of table
- *    intervals: with CudaEdgeScan "windows", the most intervals a window
- *    holds ("auto": as many as fit in shared memory).  Results are bitwise
- *    the same for every value (each row is walked once in canonical order);
- *    small values only make the scans pause more often (for tests and
- *    tuning).
  *  - "Domains": "single" (default) or "mpi".  With "mpi" every MPI rank
  *    (MPI_COMM_WORLD) runs its own Context for the whole System; the force
  *    evaluates the energies of the rank's own share of particles (a spatial

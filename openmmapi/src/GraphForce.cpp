@@ -12,8 +12,7 @@ namespace {
 
 const std::map<std::string, std::string>& propertyDefaults() {
     static const std::map<std::string, std::string> defaults = {
-        {"CheckFinite", "true"}, {"CudaChunkRows", "auto"}, {"CudaEdgeScan", "rows"},    {"CudaEdgeScanWindow", "auto"},
-        {"CudaGraph", "auto"},   {"Domains", "single"},     {"TorchCudaContext", "auto"}};
+        {"CheckFinite", "true"}, {"CudaChunkRows", "auto"}, {"CudaGraph", "auto"}, {"Domains", "single"}, {"TorchCudaContext", "auto"}};
     return defaults;
 }
 
@@ -123,24 +122,22 @@ void GraphForce::setProperty(const std::string& key, const std::string& value) {
         throw OpenMMException("GraphForce: property CheckFinite must be \"true\" or \"false\", found \"" + value + "\"");
     if (key == "Domains" && value != "single" && value != "mpi")
         throw OpenMMException("GraphForce: property Domains must be \"single\" or \"mpi\", found \"" + value + "\"");
-    if (key == "CudaEdgeScan" && value != "rows" && value != "windows")
-        throw OpenMMException("GraphForce: property CudaEdgeScan must be \"rows\" or \"windows\", found \"" + value + "\"");
     if (key == "CudaGraph" && value != "auto" && value != "true" && value != "false")
         throw OpenMMException("GraphForce: property CudaGraph must be \"auto\", \"true\" or \"false\", found \"" + value + "\"");
     if (key == "TorchCudaContext" && value != "auto" && value != "openmm" && value != "primary")
         throw OpenMMException("GraphForce: property TorchCudaContext must be \"auto\", \"openmm\" or \"primary\", found \"" + value + "\"");
-    if ((key == "CudaChunkRows" || key == "CudaEdgeScanWindow") && value != "auto") {
+    if (key == "CudaChunkRows" && value != "auto") {
         size_t end = 0;
-        long long number = 0;
+        long long rows = 0;
         try {
-            number = std::stoll(value, &end);
+            rows = std::stoll(value, &end);
         }
         catch (const std::exception&) {
             end = 0;
         }
-        if (end != value.size() || number < 1 || number > 2147483647LL)
-            throw OpenMMException("GraphForce: property " + key + " must be \"auto\" or a positive whole number of " +
-                                  (key == "CudaChunkRows" ? "rows" : "table intervals") + ", found \"" + value + "\"");
+        if (end != value.size() || rows < 1 || rows > 2147483647LL)
+            throw OpenMMException("GraphForce: property CudaChunkRows must be \"auto\" or a positive whole number of rows, found \"" +
+                                  value + "\"");
     }
     properties[key] = value;
 }

@@ -266,15 +266,6 @@ def test_properties(modelBytes):
             force.setProperty("CudaChunkRows", bad)
     force.setProperty("CudaChunkRows", "65536")
     assert force.getProperties() == {"CheckFinite": "false", "CudaChunkRows": "65536"}
-    assert force.getProperty("CudaEdgeScan") == "rows"
-    with pytest.raises(openmm.OpenMMException, match="CudaEdgeScan must be \"rows\" or \"windows\""):
-        force.setProperty("CudaEdgeScan", "tiles")
-    assert force.getProperty("CudaEdgeScanWindow") == "auto"
-    for bad in ("0", "-1", "4.5", "many"):
-        with pytest.raises(openmm.OpenMMException, match="CudaEdgeScanWindow must be \"auto\" or a positive whole number of table intervals"):
-            force.setProperty("CudaEdgeScanWindow", bad)
-    force.setProperty("CudaEdgeScanWindow", "3")
-    assert force.getProperty("CudaEdgeScanWindow") == "3"
     assert force.getProperty("TorchCudaContext") == "auto"
     with pytest.raises(openmm.OpenMMException, match="TorchCudaContext must be \"auto\", \"openmm\" or \"primary\""):
         force.setProperty("TorchCudaContext", "shared")

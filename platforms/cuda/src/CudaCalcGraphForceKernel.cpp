@@ -29,9 +29,6 @@ void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce
     const CudaGraphMode mode = graph == "true" ? CudaGraphMode::Required : graph == "false" ? CudaGraphMode::Off : CudaGraphMode::Auto;
     const std::string chunk = force.getProperty("CudaChunkRows");
     const int chunkRows = chunk == "auto" ? 0 : std::stoi(chunk); // validated by setProperty
-    const bool windowScans = force.getProperty("CudaEdgeScan") == "windows";
-    const std::string window = force.getProperty("CudaEdgeScanWindow");
-    const int maxWindowIntervals = window == "auto" ? 0 : std::stoi(window); // validated by setProperty
     std::vector<int> first, count;
     centerShares(n, numDomains, first, count);
     firstCenter = first[domainIndex];
@@ -48,8 +45,7 @@ void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce
     domain.rankSums = domains != nullptr;
     domain.exchange = exchange;
     domain.domainIndex = domainIndex;
-    pipeline = createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), mode, chunkRows, windowScans,
-                                       maxWindowIntervals, domain);
+    pipeline = createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), mode, chunkRows, domain);
     // The status of an evaluation is read where OpenMM reads its own neighbour-list
     // count: in finishComputation, after every force has been enqueued.
     postComputation = std::make_shared<PostComputationState>();

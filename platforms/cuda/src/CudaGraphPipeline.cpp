@@ -32,7 +32,7 @@ template <typename real> class CudaGraphPipeline : public CudaGraphPipelineBase 
 public:
     CudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles,
                       const std::vector<int>& types, bool periodic, int numSystemParticles, CudaGraphMode graphMode, int maxChunkRows,
-                      bool windowScans, int maxWindowIntervals, const CudaGraphDomain& domain)
+                      const CudaGraphDomain& domain)
         : cu(cu), model(model), n((int) particles.size()), periodic(periodic), graphMode(graphMode) {
         firstCenter = domain.firstCenter;
         numCenters = domain.numCenters < 0 ? n : domain.numCenters;
@@ -84,24 +84,6 @@ public:
         }
         else
             params.interactionTable = nullptr;
-        if (windowScans) {
-            // CudaEdgeScan "windows": the window's table slice and the staged edges in the opt-in shared memory of a block.
-            int maxShared = 0;
-            GRAPH_CU_CHECK(cuDeviceGetAttribute(&maxShared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cu.getDevice()));
-            windowQ = windowIntervals<real>(params, false, maxShared);
-            windowForceQ = windowIntervals<real>(params, true, maxShared);
-            if (windowQ == 0 || windowForceQ == 0)
-                throw OpenMMException("GraphForce: CudaEdgeScan is \"windows\", but three knots of this model's radial " +
-                                      std::string(m.numInteractions == 1 ? "and interaction tables" : "table") + " (all " +
-                                      std::to_string(m.numTypes) + " neighbour types, " + std::to_string(m.lMax + 1) + " degrees and " +
-                                      std::to_string(M) + " channels) do not fit in the " + std::to_string(maxShared) +
-                                      " bytes of shared memory a block may use on this device; set CudaEdgeScan to \"rows\"");
-            GRAPH_CUDA_CHECK(prepareWindowScans<real>(params, maxShared));
-            if (maxWindowIntervals > 0) { // CudaEdgeScanWindow: results are the same for any window
-                windowQ = std::min(windowQ, maxWindowIntervals);
-                windowForceQ = std::min(windowForceQ, maxWindowIntervals);
-            }
-        }
         activation = m.activation == Activation::Tanh ? GraphTanh : GraphSilu;
         fitting = uploadNetworks(m.fitting);
         if (m.numInteractions == 1)
@@ -202,19 +184,6 @@ public:
         typeOffsets[model->numTypes] = (int) order.size();
         if (!order.empty())
             nodesByType->upload(order);
-        if (windowQ > 0) {
-            // The knot-window scans' tiles: runs of at most windowTileCenters rows of one type.
-            std::vector<int2> tiles;
-            const int tileCenters = windowTileCenters<real>(M, model->numInteractions);
-            for (int t = 0; t < model->numTypes; t++)
-                for (int row = typeOffsets[t]; row < typeOffsets[t + 1]; row += tileCenters)
-                    tiles.push_back(make_int2(row, std::min(row + tileCenters, typeOffsets[t + 1])));
-            numWindowTiles = (int) tiles.size();
-            if (!windowTiles || windowTiles->getSize() != (int) std::max<size_t>(1, tiles.size())) // upload() needs the exact size
-                windowTiles.reset(CudaArray::create<int2>(cu, std::max<size_t>(1, tiles.size()), "graphWindowTiles"));
-            if (!tiles.empty())
-                windowTiles->upload(tiles);
-        }
     }
 
     void enqueue(bool includeForces, bool addEnergy) override {
@@ -239,16 +208,6 @@ public:
     }
 
 private:
-    /** The moments of this domain's centers by rows (launchMoments) or by knot windows (CudaEdgeScan "windows"). */
-    void enqueueMoments(const real* table, const real* nodeWeights, const double* x, const int* types, const GraphBox<double>& box,
-                        const int* rows, const int* counts, int capacity, real* out, cudaStream_t stream) {
-        if (windowQ > 0)
-            launchWindowMoments<real>(params, table, nodeWeights, x, types, pointer<int>(nodesByType), pointer<int2>(windowTiles),
-                                      numWindowTiles, windowQ, box, rows, counts, capacity, out, stream);
-        else
-            launchMoments<real>(params, table, nodeWeights, x, types, firstCenter, numCenters, box, rows, counts, capacity, out, stream);
-    }
-
     /**
      * Everything one evaluation does on the device, in stream order; no host
      * synchronisation and no host reads, so that it can be captured into a CUDA
@@ -274,7 +233,7 @@ private:
         real* input = pointer<real>(fittingInput);
         real* gradInput = pointer<real>(fittingInputGrad);
         real* gradA = pointer<real>(gradMoments);
-        enqueueMoments(params.radialTable, nullptr, x, types, box, rows, counts, capacity, A, stream);
+        launchMoments<real>(params, params.radialTable, nullptr, x, types, firstCenter, numCenters, box, rows, counts, capacity, A, stream);
         const bool interaction = m.numInteractions == 1;
         real *B = nullptr, *gradB = nullptr;
         if (interaction) {
@@ -288,7 +247,8 @@ private:
             }
             if (exchange != nullptr) // the other domains' node features, for the rows of this domain's centers
                 exchange->allGather(domainIndex, CudaGraphExchange::NodeFeatures, (CUstream) stream);
-            enqueueMoments(params.interactionTable, pointer<real>(nodeFeatures), x, types, box, rows, counts, capacity, B, stream);
+            launchMoments<real>(params, params.interactionTable, pointer<real>(nodeFeatures), x, types, firstCenter, numCenters, box, rows,
+                                counts, capacity, B, stream);
         }
         GRAPH_CUDA_CHECK(cudaGetLastError());
 
@@ -348,14 +308,8 @@ private:
         const int* slots = rankSums ? pointer<int>(identitySlots) : graph->slotOfNode();
         long long* forceTarget = rankSums ? pointer<long long>(rankForces) : (long long*) cu.getLongForceBuffer().getDevicePointer();
         const int forceStride = rankSums ? std::max(1, n) : cu.getPaddedNumAtoms();
-        if (windowForceQ > 0)
-            launchWindowForces<real>(params, gradA, gradB, phi, x, types, rowNodes, pointer<int2>(windowTiles), numWindowTiles,
-                                     windowForceQ, box, rows, counts, capacity, slots, forceTarget, forceStride,
-                                     pointer<GraphStatus>(status), stream);
-        else
-            launchForces<real>(params, gradA, gradB, phi, x, types, firstCenter, numCenters, box, rows, counts, capacity, slots,
-                               forceTarget, forceStride, pointer<GraphStatus>(status), chooseForceWarps(numCenters, numMultiprocessors),
-                               stream);
+        launchForces<real>(params, gradA, gradB, phi, x, types, firstCenter, numCenters, box, rows, counts, capacity, slots, forceTarget,
+                           forceStride, pointer<GraphStatus>(status), chooseForceWarps(numCenters, numMultiprocessors), stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
         copyStatus(stream);
     }
@@ -748,10 +702,6 @@ private:
     std::unique_ptr<CudaArray> radialTable, interactionTable, typeArray, nodesByType, moments, gradMoments, fittingInput, fittingInputGrad,
         nodeFeatures, nodeFeatureGrad, interactionMoments, gradInteractionMoments, nodeInputGrad, particleEnergy, status;
     std::unique_ptr<CudaArray> gradientScratch[2];
-    int windowQ = 0;                        ///< CudaEdgeScan "windows": intervals per window of the moments (0: scans by rows)
-    int windowForceQ = 0;                   ///< CudaEdgeScan "windows": intervals per window of the force scan
-    int numWindowTiles = 0;                 ///< tiles of the knot-window scans
-    std::unique_ptr<CudaArray> windowTiles; ///< [numWindowTiles] int2 (first, end) rows of nodesByType, one type each
     std::vector<std::unique_ptr<CudaArray>> fittingActivations, fittingDerivatives, nodeActivations, nodeDerivatives;
     GraphStatus* hostStatus = nullptr;
     CUevent statusEvent = nullptr;
@@ -765,16 +715,17 @@ private:
 
 } // namespace
 
-std::unique_ptr<CudaGraphPipelineBase>
-GraphPlugin::createCudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles,
-                                     const std::vector<int>& types, bool periodic, int numSystemParticles, CudaGraphMode graphMode,
-                                     int maxChunkRows, bool windowScans, int maxWindowIntervals, const CudaGraphDomain& domain) {
+std::unique_ptr<CudaGraphPipelineBase> GraphPlugin::createCudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model,
+                                                                            const std::vector<int>& particles,
+                                                                            const std::vector<int>& types, bool periodic,
+                                                                            int numSystemParticles, CudaGraphMode graphMode,
+                                                                            int maxChunkRows, const CudaGraphDomain& domain) {
     if (cu.getUseDoublePrecision()) {
-        auto pipeline = new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows,
-                                                      windowScans, maxWindowIntervals, domain);
+        auto pipeline =
+            new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, domain);
         return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
     }
-    auto pipeline = new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows,
-                                                 windowScans, maxWindowIntervals, domain);
+    auto pipeline =
+        new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, domain);
     return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
 }

@@ -119,16 +119,12 @@ inline void centerShares(int n, int numDomains, std::vector<int>& first, std::ve
  * @param periodic   whether the force uses the periodic box
  * @param graphMode  the CudaGraph property
  * @param maxChunkRows the CudaChunkRows property: the most rows per chunk of the node stage, 0 for automatic
- * @param windowScans  the CudaEdgeScan property is "windows": edge scans by knot windows (an OpenMMException when the
- *                     model's table slice does not fit in the device's shared memory)
- * @param maxWindowIntervals the CudaEdgeScanWindow property: the most intervals a window holds, 0 for as many as fit
  * @param domain     this device's share (all centers by default); a model with an interaction block needs domain.exchange to be split
  */
 std::unique_ptr<CudaGraphPipelineBase> createCudaGraphPipeline(OpenMM::CudaContext& cu, std::shared_ptr<const GraphModel> model,
                                                                const std::vector<int>& particles, const std::vector<int>& types,
                                                                bool periodic, int numSystemParticles, CudaGraphMode graphMode,
-                                                               int maxChunkRows, bool windowScans = false, int maxWindowIntervals = 0,
-                                                               const CudaGraphDomain& domain = CudaGraphDomain());
+                                                               int maxChunkRows, const CudaGraphDomain& domain = CudaGraphDomain());
 
 } // namespace GraphPlugin
 

@@ -114,8 +114,8 @@ __device__ inline void forEachStagedEdge(Stage* stage, int lane, const GraphMode
 /**
  * Adds staged edge q's terms to its center's moments acc[lm][x] (channels
  * lane + 32 x): R_l,k(r) (times nodeWeights[j][k] when given) Y_lm, where
- * knot(l) is the first knot of the edge's interval in degree l's table (global
- * or shared memory).  The per-edge body of both moment scans.
+ * knot(l) is the first knot of the edge's interval in degree l's table.  The
+ * per-edge body of the moment scan (momentsKernel).
  */
 template <typename real, int LMAX, int CPL, typename Stage, typename Knot>
 __device__ inline void addEdgeMoments(const Stage* stage, int q, int lane, const GraphModelParams<real>& model, const real* nodeWeights,
@@ -154,7 +154,7 @@ __device__ inline void addEdgeMoments(const Stage* stage, int q, int lane, const
  * (table 1, the interaction block's, weighted by phi[j][k]): knot(t, l) is the
  * first knot of the edge's interval in table t, degree l, and grad(t, lm, x)
  * the center's dE/dA (t = 0) or dE/dB (t = 1) of channel lane + 32 x.  The
- * per-edge body of both force scans, before edgeForce.
+ * per-edge body of the force scan (forcesKernel), before edgeForce.
  */
 template <typename real, int LMAX, int CPL, typename Stage, typename Knot, typename Grad>
 __device__ inline void edgeGradientSums(const Stage* stage, int q, int lane, const GraphModelParams<real>& model, const real* phi,
@@ -247,172 +247,6 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
         }
         __syncthreads();
     }
-}
-
-constexpr int WindowWarps = 16;
-
-/**
- * Centers per warp of the knot-window scans: their moments (or dE/dA and dE/dB) stay in registers, H x CPL values a
- * center and table, so two only where that is at most 2 x 9 x 2 floats (no spills).
- */
-template <typename real> __host__ __device__ constexpr int windowCentersPerWarp(int cpl, int numInteractions) {
-    return cpl <= 2 && sizeof(real) == 4 && numInteractions == 0 ? 2 : 1;
-}
-
-/**
- * The setup of a knot-window block (both scans): this warp's staged edges and
- * the table slice in dynamic shared memory, the center type a of the block's
- * tile, and this warp's centers (rows tile.x + c WindowWarps + warp of the
- * type-sorted list; -1 past the tile's end).
- */
-template <typename real, typename Stage, int CPW> struct WindowBlock {
-    Stage* stage;
-    real* slice;
-    int a;
-    int center[CPW];
-    __device__ WindowBlock(unsigned char* shared, const int2* tiles, const int* rowNodes, const int* types, int warp) {
-        stage = reinterpret_cast<Stage*>(shared) + warp;
-        slice = reinterpret_cast<real*>(shared + WindowWarps * sizeof(Stage));
-        const int2 tile = tiles[blockIdx.x];
-        a = types[rowNodes[tile.x]];
-#pragma unroll
-        for (int c = 0; c < CPW; c++) {
-            const int row = tile.x + c * WindowWarps + warp;
-            center[c] = row < tile.y ? rowNodes[row] : -1;
-        }
-    }
-};
-
-/**
- * The walk of the knot-window scans (docs/cuda-platform.md), shared by the
- * moments and the force scan.  A block takes a tile of centers of one type a
- * (consecutive rows of the type-sorted node list; WindowBlock holds this
- * warp's centers, -1 for none) and goes through the table's intervals in windows of
- * Q.  For each window it copies the slice of `numTables` tables (table0,
- * table1) for all neighbour types b, degrees l and channels, knots
- * [first - 1, last], into `slice` ([numTables][T][L+1][Q+2][3][M] reals in
- * shared memory; skipped for a window that holds no edge of the tile); then
- * every warp walks its centers' rows from where it paused, in canonical
- * order, a staged batch at a time, pausing at the first edge whose interval
- * lies past the window.  So each row is walked once in
- * canonical order (the windows only decide when a warp pauses), and every
- * table row read from L2 serves all the tile's edges in its window.
- * body(c, q, knot) runs for each edge (staged in slot q of `stage`, of center
- * c), all lanes together; knot(t, l) is the first knot of the edge's interval
- * in table t, degree l.  An edge whose interval lies before the slice (not
- * expected: rows sorted by r have nondecreasing intervals, up to one knot
- * within ties of the sort key) gets the knot from global memory.
- */
-template <typename real, int LMAX, typename Stage, int CPW, typename Body>
-__device__ inline void forEachWindowEdge(const WindowBlock<real, Stage, CPW>& block, const GraphModelParams<real>& model,
-                                         const real* table0, const real* table1, int numTables, const double* positions, const int* types,
-                                         const int* neighbors, const int* rowCount, int capacity, const GraphBox<double>& box, int Q,
-                                         int lane, Body body) {
-    Stage* stage = block.stage;
-    real* slice = block.slice;
-    const int a = block.a;
-    const int* center = block.center;
-    const int M = model.numChannels, T = model.numTypes, K = model.radialIntervals;
-    const int knotStride = 3 * M;                  // reals per knot
-    const int segmentReals = (Q + 2) * knotStride; // one (table, b, l) of the slice
-    int cursor[CPW], count[CPW], next[CPW];        // next: interval of the first unwalked edge (-1: not staged)
-#pragma unroll
-    for (int c = 0; c < CPW; c++) {
-        cursor[c] = 0;
-        count[c] = center[c] >= 0 ? rowCount[center[c]] : 0;
-        next[c] = -1;
-    }
-    for (int first = 0; first < K; first += Q) {
-        const int last = min(K, first + Q); // intervals [first, last): knots up to last
-        const int sliceFirst = max(0, first - 1);
-        const int knots = last - sliceFirst + 1;
-        bool wanted = false; // an edge of this warp's centers may lie in the window
-#pragma unroll
-        for (int c = 0; c < CPW; c++)
-            wanted = wanted || (center[c] >= 0 && cursor[c] < count[c] && next[c] < last);
-        // A barrier too (every warp is done with the previous slice); no copy for a window without edges of the tile.
-        if (!__syncthreads_or(wanted))
-            continue;
-        for (int segment = 0; segment < numTables * T * (LMAX + 1); segment++) {
-            const int t = segment / (T * (LMAX + 1)), b = (segment / (LMAX + 1)) % T, l = segment % (LMAX + 1);
-            const real* source = tableKnot(t == 0 ? table0 : table1, model, a, b, l, sliceFirst);
-            real* target = slice + (size_t) segment * segmentReals;
-            for (int x = threadIdx.x; x < knots * knotStride; x += blockDim.x)
-                target[x] = source[x];
-        }
-        __syncthreads();
-#pragma unroll
-        for (int c = 0; c < CPW; c++) {
-            const int i = center[c]; // the same in all lanes, as is everything the loops below test: warp-uniform
-            while (i >= 0 && cursor[c] < count[c] && next[c] < last) {
-                const int staged = min(Stage::E, count[c] - cursor[c]);
-                if (lane < staged)
-                    stage->fill(lane, LMAX, model, positions, types, i, neighbors[(size_t) i * capacity + cursor[c] + lane], box);
-                __syncwarp();
-                int q = 0;
-                for (; q < staged; q++) {
-                    const int interval = stage->interval[q];
-                    if (interval >= last)
-                        break;
-                    const int tj = stage->tj[q];
-                    const bool inSlice = interval >= sliceFirst;
-                    auto knot = [&](int t, int l) -> const real* {
-                        return inSlice ? slice + (size_t) ((t * T + tj) * (LMAX + 1) + l) * segmentReals +
-                                             (size_t) (interval - sliceFirst) * knotStride
-                                       : tableKnot(t == 0 ? table0 : table1, model, a, tj, l, interval);
-                    };
-                    body(c, q, knot);
-                }
-                next[c] = q < staged ? stage->interval[q] : -1;
-                cursor[c] += q;
-                __syncwarp();
-            }
-        }
-    }
-}
-
-/**
- * Moments by knot windows (forEachWindowEdge; CudaEdgeScan "windows"): the
- * sums of momentsKernel, each row in one pass in canonical order.  Lane k:
- * channels k, k + 32, ...
- */
-template <typename real, int LMAX, int CPL, int CPW>
-__global__ void __launch_bounds__(32 * WindowWarps)
-    windowMomentsKernel(GraphModelParams<real> model, const real* __restrict__ table, const real* __restrict__ nodeWeights,
-                        const double* __restrict__ positions, const int* __restrict__ types, const int* __restrict__ rowNodes,
-                        const int2* __restrict__ tiles, int windowIntervals, GraphBox<double> box, const int* __restrict__ neighbors,
-                        const int* __restrict__ rowCount, int capacity, real* __restrict__ moments) {
-    constexpr int H = (LMAX + 1) * (LMAX + 1);
-    extern __shared__ unsigned char sharedBytes[];
-    const int lane = threadIdx.x & 31;
-    const int M = model.numChannels;
-    const WindowBlock<real, EdgeStage<real, H, false>, CPW> block(sharedBytes, tiles, rowNodes, types, threadIdx.x >> 5);
-    const auto* stage = block.stage;
-    const int* center = block.center;
-    real acc[CPW][H][CPL];
-#pragma unroll
-    for (int c = 0; c < CPW; c++)
-#pragma unroll
-        for (int lm = 0; lm < H; lm++)
-#pragma unroll
-            for (int x = 0; x < CPL; x++)
-                acc[c][lm][x] = 0;
-    forEachWindowEdge<real, LMAX>(block, model, table, nullptr, 1, positions, types, neighbors, rowCount, capacity, box, windowIntervals,
-                                  lane, [&](int c, int q, auto knot) {
-                                      addEdgeMoments<real, LMAX, CPL>(
-                                          stage, q, lane, model, nodeWeights, [&](int l) { return knot(0, l); }, acc[c]);
-                                  });
-#pragma unroll
-    for (int c = 0; c < CPW; c++)
-        if (center[c] >= 0)
-#pragma unroll
-            for (int x = 0; x < CPL; x++) {
-                const int k = lane + 32 * x;
-                if (k < M)
-#pragma unroll
-                    for (int lm = 0; lm < H; lm++)
-                        moments[(size_t) center[c] * H * M + lm * M + k] = acc[c][lm][x] * model.invNorm;
-            }
 }
 
 /**
@@ -691,61 +525,6 @@ __global__ void __launch_bounds__(32 * MaxForceWarps)
     }
 }
 
-/**
- * The force scan by knot windows (forEachWindowEdge; CudaEdgeScan "windows"):
- * the forces of forcesKernel, with dE/dA (and dE/dB, NB = 2 with an
- * interaction block) of the warp's centers in registers and the radial (and
- * interaction) table slices in shared memory.  Each edge's force is added by
- * edgeForce as in forcesKernel (fixed point: the same forces however the work
- * is split).
- */
-template <typename real, int LMAX, int CPL, int CPW, int NB>
-__global__ void __launch_bounds__(32 * WindowWarps)
-    windowForcesKernel(GraphModelParams<real> model, const real* __restrict__ gradA, const real* __restrict__ gradB,
-                       const real* __restrict__ phi, const double* __restrict__ positions, const int* __restrict__ types,
-                       const int* __restrict__ rowNodes, const int2* __restrict__ tiles, int windowIntervals, GraphBox<double> box,
-                       const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity,
-                       const int* __restrict__ slotOfNode, long long* __restrict__ forceBuffer, int paddedAtoms, GraphStatus* status) {
-    constexpr int H = (LMAX + 1) * (LMAX + 1);
-    extern __shared__ unsigned char sharedBytes[];
-    const int lane = threadIdx.x & 31;
-    const int M = model.numChannels;
-    const WindowBlock<real, EdgeStage<real, H, true>, CPW> block(sharedBytes, tiles, rowNodes, types, threadIdx.x >> 5);
-    const auto* stage = block.stage;
-    const int* center = block.center;
-    real G[CPW][NB][H][CPL];
-    long long forceI[CPW];
-#pragma unroll
-    for (int c = 0; c < CPW; c++) {
-        forceI[c] = 0;
-#pragma unroll
-        for (int t = 0; t < NB; t++)
-#pragma unroll
-            for (int lm = 0; lm < H; lm++)
-#pragma unroll
-                for (int x = 0; x < CPL; x++) {
-                    const int k = lane + 32 * x;
-                    G[c][t][lm][x] = center[c] >= 0 && k < M ? (t == 0 ? gradA : gradB)[((size_t) center[c] * H + lm) * M + k] : real(0);
-                }
-    }
-    forEachWindowEdge<real, LMAX>(block, model, model.radialTable, model.interactionTable, NB, positions, types, neighbors, rowCount,
-                                  capacity, box, windowIntervals, lane, [&](int c, int q, auto knot) {
-                                      const int j = stage->j[q];
-                                      real S[H], P[H];
-                                      edgeGradientSums<real, LMAX, CPL>(
-                                          stage, q, lane, model, phi, NB, knot, [&](int t, int lm, int x) { return G[c][t][lm][x]; }, S, P);
-                                      const real u[3] = {stage->u[0][q], stage->u[1][q], stage->u[2][q]};
-                                      edgeForce<real, LMAX>(S, P, u, stage->r[q], lane, center[c], j, model, status, slotOfNode,
-                                                            forceBuffer, paddedAtoms, forceI[c]);
-                                  });
-    // Each center's F_i, from the lanes that own its components (integer atomics: order independent).
-#pragma unroll
-    for (int c = 0; c < CPW; c++)
-        if (center[c] >= 0 && forceOwner(lane))
-            atomicAdd((unsigned long long*) &forceBuffer[slotOfNode[center[c]] + forceComponent(lane) * paddedAtoms],
-                      (unsigned long long) forceI[c]);
-}
-
 int elementBlocks(size_t count) {
     return (int) std::min<size_t>((count + 255) / 256, 65535 * 16);
 }
@@ -809,111 +588,6 @@ void launchMoments(const GraphModelParams<real>& model, const real* table, const
     });
 }
 
-template <typename real> int windowTileCenters(int numChannels, int numInteractions) {
-    return WindowWarps * windowCentersPerWarp<real>((numChannels + 31) / 32, numInteractions);
-}
-
-/** Bytes of the staged edges of a knot-window block (every warp's stage). */
-template <typename real> size_t windowStageBytes(int lMax, bool forces) {
-    if (forces)
-        return WindowWarps * (lMax == 0   ? stageBytes<real, 0, true>()
-                              : lMax == 1 ? stageBytes<real, 1, true>()
-                                          : stageBytes<real, 2, true>());
-    return WindowWarps * (lMax == 0   ? stageBytes<real, 0, false>()
-                          : lMax == 1 ? stageBytes<real, 1, false>()
-                                      : stageBytes<real, 2, false>());
-}
-
-/**
- * Bytes of one knot of a knot-window slice: all neighbour types, degrees, the three values and M channels, of the radial
- * table and, for the force scan of a model with an interaction block, of the interaction table too.
- */
-template <typename real> size_t windowKnotBytes(const GraphModelParams<real>& model, bool forces) {
-    const int tables = forces && model.numInteractions == 1 ? 2 : 1;
-    return sizeof(real) * (size_t) tables * model.numTypes * (model.lMax + 1) * 3 * model.numChannels;
-}
-
-/** Dynamic shared memory of a knot-window kernel: the staged edges and the table slice of Q + 2 knots. */
-template <typename real> size_t windowSharedBytes(const GraphModelParams<real>& model, bool forces, int windowIntervals) {
-    return windowStageBytes<real>(model.lMax, forces) + (size_t) (windowIntervals + 2) * windowKnotBytes(model, forces);
-}
-
-template <typename real> int windowIntervals(const GraphModelParams<real>& model, bool forces, int maxSharedBytes) {
-    const size_t stages = windowStageBytes<real>(model.lMax, forces), knotBytes = windowKnotBytes(model, forces);
-    if ((size_t) maxSharedBytes < stages + 3 * knotBytes)
-        return 0;
-    const size_t knots = ((size_t) maxSharedBytes - stages) / knotBytes; // Q + 2 knots
-    return (int) std::min<size_t>(knots - 2, (size_t) model.radialIntervals);
-}
-
-/**
- * Calls body(kernel) with the knot-window moments or force kernel for the model's shape: CPW from
- * windowCentersPerWarp, NB (force scan) 2 with an interaction block.
- */
-template <typename real, bool Forces, typename Body> void dispatchWindowKernel(const GraphModelParams<real>& model, Body body) {
-    dispatchShape(model.lMax, model.numChannels, [&](auto l, auto cpl) {
-        constexpr int L = decltype(l)::value, CPL = decltype(cpl)::value;
-        // Only the kernels a model can reach are instantiated: two centers a warp wherever the shape allows it without an
-        // interaction block, and one with it (or where the shape does not allow two).
-        constexpr bool two = windowCentersPerWarp<real>(CPL, 0) == 2;
-        if (windowCentersPerWarp<real>(CPL, model.numInteractions) == 2) {
-            if constexpr (two) {
-                if constexpr (Forces)
-                    body(windowForcesKernel<real, L, CPL, 2, 1>);
-                else
-                    body(windowMomentsKernel<real, L, CPL, 2>);
-            }
-        }
-        else if constexpr (Forces) {
-            if (model.numInteractions == 1)
-                body(windowForcesKernel<real, L, CPL, 1, 2>);
-            else if constexpr (!two)
-                body(windowForcesKernel<real, L, CPL, 1, 1>);
-        }
-        else
-            body(windowMomentsKernel<real, L, CPL, 1>);
-    });
-}
-
-template <typename real> cudaError_t prepareWindowScans(const GraphModelParams<real>& model, int maxSharedBytes) {
-    // Above 48 KB of dynamic shared memory a kernel must opt in (once, outside any stream capture).  The attribute belongs
-    // to the kernel in the CUDA context, shared by every force that uses it: the device's limit, which no force lowers.
-    cudaError_t result = cudaSuccess;
-    dispatchWindowKernel<real, false>(
-        model, [&](auto kernel) { result = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes); });
-    if (result != cudaSuccess)
-        return result;
-    dispatchWindowKernel<real, true>(
-        model, [&](auto kernel) { result = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes); });
-    return result;
-}
-
-template <typename real>
-void launchWindowMoments(const GraphModelParams<real>& model, const real* table, const real* nodeWeights, const double* positions,
-                         const int* types, const int* rowNodes, const int2* tiles, int numTiles, int windowIntervals, GraphBox<double> box,
-                         const int* neighbors, const int* rowCount, int capacity, real* moments, cudaStream_t stream) {
-    if (numTiles == 0)
-        return;
-    dispatchWindowKernel<real, false>(model, [&](auto kernel) {
-        kernel<<<numTiles, 32 * WindowWarps, windowSharedBytes(model, false, windowIntervals), stream>>>(
-            model, table, nodeWeights, positions, types, rowNodes, tiles, windowIntervals, box, neighbors, rowCount, capacity, moments);
-    });
-}
-
-template <typename real>
-void launchWindowForces(const GraphModelParams<real>& model, const real* gradA, const real* gradB, const real* phi, const double* positions,
-                        const int* types, const int* rowNodes, const int2* tiles, int numTiles, int windowIntervals, GraphBox<double> box,
-                        const int* neighbors, const int* rowCount, int capacity, const int* slotOfNode, long long* forceBuffer,
-                        int paddedAtoms, GraphStatus* status, cudaStream_t stream) {
-    if (numTiles == 0)
-        return;
-    dispatchWindowKernel<real, true>(model, [&](auto kernel) {
-        kernel<<<numTiles, 32 * WindowWarps, windowSharedBytes(model, true, windowIntervals), stream>>>(
-            model, gradA, gradB, phi, positions, types, rowNodes, tiles, windowIntervals, box, neighbors, rowCount, capacity, slotOfNode,
-            forceBuffer, paddedAtoms, status);
-    });
-}
-
 template <typename real>
 void launchInvariants(const GraphModelParams<real>& model, const real* X, const real* A, const int* rowNodes, int numRows, real* out,
                       int outStride, int outOffset, cudaStream_t stream) {
@@ -971,15 +645,6 @@ void launchForces(const GraphModelParams<real>& model, const real* gradA, const 
 #define GRAPH_INSTANTIATE_EDGES(real)                                                                                                      \
     template void launchMoments<real>(const GraphModelParams<real>&, const real*, const real*, const double*, const int*, int, int,        \
                                       GraphBox<double>, const int*, const int*, int, real*, cudaStream_t);                                 \
-    template int windowTileCenters<real>(int, int);                                                                                        \
-    template int windowIntervals<real>(const GraphModelParams<real>&, bool, int);                                                          \
-    template cudaError_t prepareWindowScans<real>(const GraphModelParams<real>&, int);                                                     \
-    template void launchWindowMoments<real>(const GraphModelParams<real>&, const real*, const real*, const double*, const int*,            \
-                                            const int*, const int2*, int, int, GraphBox<double>, const int*, const int*, int, real*,       \
-                                            cudaStream_t);                                                                                 \
-    template void launchWindowForces<real>(const GraphModelParams<real>&, const real*, const real*, const real*, const double*,            \
-                                           const int*, const int*, const int2*, int, int, GraphBox<double>, const int*, const int*, int,   \
-                                           const int*, long long*, int, GraphStatus*, cudaStream_t);                                       \
     template void launchInvariants<real>(const GraphModelParams<real>&, const real*, const real*, const int*, int, real*, int, int,        \
                                          cudaStream_t);                                                                                    \
     template void launchInvariantsBackward<real>(const GraphModelParams<real>&, const real*, const real*, const int*, int, const real*,    \

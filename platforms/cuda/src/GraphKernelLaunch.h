@@ -73,48 +73,6 @@ void launchMoments(const GraphModelParams<real>& model, const real* table, const
                    int capacity, real* moments, cudaStream_t stream);
 
 /**
- * Centers per block (tile) of the knot-window scans (CudaEdgeScan "windows", docs/cuda-platform.md), for M channels
- * and n_interactions: tiles are cut from the type-sorted node list, one type each.
- */
-template <typename real> int windowTileCenters(int numChannels, int numInteractions);
-
-/**
- * Intervals per window (Q) of the knot-window moments (forces false) or force scan (forces true) on a device with
- * maxSharedBytes of shared memory per block (the opt-in limit): the table slice of all neighbour types, degrees and
- * channels over Q + 2 knots (the force scan: of the interaction table too) and the staged edges fit; 0 when not even
- * three knots fit (use the row scans).
- */
-template <typename real> int windowIntervals(const GraphModelParams<real>& model, bool forces, int maxSharedBytes);
-
-/**
- * Lets the knot-window kernels for this model use up to maxSharedBytes (the device's opt-in limit) of dynamic shared
- * memory (once, before any launch or capture).
- */
-template <typename real> cudaError_t prepareWindowScans(const GraphModelParams<real>& model, int maxSharedBytes);
-
-/**
- * The moments of launchMoments by knot windows: the same sums, each row walked in one pass in canonical order, the
- * table read from L2 once per window and tile instead of once per edge.
- * @param rowNodes        the type-sorted centers of this domain
- * @param tiles           [numTiles] (first, end) ranges of rowNodes, each of one type and at most windowTileCenters rows
- * @param windowIntervals Q, from windowIntervals(model, false, ...)
- */
-template <typename real>
-void launchWindowMoments(const GraphModelParams<real>& model, const real* table, const real* nodeWeights, const double* positions,
-                         const int* types, const int* rowNodes, const int2* tiles, int numTiles, int windowIntervals, GraphBox<double> box,
-                         const int* neighbors, const int* rowCount, int capacity, real* moments, cudaStream_t stream);
-
-/**
- * The forces of launchForces by knot windows (tiles as for launchWindowMoments; windowIntervals from
- * windowIntervals(model, true, ...)): the same fixed-point forces up to the rounding of each edge's share.
- */
-template <typename real>
-void launchWindowForces(const GraphModelParams<real>& model, const real* gradA, const real* gradB, const real* phi, const double* positions,
-                        const int* types, const int* rowNodes, const int2* tiles, int numTiles, int windowIntervals, GraphBox<double> box,
-                        const int* neighbors, const int* rowCount, int capacity, const int* slotOfNode, long long* forceBuffer,
-                        int paddedAtoms, GraphStatus* status, cudaStream_t stream);
-
-/**
  * Invariants D[l][k][k'] = sum_m X[lm][k] A[lm][k'] of the centers
  * rowNodes[0..numRows) (X, A [node][H][M]), written to the chunk array
  * out[row * outStride + outOffset + flat index].

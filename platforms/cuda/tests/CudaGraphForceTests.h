@@ -81,18 +81,14 @@ TEST(CudaGraphForce, CrowdedRowsAreRecomputedTransparently) {
  * (replays), a box change (re-capture), a type change and energy-only
  * evaluations.
  */
-std::vector<Result> propertyTrajectory(const std::map<std::string, std::string>& properties, int numInteractions,
-                                       const GraphTest::ModelOptions* model = nullptr) {
+std::vector<Result> propertyTrajectory(const std::string& key, const std::string& value, int numInteractions) {
     GraphTest::ModelOptions options;
     options.numInteractions = numInteractions;
     options.lMax = 2;
-    if (model != nullptr)
-        options = *model;
-    Configuration config = makeConfiguration(Geometry::Cubic, 220, options.numTypes, 35);
+    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 35);
     GraphForce* force;
     std::unique_ptr<System> system(makeSystem(config, options, &force));
-    for (const auto& property : properties)
-        force->setProperty(property.first, property.second);
+    force->setProperty(key, value);
     VerletIntegrator integrator(0.0005);
     Context context(*system, integrator, testPlatform(), testPlatformProperties());
     context.setPositions(config.positions);
@@ -114,17 +110,12 @@ std::vector<Result> propertyTrajectory(const std::map<std::string, std::string>&
     for (int i = 0; i < force->getNumParticles(); i += 4) {
         int particle, type;
         force->getParticleParameters(i, particle, type);
-        force->setParticleParameters(i, particle, (type + 1) % options.numTypes);
+        force->setParticleParameters(i, particle, 1 - type);
     }
     force->updateParametersInContext(context);
     integrator.step(5);
     record();
     return results;
-}
-
-std::vector<Result> propertyTrajectory(const std::string& key, const std::string& value, int numInteractions,
-                                       const GraphTest::ModelOptions* model = nullptr) {
-    return propertyTrajectory(std::map<std::string, std::string>{{key, value}}, numInteractions, model);
 }
 
 void expectSameTrajectories(const std::vector<Result>& expected, const std::vector<Result>& found) {
@@ -163,107 +154,4 @@ TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
         EXPECT_THROW(force->setProperty("CudaChunkRows", bad), OpenMMException) << bad;
     force->setProperty("CudaChunkRows", "4096");
     EXPECT_EQ("4096", force->getProperty("CudaChunkRows"));
-}
-
-/**
- * CudaEdgeScan "windows" (edge scans by knot windows, docs/cuda-platform.md): a
- * model of the medium grade's shape (4 types, l_max 2, 64 channels, 400
- * intervals: on an H200 18 intervals a window for the moments and 17 for the
- * force scan in float, 8 and 7 in double; with an interaction block the force
- * scan holds both tables, 7 in float and 2 in double), so rows cross many
- * windows, agrees with the Reference platform with and without an interaction
- * block (one center a warp with it, two in single and mixed precision without
- * it); its trajectories are bitwise reproducible (MD, a box change, a type
- * change that rebuilds the tiles, energy-only evaluations), and so are its
- * results when the System's particles are permuted.
- */
-GraphTest::ModelOptions windowModelOptions(int numInteractions) {
-    GraphTest::ModelOptions options;
-    options.numTypes = 4;
-    options.lMax = 2;
-    options.numChannels = 64;
-    options.numAxis = 8;
-    options.lSum = false;
-    options.intervals = 400;
-    options.numInteractions = numInteractions;
-    options.nodeWidths = {64, 64};
-    return options;
-}
-
-TEST(CudaGraphForce, KnotWindowScansMatchReference) {
-    for (int interactions = 0; interactions <= 1; interactions++) {
-        Configuration config = makeConfiguration(Geometry::Cubic, 300, 4, 36 + interactions);
-        GraphForce* force;
-        std::unique_ptr<System> system(makeSystem(config, windowModelOptions(interactions), &force));
-        force->setProperty("CudaEdgeScan", "windows");
-        checkAgainstReference(*system, config.positions);
-    }
-}
-
-TEST(CudaGraphForce, KnotWindowScansAreReproducible) {
-    for (int interactions = 0; interactions <= 1; interactions++) {
-        const GraphTest::ModelOptions options = windowModelOptions(interactions);
-        expectSameTrajectories(propertyTrajectory("CudaEdgeScan", "windows", interactions, &options),
-                               propertyTrajectory("CudaEdgeScan", "windows", interactions, &options));
-        Configuration config = makeConfiguration(Geometry::Cubic, 300, 4, 38);
-        GraphForce* force;
-        std::unique_ptr<System> system(makeSystem(config, options, &force));
-        force->setProperty("CudaEdgeScan", "windows");
-        Result original = evaluateOnTestPlatform(*system, config.positions);
-        std::vector<int> order;
-        Configuration permuted = permuteConfiguration(config, 39, order);
-        GraphForce* permutedForce;
-        std::unique_ptr<System> permutedSystem(makeSystem(permuted, options, &permutedForce));
-        permutedForce->setProperty("CudaEdgeScan", "windows");
-        Result result = evaluateOnTestPlatform(*permutedSystem, permuted.positions);
-        EXPECT_EQ(result.energy, original.energy) << "interactions " << interactions;
-        for (size_t i = 0; i < order.size(); i++)
-            for (int c = 0; c < 3; c++)
-                ASSERT_EQ(result.forces[i][c], original.forces[order[i]][c]) << "particle " << i << ", interactions " << interactions;
-    }
-}
-
-TEST(CudaGraphForce, KnotWindowsThatDoNotFitAreRefused) {
-    // 16 neighbour types x 3 degrees x 3 values x 128 channels: 74 KB a knot in float, three knots exceed any block's shared memory.
-    GraphTest::ModelOptions options;
-    options.numTypes = 16;
-    options.lMax = 2;
-    options.numChannels = 128;
-    options.numAxis = 4;
-    options.intervals = 8;
-    Configuration config = makeConfiguration(Geometry::Cubic, 220, 16, 40); // a box wider than twice the cut-off
-    GraphForce* force;
-    std::unique_ptr<System> system(makeSystem(config, options, &force));
-    force->setProperty("CudaEdgeScan", "windows");
-    VerletIntegrator integrator(0.001);
-    try {
-        Context context(*system, integrator, testPlatform(), testPlatformProperties());
-        FAIL() << "a table slice larger than shared memory was accepted";
-    }
-    catch (const OpenMMException& error) {
-        EXPECT_NE(std::string(error.what()).find("CudaEdgeScan is \"windows\""), std::string::npos) << error.what();
-    }
-    EXPECT_THROW(force->setProperty("CudaEdgeScan", "tiles"), OpenMMException);
-}
-
-/**
- * CudaEdgeScanWindow: every row is walked once in canonical order whatever
- * the window, so one interval a window (a pause at nearly every edge) and
- * three give bitwise the trajectories of the largest window, with one and two
- * centers a warp (without and with an interaction block), on the medium-shaped
- * model and on a small one (60 intervals, where the largest window is the
- * whole table).
- */
-TEST(CudaGraphForce, KnotWindowSizeChangesNothing) {
-    for (int interactions = 0; interactions <= 1; interactions++) {
-        GraphTest::ModelOptions small;
-        small.lMax = 2;
-        small.numInteractions = interactions;
-        for (const GraphTest::ModelOptions& options : {windowModelOptions(interactions), small}) {
-            const std::vector<Result> expected = propertyTrajectory("CudaEdgeScan", "windows", interactions, &options);
-            for (const char* window : {"1", "3"})
-                expectSameTrajectories(
-                    expected, propertyTrajectory({{"CudaEdgeScan", "windows"}, {"CudaEdgeScanWindow", window}}, interactions, &options));
-        }
-    }
 }
