@@ -29,6 +29,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=0, help="also time this many Verlet steps (outside the profiled range)")
     parser.add_argument("--cuda-graph", default="auto", choices=("auto", "true", "false"), help="the GraphForce's CudaGraph property")
     parser.add_argument("--device-index", default="0", help='OpenMM\'s DeviceIndex, e.g. "0,1" for two GPUs in one Context')
+    parser.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
+                        help="another GraphForce property, e.g. CudaFusedNetwork=true (repeatable)")
     args = parser.parse_args()
 
     import openmm
@@ -43,6 +45,11 @@ def main() -> None:
     model.write(path)
     force = openmmgraph.GraphForce(path)
     force.setProperty("CudaGraph", args.cuda_graph)
+    for setting in args.property:
+        key, separator, value = setting.partition("=")
+        if not separator:
+            parser.error(f"--property {setting!r}: expected KEY=VALUE")
+        force.setProperty(key, value)
     n_types = force.getNumTypes()
     positions, types, box = lattice_system(args.n, n_types=n_types, seed=0)
     system = openmm.System()
@@ -73,7 +80,7 @@ def main() -> None:
     elapsed = (time.perf_counter() - start) / args.evaluations
     if cudart is not None:
         cudart.cudaProfilerStop()
-    label = f"{args.grade} n={args.n} CudaGraph={args.cuda_graph} DeviceIndex={args.device_index}"
+    label = " ".join([f"{args.grade} n={args.n} CudaGraph={args.cuda_graph} DeviceIndex={args.device_index}"] + args.property)
     print(f"{label}: {1e3 * elapsed:.3f} ms per evaluation (wall, {args.evaluations} evaluations)")
     if args.steps:
         integrator.step(10)
