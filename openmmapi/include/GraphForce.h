@@ -58,15 +58,6 @@ class GraphModel;
  *    least 32,768 rows), so systems that fit run in one chunk.  Results
  *    are bitwise the same for every value; a smaller value lowers peak
  *    memory and adds kernel launches.
- *  - "CudaFusedNetwork": "auto" (default), "true" or "false".  CUDA
- *    platform, native models only: the fitting network runs as one kernel
- *    per batch of types, fused across its layers with its input-gradient
- *    backward (activations in shared memory), instead of six tiled matrix
- *    products.  "auto" fuses it when it fits (at most 6 hidden layers of at
- *    most 256 outputs) and the system is small enough that the layer-by-layer
- *    launches would dominate (docs/cuda-platform.md gives the rule); "true"
- *    fuses it or throws an OpenMMException saying why it does not fit;
- *    "false" never fuses.  Results are bitwise the same in every mode.
  *  - "Domains": "single" (default) or "mpi".  With "mpi" every MPI rank
  *    (MPI_COMM_WORLD) runs its own Context for the whole System; the force
  *    evaluates the energies of the rank's own share of particles (a spatial

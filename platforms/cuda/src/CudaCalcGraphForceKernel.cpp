@@ -29,8 +29,6 @@ void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce
     const CudaGraphMode mode = graph == "true" ? CudaGraphMode::Required : graph == "false" ? CudaGraphMode::Off : CudaGraphMode::Auto;
     const std::string chunk = force.getProperty("CudaChunkRows");
     const int chunkRows = chunk == "auto" ? 0 : std::stoi(chunk); // validated by setProperty
-    const std::string fused = force.getProperty("CudaFusedNetwork");
-    const CudaFusedMode fusedMode = fused == "true" ? CudaFusedMode::Required : fused == "false" ? CudaFusedMode::Off : CudaFusedMode::Auto;
     std::vector<int> first, count;
     centerShares(n, numDomains, first, count);
     firstCenter = first[domainIndex];
@@ -47,7 +45,7 @@ void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce
     domain.rankSums = domains != nullptr;
     domain.exchange = exchange;
     domain.domainIndex = domainIndex;
-    pipeline = createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), mode, chunkRows, fusedMode, domain);
+    pipeline = createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), mode, chunkRows, domain);
     // The status of an evaluation is read where OpenMM reads its own neighbour-list
     // count: in finishComputation, after every force has been enqueued.
     postComputation = std::make_shared<PostComputationState>();

@@ -32,7 +32,7 @@ template <typename real> class CudaGraphPipeline : public CudaGraphPipelineBase 
 public:
     CudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles,
                       const std::vector<int>& types, bool periodic, int numSystemParticles, CudaGraphMode graphMode, int maxChunkRows,
-                      CudaFusedMode fusedMode, const CudaGraphDomain& domain)
+                      const CudaGraphDomain& domain)
         : cu(cu), model(model), n((int) particles.size()), periodic(periodic), graphMode(graphMode) {
         firstCenter = domain.firstCenter;
         numCenters = domain.numCenters < 0 ? n : domain.numCenters;
@@ -86,7 +86,6 @@ public:
             params.interactionTable = nullptr;
         activation = m.activation == Activation::Tanh ? GraphTanh : GraphSilu;
         fitting = uploadNetworks(m.fitting);
-        fusedFitting = chooseFusedFitting(fusedMode);
         if (m.numInteractions == 1)
             node = uploadNetworks(m.node);
         energyShift = m.energyShift;
@@ -116,9 +115,8 @@ public:
         // Per row of a chunk of the type-sorted node list: network inputs, activations and gradients.
         int widest = *std::max_element(fitting.layerWidth.begin(), fitting.layerWidth.end());
         size_t rowElements = 2 * (size_t) fittingInputSize;
-        if (!fusedFitting) // the fused network keeps its activations in shared memory
-            for (int w : fitting.layerWidth)
-                rowElements += 2 * (size_t) w;
+        for (int w : fitting.layerWidth)
+            rowElements += 2 * (size_t) w;
         if (m.numInteractions == 1) {
             for (int w : node.layerWidth) {
                 widest = std::max(widest, w);
@@ -133,8 +131,7 @@ public:
         const size_t c1 = chunkRows;
         fittingInput.reset(CudaArray::create<real>(cu, c1 * fittingInputSize, "graphFittingInput"));
         fittingInputGrad.reset(CudaArray::create<real>(cu, c1 * fittingInputSize, "graphFittingInputGrad"));
-        if (!fusedFitting)
-            allocateActivations(fitting, fittingActivations, fittingDerivatives, "graphFitting");
+        allocateActivations(fitting, fittingActivations, fittingDerivatives, "graphFitting");
         if (m.numInteractions == 1) {
             nodeInputGrad.reset(CudaArray::create<real>(cu, c1 * descriptorSize, "graphNodeInputGrad"));
             allocateActivations(node, nodeActivations, nodeDerivatives, "graphNode");
@@ -264,15 +261,11 @@ private:
                 launchInvariants<real>(params, A, A, chunkNodes, chunkSize, input, fittingInputSize, 0, stream);
             if (interaction)
                 launchInvariants<real>(params, B, A, chunkNodes, chunkSize, input, fittingInputSize, descriptorSize, stream);
-            if (fusedFitting)
-                fusedFittingNetwork(c, input, includeForces ? gradInput : nullptr, energySum, stream);
-            else
-                forwardNetwork(fitting, fittingActivations, fittingDerivatives, c, input, fittingInputSize, nullptr, 0, false,
-                               includeForces, energySum, stream);
+            forwardNetwork(fitting, fittingActivations, fittingDerivatives, c, input, fittingInputSize, nullptr, 0, false, includeForces,
+                           energySum, stream);
             if (!includeForces)
                 continue;
-            if (!fusedFitting)
-                backwardNetwork(fitting, fittingDerivatives, c, gradInput, fittingInputSize, false, stream);
+            backwardNetwork(fitting, fittingDerivatives, c, gradInput, fittingInputSize, false, stream);
             if (interaction) {
                 launchInvariantsBackward<real>(params, B, A, chunkNodes, chunkSize, gradInput, fittingInputSize, descriptorSize, gradB,
                                                gradA, false, stream);
@@ -507,94 +500,6 @@ private:
         return device;
     }
 
-    /**
-     * Whether the fitting network runs fused across layers (launchFusedFitting):
-     * never with CudaFusedNetwork "false"; with "true" whenever it fits (at most
-     * FusedMaxHidden hidden layers, each at most FusedMaxWidth wide, and its
-     * shared memory within the device's opt-in limit), else an exception that
-     * says why; with "auto" when it fits and the launch rule picks it.  Lets
-     * the fused kernel use the shared memory it needs (once, outside any capture).
-     */
-    bool chooseFusedFitting(CudaFusedMode mode) {
-        if (mode == CudaFusedMode::Off)
-            return false;
-        std::string why;
-        if (fitting.numHidden > FusedMaxHidden)
-            why = "the fitting network has " + std::to_string(fitting.numHidden) + " hidden layers, more than the " +
-                  std::to_string(FusedMaxHidden) + " the fused kernel holds";
-        for (int l = 0; l < fitting.numHidden && why.empty(); l++)
-            if (fitting.layerWidth[l] > FusedMaxWidth)
-                why = "hidden layer " + std::to_string(l) + " of the fitting network is " + std::to_string(fitting.layerWidth[l]) +
-                      " wide, more than the " + std::to_string(FusedMaxWidth) + " the fused kernel holds";
-        const size_t bytes = why.empty() ? fusedFittingSharedBytes(fitting.numHidden, fitting.layerWidth.data(), sizeof(real)) : 0;
-        int maxBytes = 0;
-        GRAPH_CU_CHECK(cuDeviceGetAttribute(&maxBytes, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cu.getDevice()));
-        if (why.empty() && bytes > (size_t) maxBytes)
-            why = "its activations need " + std::to_string(bytes) + " bytes of shared memory per block, more than the device's " +
-                  std::to_string(maxBytes);
-        if (!why.empty()) {
-            if (mode == CudaFusedMode::Required)
-                throw OpenMMException("GraphForce: CudaFusedNetwork is \"true\", but the fitting network does not fit the fused kernel: " +
-                                      why + "; set CudaFusedNetwork to \"auto\" or \"false\"");
-            return false;
-        }
-        if (mode == CudaFusedMode::Auto && !fusedFittingIsFaster())
-            return false;
-        prepareFusedFitting<real>((int) bytes);
-        return true;
-    }
-
-    /**
-     * The launch rule of CudaFusedNetwork "auto": the fused kernel reads every
-     * weight of the network once per FusedRows rows, the layer-by-layer
-     * products once per tile of up to 128 rows but launch six kernels and keep
-     * activations in global memory; so the fused kernel is chosen while the
-     * centers are few enough for launch latency to dominate.
-     */
-    bool fusedFittingIsFaster() const {
-        return numCenters <= FusedAutoBlocksPerMultiprocessor * FusedRows * numMultiprocessors;
-    }
-
-    /**
-     * The fitting network of every type, fused across layers, for the rows of
-     * chunk `chunk`: particle energies (and the fixed-point total with
-     * energySum) and, when gradInput is not null, dE/d(input) into it.
-     */
-    void fusedFittingNetwork(int chunk, const real* input, real* gradInput, GraphStatus* energySum, cudaStream_t stream) {
-        const int begin = chunkBegin(chunk), end = chunkEnd(chunk);
-        auto clip = [&](int row) { return std::min(end, std::max(begin, row)); };
-        for (const std::vector<int>& batchTypes : batchesOf(fitting)) {
-            FusedNetwork<real> net;
-            net.numGroups = (int) batchTypes.size();
-            net.chunkStart = begin;
-            net.numInputs = fittingInputSize;
-            net.numHidden = fitting.numHidden;
-            const int t0 = batchTypes[0];
-            for (int l = 0; l < fitting.numHidden; l++) {
-                net.width[l] = fitting.hidden[t0][l].numOutputs;
-                net.residual[l] = fitting.hidden[t0][l].residual ? 1 : 0;
-            }
-            net.rowStart[0] = clip(typeOffsets[t0]);
-            net.tileStart[0] = 0;
-            for (int g = 0; g < net.numGroups; g++) {
-                const int t = batchTypes[g];
-                net.rowStart[g + 1] = clip(typeOffsets[t + 1]);
-                net.tileStart[g + 1] = net.tileStart[g] + (net.rowStart[g + 1] - clip(typeOffsets[t]) + FusedRows - 1) / FusedRows;
-                for (int l = 0; l < fitting.numHidden; l++) {
-                    const DeviceLayer& layer = fitting.hidden[t][l];
-                    net.weight[l][g] = pointer<real>(layer.weight);
-                    net.bias[l][g] = pointer<real>(layer.bias);
-                    net.timestep[l][g] = layer.residual ? pointer<real>(layer.timestep) : nullptr;
-                }
-                net.outWeight[g] = pointer<real>(fitting.output[t].weight);
-                net.outBias[g] = pointer<real>(fitting.output[t].bias);
-                net.energyShift[g] = (real) energyShift[t];
-            }
-            launchFusedFitting<real>(net, pointer<int>(nodesByType), input, fittingInputSize, activation, pointer<real>(particleEnergy),
-                                     energySum, gradInput, fittingInputSize, stream);
-        }
-    }
-
     void allocateActivations(const DeviceNetworks& networks, std::vector<std::unique_ptr<CudaArray>>& activations,
                              std::vector<std::unique_ptr<CudaArray>>& derivatives, const std::string& name) {
         for (int l = 0; l < networks.numHidden; l++) {
@@ -782,9 +687,6 @@ private:
     bool periodic;
     int H = 1, M = 1, descriptorSize = 1, fittingInputSize = 1, gradWidth = 1;
     int activation = GraphTanh;
-    bool fusedFitting = false; ///< CudaFusedNetwork: the fitting network runs fused (chooseFusedFitting)
-    /** CudaFusedNetwork "auto": the fused fitting network while its blocks are at most this many per multiprocessor. */
-    static constexpr int FusedAutoBlocksPerMultiprocessor = 16;
     GraphModelParams<real> params;
     DeviceNetworks fitting, node;
     std::vector<double> energyShift;
@@ -817,16 +719,13 @@ std::unique_ptr<CudaGraphPipelineBase> GraphPlugin::createCudaGraphPipeline(Cuda
                                                                             const std::vector<int>& particles,
                                                                             const std::vector<int>& types, bool periodic,
                                                                             int numSystemParticles, CudaGraphMode graphMode,
-                                                                            int maxChunkRows, CudaFusedMode fusedMode,
-                                                                            const CudaGraphDomain& domain) {
+                                                                            int maxChunkRows, const CudaGraphDomain& domain) {
     if (cu.getUseDoublePrecision()) {
         auto pipeline =
-            new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, fusedMode,
-                                            domain);
+            new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, domain);
         return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
     }
     auto pipeline =
-        new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, fusedMode,
-                                            domain);
+        new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, domain);
     return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
 }

@@ -17,13 +17,6 @@ namespace GraphPlugin {
 enum class CudaGraphMode { Off, Auto, Required };
 
 /**
- * The GraphForce property CudaFusedNetwork: "false" (the fitting network layer
- * by layer), "auto" (fused where the launch rule says it is faster and it
- * fits) or "true" (fused, or an OpenMMException naming why it does not fit).
- */
-enum class CudaFusedMode { Off, Auto, Required };
-
-/**
  * The share of one device when a Context spans several GPUs: the pipeline
  * evaluates the energies of the centers [firstCenter, firstCenter +
  * numCenters) (force order; their rows reach every particle) and adds their
@@ -126,14 +119,12 @@ inline void centerShares(int n, int numDomains, std::vector<int>& first, std::ve
  * @param periodic   whether the force uses the periodic box
  * @param graphMode  the CudaGraph property
  * @param maxChunkRows the CudaChunkRows property: the most rows per chunk of the node stage, 0 for automatic
- * @param fusedMode  the CudaFusedNetwork property
  * @param domain     this device's share (all centers by default); a model with an interaction block needs domain.exchange to be split
  */
 std::unique_ptr<CudaGraphPipelineBase> createCudaGraphPipeline(OpenMM::CudaContext& cu, std::shared_ptr<const GraphModel> model,
                                                                const std::vector<int>& particles, const std::vector<int>& types,
                                                                bool periodic, int numSystemParticles, CudaGraphMode graphMode,
-                                                               int maxChunkRows, CudaFusedMode fusedMode,
-                                                               const CudaGraphDomain& domain = CudaGraphDomain());
+                                                               int maxChunkRows, const CudaGraphDomain& domain = CudaGraphDomain());
 
 } // namespace GraphPlugin
 

@@ -8,7 +8,6 @@
  * node's result does not depend on which other nodes share its tile.
  */
 
-#include "CudaGraphErrors.h"
 #include "GraphDeviceFunctions.cuh"
 #include "GraphKernelLaunch.h"
 #include <algorithm>
@@ -267,26 +266,6 @@ void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const
 }
 
 /**
- * A particle's energy: into particleEnergy[node], and (when status) added to
- * the evaluation's fixed-point total, or reported when not finite.
- */
-template <typename real> __device__ inline void storeParticleEnergy(real energy, int node, real* particleEnergy, GraphStatus* status) {
-    particleEnergy[node] = energy;
-    if (status) {
-        const double e = energy;
-        if (!(fabs(e) < FixedPointLimit))
-            reportError(status, GraphErrorNonFiniteEnergy, node, -1, e);
-        else {
-            // e = high / 2^8 + low / 2^40, both parts exact integers (see GraphStatus).
-            const double high = floor(e * EnergyHighScale);
-            atomicAdd((unsigned long long*) &status->energyHigh, (unsigned long long) (long long) high);
-            atomicAdd((unsigned long long*) &status->energyLow,
-                      (unsigned long long) llrint((e - high * (1.0 / EnergyHighScale)) * EnergyLowScale));
-        }
-    }
-}
-
-/**
  * E_i = w . h_i + b + shift per row (a warp per row, fixed butterfly);
  * particleEnergy[node] = E_i; gradHidden[local] = w when gradHidden; when
  * status, E_i is added to the evaluation's fixed-point energy (or reported
@@ -308,217 +287,23 @@ __global__ void energyOutputKernel(DenseBatch<real> batch, const int* __restrict
                 gradHidden[local * stride + k] = weight[k];
         }
         sum = warpSum(sum);
-        if (lane == 0)
-            storeParticleEnergy(sum + batch.bias[group][0] + batch.energyShift[group], rowNodes[row], particleEnergy, status);
-    }
-}
-
-/**
- * The fitting network of FusedRows rows of one group, fused across layers:
- * the hidden layers' forward, the energy output, and (when gradInput) the
- * input-gradient backward, with the activations, act'(z) of every layer and
- * the gradients in shared memory; only the input rows (chunk array) are read
- * and only the particle energies, the energy total and dE/d(input) written.
- * Every value is the same expression in the same order as in the
- * layer-by-layer path (denseGemmKernel: each output an FMA chain over k in
- * order 0..K-1, then bias, activation, residual; energyOutputKernel), so the
- * two paths give bitwise the same results.
- *
- * Threads: 256; forward, thread t owns output column t of every row; the
- * weights of a layer pass through shared memory in slices of FusedSlice
- * inputs (read coalesced along W's rows, the next slice into registers while
- * the current one is used); backward, thread t owns input columns t, t + 256,
- * ... and reads W's rows coalesced from global memory, 16 rows ahead.
- *
- * Shared memory (dynamic, fusedSharedBytes): the weight slice
- * [FusedSlice][FusedMaxWidth + 1], the input slice [FusedRows][FusedSlice],
- * three row buffers [FusedRows][FusedMaxWidth], and act'(z) of each layer
- * [FusedRows][width].
- */
-template <typename real>
-__global__ void __launch_bounds__(256)
-    fusedFittingKernel(FusedNetwork<real> net, const int* __restrict__ rowNodes, const real* __restrict__ input, int inputStride,
-                       int activation, real* __restrict__ particleEnergy, GraphStatus* status, real* __restrict__ gradInput,
-                       int gradInputStride) {
-    constexpr int R = FusedRows, S = FusedSlice, Wide = FusedMaxWidth;
-    constexpr int WeightLoads = Wide * S / 256, InputLoads = (R * S + 255) / 256, BackwardBatch = 16;
-    extern __shared__ __align__(16) unsigned char fusedShared[];
-    real* weightSlice = reinterpret_cast<real*>(fusedShared); // [S][Wide + 1]
-    real* inputSlice = weightSlice + S * (Wide + 1);          // [R][S]
-    real* rowsA = inputSlice + R * S; // three row buffers [R][Wide]
-    real* rowsB = rowsA + R * Wide;
-    real* rowsC = rowsB + R * Wide;
-    real* derivatives = rowsC + R * Wide; // layer l at R * (width[0] + ... + width[l - 1])
-    const int t = threadIdx.x, warp = t / 32, lane = t % 32;
-    int g = 0;
-    while (g < net.numGroups - 1 && (int) blockIdx.x >= net.tileStart[g + 1])
-        g++;
-    const int rowBase = net.rowStart[g] + ((int) blockIdx.x - net.tileStart[g]) * R;
-    const int rows = min(R, net.rowStart[g + 1] - rowBase);
-    const size_t localBase = (size_t) (rowBase - net.chunkStart);
-
-    // Forward through the hidden layers.  The layer input A: the chunk's input rows, then a row buffer.
-    const real* A = input + localBase * inputStride;
-    int aStride = inputStride, K = net.numInputs;
-    real* output = rowsA; // this layer's output; the other of rowsA and rowsB is its input (from layer 1 on)
-    real* spare = rowsB;
-    real* deriv = derivatives;
-    for (int l = 0; l < net.numHidden; l++) {
-        const int N = net.width[l];
-        const real* __restrict__ W = net.weight[l][g];
-        real acc[R];
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            acc[r] = 0;
-        // The next slice is loaded into registers while the current one is multiplied out of shared memory.
-        real wNext[WeightLoads], xNext[InputLoads];
-        auto load = [&](int k0) {
-#pragma unroll
-            for (int m = 0; m < WeightLoads; m++) {
-                const int e = t + 256 * m, c = e / S, j = e % S;
-                wNext[m] = c < N && k0 + j < K ? W[(size_t) c * K + k0 + j] : real(0);
-            }
-#pragma unroll
-            for (int m = 0; m < InputLoads; m++) {
-                const int e = t + 256 * m, r = e / S, j = e % S;
-                xNext[m] = e < R * S && r < rows && k0 + j < K ? A[(size_t) r * aStride + k0 + j] : real(0);
-            }
-        };
-        load(0);
-        for (int k0 = 0; k0 < K; k0 += S) {
-            __syncthreads(); // the previous slice is used up
-#pragma unroll
-            for (int m = 0; m < WeightLoads; m++) {
-                const int e = t + 256 * m;
-                if (e / S < N)
-                    weightSlice[(e % S) * (Wide + 1) + e / S] = wNext[m];
-            }
-#pragma unroll
-            for (int m = 0; m < InputLoads; m++) {
-                const int e = t + 256 * m;
-                if (e < R * S)
-                    inputSlice[e] = xNext[m];
-            }
-            __syncthreads();
-            if (k0 + S < K)
-                load(k0 + S);
-            if (t < N) {
-                const int slice = min(S, K - k0);
-                for (int j = 0; j < slice; j++) {
-                    const real w = weightSlice[j * (Wide + 1) + t];
-#pragma unroll
-                    for (int r = 0; r < R; r++)
-                        acc[r] = fma(inputSlice[r * S + j], w, acc[r]);
+        if (lane == 0) {
+            const int node = rowNodes[row];
+            const real energy = sum + batch.bias[group][0] + batch.energyShift[group];
+            particleEnergy[node] = energy;
+            if (status) {
+                const double e = energy;
+                if (!(fabs(e) < FixedPointLimit))
+                    reportError(status, GraphErrorNonFiniteEnergy, node, -1, e);
+                else {
+                    // e = high / 2^8 + low / 2^40, both parts exact integers (see GraphStatus).
+                    const double high = floor(e * EnergyHighScale);
+                    atomicAdd((unsigned long long*) &status->energyHigh, (unsigned long long) (long long) high);
+                    atomicAdd((unsigned long long*) &status->energyLow,
+                              (unsigned long long) llrint((e - high * (1.0 / EnergyHighScale)) * EnergyLowScale));
                 }
             }
         }
-        if (t < N) {
-            const real bias = net.bias[l][g][t];
-            const real step = net.residual[l] ? net.timestep[l][g][t] : real(0);
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                real value = 0, derivative = 0;
-                if (r < rows) {
-                    const real z = acc[r] + bias;
-                    value = activate(activation, z);
-                    derivative = activation == GraphTanh ? 1 - value * value : activateDerivative(activation, z);
-                    if (net.residual[l])
-                        value = A[(size_t) r * aStride + t] + step * value;
-                }
-                deriv[r * N + t] = derivative;
-                output[r * Wide + t] = value;
-            }
-        }
-        __syncthreads(); // this layer's output is complete (and A, if a buffer, no longer read)
-        A = output;
-        aStride = Wide;
-        K = N;
-        output = spare;
-        spare = const_cast<real*>(A);
-        deriv += R * N;
-    }
-
-    // E = w . h + b + shift per row: warp w takes row w (the same sums as energyOutputKernel).
-    const real* __restrict__ outWeight = net.outWeight[g];
-    for (int r = warp; r < rows; r += 8) {
-        real sum = 0;
-        for (int k = lane; k < K; k += 32)
-            sum += outWeight[k] * A[(size_t) r * aStride + k];
-        sum = warpSum(sum);
-        if (lane == 0)
-            storeParticleEnergy(sum + net.outBias[g][0] + net.energyShift[g], rowNodes[rowBase + r], particleEnergy, status);
-    }
-    if (gradInput == nullptr)
-        return;
-
-    // Backward: dE/dh of the last hidden layer is w; then dE/dz = dE/dh act'(z) (timestep), dE/d(input) = dE/dz W
-    // (+ dE/dh through a residual connection).
-    real* grad = rowsC;
-    real* scaled = output;              // not the last layer's output
-    real* next = const_cast<real*>(A); // the last layer's output, no longer needed
-    if (net.numHidden == 0) {
-        for (int e = t; e < R * K; e += 256)
-            if (e / K < rows)
-                gradInput[(localBase + e / K) * gradInputStride + e % K] = outWeight[e % K];
-        return;
-    }
-    for (int e = t; e < R * K; e += 256)
-        grad[(e / K) * Wide + e % K] = outWeight[e % K];
-    for (int l = net.numHidden - 1; l >= 0; l--) {
-        const int N = net.width[l], Kin = l == 0 ? net.numInputs : net.width[l - 1];
-        deriv -= R * N;
-        const real* __restrict__ W = net.weight[l][g];
-        const real* __restrict__ step = net.residual[l] ? net.timestep[l][g] : nullptr;
-        __syncthreads(); // grad and deriv are complete
-        for (int e = t; e < R * N; e += 256) {
-            const int r = e / N, c = e % N;
-            real value = grad[r * Wide + c];
-            if (activation != GraphIdentity)
-                value *= deriv[r * N + c];
-            if (step)
-                value *= step[c];
-            scaled[r * Wide + c] = value;
-        }
-        __syncthreads();
-        for (int k = t; k < Kin; k += 256) {
-            real acc[R];
-#pragma unroll
-            for (int r = 0; r < R; r++)
-                acc[r] = 0;
-            // W's column k in batches of BackwardBatch rows, the next batch loading while this one is summed.
-            real wNext[BackwardBatch];
-            auto load = [&](int c0) {
-#pragma unroll
-                for (int j = 0; j < BackwardBatch; j++)
-                    wNext[j] = c0 + j < N ? W[(size_t) (c0 + j) * Kin + k] : real(0);
-            };
-            load(0);
-            for (int c0 = 0; c0 < N; c0 += BackwardBatch) {
-                real w[BackwardBatch];
-#pragma unroll
-                for (int j = 0; j < BackwardBatch; j++)
-                    w[j] = wNext[j];
-                if (c0 + BackwardBatch < N)
-                    load(c0 + BackwardBatch);
-#pragma unroll
-                for (int j = 0; j < BackwardBatch; j++)
-                    if (c0 + j < N)
-#pragma unroll
-                        for (int r = 0; r < R; r++)
-                            acc[r] = fma(scaled[r * Wide + c0 + j], w[j], acc[r]);
-            }
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                const real value = acc[r] + (step ? grad[r * Wide + k] : real(0)); // as denseGemmKernel's backward epilogue
-                if (l > 0)
-                    next[r * Wide + k] = value;
-                else if (r < rows)
-                    gradInput[(localBase + r) * gradInputStride + k] = value;
-            }
-        }
-        real* used = grad;
-        grad = next;
-        next = used;
     }
 }
 
@@ -579,29 +364,6 @@ void launchEnergyOutput(const DenseBatch<real>& batch, const int* rowNodes, cons
         <<<blocks, 32 * warpsPerBlock, 0, stream>>>(batch, rowNodes, hidden, stride, width, particleEnergy, gradHidden, status);
 }
 
-size_t fusedFittingSharedBytes(int numHidden, const int* widths, size_t realSize) {
-    size_t sum = 0;
-    for (int l = 0; l < numHidden; l++)
-        sum += widths[l];
-    return realSize *
-           ((size_t) FusedSlice * (FusedMaxWidth + 1) + (size_t) FusedRows * FusedSlice + 3 * (size_t) FusedRows * FusedMaxWidth + FusedRows * sum);
-}
-
-template <typename real> void prepareFusedFitting(int maxSharedBytes) {
-    GRAPH_CUDA_CHECK(cudaFuncSetAttribute(fusedFittingKernel<real>, cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes));
-}
-
-template <typename real>
-void launchFusedFitting(const FusedNetwork<real>& net, const int* rowNodes, const real* input, int inputStride, int activation,
-                        real* particleEnergy, GraphStatus* status, real* gradInput, int gradInputStride, cudaStream_t stream) {
-    const int blocks = net.tileStart[net.numGroups];
-    if (blocks == 0)
-        return;
-    const size_t bytes = fusedFittingSharedBytes(net.numHidden, net.width, sizeof(real));
-    fusedFittingKernel<real><<<blocks, 256, bytes, stream>>>(net, rowNodes, input, inputStride, activation, particleEnergy, status, gradInput,
-                                                             gradInputStride);
-}
-
 void launchEnergyStore(const GraphStatus* status, void* energyBuffer, bool energyIsDouble, cudaStream_t stream) {
     energyStoreKernel<<<1, 1, 0, stream>>>(status, energyBuffer, energyIsDouble ? 1 : 0);
 }
@@ -612,9 +374,6 @@ void launchEnergyStore(const GraphStatus* status, void* energyBuffer, bool energ
     template void launchDenseBackward<real>(const DenseBatch<real>&, const int*, const real*, int, bool, const real*, int, int, int, int,  \
                                             bool, real*, int, cudaStream_t);                                                               \
     template void launchEnergyOutput<real>(const DenseBatch<real>&, const int*, const real*, int, int, real*, real*, GraphStatus*,         \
-                                           cudaStream_t);                                                                            \
-    template void prepareFusedFitting<real>(int);                                                                                        \
-    template void launchFusedFitting<real>(const FusedNetwork<real>&, const int*, const real*, int, int, real*, GraphStatus*, real*, int, \
                                            cudaStream_t);
 GRAPH_INSTANTIATE_DENSE(float)
 GRAPH_INSTANTIATE_DENSE(double)

@@ -155,55 +155,6 @@ template <typename real> struct DenseBatch {
     real energyShift[MaxBatchedGroups];     ///< energy output only
 };
 
-
-/** The fused fitting network (launchFusedFitting): rows per block, inputs per staged weight slice, widest layer, most hidden layers. */
-constexpr int FusedRows = 8;
-constexpr int FusedSlice = 32;
-constexpr int FusedMaxWidth = 256;
-constexpr int FusedMaxHidden = 6;
-
-/**
- * The fitting network of the groups (types) of one batch for the rows of one
- * chunk, for launchFusedFitting: row tiles of FusedRows rows (tileStart), and
- * per hidden layer l (weights [width[l]][inputs of l], device) and the output
- * layer, each group's parameters.  All groups have the same layer widths.
- */
-template <typename real> struct FusedNetwork {
-    int numGroups;
-    int chunkStart; ///< the first row of the chunk: row r is at local index r - chunkStart of the chunk arrays
-    int numInputs;  ///< inputs of the first layer
-    int numHidden;
-    int width[FusedMaxHidden];    ///< outputs of hidden layer l (at most FusedMaxWidth)
-    int residual[FusedMaxHidden]; ///< whether layer l is residual (h + timestep * act(z))
-    int rowStart[MaxBatchedGroups + 1];
-    int tileStart[MaxBatchedGroups + 1];
-    const real* weight[FusedMaxHidden][MaxBatchedGroups];
-    const real* bias[FusedMaxHidden][MaxBatchedGroups];
-    const real* timestep[FusedMaxHidden][MaxBatchedGroups];
-    const real* outWeight[MaxBatchedGroups]; ///< [width[numHidden - 1]] (or [numInputs] without hidden layers)
-    const real* outBias[MaxBatchedGroups];   ///< [1]
-    real energyShift[MaxBatchedGroups];
-};
-
-/** Dynamic shared memory of launchFusedFitting, bytes, for these hidden layer widths and sizeof(real). */
-size_t fusedFittingSharedBytes(int numHidden, const int* widths, size_t realSize);
-
-/** Allow launchFusedFitting up to maxSharedBytes of dynamic shared memory (once per pipeline, outside any capture). */
-template <typename real> void prepareFusedFitting(int maxSharedBytes);
-
-/**
- * The fitting network fused across layers (CudaFusedNetwork): for every row
- * of the batch, the hidden layers, the energy output (particleEnergy[node],
- * and the fixed-point total into status when not null) and, when gradInput
- * is not null, dE/d(input) into the chunk array gradInput [local
- * row][gradInputStride].  input: chunk array [local row][inputStride].  The
- * same results, bitwise, as launchDenseForward, launchEnergyOutput and
- * launchDenseBackward layer by layer; activations never leave shared memory.
- */
-template <typename real>
-void launchFusedFitting(const FusedNetwork<real>& net, const int* rowNodes, const real* input, int inputStride, int activation,
-                        real* particleEnergy, GraphStatus* status, real* gradInput, int gradInputStride, cudaStream_t stream);
-
 /**
  * The row tiles the dense kernels are compiled for.  128-row tiles are 128
  * columns wide (8 x 8 outputs per thread, single and mixed precision only:

@@ -81,7 +81,10 @@ TEST(CudaGraphForce, CrowdedRowsAreRecomputedTransparently) {
  * (replays), a box change (re-capture), a type change and energy-only
  * evaluations.
  */
-std::vector<Result> propertyTrajectory(const std::string& key, const std::string& value, const GraphTest::ModelOptions& options) {
+std::vector<Result> propertyTrajectory(const std::string& key, const std::string& value, int numInteractions) {
+    GraphTest::ModelOptions options;
+    options.numInteractions = numInteractions;
+    options.lMax = 2;
     Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 35);
     GraphForce* force;
     std::unique_ptr<System> system(makeSystem(config, options, &force));
@@ -115,14 +118,6 @@ std::vector<Result> propertyTrajectory(const std::string& key, const std::string
     return results;
 }
 
-/** propertyTrajectory of the default test model with l_max 2 and numInteractions interaction blocks. */
-std::vector<Result> propertyTrajectory(const std::string& key, const std::string& value, int numInteractions) {
-    GraphTest::ModelOptions options;
-    options.numInteractions = numInteractions;
-    options.lMax = 2;
-    return propertyTrajectory(key, value, options);
-}
-
 void expectSameTrajectories(const std::vector<Result>& expected, const std::vector<Result>& found) {
     ASSERT_EQ(expected.size(), found.size());
     for (size_t k = 0; k < expected.size(); k++) {
@@ -151,71 +146,6 @@ TEST(CudaGraphForce, ChunkedNodeStageGivesBitwiseIdenticalTrajectories) {
                                propertyTrajectory("CudaChunkRows", "37", interactions));
 }
 
-/**
- * The fitting network fused across layers gives bitwise the results of the
- * layer-by-layer products: residual layers (tanh), layers of changing width
- * with an interaction block (silu), more layers than one slice of inputs
- * wide, and the node stage in chunks that cut the type groups.
- */
-TEST(CudaGraphForce, FusedNetworkGivesTheLayerByLayerResults) {
-    GraphTest::ModelOptions residual;
-    residual.lMax = 2;
-    residual.numChannels = 12;
-    residual.numAxis = 3; // 36 inputs: not a whole number of weight slices
-    residual.fittingWidths = {24, 24, 24};
-    GraphTest::ModelOptions silu;
-    silu.lMax = 2;
-    silu.numInteractions = 1;
-    silu.activation = "silu";
-    silu.fittingWidths = {32, 16};
-    GraphTest::ModelOptions none;
-    none.fittingWidths = {};
-    for (const GraphTest::ModelOptions& options : {residual, silu, none})
-        expectSameTrajectories(propertyTrajectory("CudaFusedNetwork", "false", options),
-                               propertyTrajectory("CudaFusedNetwork", "true", options));
-    {
-        // Both properties on one force: the fused network over chunks of 37 rows.
-        Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 35);
-        GraphForce* force;
-        std::unique_ptr<System> system(makeSystem(config, silu, &force));
-        force->setProperty("CudaFusedNetwork", "true");
-        force->setProperty("CudaChunkRows", "37");
-        Result fusedChunked = evaluateOnTestPlatform(*system, config.positions);
-        force->setProperty("CudaChunkRows", "auto");
-        force->setProperty("CudaFusedNetwork", "false");
-        Result reference = evaluateOnTestPlatform(*system, config.positions);
-        EXPECT_EQ(reference.energy, fusedChunked.energy);
-        for (size_t i = 0; i < reference.forces.size(); i++)
-            for (int c = 0; c < 3; c++)
-                ASSERT_EQ(reference.forces[i][c], fusedChunked.forces[i][c]) << "particle " << i;
-    }
-}
-
-TEST(CudaGraphForce, FusedNetworkThatDoesNotFitIsRefused) {
-    GraphTest::ModelOptions options;
-    options.fittingWidths = {300, 300};
-    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 36);
-    GraphForce* force;
-    std::unique_ptr<System> system(makeSystem(config, options, &force));
-    force->setProperty("CudaFusedNetwork", "true");
-    VerletIntegrator integrator(0.0005);
-    try {
-        Context context(*system, integrator, testPlatform(), testPlatformProperties());
-        FAIL() << "a 300-wide layer was accepted by CudaFusedNetwork \"true\"";
-    }
-    catch (const OpenMMException& e) {
-        EXPECT_NE(std::string::npos, std::string(e.what()).find("CudaFusedNetwork")) << e.what();
-        EXPECT_NE(std::string::npos, std::string(e.what()).find("300 wide")) << e.what();
-    }
-    // "auto" falls back to the layer-by-layer products and gives their results.
-    force->setProperty("CudaFusedNetwork", "auto");
-    Result automatic = evaluateOnTestPlatform(*system, config.positions);
-    force->setProperty("CudaFusedNetwork", "false");
-    Result layered = evaluateOnTestPlatform(*system, config.positions);
-    EXPECT_EQ(layered.energy, automatic.energy);
-    EXPECT_TRUE(std::isfinite(layered.energy));
-}
-
 TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
     GraphTest::ModelOptions options;
     std::unique_ptr<GraphForce> force(makeForce(options));
@@ -224,7 +154,4 @@ TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
         EXPECT_THROW(force->setProperty("CudaChunkRows", bad), OpenMMException) << bad;
     force->setProperty("CudaChunkRows", "4096");
     EXPECT_EQ("4096", force->getProperty("CudaChunkRows"));
-    for (const char* bad : {"yes", "", "True", "fused"})
-        EXPECT_THROW(force->setProperty("CudaFusedNetwork", bad), OpenMMException) << bad;
-    EXPECT_EQ("auto", force->getProperty("CudaFusedNetwork"));
 }
