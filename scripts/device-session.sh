@@ -11,7 +11,8 @@
 #   test     build with CMake, run every C++ test (ctest)
 #   py       pip install the package, run the Python tests marked gpu (PYTEST_ARGS: more pytest arguments, e.g. files)
 #   profile  per-kernel times under Nsight Compute (PROFILE_CASES, grade:n ...; PROFILE_ARGS: more arguments of
-#            bench/profile_kernels.py, e.g. "--precision double")
+#            bench/profile_kernels.py, e.g. "--precision double"; NCU_ARGS: more arguments of ncu, e.g.
+#            "--cache-control none" to keep the caches warm between kernels, as in a run)
 #   bench    bench/run_benchmarks.py with $BENCH_ARGS
 #   extra    bash $EXTRA_SCRIPT (after the rest; the package is installed)
 # "all" = test,py,bench (the default).
@@ -50,7 +51,7 @@ if has profile; then
                 --steps $([ "$n" -le 20000 ] && echo 2000 || echo 50) > "$OUT/wall-$grade-$n-$graph.log" 2>&1
             tail -2 "$OUT/wall-$grade-$n-$graph.log"
         done
-        [ -n "$NCU" ] && timeout 240 "$NCU" --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv \
+        [ -n "$NCU" ] && timeout 240 "$NCU" --clock-control none ${NCU_ARGS:-} --profile-from-start off --metrics gpu__time_duration.sum --csv \
             python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 2 ${PROFILE_ARGS:-} > "$OUT/ncu-$grade-$n.csv" 2> "$OUT/ncu-$grade-$n.err"
     done
     # PROFILE_DETAIL="grade:n:kernel-regex ...": Nsight Compute's throughput and stall sections for one evaluation's kernels.
