@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--cuda-graph", default="auto", choices=("auto", "true", "false"), help="the GraphForce's CudaGraph property")
     parser.add_argument("--device-index", default="0", help='OpenMM\'s DeviceIndex, e.g. "0,1" for two GPUs in one Context')
     parser.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
-                        help="another GraphForce property, e.g. CudaFusedNetwork=true (repeatable)")
+                        help="another GraphForce property, e.g. CudaChunkRows=4096 (repeatable)")
     args = parser.parse_args()
 
     import openmm
