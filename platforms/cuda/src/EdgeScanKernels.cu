@@ -113,16 +113,15 @@ __device__ inline void forEachStagedEdge(Stage* stage, int lane, const GraphMode
 
 /**
  * Adds staged edge q's terms to its center's moments acc[lm][x] (channels
- * lane + 32 x): R_l,k(r) (times nodeWeights[j][k] when given) Y_lm, where
- * knot(l) is the first knot of the edge's interval in degree l's table.  The
- * per-edge body of the moment scan (momentsKernel).
+ * lane + 32 x): R_l,k(r) (times nodeWeights[j][k] when given) Y_lm, R from
+ * `table` for center type ti.  The per-edge body of momentsKernel.
  */
-template <typename real, int LMAX, int CPL, typename Stage, typename Knot>
-__device__ inline void addEdgeMoments(const Stage* stage, int q, int lane, const GraphModelParams<real>& model, const real* nodeWeights,
-                                      Knot knot, real (&acc)[(LMAX + 1) * (LMAX + 1)][CPL]) {
+template <typename real, int LMAX, int CPL, typename Stage>
+__device__ inline void addEdgeMoments(const Stage* stage, int q, int lane, const GraphModelParams<real>& model, const real* table, int ti,
+                                      const real* nodeWeights, real (&acc)[(LMAX + 1) * (LMAX + 1)][CPL]) {
     constexpr int H = (LMAX + 1) * (LMAX + 1);
     const int M = model.numChannels;
-    const int j = stage->j[q];
+    const int j = stage->j[q], tj = stage->tj[q], interval = stage->interval[q];
     real h[6], Y[H];
 #pragma unroll
     for (int x = 0; x < 6; x++)
@@ -138,7 +137,7 @@ __device__ inline void addEdgeMoments(const Stage* stage, int q, int lane, const
 #pragma unroll
             for (int l = 0; l <= LMAX; l++) {
                 real value, unused;
-                hermiteFromKnots<real, false>(knot(l), M, k, model, h, nullptr, value, unused);
+                hermiteFromKnots<real, false>(tableKnot(table, model, ti, tj, l, interval), M, k, model, h, nullptr, value, unused);
                 value *= weight;
 #pragma unroll
                 for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
@@ -150,18 +149,17 @@ __device__ inline void addEdgeMoments(const Stage* stage, int q, int lane, const
 
 /**
  * This lane's share (channels lane + 32 x) of S_lm = sum_k G_lm,k R_l,k and
- * P_lm = sum_k G_lm,k R'_l,k for staged edge q, over `numTables` tables
- * (table 1, the interaction block's, weighted by phi[j][k]): knot(t, l) is the
- * first knot of the edge's interval in table t, degree l, and grad(t, lm, x)
- * the center's dE/dA (t = 0) or dE/dB (t = 1) of channel lane + 32 x.  The
- * per-edge body of the force scan (forcesKernel), before edgeForce.
+ * P_lm = sum_k G_lm,k R'_l,k for staged edge q of center i (type ti), over
+ * `numTables` tables: table 0 the radial table with G = dE/dA (gradA), table 1
+ * the interaction table, weighted by phi[j][k], with G = dE/dB (gradB), both
+ * [node][H][M].  The per-edge body of forcesKernel, before edgeForce.
  */
-template <typename real, int LMAX, int CPL, typename Stage, typename Knot, typename Grad>
-__device__ inline void edgeGradientSums(const Stage* stage, int q, int lane, const GraphModelParams<real>& model, const real* phi,
-                                        int numTables, Knot knot, Grad grad, real* S, real* P) {
+template <typename real, int LMAX, int CPL, typename Stage>
+__device__ inline void edgeGradientSums(const Stage* stage, int q, int lane, const GraphModelParams<real>& model, int i, int ti,
+                                        const real* gradA, const real* gradB, const real* phi, int numTables, real* S, real* P) {
     constexpr int H = (LMAX + 1) * (LMAX + 1);
     const int M = model.numChannels;
-    const int j = stage->j[q];
+    const int j = stage->j[q], tj = stage->tj[q], interval = stage->interval[q];
     real h[6], d[6];
 #pragma unroll
     for (int x = 0; x < 6; x++) {
@@ -181,12 +179,13 @@ __device__ inline void edgeGradientSums(const Stage* stage, int q, int lane, con
 #pragma unroll
                 for (int l = 0; l <= LMAX; l++) {
                     real value, deriv;
-                    hermiteFromKnots<real, true>(knot(t, l), M, k, model, h, d, value, deriv);
+                    hermiteFromKnots<real, true>(tableKnot(t == 0 ? model.radialTable : model.interactionTable, model, ti, tj, l, interval),
+                                                 M, k, model, h, d, value, deriv);
                     value *= weight;
                     deriv *= weight;
 #pragma unroll
                     for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
-                        const real g = grad(t, lm, x);
+                        const real g = (t == 0 ? gradA : gradB)[((size_t) i * H + lm) * M + k];
                         S[lm] += g * value;
                         P[lm] += g * deriv;
                     }
@@ -225,11 +224,8 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
         const int ti = types[i];
         int first, last;
         rowChunk(rowCount[i], warp, WarpsPerBlock, first, last);
-        forEachStagedEdge<LMAX>(stage, lane, model, positions, types, i, neighbors, capacity, box, first, last, [&](int q) {
-            const int tj = stage->tj[q], interval = stage->interval[q];
-            addEdgeMoments<real, LMAX, CPL>(
-                stage, q, lane, model, nodeWeights, [&](int l) { return tableKnot(table, model, ti, tj, l, interval); }, acc);
-        });
+        forEachStagedEdge<LMAX>(stage, lane, model, positions, types, i, neighbors, capacity, box, first, last,
+                                [&](int q) { addEdgeMoments<real, LMAX, CPL>(stage, q, lane, model, table, ti, nodeWeights, acc); });
 #pragma unroll
         for (int c = 0; c < CPL; c++) {
             const int k = lane + 32 * c;
@@ -510,12 +506,9 @@ __global__ void __launch_bounds__(32 * MaxForceWarps)
         // This lane's component of F_i in fixed point, edge by edge: the sum does not depend on how the row is split over warps.
         long long forceI = 0;
         forEachStagedEdge<LMAX>(stage, lane, model, positions, types, i, neighbors, capacity, box, first, last, [&](int q) {
-            const int j = stage->j[q], tj = stage->tj[q], interval = stage->interval[q];
+            const int j = stage->j[q];
             real S[H], P[H];
-            edgeGradientSums<real, LMAX, CPL>(
-                stage, q, lane, model, phi, numBlocks,
-                [&](int t, int l) { return tableKnot(t == 0 ? model.radialTable : model.interactionTable, model, ti, tj, l, interval); },
-                [&](int t, int lm, int x) { return (t == 0 ? gradA : gradB)[((size_t) i * H + lm) * M + lane + 32 * x]; }, S, P);
+            edgeGradientSums<real, LMAX, CPL>(stage, q, lane, model, i, ti, gradA, gradB, phi, numBlocks, S, P);
             const real u[3] = {stage->u[0][q], stage->u[1][q], stage->u[2][q]};
             edgeForce<real, LMAX>(S, P, u, stage->r[q], lane, i, j, model, status, slotOfNode, forceBuffer, paddedAtoms, forceI);
         });
