@@ -11,6 +11,7 @@
 #include "GraphDeviceFunctions.cuh"
 #include "GraphKernelLaunch.h"
 #include <algorithm>
+#include <cuda_pipeline.h>
 
 namespace GraphPlugin {
 
@@ -83,6 +84,29 @@ template <typename real> __device__ inline size_t rowIndex(const DenseBatch<real
 }
 
 /**
+ * The epilogue of the dense kernels for output (row, col) of the row's group,
+ * from C = acc (see denseGemmKernel):
+ * forward:  z = C + bias; deriv = act'(z) (if deriv); out = act(z) (+ A-source + timestep * act(z) if residual)
+ * backward: out = C (+ A-source if residual)
+ */
+template <typename real, bool Forward>
+__device__ inline void storeDenseOutput(const DenseBatch<real>& batch, int group, const int* rowNodes, const real* A, int aStride,
+                                        int aMapped, int activation, int residual, real* deriv, int derivStride, real* out, int outStride,
+                                        int outMapped, int row, int col, real acc) {
+    const size_t a = rowIndex(batch, aMapped ? rowNodes : nullptr, row), o = rowIndex(batch, outMapped ? rowNodes : nullptr, row);
+    const size_t local = row - batch.chunkStart;
+    if (Forward) {
+        const real z = acc + batch.bias[group][col];
+        const real value = activate(activation, z);
+        if (deriv)
+            deriv[local * derivStride + col] = activation == GraphTanh ? 1 - value * value : activateDerivative(activation, z);
+        out[o * outStride + col] = residual ? A[a * aStride + col] + batch.timestep[group][col] * value : value;
+    }
+    else
+        out[o * outStride + col] = acc + (residual ? A[a * aStride + col] : real(0));
+}
+
+/**
  * C[row][c] = sum_k A(row, k) * B(k, c), B(k, c) = W[c * ldw + k] (forward,
  * W^T) or W[k * ldw + c] (backward, W), W the weights of the row's group.
  * A tile of 16 * RPT rows by 16 * CPT columns per block of 256 threads (16 x
@@ -95,10 +119,7 @@ template <typename real> __device__ inline size_t rowIndex(const DenseBatch<real
  * A(row, k): forward, A[a(row) * aStride + k]; backward, dE/dz of the layer,
  * A[a(row) * aStride + k] * deriv[local(row) * derivStride + k] (act'(z), stored
  * by the forward pass; times the timestep if residual), formed here so that
- * dE/dz never goes to memory.
- * Epilogue:
- * forward:  z = C + bias; deriv = act'(z) (if deriv); out = act(z) (+ A-source + timestep * act(z) if residual)
- * backward: out = C (+ A-source if residual)
+ * dE/dz never goes to memory.  Epilogue: storeDenseOutput.
  */
 template <typename real, bool Forward, int RPT, int CPT>
 __global__ void __launch_bounds__(256, RPT == 8 ? 2 : 1)
@@ -215,33 +236,140 @@ __global__ void __launch_bounds__(256, RPT == 8 ? 2 : 1)
             buffer = 1 - buffer;
         }
     }
-    const real* __restrict__ bias = batch.bias[group];
-    const int* outMap = outMapped ? rowNodes : nullptr;
 #pragma unroll
     for (int x = 0; x < RPT; x++) {
         const int row = rowBase + rowOf(x);
         if (row >= rowEnd)
             continue;
-        const size_t a = rowIndex(batch, aMap, row), o = rowIndex(batch, outMap, row), local = row - batch.chunkStart;
 #pragma unroll
         for (int y = 0; y < CPT; y++) {
             const int col = colBase + colOf(y);
-            if (col >= N)
-                continue;
-            if (Forward) {
-                const real z = acc[x][y] + bias[col];
-                const real value = activate(activation, z);
-                if (deriv)
-                    deriv[local * derivStride + col] = activation == GraphTanh ? 1 - value * value : activateDerivative(activation, z);
-                out[o * outStride + col] = residual ? A[a * aStride + col] + timestep[col] * value : value;
-            }
-            else
-                out[o * outStride + col] = acc[x][y] + (residual ? A[a * aStride + col] : real(0));
+            if (col < N)
+                storeDenseOutput<real, Forward>(batch, group, rowNodes, A, aStride, aMapped, activation, residual, deriv, derivStride, out,
+                                                outStride, outMapped, row, col, acc[x][y]);
         }
     }
 }
 
-/** Launches denseGemmKernel with the batch's tile. */
+/** Copies one `real` from global to shared memory asynchronously (zero when !valid; src is then not read). */
+template <typename real> __device__ inline void copyAsync(real* dst, const real* src, bool valid) {
+    __pipeline_memcpy_async(dst, src, sizeof(real), valid ? 0 : sizeof(real));
+}
+
+/**
+ * The dense product of denseGemmKernel (same operands, epilogue and order of
+ * the sums: C is bitwise the same) for batches too small to fill the device
+ * with 16-row tiles, where the 16-row kernel's time is the chain of k-slice
+ * loads.  A tile of 8 rows by 32 columns per block of 128 threads, each
+ * thread one row and columns c and c + 16; k is streamed through shared
+ * memory in slices of SmallSlice with asynchronous copies, SmallStages slices
+ * in flight, so the loads of the next slices overlap the products of this
+ * one and no register holds a prefetched value.  Backward: dE/dz = A act'(z)
+ * (times the timestep) is formed in shared memory when a slice has landed.
+ */
+template <typename real> struct SmallTile {
+    static constexpr int Rows = 8, Cols = 32, Threads = 128, Stages = 3;
+    static constexpr int Slice = sizeof(real) == 4 ? 64 : 32;
+    real a[Stages][Rows][Slice];        ///< A(row, k) (backward: dE/dz once formed)
+    real b[Stages][Slice * (Cols + 1)]; ///< forward [Cols][Slice + 1], backward [Slice][Cols] (both conflict-free in the products)
+    real deriv[Stages][Rows][Slice];    ///< backward: act'(z)
+    real timestep[Stages][Slice];       ///< backward, residual: the timestep
+};
+
+template <typename real, bool Forward>
+__global__ void __launch_bounds__(SmallTile<real>::Threads)
+    denseSmallKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ A, int aStride, int aMapped, int K,
+                     int N, int ldw, int activation, int residual, real* __restrict__ deriv, int derivStride, real* __restrict__ out,
+                     int outStride, int outMapped) {
+    using Tile = SmallTile<real>;
+    constexpr int Rows = Tile::Rows, Cols = Tile::Cols, Slice = Tile::Slice, Stages = Tile::Stages, Threads = Tile::Threads;
+    __shared__ __align__(16) Tile tile;
+    const int group = groupOfTile(batch, blockIdx.x);
+    const int rowBase = batch.rowStart[group] + (blockIdx.x - batch.tileStart[group]) * Rows;
+    const int rowEnd = batch.rowStart[group + 1];
+    const int colBase = blockIdx.y * Cols;
+    const real* __restrict__ W = batch.weight[group];
+    const real* __restrict__ timestep = batch.timestep[group];
+    const int* aMap = aMapped ? rowNodes : nullptr;
+    const int numSlices = (K + Slice - 1) / Slice;
+    const bool scaleA = !Forward && (activation != GraphIdentity || residual);
+    // Issue the copies of slice s into stage s % Stages (nothing past the last slice; the group is committed anyway).
+    auto issue = [&](int s) {
+        if (s < numSlices) {
+            const int stage = s % Stages, k0 = s * Slice;
+            for (int e = threadIdx.x; e < Rows * Slice; e += Threads) {
+                const int r = e / Slice, kk = e % Slice, row = rowBase + r, k = k0 + kk;
+                const bool valid = row < rowEnd && k < K;
+                const size_t a = valid ? rowIndex(batch, aMap, row) : 0;
+                copyAsync(&tile.a[stage][r][kk], A + (valid ? a * aStride + k : 0), valid);
+                if (!Forward && activation != GraphIdentity)
+                    copyAsync(&tile.deriv[stage][r][kk], deriv + (valid ? (size_t) (row - batch.chunkStart) * derivStride + k : 0), valid);
+            }
+            for (int e = threadIdx.x; e < Cols * Slice; e += Threads) {
+                if (Forward) { // B(k, c) = W[c][k]: consecutive threads read consecutive k
+                    const int cc = e / Slice, kk = e % Slice, col = colBase + cc, k = k0 + kk;
+                    const bool valid = col < N && k < K;
+                    copyAsync(&tile.b[stage][cc * (Slice + 1) + kk], W + (valid ? (size_t) col * ldw + k : 0), valid);
+                }
+                else { // B(k, c) = W[k][c]: consecutive threads read consecutive c
+                    const int kk = e / Cols, cc = e % Cols, col = colBase + cc, k = k0 + kk;
+                    const bool valid = col < N && k < K;
+                    copyAsync(&tile.b[stage][kk * Cols + cc], W + (valid ? (size_t) k * ldw + col : 0), valid);
+                }
+            }
+            if (!Forward && residual)
+                for (int kk = threadIdx.x; kk < Slice; kk += Threads)
+                    copyAsync(&tile.timestep[stage][kk], timestep + (k0 + kk < K ? k0 + kk : 0), k0 + kk < K);
+        }
+        __pipeline_commit();
+    };
+    const int r = threadIdx.x / 16, c = threadIdx.x % 16;
+    real acc0 = 0, acc1 = 0;
+    for (int s = 0; s < Stages - 1; s++)
+        issue(s);
+    for (int s = 0; s < numSlices; s++) {
+        __pipeline_wait_prior(Stages - 2); // slice s has landed (this thread's copies) ...
+        __syncthreads();                   // ... everyone's; and stage (s - 1) % Stages is free
+        issue(s + Stages - 1);
+        const int stage = s % Stages;
+        if (scaleA) {
+            for (int e = threadIdx.x; e < Rows * Slice; e += Threads) {
+                const int rr = e / Slice, kk = e % Slice;
+                real value = tile.a[stage][rr][kk];
+                if (activation != GraphIdentity)
+                    value *= tile.deriv[stage][rr][kk];
+                if (residual)
+                    value *= tile.timestep[stage][kk];
+                tile.a[stage][rr][kk] = value;
+            }
+            __syncthreads();
+        }
+        const int count = min(Slice, K - s * Slice);
+        const real* a = tile.a[stage][r];
+        const real* b = tile.b[stage];
+        if (Forward)
+            for (int kk = 0; kk < count; kk++) {
+                acc0 = fma(a[kk], b[c * (Slice + 1) + kk], acc0);
+                acc1 = fma(a[kk], b[(c + 16) * (Slice + 1) + kk], acc1);
+            }
+        else
+            for (int kk = 0; kk < count; kk++) {
+                acc0 = fma(a[kk], b[kk * Cols + c], acc0);
+                acc1 = fma(a[kk], b[kk * Cols + c + 16], acc1);
+            }
+    }
+    const int row = rowBase + r;
+    if (row >= rowEnd)
+        return;
+    if (colBase + c < N)
+        storeDenseOutput<real, Forward>(batch, group, rowNodes, A, aStride, aMapped, activation, residual, deriv, derivStride, out,
+                                        outStride, outMapped, row, colBase + c, acc0);
+    if (colBase + c + 16 < N)
+        storeDenseOutput<real, Forward>(batch, group, rowNodes, A, aStride, aMapped, activation, residual, deriv, derivStride, out,
+                                        outStride, outMapped, row, colBase + c + 16, acc1);
+}
+
+/** Launches denseGemmKernel (denseSmallKernel for 8-row tiles) with the batch's tile. */
 template <typename real, bool Forward>
 void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const int* rowNodes, const real* A, int aStride, bool aMapped,
                 int K, int ldw, int activation, bool residual, real* deriv, int derivStride, real* out, int outStride, bool outMapped) {
@@ -250,7 +378,11 @@ void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const
     denseGemmKernel<real, Forward, RPT, CPT><<<blocks, 256, 0, stream>>>(batch, rowNodes, A, aStride, aMapped ? 1 : 0, K, N, ldw,          \
                                                                          activation, residual ? 1 : 0, deriv, derivStride, out, outStride, \
                                                                          outMapped ? 1 : 0)
-    if (batch.tileRows == 16)
+    if (batch.tileRows == 8)
+        denseSmallKernel<real, Forward><<<blocks, SmallTile<real>::Threads, 0, stream>>>(batch, rowNodes, A, aStride, aMapped ? 1 : 0, K, N,
+                                                                                         ldw, activation, residual ? 1 : 0, deriv,
+                                                                                         derivStride, out, outStride, outMapped ? 1 : 0);
+    else if (batch.tileRows == 16)
         GRAPH_GEMM(1, 4);
     else if (batch.tileRows == 32)
         GRAPH_GEMM(2, 4);
@@ -325,7 +457,7 @@ int chooseDenseTileRows(int rows, int numOutputs, int numMultiprocessors, bool a
         if ((long long) ((rows + tileRows - 1) / tileRows) * columnTiles >= 2LL * numMultiprocessors)
             return tileRows;
     }
-    return DenseTileRowChoices[3];
+    return DenseTileRowChoices[4];
 }
 
 template <typename real> int rowsOf(const DenseBatch<real>& batch) {

@@ -158,12 +158,15 @@ template <typename real> struct DenseBatch {
 /**
  * The row tiles the dense kernels are compiled for.  128-row tiles are 128
  * columns wide (8 x 8 outputs per thread, single and mixed precision only:
- * in double they would exceed the static shared memory); the others 64.
+ * in double they would exceed the static shared memory); 8-row tiles, for
+ * batches too small to fill the device otherwise, are 32 wide (a kernel of
+ * their own that streams k through shared memory with asynchronous copies);
+ * the others 64.
  */
-constexpr int DenseTileRowChoices[4] = {128, 64, 32, 16};
+constexpr int DenseTileRowChoices[5] = {128, 64, 32, 16, 8};
 
 inline constexpr int denseTileColumns(int tileRows) {
-    return tileRows == 128 ? 128 : 64;
+    return tileRows == 128 ? 128 : tileRows == 8 ? 32 : 64;
 }
 
 /**
