@@ -58,6 +58,14 @@ class GraphModel;
  *    least 32,768 rows), so systems that fit run in one chunk.  Results
  *    are bitwise the same for every value; a smaller value lowers peak
  *    memory and adds kernel launches.
+ *  - "CudaNeighborSearch": "auto" (default), "cells" or "allpairs".  CUDA
+ *    platform only: how the rows of the neighbour graph find their
+ *    candidates.  "cells" bins the particles into a cell grid at least one
+ *    cut-off thick (sorted by cell) and scans the 27 cells around each
+ *    particle; "allpairs" tests every particle against every other (O(n^2),
+ *    no grid, sort or indirection: the fastest for small systems); "auto"
+ *    uses "allpairs" up to 1,024 particles and "cells" beyond.  The graph,
+ *    and so every result, is bitwise the same for every value.
  *  - "Domains": "single" (default) or "mpi".  With "mpi" every MPI rank
  *    (MPI_COMM_WORLD) runs its own Context for the whole System; the force
  *    evaluates the energies of the rank's own share of particles (a spatial

@@ -11,8 +11,9 @@ using namespace OpenMM;
 namespace {
 
 const std::map<std::string, std::string>& propertyDefaults() {
-    static const std::map<std::string, std::string> defaults = {
-        {"CheckFinite", "true"}, {"CudaChunkRows", "auto"}, {"CudaGraph", "auto"}, {"Domains", "single"}, {"TorchCudaContext", "auto"}};
+    static const std::map<std::string, std::string> defaults = {{"CheckFinite", "true"}, {"CudaChunkRows", "auto"},
+                                                                {"CudaGraph", "auto"},   {"CudaNeighborSearch", "auto"},
+                                                                {"Domains", "single"},   {"TorchCudaContext", "auto"}};
     return defaults;
 }
 
@@ -124,6 +125,9 @@ void GraphForce::setProperty(const std::string& key, const std::string& value) {
         throw OpenMMException("GraphForce: property Domains must be \"single\" or \"mpi\", found \"" + value + "\"");
     if (key == "CudaGraph" && value != "auto" && value != "true" && value != "false")
         throw OpenMMException("GraphForce: property CudaGraph must be \"auto\", \"true\" or \"false\", found \"" + value + "\"");
+    if (key == "CudaNeighborSearch" && value != "auto" && value != "cells" && value != "allpairs")
+        throw OpenMMException("GraphForce: property CudaNeighborSearch must be \"auto\", \"cells\" or \"allpairs\", found \"" + value +
+                              "\"");
     if (key == "TorchCudaContext" && value != "auto" && value != "openmm" && value != "primary")
         throw OpenMMException("GraphForce: property TorchCudaContext must be \"auto\", \"openmm\" or \"primary\", found \"" + value + "\"");
     if (key == "CudaChunkRows" && value != "auto") {

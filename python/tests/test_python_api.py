@@ -271,6 +271,11 @@ def test_properties(modelBytes):
         force.setProperty("TorchCudaContext", "shared")
     force.setProperty("TorchCudaContext", "openmm")
     assert force.getProperty("TorchCudaContext") == "openmm"
+    assert force.getProperty("CudaNeighborSearch") == "auto"
+    with pytest.raises(openmm.OpenMMException, match="CudaNeighborSearch must be \"auto\", \"cells\" or \"allpairs\""):
+        force.setProperty("CudaNeighborSearch", "verlet")
+    force.setProperty("CudaNeighborSearch", "cells")
+    assert force.getProperty("CudaNeighborSearch") == "cells"
 
 
 # --------------------------------------------------------------------------

@@ -45,7 +45,8 @@ void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce
     domain.rankSums = domains != nullptr;
     domain.exchange = exchange;
     domain.domainIndex = domainIndex;
-    pipeline = createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), mode, chunkRows, domain);
+    pipeline = createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), mode, chunkRows,
+                                       parseNeighborSearch(force.getProperty("CudaNeighborSearch")), domain);
     // The status of an evaluation is read where OpenMM reads its own neighbour-list
     // count: in finishComputation, after every force has been enqueued.
     postComputation = std::make_shared<PostComputationState>();

@@ -32,7 +32,7 @@ template <typename real> class CudaGraphPipeline : public CudaGraphPipelineBase 
 public:
     CudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles,
                       const std::vector<int>& types, bool periodic, int numSystemParticles, CudaGraphMode graphMode, int maxChunkRows,
-                      const CudaGraphDomain& domain)
+                      CudaNeighborSearch search, const CudaGraphDomain& domain)
         : cu(cu), model(model), n((int) particles.size()), periodic(periodic), graphMode(graphMode) {
         firstCenter = domain.firstCenter;
         numCenters = domain.numCenters < 0 ? n : domain.numCenters;
@@ -91,8 +91,8 @@ public:
         energyShift = m.energyShift;
 
         // Particles and their graph.
-        graph.reset(
-            new CudaNeighborGraph(cu, particles, numSystemParticles, m.cutoff, periodic, firstCenter, numCenters, domain.orderContext));
+        graph.reset(new CudaNeighborGraph(cu, particles, numSystemParticles, m.cutoff, periodic, firstCenter, numCenters,
+                                          domain.orderContext, search));
         typeArray.reset(CudaArray::create<int>(cu, std::max(1, n), "graphTypes"));
         nodesByType.reset(CudaArray::create<int>(cu, std::max(1, numCenters), "graphNodesByType")); // this domain's centers only
         setTypes(types);
@@ -715,17 +715,16 @@ private:
 
 } // namespace
 
-std::unique_ptr<CudaGraphPipelineBase> GraphPlugin::createCudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model,
-                                                                            const std::vector<int>& particles,
-                                                                            const std::vector<int>& types, bool periodic,
-                                                                            int numSystemParticles, CudaGraphMode graphMode,
-                                                                            int maxChunkRows, const CudaGraphDomain& domain) {
+std::unique_ptr<CudaGraphPipelineBase>
+GraphPlugin::createCudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles,
+                                     const std::vector<int>& types, bool periodic, int numSystemParticles, CudaGraphMode graphMode,
+                                     int maxChunkRows, CudaNeighborSearch search, const CudaGraphDomain& domain) {
     if (cu.getUseDoublePrecision()) {
-        auto pipeline =
-            new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, domain);
+        auto pipeline = new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows,
+                                                      search, domain);
         return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
     }
     auto pipeline =
-        new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, domain);
+        new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, search, domain);
     return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
 }

@@ -2,6 +2,7 @@
 #define OPENMM_GRAPH_CUDA_GRAPH_PIPELINE_H_
 
 #include "CudaGraphExchange.h"
+#include "CudaNeighborGraph.h"
 #include "GraphDeviceTypes.h"
 #include "internal/GraphModel.h"
 #include "openmm/cuda/CudaArray.h"
@@ -124,7 +125,8 @@ inline void centerShares(int n, int numDomains, std::vector<int>& first, std::ve
 std::unique_ptr<CudaGraphPipelineBase> createCudaGraphPipeline(OpenMM::CudaContext& cu, std::shared_ptr<const GraphModel> model,
                                                                const std::vector<int>& particles, const std::vector<int>& types,
                                                                bool periodic, int numSystemParticles, CudaGraphMode graphMode,
-                                                               int maxChunkRows, const CudaGraphDomain& domain = CudaGraphDomain());
+                                                               int maxChunkRows, CudaNeighborSearch search,
+                                                               const CudaGraphDomain& domain = CudaGraphDomain());
 
 } // namespace GraphPlugin
 

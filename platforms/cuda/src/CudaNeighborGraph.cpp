@@ -10,10 +10,15 @@
 using namespace GraphPlugin;
 using namespace OpenMM;
 
+CudaNeighborSearch GraphPlugin::parseNeighborSearch(const std::string& value) {
+    return value == "cells" ? CudaNeighborSearch::Cells : value == "allpairs" ? CudaNeighborSearch::AllPairs : CudaNeighborSearch::Auto;
+}
+
 CudaNeighborGraph::CudaNeighborGraph(CudaContext& cu, const std::vector<int>& particles, int numSystemParticles, double cutoff,
-                                     bool periodic, int firstCenter, int numCenters, CudaContext* orderContext)
+                                     bool periodic, int firstCenter, int numCenters, CudaContext* orderContext, CudaNeighborSearch search)
     : cu(cu), particles(particles), n((int) particles.size()), firstCenter(firstCenter), numCenters(numCenters), cutoff(cutoff),
-      periodic(periodic), orderContext(orderContext == &cu ? nullptr : orderContext) {
+      periodic(periodic), allPairs(search == CudaNeighborSearch::AllPairs || (search == CudaNeighborSearch::Auto && n <= AllPairsLimit)),
+      orderContext(orderContext == &cu ? nullptr : orderContext) {
     ContextSelector selector(cu);
     GRAPH_CU_CHECK(cuDeviceGetAttribute(&numMultiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cu.getDevice()));
     std::vector<int> nodeOfSystemParticle(numSystemParticles, -1);
@@ -57,6 +62,15 @@ void CudaNeighborGraph::enqueue(cudaStream_t stream, const GraphBox<double>& box
     else
         launchGatherPositions<float4>((const float4*) cu.getPosq().getDevicePointer(), correction, atomIndex, cu.getNumAtoms(),
                                       nodeOfSystemParticle, x, slotOfNode(), status, stream);
+    if (allPairs) {
+        launchBuildRowsAllPairs(x, n, firstCenter, numCenters, box, cutoff, rowCapacity, buildScratchRows,
+                                reinterpret_cast<int*>(unsortedNeighbors->getDevicePointer()),
+                                reinterpret_cast<uint32_t*>(neighborKeys->getDevicePointer()),
+                                reinterpret_cast<int*>(neighbors->getDevicePointer()),
+                                reinterpret_cast<int*>(rowCountArray->getDevicePointer()), status, stream);
+        GRAPH_CUDA_CHECK(cudaGetLastError());
+        return;
+    }
     GraphGrid<double>* cells = reinterpret_cast<GraphGrid<double>*>(grid->getDevicePointer());
     launchGridSetup(x, n, box, cutoff, maxCells, cells, stream);
     launchCellSort(x, n, box, cells, maxCells, reinterpret_cast<uint32_t*>(cellOfNode->getDevicePointer()),

@@ -12,6 +12,17 @@
 namespace GraphPlugin {
 
 /**
+ * How the rows find their candidates (the GraphForce property
+ * CudaNeighborSearch): a cell grid at least one cut-off thick (Cells), every
+ * particle (AllPairs, O(n^2)), or AllPairs up to AllPairsLimit particles and
+ * Cells beyond (Auto).  The rows are bitwise the same either way.
+ */
+enum class CudaNeighborSearch { Auto, Cells, AllPairs };
+
+/** The value of the CudaNeighborSearch property ("auto", "cells" or "allpairs", validated by GraphForce::setProperty). */
+CudaNeighborSearch parseNeighborSearch(const std::string& value);
+
+/**
  * Stage 1 of the CUDA pipeline, shared by the native GraphForce
  * (CudaGraphPipeline) and PyTorch models on the CUDA platform: the compact
  * canonical neighbour graph of a force's particles, built on the device from
@@ -35,9 +46,11 @@ public:
      * @param firstCenter, numCenters the centers whose rows are built (a device's or rank's share)
      * @param orderContext       the first context of a multi-device Context when `cu` is another one (its atom order and
      *                           posqCorrection are used), else nullptr
+     * @param search             how rows find their candidates
      */
     CudaNeighborGraph(OpenMM::CudaContext& cu, const std::vector<int>& particles, int numSystemParticles, double cutoff, bool periodic,
-                      int firstCenter, int numCenters, OpenMM::CudaContext* orderContext);
+                      int firstCenter, int numCenters, OpenMM::CudaContext* orderContext,
+                      CudaNeighborSearch search = CudaNeighborSearch::Auto);
     /**
      * Enqueue the build on `stream` (no host synchronisation; can be captured into a CUDA graph).  Errors (non-finite
      * positions, two particles at the same position) and the longest row go into `status` (device).
@@ -88,6 +101,7 @@ private:
     int n, firstCenter, numCenters;
     double cutoff;
     bool periodic;
+    bool allPairs; ///< every particle is a candidate of every row (launchBuildRowsAllPairs)
     int rowCapacity = 1, maxCells = 1, buildScratchRows = 1, numMultiprocessors = 1;
     size_t sortScratchBytes = 1;
     OpenMM::CudaContext* orderContext;

@@ -156,6 +156,84 @@ __device__ inline int axisOffsets(int numCells, bool periodic, int offsets[3]) {
 /** Rows up to this capacity are collected and sorted in shared memory (8 bytes per entry and warp); longer ones in global scratch. */
 constexpr int SharedRowCapacity = 1024;
 
+/**
+ * One warp's row of center i while it is collected: candidates are offered
+ * 32 at a time (one per lane, in any order), the accepted ones (0 < r < r_c)
+ * go to the warp's scratch with their keys, and finish() sorts the row by
+ * (key, index) into the row storage.  The scratch is shared memory when the
+ * launch gave it (capacity <= SharedRowCapacity), else global, reused row
+ * after row by the warp.
+ */
+template <typename real> struct RowBuilder {
+    int lane, i, capacity, count = 0;
+    real xi[3], cutoff2, invCutoff2;
+    int* scratch;
+    uint32_t* keys;
+
+    __device__ RowBuilder(const real* positions, int i, real cutoff, int capacity, int* unsortedScratch, uint32_t* keyScratch)
+        : lane(threadIdx.x & 31), i(i), capacity(capacity) {
+        for (int d = 0; d < 3; d++)
+            xi[d] = positions[3 * i + d];
+        cutoff2 = cutoff * cutoff;
+        invCutoff2 = 1 / cutoff2;
+        extern __shared__ unsigned char rowShared[];
+        if (capacity <= SharedRowCapacity) {
+            scratch = reinterpret_cast<int*>(rowShared) + (threadIdx.x >> 5) * capacity;
+            keys = reinterpret_cast<uint32_t*>(rowShared) + (blockDim.x >> 5) * capacity + (threadIdx.x >> 5) * capacity;
+        }
+        else {
+            const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+            scratch = unsortedScratch + (size_t) warp * capacity;
+            keys = keyScratch + (size_t) warp * capacity;
+        }
+    }
+
+    /** Lane's candidate j (-1: none); called by all 32 lanes.  Two particles at the same position are reported. */
+    __device__ void offer(int j, const real* positions, const GraphBox<real>& box, GraphStatus* status) {
+        bool accept = false;
+        uint32_t key = 0;
+        if (j >= 0) {
+            real d[3] = {positions[3 * j] - xi[0], positions[3 * j + 1] - xi[1], positions[3 * j + 2] - xi[2]};
+            minimumImage(d, box);
+            real r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2];
+            if (j != i && r2 == 0)
+                reportError(status, GraphErrorSamePosition, min(i, j), max(i, j), 0.0);
+            accept = j != i && r2 < cutoff2 && r2 > 0;
+            key = distanceKey(r2, invCutoff2);
+        }
+        unsigned mask = __ballot_sync(0xffffffff, accept);
+        int position = count + __popc(mask & ((1u << lane) - 1));
+        if (accept && position < capacity) {
+            scratch[position] = j;
+            keys[position] = key;
+        }
+        count += __popc(mask);
+    }
+
+    /** The row sorted by (key, index) into neighbors[i][0, min(count, capacity)), its length into rowCount[i]. */
+    __device__ void finish(int* neighbors, int* rowCount, GraphStatus* status) {
+        if (lane == 0)
+            atomicMax(&status->maxRowCount, count);
+        const int stored = min(count, capacity);
+        __syncwarp();
+        // Rank sort by (key, index): each entry's rank is the number of entries before it.
+        for (int e = lane; e < stored; e += 32) {
+            const uint32_t key = keys[e];
+            const int j = scratch[e];
+            int rank = 0;
+            for (int f = 0; f < stored; f++) {
+                uint32_t otherKey = keys[f];
+                int other = scratch[f];
+                rank += (otherKey < key || (otherKey == key && other < j)) ? 1 : 0;
+            }
+            neighbors[(size_t) i * capacity + rank] = j;
+        }
+        if (lane == 0)
+            rowCount[i] = stored;
+        __syncwarp(); // the scratch is rewritten by this warp's next row
+    }
+};
+
 template <typename real>
 __global__ void buildRowsKernel(const real* __restrict__ positions, int firstCenter, int numCenters, GraphBox<real> box,
                                 const GraphGrid<real>* __restrict__ gridPtr, const int* __restrict__ sortedNodes,
@@ -166,29 +244,13 @@ __global__ void buildRowsKernel(const real* __restrict__ positions, int firstCen
     const int lane = threadIdx.x & 31;
     const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int numWarps = (gridDim.x * blockDim.x) >> 5;
-    const real cutoff2 = cutoff * cutoff, invCutoff2 = 1 / cutoff2;
     for (int b = warp; b < numCenters; b += numWarps) {
-        const int i = firstCenter + b;
-        const real xi[3] = {positions[3 * i], positions[3 * i + 1], positions[3 * i + 2]};
+        RowBuilder<real> row(positions, firstCenter + b, cutoff, capacity, unsortedScratch, keyScratch);
         int cell[3];
-        cellCoordinates(xi, box, grid, cell);
+        cellCoordinates(row.xi, box, grid, cell);
         int offsets[3][3], numOffsets[3];
         for (int d = 0; d < 3; d++)
             numOffsets[d] = axisOffsets(grid.numCells[d], box.periodic, offsets[d]);
-        int count = 0;
-        // Scratch per warp, reused row after row (the grid is capped at the scratch's rows): shared memory when the
-        // launch gave it (capacity <= SharedRowCapacity), else global.
-        extern __shared__ unsigned char rowShared[];
-        int* rowScratch;
-        uint32_t* rowKeys;
-        if (capacity <= SharedRowCapacity) {
-            rowScratch = reinterpret_cast<int*>(rowShared) + (threadIdx.x >> 5) * capacity;
-            rowKeys = reinterpret_cast<uint32_t*>(rowShared) + (blockDim.x >> 5) * capacity + (threadIdx.x >> 5) * capacity;
-        }
-        else {
-            rowScratch = unsortedScratch + (size_t) warp * capacity;
-            rowKeys = keyScratch + (size_t) warp * capacity;
-        }
         for (int oz = 0; oz < numOffsets[2]; oz++)
             for (int oy = 0; oy < numOffsets[1]; oy++)
                 for (int ox = 0; ox < numOffsets[0]; ox++) {
@@ -204,49 +266,33 @@ __global__ void buildRowsKernel(const real* __restrict__ positions, int firstCen
                         continue;
                     int index = (c[2] * grid.numCells[1] + c[1]) * grid.numCells[0] + c[0];
                     int start = cellStart[index], end = cellEnd[index];
-                    for (int base = start; base < end; base += 32) {
-                        int p = base + lane;
-                        bool accept = false;
-                        int j = -1;
-                        uint32_t key = 0;
-                        if (p < end) {
-                            j = sortedNodes[p];
-                            real d[3] = {positions[3 * j] - xi[0], positions[3 * j + 1] - xi[1], positions[3 * j + 2] - xi[2]};
-                            minimumImage(d, box);
-                            real r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2];
-                            if (j != i && r2 == 0)
-                                reportError(status, GraphErrorSamePosition, min(i, j), max(i, j), 0.0);
-                            accept = j != i && r2 < cutoff2 && r2 > 0;
-                            key = distanceKey(r2, invCutoff2);
-                        }
-                        unsigned mask = __ballot_sync(0xffffffff, accept);
-                        int position = count + __popc(mask & ((1u << lane) - 1));
-                        if (accept && position < capacity) {
-                            rowScratch[position] = j;
-                            rowKeys[position] = key;
-                        }
-                        count += __popc(mask);
-                    }
+                    for (int base = start; base < end; base += 32)
+                        row.offer(base + lane < end ? sortedNodes[base + lane] : -1, positions, box, status);
                 }
-        if (lane == 0)
-            atomicMax(&status->maxRowCount, count);
-        const int stored = min(count, capacity);
-        __syncwarp();
-        // Rank sort by (key, index): each entry's rank is the number of entries before it.
-        for (int e = lane; e < stored; e += 32) {
-            const uint32_t key = rowKeys[e];
-            const int j = rowScratch[e];
-            int rank = 0;
-            for (int f = 0; f < stored; f++) {
-                uint32_t otherKey = rowKeys[f];
-                int other = rowScratch[f];
-                rank += (otherKey < key || (otherKey == key && other < j)) ? 1 : 0;
-            }
-            neighbors[(size_t) i * capacity + rank] = j;
-        }
-        if (lane == 0)
-            rowCount[i] = stored;
-        __syncwarp(); // the scratch is rewritten by this warp's next row
+        row.finish(neighbors, rowCount, status);
+    }
+}
+
+/**
+ * The rows of small systems (n <= AllPairsLimit): every particle is a
+ * candidate of every row, offered in index order straight from the
+ * positions, with no cell grid, sort or indirection.  The same rows as
+ * buildRowsKernel (each row is sorted by (key, index) whatever the order of
+ * its candidates).
+ */
+template <typename real>
+__global__ void buildRowsAllPairsKernel(const real* __restrict__ positions, int n, int firstCenter, int numCenters, GraphBox<real> box,
+                                        real cutoff, int capacity, int* __restrict__ unsortedScratch, uint32_t* __restrict__ keyScratch,
+                                        int* __restrict__ neighbors, int* __restrict__ rowCount, GraphStatus* status) {
+    const int lane = threadIdx.x & 31;
+    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int numWarps = (gridDim.x * blockDim.x) >> 5;
+    for (int b = warp; b < numCenters; b += numWarps) {
+        RowBuilder<real> row(positions, firstCenter + b, cutoff, capacity, unsortedScratch, keyScratch);
+#pragma unroll 4
+        for (int base = 0; base < n; base += 32)
+            row.offer(base + lane < n ? base + lane : -1, positions, box, status);
+        row.finish(neighbors, rowCount, status);
     }
 }
 
@@ -299,6 +345,18 @@ void launchBuildRows(const double* positions, int firstCenter, int numCenters, G
     buildRowsKernel<double><<<(unsigned) ((warps + WarpsPerBlock - 1) / WarpsPerBlock), threads, shared, stream>>>(
         positions, firstCenter, numCenters, box, grid, sortedNodes, cellStart, cellEnd, cutoff, capacity, unsortedScratch, keyScratch,
         neighbors, rowCount, status);
+}
+
+void launchBuildRowsAllPairs(const double* positions, int n, int firstCenter, int numCenters, GraphBox<double> box, double cutoff,
+                             int capacity, int scratchRows, int* unsortedScratch, uint32_t* keyScratch, int* neighbors, int* rowCount,
+                             GraphStatus* status, cudaStream_t stream) {
+    const int threads = 32 * WarpsPerBlock;
+    if (numCenters == 0)
+        return;
+    const size_t warps = std::min<size_t>(numCenters, scratchRows);
+    const size_t shared = capacity <= SharedRowCapacity ? (size_t) WarpsPerBlock * capacity * (sizeof(int) + sizeof(uint32_t)) : 0;
+    buildRowsAllPairsKernel<double><<<(unsigned) ((warps + WarpsPerBlock - 1) / WarpsPerBlock), threads, shared, stream>>>(
+        positions, n, firstCenter, numCenters, box, cutoff, capacity, unsortedScratch, keyScratch, neighbors, rowCount, status);
 }
 
 template void launchGatherPositions<float4>(const float4*, const float4*, const int*, int, const int*, double*, int*, GraphStatus*,

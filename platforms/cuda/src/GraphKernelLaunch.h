@@ -61,6 +61,23 @@ void launchBuildRows(const double* positions, int firstCenter, int numCenters, G
                      const int* sortedNodes, const int* cellStart, const int* cellEnd, double cutoff, int capacity, int scratchRows,
                      int* unsortedScratch, uint32_t* keyScratch, int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream);
 
+/**
+ * Systems up to this many particles build their rows with
+ * launchBuildRowsAllPairs: every particle is a candidate of every row (no
+ * cell grid, sort or indirection: at 1,024 particles of liquid density a
+ * periodic box has at most 3 cells a side, so the 27 cells of a row hold
+ * every particle anyway).
+ */
+constexpr int AllPairsLimit = 1024;
+
+/**
+ * The rows of launchBuildRows (the same rows, bitwise) with every particle
+ * 0..n-1 a candidate of every row, for n <= AllPairsLimit.
+ */
+void launchBuildRowsAllPairs(const double* positions, int n, int firstCenter, int numCenters, GraphBox<double> box, double cutoff,
+                             int capacity, int scratchRows, int* unsortedScratch, uint32_t* keyScratch, int* neighbors, int* rowCount,
+                             GraphStatus* status, cudaStream_t stream);
+
 // ---------------------------------------------------------------- edge scans (EdgeScanKernels.cu)
 
 /**

@@ -66,12 +66,14 @@ TEST(CudaGraphForce, CrowdedRowsAreRecomputedTransparently) {
     config.box[0] = Vec3(10, 0, 0);
     config.box[1] = Vec3(0, 10, 0);
     config.box[2] = Vec3(0, 0, 10);
-    for (const char* mode : {"false", "true"}) {
-        GraphForce* force;
-        std::unique_ptr<System> system(makeSystem(config, options, &force));
-        force->setProperty("CudaGraph", mode); // "true": the capacity growth re-captures the graph
-        checkAgainstReference(*system, config.positions);
-    }
+    for (const char* search : {"allpairs", "cells"})
+        for (const char* mode : {"false", "true"}) {
+            GraphForce* force;
+            std::unique_ptr<System> system(makeSystem(config, options, &force));
+            force->setProperty("CudaGraph", mode); // "true": the capacity growth re-captures the graph
+            force->setProperty("CudaNeighborSearch", search);
+            checkAgainstReference(*system, config.positions);
+        }
 }
 
 /**
@@ -146,6 +148,16 @@ TEST(CudaGraphForce, ChunkedNodeStageGivesBitwiseIdenticalTrajectories) {
                                propertyTrajectory("CudaChunkRows", "37", interactions));
 }
 
+/**
+ * Rows built from a cell grid and from all pairs are the same graph: bitwise
+ * the same trajectories (220 particles: "auto" would take all pairs), with an
+ * interaction block.
+ */
+TEST(CudaGraphForce, CellAndAllPairsSearchesGiveBitwiseIdenticalTrajectories) {
+    expectSameTrajectories(propertyTrajectory("CudaNeighborSearch", "cells", 1),
+                           propertyTrajectory("CudaNeighborSearch", "allpairs", 1));
+}
+
 TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
     GraphTest::ModelOptions options;
     std::unique_ptr<GraphForce> force(makeForce(options));
@@ -154,4 +166,5 @@ TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
         EXPECT_THROW(force->setProperty("CudaChunkRows", bad), OpenMMException) << bad;
     force->setProperty("CudaChunkRows", "4096");
     EXPECT_EQ("4096", force->getProperty("CudaChunkRows"));
+    EXPECT_THROW(force->setProperty("CudaNeighborSearch", "grid"), OpenMMException);
 }

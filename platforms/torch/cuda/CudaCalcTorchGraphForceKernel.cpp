@@ -248,7 +248,8 @@ void CudaCalcTorchGraphForceKernel::initialize(const System& system, const Graph
     }
     {
         ContextSelector selector(cu);
-        graph.reset(new CudaNeighborGraph(cu, particles, system.getNumParticles(), model->cutoff, periodic, 0, n, nullptr));
+        graph.reset(new CudaNeighborGraph(cu, particles, system.getNumParticles(), model->cutoff, periodic, 0, n, nullptr,
+                                          parseNeighborSearch(force.getProperty("CudaNeighborSearch"))));
         status.reset(CudaArray::create<GraphStatus>(cu, 1, "graphTorchStatus"));
         counts.reset(CudaArray::create<long long>(cu, std::max(1, n), "graphTorchCounts"));
         scanned.reset(CudaArray::create<long long>(cu, n + 1, "graphTorchScanned"));

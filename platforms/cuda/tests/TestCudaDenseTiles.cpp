@@ -1,0 +1,178 @@
+// The dense kernels of the CUDA platform (DenseLayerKernels.cu, compiled into
+// this test) give bitwise the same layer outputs, act'(z) and input gradients
+// for every row tile they can be launched with: the 8 x 32 tiles streamed
+// through shared memory, the 16-, 32- and 64-row tiles and (float) the
+// 128 x 128 tiles.  The pipeline picks a tile from the batch's size and the
+// device (chooseDenseTileRows); this is what makes the choice free.  Two
+// type groups of 37 and 50 rows (tiles cut across the group boundary), widths
+// that are not multiples of any tile or k-slice, residual and plain layers,
+// rows read and written through a node map.
+#include "GraphKernelLaunch.h"
+#include <algorithm>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+#include <numeric>
+#include <random>
+#include <vector>
+
+using namespace GraphPlugin;
+
+namespace {
+
+#define CUDA_OK(call) ASSERT_EQ(cudaSuccess, (call)) << #call
+
+bool haveDevice() {
+    int count = 0;
+    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+template <typename real> struct Buffer {
+    real* data = nullptr;
+    size_t size = 0;
+    explicit Buffer(size_t size) : size(size) {
+        EXPECT_EQ(cudaSuccess, cudaMalloc(&data, std::max<size_t>(1, size) * sizeof(real)));
+        EXPECT_EQ(cudaSuccess, cudaMemset(data, 0, std::max<size_t>(1, size) * sizeof(real)));
+    }
+    Buffer(const std::vector<real>& values) : Buffer(values.size()) {
+        EXPECT_EQ(cudaSuccess, cudaMemcpy(data, values.data(), size * sizeof(real), cudaMemcpyHostToDevice));
+    }
+    ~Buffer() {
+        cudaFree(data);
+    }
+    std::vector<real> download() const {
+        std::vector<real> values(size);
+        EXPECT_EQ(cudaSuccess, cudaMemcpy(values.data(), data, size * sizeof(real), cudaMemcpyDeviceToHost));
+        return values;
+    }
+};
+
+template <typename real> std::vector<real> randomValues(size_t count, std::mt19937& rng, double scale) {
+    std::uniform_real_distribution<double> uniform(-scale, scale);
+    std::vector<real> values(count);
+    for (real& v : values)
+        v = (real) uniform(rng);
+    return values;
+}
+
+/** Every buffer one layer's forward and backward write, downloaded. */
+template <typename real> struct LayerResult { std::vector<real> output, derivative, gradInput; };
+
+template <typename real> class DenseLayerCase {
+public:
+    static constexpr int Rows0 = 37, Rows1 = 50, Rows = Rows0 + Rows1;
+
+    DenseLayerCase(int K, int N, bool residual, int activation, bool byNode)
+        : K(K), N(N), residual(residual), activation(activation), byNode(byNode), rng(K * 131 + N + (residual ? 7 : 0)) {
+        for (int g = 0; g < 2; g++) {
+            weights.emplace_back(new Buffer<real>(randomValues<real>((size_t) N * K, rng, 1.0 / std::sqrt((double) K))));
+            biases.emplace_back(new Buffer<real>(randomValues<real>(N, rng, 0.5)));
+            timesteps.emplace_back(new Buffer<real>(randomValues<real>(N, rng, 0.3)));
+        }
+        std::vector<int> nodes(Rows);
+        std::iota(nodes.begin(), nodes.end(), 0);
+        std::shuffle(nodes.begin(), nodes.end(), rng);
+        rowNodes.reset(new Buffer<int>(nodes));
+        input.reset(new Buffer<real>(randomValues<real>((size_t) Rows * K, rng, 1.5)));
+        gradOutput.reset(new Buffer<real>(randomValues<real>((size_t) Rows * N, rng, 1.0)));
+    }
+
+    DenseBatch<real> batch(int tileRows) const {
+        DenseBatch<real> b{};
+        b.numGroups = 2;
+        b.tileRows = tileRows;
+        b.chunkStart = 0;
+        const int rows[2] = {Rows0, Rows1};
+        b.rowStart[0] = 0;
+        b.tileStart[0] = 0;
+        for (int g = 0; g < 2; g++) {
+            b.rowStart[g + 1] = b.rowStart[g] + rows[g];
+            b.tileStart[g + 1] = b.tileStart[g] + (rows[g] + tileRows - 1) / tileRows;
+            b.weight[g] = weights[g]->data;
+            b.bias[g] = biases[g]->data;
+            b.timestep[g] = residual ? timesteps[g]->data : nullptr;
+            b.energyShift[g] = 0;
+        }
+        return b;
+    }
+
+    /** Forward (z = W h + b, out, act'(z)) and backward (dE/dh from dE/d(out)) with one tile. */
+    LayerResult<real> run(int tileRows) const {
+        Buffer<real> output((size_t) Rows * N), derivative((size_t) Rows * N), gradInput((size_t) Rows * K);
+        const DenseBatch<real> b = batch(tileRows);
+        launchDenseForward<real>(b, rowNodes->data, input->data, K, K, N, activation, residual, derivative.data, output.data, N, byNode, 0);
+        launchDenseBackward<real>(b, rowNodes->data, gradOutput->data, N, byNode, derivative.data, N, K, N, activation, residual,
+                                  gradInput.data, K, 0);
+        EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize());
+        return {output.download(), derivative.download(), gradInput.download()};
+    }
+
+private:
+    int K, N;
+    bool residual;
+    int activation;
+    bool byNode;
+    mutable std::mt19937 rng;
+    std::vector<std::unique_ptr<Buffer<real>>> weights, biases, timesteps;
+    std::unique_ptr<Buffer<int>> rowNodes;
+    std::unique_ptr<Buffer<real>> input, gradOutput;
+};
+
+template <typename real>
+void expectBitwiseEqual(const std::vector<real>& expected, const std::vector<real>& found, const char* what, int tileRows) {
+    ASSERT_EQ(expected.size(), found.size());
+    for (size_t i = 0; i < expected.size(); i++)
+        ASSERT_EQ(expected[i], found[i]) << what << " element " << i << ", tile of " << tileRows << " rows";
+}
+
+template <typename real> void checkEveryTile() {
+    if (!haveDevice())
+        GTEST_SKIP() << "no CUDA device";
+    std::vector<int> tiles = {64, 32, 8};
+    if (sizeof(real) == 4)
+        tiles.push_back(128);
+    struct Shape {
+        int K, N;
+        bool residual;
+        int activation;
+        bool byNode;
+    };
+    // 100 inputs: not a multiple of any k-slice; 70 outputs: not a multiple of 32, 64 or 128 columns.
+    for (const Shape& s :
+         {Shape{100, 70, false, GraphTanh, false}, Shape{70, 70, true, GraphTanh, false}, Shape{70, 70, true, GraphSilu, false},
+          Shape{136, 40, false, GraphIdentity, true}, Shape{256, 128, false, GraphTanh, false}}) {
+        SCOPED_TRACE("K " + std::to_string(s.K) + ", N " + std::to_string(s.N) + (s.residual ? ", residual" : "") +
+                     (s.byNode ? ", by node" : "") + ", activation " + std::to_string(s.activation));
+        DenseLayerCase<real> layer(s.K, s.N, s.residual, s.activation, s.byNode);
+        const LayerResult<real> expected = layer.run(16);
+        bool nonzero = false;
+        for (real v : expected.gradInput)
+            nonzero = nonzero || v != 0;
+        EXPECT_TRUE(nonzero); // the backward ran
+        for (int tileRows : tiles) {
+            const LayerResult<real> found = layer.run(tileRows);
+            expectBitwiseEqual(expected.output, found.output, "output", tileRows);
+            if (s.activation != GraphIdentity)
+                expectBitwiseEqual(expected.derivative, found.derivative, "act'(z)", tileRows);
+            expectBitwiseEqual(expected.gradInput, found.gradInput, "input gradient", tileRows);
+        }
+    }
+}
+
+} // namespace
+
+TEST(CudaDenseTiles, EveryTileGivesBitwiseTheSameLayerInFloat) {
+    checkEveryTile<float>();
+}
+
+TEST(CudaDenseTiles, EveryTileGivesBitwiseTheSameLayerInDouble) {
+    checkEveryTile<double>();
+}
+
+TEST(CudaDenseTiles, SmallBatchesGetTheStreamedTiles) {
+    // 512 rows of 128 outputs on 132 multiprocessors: 16-row tiles give 64 blocks, fewer than two per multiprocessor.
+    EXPECT_EQ(8, chooseDenseTileRows(512, 128, 132, true));
+    EXPECT_EQ(32, denseTileColumns(8));
+    // 100,800 rows: the widest tile still fills the device.
+    EXPECT_EQ(128, chooseDenseTileRows(100800, 240, 132, true));
+    EXPECT_EQ(64, chooseDenseTileRows(100800, 240, 132, false));
+}
