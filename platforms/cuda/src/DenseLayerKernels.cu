@@ -85,22 +85,21 @@ template <typename real> __device__ inline size_t rowIndex(const DenseBatch<real
 
 /**
  * The epilogue of the dense kernels for output (row, col) of the row's group,
- * from C = acc (see denseGemmKernel):
+ * from C = acc (see denseGemmKernel); a, o and local are the row's index in A,
+ * in out and in the chunk (rowIndex):
  * forward:  z = C + bias; deriv = act'(z) (if deriv); out = act(z) (+ A-source + timestep * act(z) if residual)
  * backward: out = C (+ A-source if residual)
  */
 template <typename real, bool Forward>
-__device__ inline void storeDenseOutput(const DenseBatch<real>& batch, int group, const int* rowNodes, const real* A, int aStride,
-                                        int aMapped, int activation, int residual, real* deriv, int derivStride, real* out, int outStride,
-                                        int outMapped, int row, int col, real acc) {
-    const size_t a = rowIndex(batch, aMapped ? rowNodes : nullptr, row), o = rowIndex(batch, outMapped ? rowNodes : nullptr, row);
-    const size_t local = row - batch.chunkStart;
+__device__ inline void storeDenseOutput(const real* __restrict__ bias, const real* __restrict__ timestep, const real* __restrict__ A,
+                                        int aStride, int activation, int residual, real* __restrict__ deriv, int derivStride,
+                                        real* __restrict__ out, int outStride, size_t a, size_t o, size_t local, int col, real acc) {
     if (Forward) {
-        const real z = acc + batch.bias[group][col];
+        const real z = acc + bias[col];
         const real value = activate(activation, z);
         if (deriv)
             deriv[local * derivStride + col] = activation == GraphTanh ? 1 - value * value : activateDerivative(activation, z);
-        out[o * outStride + col] = residual ? A[a * aStride + col] + batch.timestep[group][col] * value : value;
+        out[o * outStride + col] = residual ? A[a * aStride + col] + timestep[col] * value : value;
     }
     else
         out[o * outStride + col] = acc + (residual ? A[a * aStride + col] : real(0));
@@ -236,17 +235,20 @@ __global__ void __launch_bounds__(256, RPT == 8 ? 2 : 1)
             buffer = 1 - buffer;
         }
     }
+    const real* __restrict__ bias = batch.bias[group];
+    const int* outMap = outMapped ? rowNodes : nullptr;
 #pragma unroll
     for (int x = 0; x < RPT; x++) {
         const int row = rowBase + rowOf(x);
         if (row >= rowEnd)
             continue;
+        const size_t a = rowIndex(batch, aMap, row), o = rowIndex(batch, outMap, row), local = row - batch.chunkStart;
 #pragma unroll
         for (int y = 0; y < CPT; y++) {
             const int col = colBase + colOf(y);
             if (col < N)
-                storeDenseOutput<real, Forward>(batch, group, rowNodes, A, aStride, aMapped, activation, residual, deriv, derivStride, out,
-                                                outStride, outMapped, row, col, acc[x][y]);
+                storeDenseOutput<real, Forward>(bias, timestep, A, aStride, activation, residual, deriv, derivStride, out, outStride, a, o,
+                                                local, col, acc[x][y]);
         }
     }
 }
@@ -361,12 +363,13 @@ __global__ void __launch_bounds__(SmallTile<real>::Threads)
     const int row = rowBase + r;
     if (row >= rowEnd)
         return;
+    const size_t a = rowIndex(batch, aMap, row), o = rowIndex(batch, outMapped ? rowNodes : nullptr, row), local = row - batch.chunkStart;
     if (colBase + c < N)
-        storeDenseOutput<real, Forward>(batch, group, rowNodes, A, aStride, aMapped, activation, residual, deriv, derivStride, out,
-                                        outStride, outMapped, row, colBase + c, acc0);
+        storeDenseOutput<real, Forward>(batch.bias[group], timestep, A, aStride, activation, residual, deriv, derivStride, out, outStride,
+                                        a, o, local, colBase + c, acc0);
     if (colBase + c + 16 < N)
-        storeDenseOutput<real, Forward>(batch, group, rowNodes, A, aStride, aMapped, activation, residual, deriv, derivStride, out,
-                                        outStride, outMapped, row, colBase + c + 16, acc1);
+        storeDenseOutput<real, Forward>(batch.bias[group], timestep, A, aStride, activation, residual, deriv, derivStride, out, outStride,
+                                        a, o, local, colBase + c + 16, acc1);
 }
 
 /** Launches denseGemmKernel (denseSmallKernel for 8-row tiles) with the batch's tile. */

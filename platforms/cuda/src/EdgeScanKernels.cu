@@ -93,11 +93,10 @@ template <typename real, int LMAX, bool Full> constexpr size_t stageBytes() {
 
 /**
  * Walk the edges [first, last) of center i's row in canonical order, a batch
- * at a time: the warp's lanes stage the batch, then every lane calls
- * body(std::integral_constant<int, U>(), q) for groups of U staged edges
- * q .. q + U - 1 in order (U = Unroll, the last ones of a batch one by one).
+ * at a time: the warp's lanes stage the batch, then every lane calls body(q)
+ * for q = 0, 1, ... over the staged edges.
  */
-template <int LMAX, int Unroll, typename real, typename Stage, typename Body>
+template <int LMAX, typename real, typename Stage, typename Body>
 __device__ inline void forEachStagedEdge(Stage* stage, int lane, const GraphModelParams<real>& model, const double* positions,
                                          const int* types, int i, const int* neighbors, int capacity, const GraphBox<double>& box,
                                          int first, int last, Body body) {
@@ -106,92 +105,23 @@ __device__ inline void forEachStagedEdge(Stage* stage, int lane, const GraphMode
         if (lane < count)
             stage->fill(lane, LMAX, model, positions, types, i, neighbors[(size_t) i * capacity + base + lane], box);
         __syncwarp();
-        int q = 0;
-        for (; q + Unroll <= count; q += Unroll)
-            body(std::integral_constant<int, Unroll>(), q);
-        for (; q < count; q++)
-            body(std::integral_constant<int, 1>(), q);
+        for (int q = 0; q < count; q++)
+            body(q);
         __syncwarp();
     }
 }
 
 /**
- * One staged edge's table values for this lane's channels (lane + 32 x), from
- * `table` for center type ti, and, when nodeWeights is given, weight(x) =
- * nodeWeights[j][k].  With Preload the values are loaded into registers by
- * load() (zero for channels past M), for a group of edges before any of them
- * is used, so that their loads are in flight together; without, values()
- * loads them where they are used (fewer registers).  The same values either way.
- */
-template <typename real, int LMAX, int CPL, bool Preload> struct EdgeKnots {
-    real knots[Preload ? CPL : 1][Preload ? LMAX + 1 : 1][6];
-    real weights[CPL];
-    const real* table;
-    int ti, tj, interval;
-
-    template <typename Stage>
-    __device__ void load(const Stage* stage, int q, int lane, const GraphModelParams<real>& model, const real* table, int ti,
-                         const real* nodeWeights) {
-        const int M = model.numChannels;
-        const int j = stage->j[q];
-        this->table = table;
-        this->ti = ti;
-        tj = stage->tj[q];
-        interval = stage->interval[q];
-#pragma unroll
-        for (int x = 0; x < CPL; x++) {
-            const int k = lane + 32 * x;
-            weights[x] = nodeWeights && k < M ? nodeWeights[(size_t) j * M + k] : real(1);
-            if constexpr (Preload) {
-#pragma unroll
-                for (int l = 0; l <= LMAX; l++) {
-                    if (k < M)
-                        loadKnots(tableKnot(table, model, ti, tj, l, interval), M, k, knots[x][l]);
-                    else
-#pragma unroll
-                        for (int v = 0; v < 6; v++)
-                            knots[x][l][v] = 0;
-                }
-            }
-        }
-    }
-
-    /** The six values (loadKnots order) of channel k = lane + 32 x, degree l (k < M). */
-    __device__ void values(int x, int l, int k, const GraphModelParams<real>& model, real out[6]) const {
-        if constexpr (Preload) {
-#pragma unroll
-            for (int v = 0; v < 6; v++)
-                out[v] = knots[x][l][v];
-        }
-        else
-            loadKnots(tableKnot(table, model, ti, tj, l, interval), model.numChannels, k, out);
-    }
-};
-
-/**
- * Edges a lane walks per unrolled step of forEachStagedEdge, their table
- * values preloaded (EdgeKnots): 4 when an edge's values for the lane
- * (6 (L+1) CPL, in 4-byte words) are at most 12, 2 up to 24, else 1 (loaded
- * where used).  Small models are bound by the latency of one edge's loads
- * after another; larger shapes spend their registers on occupancy.  The sums
- * run edge after edge in the same order for any value.
- */
-template <typename real, int LMAX, int CPL> struct EdgeUnroll {
-    static constexpr int words = 6 * (LMAX + 1) * CPL * (int) (sizeof(real) / 4);
-    static constexpr int value = words <= 12 ? 4 : words <= 24 ? 2 : 1;
-};
-
-/**
  * Adds staged edge q's terms to its center's moments acc[lm][x] (channels
- * lane + 32 x): R_l,k(r) (times nodeWeights[j][k] when given) Y_lm, R from the
- * edge's table values e (EdgeKnots).  The per-edge body of momentsKernel.
+ * lane + 32 x): R_l,k(r) (times nodeWeights[j][k] when given) Y_lm, R from
+ * `table` for center type ti.  The per-edge body of momentsKernel.
  */
-template <typename real, int LMAX, int CPL, bool Preload, typename Stage>
-__device__ inline void addEdgeMoments(const Stage* stage, int q, int lane, const GraphModelParams<real>& model,
-                                      const EdgeKnots<real, LMAX, CPL, Preload>& e, bool weighted,
-                                      real (&acc)[(LMAX + 1) * (LMAX + 1)][CPL]) {
+template <typename real, int LMAX, int CPL, typename Stage>
+__device__ inline void addEdgeMoments(const Stage* stage, int q, int lane, const GraphModelParams<real>& model, const real* table, int ti,
+                                      const real* nodeWeights, real (&acc)[(LMAX + 1) * (LMAX + 1)][CPL]) {
     constexpr int H = (LMAX + 1) * (LMAX + 1);
     const int M = model.numChannels;
+    const int j = stage->j[q], tj = stage->tj[q], interval = stage->interval[q];
     real h[6], Y[H];
 #pragma unroll
     for (int x = 0; x < 6; x++)
@@ -203,13 +133,12 @@ __device__ inline void addEdgeMoments(const Stage* stage, int q, int lane, const
     for (int x = 0; x < CPL; x++) {
         const int k = lane + 32 * x;
         if (k < M) {
+            const real weight = nodeWeights ? nodeWeights[(size_t) j * M + k] : real(1);
 #pragma unroll
             for (int l = 0; l <= LMAX; l++) {
-                real knots[6], value, unused;
-                e.values(x, l, k, model, knots);
-                hermiteFromValues<real, false>(knots, model, h, nullptr, value, unused);
-                if (weighted)
-                    value *= e.weights[x];
+                real value, unused;
+                hermiteFromKnots<real, false>(tableKnot(table, model, ti, tj, l, interval), M, k, model, h, nullptr, value, unused);
+                value *= weight;
 #pragma unroll
                 for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
                     acc[lm][x] += value * Y[lm];
@@ -221,15 +150,13 @@ __device__ inline void addEdgeMoments(const Stage* stage, int q, int lane, const
 /**
  * This lane's share (channels lane + 32 x) of S_lm = sum_k G_lm,k R_l,k and
  * P_lm = sum_k G_lm,k R'_l,k for staged edge q of center i (type ti), over
- * `numTables` tables: table 0 the radial table (its values in e, EdgeKnots)
- * with G = dE/dA (gradA), table 1 the interaction table, weighted by
- * phi[j][k], with G = dE/dB (gradB), both [node][H][M].  The per-edge body of
- * forcesKernel, before edgeForce.
+ * `numTables` tables: table 0 the radial table with G = dE/dA (gradA), table 1
+ * the interaction table, weighted by phi[j][k], with G = dE/dB (gradB), both
+ * [node][H][M].  The per-edge body of forcesKernel, before edgeForce.
  */
-template <typename real, int LMAX, int CPL, bool Preload, typename Stage>
+template <typename real, int LMAX, int CPL, typename Stage>
 __device__ inline void edgeGradientSums(const Stage* stage, int q, int lane, const GraphModelParams<real>& model, int i, int ti,
-                                        const EdgeKnots<real, LMAX, CPL, Preload>& e, const real* gradA, const real* gradB, const real* phi,
-                                        int numTables, real* S, real* P) {
+                                        const real* gradA, const real* gradB, const real* phi, int numTables, real* S, real* P) {
     constexpr int H = (LMAX + 1) * (LMAX + 1);
     const int M = model.numChannels;
     const int j = stage->j[q], tj = stage->tj[q], interval = stage->interval[q];
@@ -252,14 +179,8 @@ __device__ inline void edgeGradientSums(const Stage* stage, int q, int lane, con
 #pragma unroll
                 for (int l = 0; l <= LMAX; l++) {
                     real value, deriv;
-                    if (t == 0) {
-                        real knots[6];
-                        e.values(x, l, k, model, knots);
-                        hermiteFromValues<real, true>(knots, model, h, d, value, deriv);
-                    }
-                    else
-                        hermiteFromKnots<real, true>(tableKnot(model.interactionTable, model, ti, tj, l, interval), M, k, model, h, d,
-                                                     value, deriv);
+                    hermiteFromKnots<real, true>(tableKnot(t == 0 ? model.radialTable : model.interactionTable, model, ti, tj, l, interval),
+                                                 M, k, model, h, d, value, deriv);
                     value *= weight;
                     deriv *= weight;
 #pragma unroll
@@ -303,17 +224,8 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
         const int ti = types[i];
         int first, last;
         rowChunk(rowCount[i], warp, WarpsPerBlock, first, last);
-        forEachStagedEdge<LMAX, EdgeUnroll<real, LMAX, CPL>::value>(
-            stage, lane, model, positions, types, i, neighbors, capacity, box, first, last, [&](auto group, int q) {
-                constexpr int U = decltype(group)::value;
-                EdgeKnots<real, LMAX, CPL, (U > 1)> e[U];
-#pragma unroll
-                for (int u = 0; u < U; u++)
-                    e[u].load(stage, q + u, lane, model, table, ti, nodeWeights);
-#pragma unroll
-                for (int u = 0; u < U; u++)
-                    addEdgeMoments<real, LMAX, CPL, (U > 1)>(stage, q + u, lane, model, e[u], nodeWeights != nullptr, acc);
-            });
+        forEachStagedEdge<LMAX>(stage, lane, model, positions, types, i, neighbors, capacity, box, first, last,
+                                [&](int q) { addEdgeMoments<real, LMAX, CPL>(stage, q, lane, model, table, ti, nodeWeights, acc); });
 #pragma unroll
         for (int c = 0; c < CPL; c++) {
             const int k = lane + 32 * c;
@@ -593,22 +505,13 @@ __global__ void __launch_bounds__(32 * MaxForceWarps)
         rowChunk(rowCount[i], warp, numWarps, first, last);
         // This lane's component of F_i in fixed point, edge by edge: the sum does not depend on how the row is split over warps.
         long long forceI = 0;
-        forEachStagedEdge<LMAX, EdgeUnroll<real, LMAX, CPL>::value>(
-            stage, lane, model, positions, types, i, neighbors, capacity, box, first, last, [&](auto group, int q) {
-                constexpr int U = decltype(group)::value;
-                EdgeKnots<real, LMAX, CPL, (U > 1)> e[U];
-#pragma unroll
-                for (int u = 0; u < U; u++)
-                    e[u].load(stage, q + u, lane, model, model.radialTable, ti, nullptr);
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    real S[H], P[H];
-                    edgeGradientSums<real, LMAX, CPL, (U > 1)>(stage, q + u, lane, model, i, ti, e[u], gradA, gradB, phi, numBlocks, S, P);
-                    const real uv[3] = {stage->u[0][q + u], stage->u[1][q + u], stage->u[2][q + u]};
-                    edgeForce<real, LMAX>(S, P, uv, stage->r[q + u], lane, i, stage->j[q + u], model, status, slotOfNode, forceBuffer,
-                                          paddedAtoms, forceI);
-                }
-            });
+        forEachStagedEdge<LMAX>(stage, lane, model, positions, types, i, neighbors, capacity, box, first, last, [&](int q) {
+            const int j = stage->j[q];
+            real S[H], P[H];
+            edgeGradientSums<real, LMAX, CPL>(stage, q, lane, model, i, ti, gradA, gradB, phi, numBlocks, S, P);
+            const real u[3] = {stage->u[0][q], stage->u[1][q], stage->u[2][q]};
+            edgeForce<real, LMAX>(S, P, u, stage->r[q], lane, i, j, model, status, slotOfNode, forceBuffer, paddedAtoms, forceI);
+        });
         // Each warp adds its chunk's share of F_i (integer atomics: order independent).
         if (forceOwner(lane) && last > first)
             atomicAdd((unsigned long long*) &forceBuffer[slotOfNode[i] + forceComponent(lane) * paddedAtoms], (unsigned long long) forceI);

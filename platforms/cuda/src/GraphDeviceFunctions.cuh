@@ -82,42 +82,22 @@ template <typename real> __device__ inline void harmonics(int lMax, const real u
 }
 
 /**
- * The six table values of channel k for an edge's interval, in the order
- * (f0, f0', f0'', f1, f1', f1''): knot0 points at [3][M] values (f, f', f'')
- * of the interval's first knot, the second knot follows at knot0 + 3 M
- * (global or shared memory).  Separate from hermiteFromValues so that a scan
- * can issue the loads of several edges before it uses them.
+ * R (and, when Deriv, dR/dr) of channel k from the two knots of an edge's
+ * interval: knot0 points at [3][M] values (f, f', f'') of the interval's first
+ * knot, the second knot follows at knot0 + 3 M (global or shared memory); h[6]
+ * (and d[6]) are the Hermite basis values (and t-derivatives) of the edge's
+ * position in the interval.  The one implementation of the table lookup.
  */
-template <typename real> __device__ inline void loadKnots(const real* knot0, int M, int k, real values[6]) {
-#pragma unroll
-    for (int x = 0; x < 6; x++)
-        values[x] = knot0[x * M + k];
-}
-
-/**
- * R (and, when Deriv, dR/dr) of one channel from its six knot values
- * (loadKnots); h[6] (and d[6]) are the Hermite basis values (and
- * t-derivatives) of the edge's position in the interval.  The one
- * implementation of the table interpolation.
- */
-template <typename real, bool Deriv>
-__device__ inline void hermiteFromValues(const real knots[6], const GraphModelParams<real>& model, const real h[6], const real* d,
-                                         real& value, real& deriv) {
-    const real dr = model.radialDr;
-    const real p0 = knots[0], v0 = knots[1] * dr, a0 = knots[2] * dr * dr;
-    const real p1 = knots[3], v1 = knots[4] * dr, a1 = knots[5] * dr * dr;
-    value = p0 * h[0] + v0 * h[1] + a0 * h[2] + a1 * h[3] + v1 * h[4] + p1 * h[5];
-    if (Deriv)
-        deriv = (p0 * d[0] + v0 * d[1] + a0 * d[2] + a1 * d[3] + v1 * d[4] + p1 * d[5]) * model.invDr;
-}
-
-/** hermiteFromValues of channel k, loading the knots at knot0 (see loadKnots). */
 template <typename real, bool Deriv>
 __device__ inline void hermiteFromKnots(const real* knot0, int M, int k, const GraphModelParams<real>& model, const real h[6],
                                         const real* d, real& value, real& deriv) {
-    real knots[6];
-    loadKnots(knot0, M, k, knots);
-    hermiteFromValues<real, Deriv>(knots, model, h, d, value, deriv);
+    const real* knot1 = knot0 + 3 * M;
+    const real dr = model.radialDr;
+    const real p0 = knot0[k], v0 = knot0[M + k] * dr, a0 = knot0[2 * M + k] * dr * dr;
+    const real p1 = knot1[k], v1 = knot1[M + k] * dr, a1 = knot1[2 * M + k] * dr * dr;
+    value = p0 * h[0] + v0 * h[1] + a0 * h[2] + a1 * h[3] + v1 * h[4] + p1 * h[5];
+    if (Deriv)
+        deriv = (p0 * d[0] + v0 * d[1] + a0 * d[2] + a1 * d[3] + v1 * d[4] + p1 * d[5]) * model.invDr;
 }
 
 /** The first knot of interval `interval` of table (a, b, l) in a [T][T][L+1][K+1][3][M] table. */
