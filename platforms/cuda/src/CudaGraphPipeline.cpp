@@ -152,8 +152,11 @@ public:
         status.reset(CudaArray::create<GraphStatus>(cu, 1, "graphStatus"));
         // Driver objects last, after every check that can refuse the force (a throwing constructor runs no destructor).
         GRAPH_CU_CHECK(cuStreamCreate(&captureStream, CU_STREAM_NON_BLOCKING));
-        GRAPH_CU_CHECK(cuMemHostAlloc((void**) &hostStatus, sizeof(GraphStatus), 0));
+        GRAPH_CU_CHECK(cuMemHostAlloc((void**) &hostStatus, sizeof(GraphStatus), CU_MEMHOSTALLOC_DEVICEMAP));
         *hostStatus = GraphStatus();
+        CUdeviceptr mapped = 0;
+        GRAPH_CU_CHECK(cuMemHostGetDevicePointer(&mapped, hostStatus, 0));
+        mappedStatus = reinterpret_cast<GraphStatus*>(mapped);
         GRAPH_CU_CHECK(cuEventCreate(&statusEvent, CU_EVENT_DISABLE_TIMING));
     }
 
@@ -211,13 +214,13 @@ private:
     /**
      * Everything one evaluation does on the device, in stream order; no host
      * synchronisation and no host reads, so that it can be captured into a CUDA
-     * graph.  Ends with the asynchronous copy of the status to pinned memory.
+     * graph.  Ends with the kernel that writes the status to mapped pinned memory.
      */
     void enqueueWork(cudaStream_t stream, bool includeForces, bool addEnergy, const GraphBox<double>& box) {
         const GraphModel& m = *model;
         GRAPH_CUDA_CHECK(cudaMemsetAsync(pointer<GraphStatus>(status), 0, sizeof(GraphStatus), stream));
         if (n == 0)
-            return copyStatus(stream);
+            return finishEvaluation(stream, false);
         const int* types = pointer<int>(typeArray);
 
         // Stage 1: the canonical graph.
@@ -276,11 +279,9 @@ private:
                 launchInvariantsBackward<real>(params, A, A, chunkNodes, chunkSize, gradInput, fittingInputSize, 0, gradA, gradA, false,
                                                stream);
         }
-        if (addEnergy && !rankSums)
-            launchEnergyStore(pointer<GraphStatus>(status), (void*) cu.getEnergyBuffer().getDevicePointer(), energyIsDouble, stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
         if (!includeForces)
-            return copyStatus(stream);
+            return finishEvaluation(stream, addEnergy && !rankSums);
 
         // Stage 4: the interaction block's backward (node features, then the node network, chunk by chunk; its
         // activations are recomputed when there is more than one chunk), then the edge backward into OpenMM's forces.
@@ -311,7 +312,7 @@ private:
         launchForces<real>(params, gradA, gradB, phi, x, types, firstCenter, numCenters, box, rows, counts, capacity, slots, forceTarget,
                            forceStride, pointer<GraphStatus>(status), chooseForceWarps(numCenters, numMultiprocessors), stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
-        copyStatus(stream);
+        finishEvaluation(stream, addEnergy && !rankSums);
     }
 
     /** What a captured graph depends on besides the arrays this pipeline owns. */
@@ -677,8 +678,11 @@ private:
         graphExec = nullptr;
     }
 
-    void copyStatus(cudaStream_t stream) {
-        GRAPH_CUDA_CHECK(cudaMemcpyAsync(hostStatus, pointer<GraphStatus>(status), sizeof(GraphStatus), cudaMemcpyDeviceToHost, stream));
+    /** The energy into OpenMM's buffer (when addToBuffer) and the status record to the host: the evaluation's last kernel. */
+    void finishEvaluation(cudaStream_t stream, bool addToBuffer) {
+        launchFinishEvaluation(pointer<GraphStatus>(status), mappedStatus,
+                               addToBuffer ? (void*) cu.getEnergyBuffer().getDevicePointer() : nullptr, energyIsDouble, stream);
+        GRAPH_CUDA_CHECK(cudaGetLastError());
     }
 
     CudaContext& cu;
@@ -703,7 +707,8 @@ private:
         nodeFeatures, nodeFeatureGrad, interactionMoments, gradInteractionMoments, nodeInputGrad, particleEnergy, status;
     std::unique_ptr<CudaArray> gradientScratch[2];
     std::vector<std::unique_ptr<CudaArray>> fittingActivations, fittingDerivatives, nodeActivations, nodeDerivatives;
-    GraphStatus* hostStatus = nullptr;
+    GraphStatus* hostStatus = nullptr;   ///< pinned, written by the last kernel of an evaluation through mappedStatus
+    GraphStatus* mappedStatus = nullptr; ///< hostStatus in the device's address space
     CUevent statusEvent = nullptr;
     bool pending = false; ///< an enqueue() whose status finish() has not read yet
     int numMultiprocessors = 1;

@@ -442,14 +442,6 @@ __global__ void energyOutputKernel(DenseBatch<real> batch, const int* __restrict
     }
 }
 
-__global__ void energyStoreKernel(const GraphStatus* __restrict__ status, void* energyBuffer, int energyIsDouble) {
-    const double energy = energyOfWords(status->energyHigh, status->energyLow);
-    if (energyIsDouble)
-        ((double*) energyBuffer)[0] += energy;
-    else
-        ((float*) energyBuffer)[0] += (float) energy;
-}
-
 } // namespace
 
 int chooseDenseTileRows(int rows, int numOutputs, int numMultiprocessors, bool allowWide) {
@@ -497,10 +489,6 @@ void launchEnergyOutput(const DenseBatch<real>& batch, const int* rowNodes, cons
     const int blocks = (int) std::min<size_t>(((size_t) rows + warpsPerBlock - 1) / warpsPerBlock, 65535 * 8);
     energyOutputKernel<real>
         <<<blocks, 32 * warpsPerBlock, 0, stream>>>(batch, rowNodes, hidden, stride, width, particleEnergy, gradHidden, status);
-}
-
-void launchEnergyStore(const GraphStatus* status, void* energyBuffer, bool energyIsDouble, cudaStream_t stream) {
-    energyStoreKernel<<<1, 1, 0, stream>>>(status, energyBuffer, energyIsDouble ? 1 : 0);
 }
 
 #define GRAPH_INSTANTIATE_DENSE(real)                                                                                                      \

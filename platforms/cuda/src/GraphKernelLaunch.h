@@ -231,8 +231,17 @@ template <typename real>
 void launchEnergyOutput(const DenseBatch<real>& batch, const int* rowNodes, const real* hidden, int stride, int width, real* particleEnergy,
                         real* gradHidden, GraphStatus* status, cudaStream_t stream);
 
-/** Add the evaluation's fixed-point energy (status) to OpenMM's energy buffer (float or double). */
-void launchEnergyStore(const GraphStatus* status, void* energyBuffer, bool energyIsDouble, cudaStream_t stream);
+/**
+ * The last kernel of an evaluation (StatusKernels.cu): adds the evaluation's
+ * fixed-point energy (status) to OpenMM's energy buffer (float or double;
+ * none when energyBuffer is null) and writes the status record to
+ * hostStatus, pinned host memory mapped into the device's address space
+ * (readable on the host once an event recorded after this kernel has
+ * completed).  A kernel rather than a copy: in a CUDA graph a device-to-host
+ * copy node costs 3-5 us of idle device before it (H200), a kernel node none.
+ */
+void launchFinishEvaluation(const GraphStatus* status, GraphStatus* hostStatus, void* energyBuffer, bool energyIsDouble,
+                            cudaStream_t stream);
 
 } // namespace GraphPlugin
 

@@ -1,0 +1,39 @@
+/**
+ * The end of an evaluation on the CUDA platform: the energy into OpenMM's
+ * buffer and the status record to the host, in one kernel
+ * (launchFinishEvaluation).
+ */
+
+#include "GraphDeviceFunctions.cuh"
+#include "GraphKernelLaunch.h"
+
+namespace GraphPlugin {
+
+namespace {
+
+/** One warp: lane 0 adds the energy; the lanes copy the status record to mapped host memory word by word. */
+__global__ void finishEvaluationKernel(const GraphStatus* __restrict__ status, GraphStatus* hostStatus, void* energyBuffer,
+                                       int energyIsDouble) {
+    static_assert(sizeof(GraphStatus) % sizeof(int) == 0, "the status record is copied in 4-byte words");
+    constexpr int Words = sizeof(GraphStatus) / sizeof(int);
+    if (threadIdx.x == 0 && energyBuffer != nullptr) {
+        const double energy = energyOfWords(status->energyHigh, status->energyLow);
+        if (energyIsDouble)
+            ((double*) energyBuffer)[0] += energy;
+        else
+            ((float*) energyBuffer)[0] += (float) energy;
+    }
+    const int* source = reinterpret_cast<const int*>(status);
+    volatile int* target = reinterpret_cast<volatile int*>(hostStatus);
+    for (int w = threadIdx.x; w < Words; w += blockDim.x)
+        target[w] = source[w];
+}
+
+} // namespace
+
+void launchFinishEvaluation(const GraphStatus* status, GraphStatus* hostStatus, void* energyBuffer, bool energyIsDouble,
+                            cudaStream_t stream) {
+    finishEvaluationKernel<<<1, 32, 0, stream>>>(status, hostStatus, energyBuffer, energyIsDouble ? 1 : 0);
+}
+
+} // namespace GraphPlugin
