@@ -335,16 +335,16 @@ __global__ void __launch_bounds__(SmallTile<real>::Threads)
         issue(s + Stages - 1);
         const int stage = s % Stages;
         if (scaleA) {
-            for (int e = threadIdx.x; e < Rows * Slice; e += Threads) {
-                const int rr = e / Slice, kk = e % Slice;
-                real value = tile.a[stage][rr][kk];
+            // Each row is scaled by the 16 threads that multiply it (half a warp): a warp barrier is enough.
+            for (int kk = c; kk < Slice; kk += 16) {
+                real value = tile.a[stage][r][kk];
                 if (activation != GraphIdentity)
-                    value *= tile.deriv[stage][rr][kk];
+                    value *= tile.deriv[stage][r][kk];
                 if (residual)
                     value *= tile.timestep[stage][kk];
-                tile.a[stage][rr][kk] = value;
+                tile.a[stage][r][kk] = value;
             }
-            __syncthreads();
+            __syncwarp();
         }
         const int count = min(Slice, K - s * Slice);
         const real* a = tile.a[stage][r];

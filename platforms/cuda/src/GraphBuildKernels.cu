@@ -157,6 +157,43 @@ __device__ inline int axisOffsets(int numCells, bool periodic, int offsets[3]) {
 constexpr int SharedRowCapacity = 1024;
 
 /**
+ * Whether j is a neighbour of center i (at xi): 0 < r < r_c after the minimum
+ * image; its sort key (distanceKey) in key.  Two particles at the same
+ * position are reported.
+ */
+template <typename real>
+__device__ inline bool acceptCandidate(int i, const real xi[3], int j, const real* positions, const GraphBox<real>& box, real cutoff2,
+                                       real invCutoff2, GraphStatus* status, uint32_t& key) {
+    real d[3] = {positions[3 * j] - xi[0], positions[3 * j + 1] - xi[1], positions[3 * j + 2] - xi[2]};
+    minimumImage(d, box);
+    real r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2];
+    if (j != i && r2 == 0)
+        reportError(status, GraphErrorSamePosition, min(i, j), max(i, j), 0.0);
+    key = distanceKey(r2, invCutoff2);
+    return j != i && r2 < cutoff2 && r2 > 0;
+}
+
+/**
+ * Rank sort of a collected row (entries in any order) by (key, index) into
+ * neighbors[i][0, stored): each entry's rank is the number of entries before
+ * it.  Entries first, first + stride, ... are this thread's.
+ */
+__device__ inline void sortRow(const uint32_t* keys, const int* scratch, int stored, int i, int capacity, int* neighbors, int first,
+                               int stride) {
+    for (int e = first; e < stored; e += stride) {
+        const uint32_t key = keys[e];
+        const int j = scratch[e];
+        int rank = 0;
+        for (int f = 0; f < stored; f++) {
+            uint32_t otherKey = keys[f];
+            int other = scratch[f];
+            rank += (otherKey < key || (otherKey == key && other < j)) ? 1 : 0;
+        }
+        neighbors[(size_t) i * capacity + rank] = j;
+    }
+}
+
+/**
  * One warp's row of center i while it is collected: candidates are offered
  * 32 at a time (one per lane, in any order), the accepted ones (0 < r < r_c)
  * go to the warp's scratch with their keys, and finish() sorts the row by
@@ -188,19 +225,10 @@ template <typename real> struct RowBuilder {
         }
     }
 
-    /** Lane's candidate j (-1: none); called by all 32 lanes.  Two particles at the same position are reported. */
+    /** Lane's candidate j (-1: none); called by all 32 lanes. */
     __device__ void offer(int j, const real* positions, const GraphBox<real>& box, GraphStatus* status) {
-        bool accept = false;
         uint32_t key = 0;
-        if (j >= 0) {
-            real d[3] = {positions[3 * j] - xi[0], positions[3 * j + 1] - xi[1], positions[3 * j + 2] - xi[2]};
-            minimumImage(d, box);
-            real r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2];
-            if (j != i && r2 == 0)
-                reportError(status, GraphErrorSamePosition, min(i, j), max(i, j), 0.0);
-            accept = j != i && r2 < cutoff2 && r2 > 0;
-            key = distanceKey(r2, invCutoff2);
-        }
+        const bool accept = j >= 0 && acceptCandidate(i, xi, j, positions, box, cutoff2, invCutoff2, status, key);
         unsigned mask = __ballot_sync(0xffffffff, accept);
         int position = count + __popc(mask & ((1u << lane) - 1));
         if (accept && position < capacity) {
@@ -216,18 +244,7 @@ template <typename real> struct RowBuilder {
             atomicMax(&status->maxRowCount, count);
         const int stored = min(count, capacity);
         __syncwarp();
-        // Rank sort by (key, index): each entry's rank is the number of entries before it.
-        for (int e = lane; e < stored; e += 32) {
-            const uint32_t key = keys[e];
-            const int j = scratch[e];
-            int rank = 0;
-            for (int f = 0; f < stored; f++) {
-                uint32_t otherKey = keys[f];
-                int other = scratch[f];
-                rank += (otherKey < key || (otherKey == key && other < j)) ? 1 : 0;
-            }
-            neighbors[(size_t) i * capacity + rank] = j;
-        }
+        sortRow(keys, scratch, stored, i, capacity, neighbors, lane, 32);
         if (lane == 0)
             rowCount[i] = stored;
         __syncwarp(); // the scratch is rewritten by this warp's next row
@@ -274,25 +291,61 @@ __global__ void buildRowsKernel(const real* __restrict__ positions, int firstCen
 }
 
 /**
- * The rows of small systems (n <= AllPairsLimit): every particle is a
- * candidate of every row, offered in index order straight from the
- * positions, with no cell grid, sort or indirection.  The same rows as
- * buildRowsKernel (each row is sorted by (key, index) whatever the order of
- * its candidates).
+ * The rows of small systems (n <= AllPairsLimit): one block per row, every
+ * particle a candidate, offered in index order straight from the positions
+ * (no cell grid, sort or indirection), the block's warps taking every
+ * WarpsPerBlock-th batch of 32.  The warps append what they accept to the
+ * block's scratch (shared memory up to SharedRowCapacity, else global, one
+ * row per block) in whatever order they come; the rank sort by (key, index)
+ * then gives the same rows as buildRowsKernel.
  */
 template <typename real>
-__global__ void buildRowsAllPairsKernel(const real* __restrict__ positions, int n, int firstCenter, int numCenters, GraphBox<real> box,
-                                        real cutoff, int capacity, int* __restrict__ unsortedScratch, uint32_t* __restrict__ keyScratch,
-                                        int* __restrict__ neighbors, int* __restrict__ rowCount, GraphStatus* status) {
+__global__ void __launch_bounds__(32 * WarpsPerBlock)
+    buildRowsAllPairsKernel(const real* __restrict__ positions, int n, int firstCenter, int numCenters, GraphBox<real> box, real cutoff,
+                            int capacity, int* __restrict__ unsortedScratch, uint32_t* __restrict__ keyScratch, int* __restrict__ neighbors,
+                            int* __restrict__ rowCount, GraphStatus* status) {
+    extern __shared__ unsigned char rowShared[];
+    __shared__ int count;
     const int lane = threadIdx.x & 31;
-    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int numWarps = (gridDim.x * blockDim.x) >> 5;
-    for (int b = warp; b < numCenters; b += numWarps) {
-        RowBuilder<real> row(positions, firstCenter + b, cutoff, capacity, unsortedScratch, keyScratch);
-#pragma unroll 4
-        for (int base = 0; base < n; base += 32)
-            row.offer(base + lane < n ? base + lane : -1, positions, box, status);
-        row.finish(neighbors, rowCount, status);
+    int* scratch;
+    uint32_t* keys;
+    if (capacity <= SharedRowCapacity) {
+        scratch = reinterpret_cast<int*>(rowShared);
+        keys = reinterpret_cast<uint32_t*>(rowShared) + capacity;
+    }
+    else {
+        scratch = unsortedScratch + (size_t) blockIdx.x * capacity;
+        keys = keyScratch + (size_t) blockIdx.x * capacity;
+    }
+    const real cutoff2 = cutoff * cutoff, invCutoff2 = 1 / cutoff2;
+    for (int b = blockIdx.x; b < numCenters; b += gridDim.x) {
+        const int i = firstCenter + b;
+        const real xi[3] = {positions[3 * i], positions[3 * i + 1], positions[3 * i + 2]};
+        if (threadIdx.x == 0)
+            count = 0;
+        __syncthreads();
+        for (int base = (threadIdx.x >> 5) * 32; base < n; base += blockDim.x) {
+            const int j = base + lane;
+            uint32_t key = 0;
+            const bool accept = j < n && acceptCandidate(i, xi, j, positions, box, cutoff2, invCutoff2, status, key);
+            const unsigned mask = __ballot_sync(0xffffffff, accept);
+            int start = 0;
+            if (lane == 0 && mask != 0)
+                start = atomicAdd(&count, __popc(mask));
+            const int position = __shfl_sync(0xffffffff, start, 0) + __popc(mask & ((1u << lane) - 1));
+            if (accept && position < capacity) {
+                scratch[position] = j;
+                keys[position] = key;
+            }
+        }
+        __syncthreads();
+        const int total = count, stored = min(total, capacity);
+        if (threadIdx.x == 0) {
+            atomicMax(&status->maxRowCount, total);
+            rowCount[i] = stored;
+        }
+        sortRow(keys, scratch, stored, i, capacity, neighbors, threadIdx.x, blockDim.x);
+        __syncthreads(); // the scratch and the count are rewritten for the block's next row
     }
 }
 
@@ -350,12 +403,12 @@ void launchBuildRows(const double* positions, int firstCenter, int numCenters, G
 void launchBuildRowsAllPairs(const double* positions, int n, int firstCenter, int numCenters, GraphBox<double> box, double cutoff,
                              int capacity, int scratchRows, int* unsortedScratch, uint32_t* keyScratch, int* neighbors, int* rowCount,
                              GraphStatus* status, cudaStream_t stream) {
-    const int threads = 32 * WarpsPerBlock;
     if (numCenters == 0)
         return;
-    const size_t warps = std::min<size_t>(numCenters, scratchRows);
-    const size_t shared = capacity <= SharedRowCapacity ? (size_t) WarpsPerBlock * capacity * (sizeof(int) + sizeof(uint32_t)) : 0;
-    buildRowsAllPairsKernel<double><<<(unsigned) ((warps + WarpsPerBlock - 1) / WarpsPerBlock), threads, shared, stream>>>(
+    // One row per block; global scratch (beyond SharedRowCapacity) holds scratchRows rows, one per block.
+    const int blocks = std::min(numCenters, std::max(1, scratchRows));
+    const size_t shared = capacity <= SharedRowCapacity ? (size_t) capacity * (sizeof(int) + sizeof(uint32_t)) : 0;
+    buildRowsAllPairsKernel<double><<<blocks, 32 * WarpsPerBlock, shared, stream>>>(
         positions, n, firstCenter, numCenters, box, cutoff, capacity, unsortedScratch, keyScratch, neighbors, rowCount, status);
 }
 
