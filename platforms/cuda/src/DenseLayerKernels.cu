@@ -254,8 +254,13 @@ __global__ void __launch_bounds__(256, RPT == 8 ? 2 : 1)
 }
 
 /** Copies one `real` from global to shared memory asynchronously (zero when !valid; src is then not read). */
-template <typename real> __device__ inline void copyAsync(real* dst, const real* src, bool valid) {
-    __pipeline_memcpy_async(dst, src, sizeof(real), valid ? 0 : sizeof(real));
+/**
+ * Copies the first `valid` of V consecutive `real`s from global to shared
+ * memory asynchronously and zeroes the rest (V sizeof(real) is 4, 8 or 16
+ * bytes; both addresses aligned to it).  With valid = 0, src is not read.
+ */
+template <typename real, int V> __device__ inline void copyAsync(real* dst, const real* src, int valid) {
+    __pipeline_memcpy_async(dst, src, V * sizeof(real), (V - valid) * sizeof(real));
 }
 
 /**
@@ -264,27 +269,33 @@ template <typename real> __device__ inline void copyAsync(real* dst, const real*
  * with 16-row tiles, where the 16-row kernel's time is the chain of k-slice
  * loads.  A tile of 8 rows by 32 columns per block of 128 threads, each
  * thread one row and columns c and c + 16; k is streamed through shared
- * memory in slices of SmallSlice with asynchronous copies, SmallStages slices
+ * memory in slices of Slice with asynchronous copies, Stages - 1 slices
  * in flight, so the loads of the next slices overlap the products of this
- * one and no register holds a prefetched value.  Backward: dE/dz = A act'(z)
- * (times the timestep) is formed in shared memory when a slice has landed.
+ * one and no register holds a prefetched value.  The copies move 16 bytes at
+ * a time when every row and weight stride and base address allows it
+ * (`vector`, decided on the host), else one value at a time.  Backward:
+ * dE/dz = A act'(z) (times the timestep) is formed in shared memory when a
+ * slice has landed.
  */
 template <typename real> struct SmallTile {
     static constexpr int Rows = 8, Cols = 32, Threads = 128, Stages = 3;
     static constexpr int Slice = sizeof(real) == 4 ? 64 : 32;
-    real a[Stages][Rows][Slice];        ///< A(row, k) (backward: dE/dz once formed)
-    real b[Stages][Slice * (Cols + 1)]; ///< forward [Cols][Slice + 1], backward [Slice][Cols] (both conflict-free in the products)
-    real deriv[Stages][Rows][Slice];    ///< backward: act'(z)
-    real timestep[Stages][Slice];       ///< backward, residual: the timestep
+    static constexpr int Vector = 16 / sizeof(real); ///< values per 16-byte copy
+    static constexpr int BStride = Slice + Vector;   ///< forward B rows: 16-byte aligned, conflict-free for 16-byte reads
+    real a[Stages][Rows][Slice];                     ///< A(row, k) (backward: dE/dz once formed)
+    real b[Stages][Cols * BStride];                  ///< forward [Cols][BStride], backward [Slice][Cols]
+    real deriv[Stages][Rows][Slice];                 ///< backward: act'(z)
+    real timestep[Stages][Slice];                    ///< backward, residual: the timestep
 };
 
 template <typename real, bool Forward>
 __global__ void __launch_bounds__(SmallTile<real>::Threads)
     denseSmallKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ A, int aStride, int aMapped, int K,
                      int N, int ldw, int activation, int residual, real* __restrict__ deriv, int derivStride, real* __restrict__ out,
-                     int outStride, int outMapped) {
+                     int outStride, int outMapped, int vector) {
     using Tile = SmallTile<real>;
     constexpr int Rows = Tile::Rows, Cols = Tile::Cols, Slice = Tile::Slice, Stages = Tile::Stages, Threads = Tile::Threads;
+    constexpr int BStride = Tile::BStride;
     __shared__ __align__(16) Tile tile;
     const int group = groupOfTile(batch, blockIdx.x);
     const int rowBase = batch.rowStart[group] + (blockIdx.x - batch.tileStart[group]) * Rows;
@@ -295,33 +306,45 @@ __global__ void __launch_bounds__(SmallTile<real>::Threads)
     const int* aMap = aMapped ? rowNodes : nullptr;
     const int numSlices = (K + Slice - 1) / Slice;
     const bool scaleA = !Forward && (activation != GraphIdentity || residual);
-    // Issue the copies of slice s into stage s % Stages (nothing past the last slice; the group is committed anyway).
+    const bool withDeriv = !Forward && activation != GraphIdentity, withTimestep = !Forward && residual;
+    // The copies of slice s into stage s % Stages, V values per copy.
+    auto issueWith = [&](auto width, int s) {
+        constexpr int V = decltype(width)::value, KV = Slice / V;
+        const int stage = s % Stages, k0 = s * Slice;
+        for (int e = threadIdx.x; e < Rows * KV; e += Threads) {
+            const int r = e / KV, kk = (e % KV) * V, row = rowBase + r, k = k0 + kk;
+            const int valid = row < rowEnd ? max(0, min(V, K - k)) : 0;
+            const size_t a = valid > 0 ? rowIndex(batch, aMap, row) : 0;
+            copyAsync<real, V>(&tile.a[stage][r][kk], valid > 0 ? A + a * aStride + k : A, valid);
+            if (withDeriv)
+                copyAsync<real, V>(&tile.deriv[stage][r][kk],
+                                   valid > 0 ? deriv + (size_t) (row - batch.chunkStart) * derivStride + k : deriv, valid);
+        }
+        if (Forward) // B(k, c) = W[c][k], stored [c][k]: consecutive threads read consecutive k
+            for (int e = threadIdx.x; e < Cols * KV; e += Threads) {
+                const int cc = e / KV, kk = (e % KV) * V, col = colBase + cc, k = k0 + kk;
+                const int valid = col < N ? max(0, min(V, K - k)) : 0;
+                copyAsync<real, V>(&tile.b[stage][cc * BStride + kk], valid > 0 ? W + (size_t) col * ldw + k : W, valid);
+            }
+        else // B(k, c) = W[k][c], stored [k][c]: consecutive threads read consecutive c
+            for (int e = threadIdx.x; e < Slice * (Cols / V); e += Threads) {
+                const int kk = e / (Cols / V), cc = (e % (Cols / V)) * V, col = colBase + cc, k = k0 + kk;
+                const int valid = k < K ? max(0, min(V, N - col)) : 0;
+                copyAsync<real, V>(&tile.b[stage][kk * Cols + cc], valid > 0 ? W + (size_t) k * ldw + col : W, valid);
+            }
+        if (withTimestep)
+            for (int e = threadIdx.x; e < KV; e += Threads) {
+                const int kk = e * V, valid = max(0, min(V, K - (k0 + kk)));
+                copyAsync<real, V>(&tile.timestep[stage][kk], valid > 0 ? timestep + k0 + kk : timestep, valid);
+            }
+    };
+    // Nothing past the last slice; the group is committed anyway, so that the wait below counts slices.
     auto issue = [&](int s) {
         if (s < numSlices) {
-            const int stage = s % Stages, k0 = s * Slice;
-            for (int e = threadIdx.x; e < Rows * Slice; e += Threads) {
-                const int r = e / Slice, kk = e % Slice, row = rowBase + r, k = k0 + kk;
-                const bool valid = row < rowEnd && k < K;
-                const size_t a = valid ? rowIndex(batch, aMap, row) : 0;
-                copyAsync(&tile.a[stage][r][kk], A + (valid ? a * aStride + k : 0), valid);
-                if (!Forward && activation != GraphIdentity)
-                    copyAsync(&tile.deriv[stage][r][kk], deriv + (valid ? (size_t) (row - batch.chunkStart) * derivStride + k : 0), valid);
-            }
-            for (int e = threadIdx.x; e < Cols * Slice; e += Threads) {
-                if (Forward) { // B(k, c) = W[c][k]: consecutive threads read consecutive k
-                    const int cc = e / Slice, kk = e % Slice, col = colBase + cc, k = k0 + kk;
-                    const bool valid = col < N && k < K;
-                    copyAsync(&tile.b[stage][cc * (Slice + 1) + kk], W + (valid ? (size_t) col * ldw + k : 0), valid);
-                }
-                else { // B(k, c) = W[k][c]: consecutive threads read consecutive c
-                    const int kk = e / Cols, cc = e % Cols, col = colBase + cc, k = k0 + kk;
-                    const bool valid = col < N && k < K;
-                    copyAsync(&tile.b[stage][kk * Cols + cc], W + (valid ? (size_t) k * ldw + col : 0), valid);
-                }
-            }
-            if (!Forward && residual)
-                for (int kk = threadIdx.x; kk < Slice; kk += Threads)
-                    copyAsync(&tile.timestep[stage][kk], timestep + (k0 + kk < K ? k0 + kk : 0), k0 + kk < K);
+            if (vector)
+                issueWith(std::integral_constant<int, Tile::Vector>(), s);
+            else
+                issueWith(std::integral_constant<int, 1>(), s);
         }
         __pipeline_commit();
     };
@@ -338,9 +361,9 @@ __global__ void __launch_bounds__(SmallTile<real>::Threads)
             // Each row is scaled by the 16 threads that multiply it (half a warp): a warp barrier is enough.
             for (int kk = c; kk < Slice; kk += 16) {
                 real value = tile.a[stage][r][kk];
-                if (activation != GraphIdentity)
+                if (withDeriv)
                     value *= tile.deriv[stage][r][kk];
-                if (residual)
+                if (withTimestep)
                     value *= tile.timestep[stage][kk];
                 tile.a[stage][r][kk] = value;
             }
@@ -349,16 +372,33 @@ __global__ void __launch_bounds__(SmallTile<real>::Threads)
         const int count = min(Slice, K - s * Slice);
         const real* a = tile.a[stage][r];
         const real* b = tile.b[stage];
-        if (Forward)
-            for (int kk = 0; kk < count; kk++) {
-                acc0 = fma(a[kk], b[c * (Slice + 1) + kk], acc0);
-                acc1 = fma(a[kk], b[(c + 16) * (Slice + 1) + kk], acc1);
+        // Four k at a time from 16-byte aligned shared memory, then the rest one by one: k in order.
+        int kk = 0;
+        for (; kk + 4 <= count; kk += 4) {
+            real a4[4], b0[4], b1[4];
+            loadShared<real, 4>(a + kk, a4);
+            if (Forward) {
+                loadShared<real, 4>(b + c * BStride + kk, b0);
+                loadShared<real, 4>(b + (c + 16) * BStride + kk, b1);
             }
-        else
-            for (int kk = 0; kk < count; kk++) {
-                acc0 = fma(a[kk], b[kk * Cols + c], acc0);
-                acc1 = fma(a[kk], b[kk * Cols + c + 16], acc1);
+            else
+#pragma unroll
+                for (int x = 0; x < 4; x++) {
+                    b0[x] = b[(kk + x) * Cols + c];
+                    b1[x] = b[(kk + x) * Cols + c + 16];
+                }
+#pragma unroll
+            for (int x = 0; x < 4; x++) {
+                acc0 = fma(a4[x], b0[x], acc0);
+                acc1 = fma(a4[x], b1[x], acc1);
             }
+        }
+        for (; kk < count; kk++) {
+            const real b0 = Forward ? b[c * BStride + kk] : b[kk * Cols + c];
+            const real b1 = Forward ? b[(c + 16) * BStride + kk] : b[kk * Cols + c + 16];
+            acc0 = fma(a[kk], b0, acc0);
+            acc1 = fma(a[kk], b1, acc1);
+        }
     }
     const int row = rowBase + r;
     if (row >= rowEnd)
@@ -372,6 +412,26 @@ __global__ void __launch_bounds__(SmallTile<real>::Threads)
                                         a, o, local, colBase + c + 16, acc1);
 }
 
+/**
+ * Whether denseSmallKernel may copy 16 bytes at a time: every row of A (and
+ * of act'(z)) and of each group's weights starts 16-byte aligned.
+ */
+template <typename real>
+bool smallTileVectorCopies(const DenseBatch<real>& batch, const real* A, int aStride, int ldw, const real* deriv, int derivStride,
+                           bool forward, bool withDeriv, bool residual) {
+    constexpr int V = SmallTile<real>::Vector;
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    bool ok = aligned(A) && aStride % V == 0 && ldw % V == 0;
+    if (!forward && withDeriv)
+        ok = ok && aligned(deriv) && derivStride % V == 0;
+    for (int g = 0; g < batch.numGroups; g++) {
+        ok = ok && aligned(batch.weight[g]);
+        if (!forward && residual)
+            ok = ok && aligned(batch.timestep[g]);
+    }
+    return ok;
+}
+
 /** Launches denseGemmKernel (denseSmallKernel for 8-row tiles) with the batch's tile. */
 template <typename real, bool Forward>
 void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const int* rowNodes, const real* A, int aStride, bool aMapped,
@@ -381,10 +441,13 @@ void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const
     denseGemmKernel<real, Forward, RPT, CPT><<<blocks, 256, 0, stream>>>(batch, rowNodes, A, aStride, aMapped ? 1 : 0, K, N, ldw,          \
                                                                          activation, residual ? 1 : 0, deriv, derivStride, out, outStride, \
                                                                          outMapped ? 1 : 0)
-    if (batch.tileRows == 8)
-        denseSmallKernel<real, Forward><<<blocks, SmallTile<real>::Threads, 0, stream>>>(batch, rowNodes, A, aStride, aMapped ? 1 : 0, K, N,
-                                                                                         ldw, activation, residual ? 1 : 0, deriv,
-                                                                                         derivStride, out, outStride, outMapped ? 1 : 0);
+    if (batch.tileRows == 8) {
+        const bool vector =
+            smallTileVectorCopies(batch, A, aStride, ldw, deriv, derivStride, Forward, activation != GraphIdentity, residual);
+        denseSmallKernel<real, Forward><<<blocks, SmallTile<real>::Threads, 0, stream>>>(
+            batch, rowNodes, A, aStride, aMapped ? 1 : 0, K, N, ldw, activation, residual ? 1 : 0, deriv, derivStride, out, outStride,
+            outMapped ? 1 : 0, vector ? 1 : 0);
+    }
     else if (batch.tileRows == 16)
         GRAPH_GEMM(1, 4);
     else if (batch.tileRows == 32)
