@@ -33,36 +33,12 @@ def main() -> None:
                         help="another GraphForce property, e.g. CudaChunkRows=4096 (repeatable)")
     args = parser.parse_args()
 
-    import openmm
-    import openmmgraph
-    from openmmgraph.grades import lattice_system, make_model
-    import os
-    import tempfile
+    from standard_context import standard_context
 
-    model = make_model(grade=args.grade, seed=0)
-    directory = tempfile.mkdtemp()
-    path = os.path.join(directory, f"{args.grade}.safetensors")
-    model.write(path)
-    force = openmmgraph.GraphForce(path)
-    force.setProperty("CudaGraph", args.cuda_graph)
-    for setting in args.property:
-        key, separator, value = setting.partition("=")
-        if not separator:
-            parser.error(f"--property {setting!r}: expected KEY=VALUE")
-        force.setProperty(key, value)
-    n_types = force.getNumTypes()
-    positions, types, box = lattice_system(args.n, n_types=n_types, seed=0)
-    system = openmm.System()
-    for i in range(args.n):
-        system.addParticle(28.0)
-        force.addParticle(i, int(types[i]))
-    force.setUsesPeriodicBoundaryConditions(True)
-    system.setDefaultPeriodicBoxVectors(*[openmm.Vec3(*map(float, row)) for row in box])
-    system.addForce(force)
-    integrator = openmm.VerletIntegrator(0.001)
-    platform = openmm.Platform.getPlatformByName("CUDA")
-    context = openmm.Context(system, integrator, platform, {"Precision": args.precision, "DeviceIndex": args.device_index})
-    context.setPositions(positions)
+    try:
+        context, integrator = standard_context(args.grade, args.n, args.precision, args.cuda_graph, args.property, args.device_index)
+    except ValueError as error:
+        parser.error(f"--property: {error}")
     for _ in range(3):
         context.getState(getForces=True)
     cudart = None

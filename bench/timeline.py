@@ -25,38 +25,7 @@ import json
 import os
 import tempfile
 
-
-def build_context(args):
-    import openmm
-    import openmmgraph
-    from openmmgraph.grades import lattice_system, make_model
-
-    model = make_model(grade=args.grade, seed=0)
-    directory = tempfile.mkdtemp()
-    path = os.path.join(directory, f"{args.grade}.safetensors")
-    model.write(path)
-    force = openmmgraph.GraphForce(path)
-    force.setProperty("CudaGraph", args.cuda_graph)
-    for setting in args.property:
-        key, _, value = setting.partition("=")
-        force.setProperty(key, value)
-    positions, types, box = lattice_system(args.n, n_types=force.getNumTypes(), seed=0)
-    system = openmm.System()
-    for i in range(args.n):
-        system.addParticle(28.0)
-        force.addParticle(i, int(types[i]))
-    force.setUsesPeriodicBoundaryConditions(True)
-    system.setDefaultPeriodicBoxVectors(*[openmm.Vec3(*map(float, row)) for row in box])
-    if args.floor:
-        trivial = openmm.CustomExternalForce("0")
-        system.addForce(trivial)
-    else:
-        system.addForce(force)
-    integrator = openmm.VerletIntegrator(0.001)
-    platform = openmm.Platform.getPlatformByName("CUDA")
-    context = openmm.Context(system, integrator, platform, {"Precision": args.precision})
-    context.setPositions(positions)
-    return context, integrator
+from standard_context import standard_context
 
 
 OPENMM_KERNELS = ("integrateVerlet", "clearBuffers", "clearTwoBuffers", "clearSixBuffers", "clearFourBuffers", "reduceForces",
@@ -85,7 +54,7 @@ def main() -> None:
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.init()
-    context, integrator = build_context(args)
+    context, integrator = standard_context(args.grade, args.n, args.precision, args.cuda_graph, args.property, floor=args.floor)
     integrator.step(20)
     context.getState(getEnergy=True)
     start = time.perf_counter()

@@ -84,6 +84,28 @@ template <typename real> __device__ inline size_t rowIndex(const DenseBatch<real
 }
 
 /**
+ * Where a block's output tile lies (blockIdx.x: its row tile in the batch,
+ * blockIdx.y: its column tile): the group (type) of its rows, the first row
+ * and the group's end, the first column, and the group's weights and
+ * timestep; aMap is the row map of A when A is read by node.
+ */
+template <typename real> struct DenseTileOrigin {
+    int group, rowBase, rowEnd, colBase;
+    const real* __restrict__ W;
+    const real* __restrict__ timestep;
+    const int* aMap;
+    __device__ DenseTileOrigin(const DenseBatch<real>& batch, int rows, int cols, const int* rowNodes, int aMapped) {
+        group = groupOfTile(batch, blockIdx.x);
+        rowBase = batch.rowStart[group] + (blockIdx.x - batch.tileStart[group]) * rows;
+        rowEnd = batch.rowStart[group + 1];
+        colBase = blockIdx.y * cols;
+        W = batch.weight[group];
+        timestep = batch.timestep[group];
+        aMap = aMapped ? rowNodes : nullptr;
+    }
+};
+
+/**
  * The epilogue of the dense kernels for output (row, col) of the row's group,
  * from C = acc (see denseGemmKernel); a, o and local are the row's index in A,
  * in out and in the chunk (rowIndex):
@@ -134,13 +156,11 @@ __global__ void __launch_bounds__(256, RPT == 8 ? 2 : 1)
     __shared__ __align__(16) real As[2][TileK][Rows + SharedPad];
     __shared__ __align__(16) real Bs[2][TileK][Cols + SharedPad];
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-    const int group = groupOfTile(batch, blockIdx.x);
-    const int rowBase = batch.rowStart[group] + (blockIdx.x - batch.tileStart[group]) * Rows;
-    const int rowEnd = batch.rowStart[group + 1];
-    const int colBase = blockIdx.y * Cols;
-    const real* __restrict__ W = batch.weight[group];
-    const real* __restrict__ timestep = batch.timestep[group];
-    const int* aMap = aMapped ? rowNodes : nullptr;
+    const DenseTileOrigin<real> origin(batch, Rows, Cols, rowNodes, aMapped);
+    const int group = origin.group, rowBase = origin.rowBase, rowEnd = origin.rowEnd, colBase = origin.colBase;
+    const real* __restrict__ W = origin.W;
+    const real* __restrict__ timestep = origin.timestep;
+    const int* aMap = origin.aMap;
     // The A rows this thread loads (fixed over k): element e = threadIdx.x + 256 * m, kk = e % TileK, rr = e / TileK,
     // kept as 32-bit row indices (-1: past the group's end) to spare registers.
     const int aK = threadIdx.x % TileK;
@@ -297,13 +317,11 @@ __global__ void __launch_bounds__(SmallTile<real>::Threads)
     constexpr int Rows = Tile::Rows, Cols = Tile::Cols, Slice = Tile::Slice, Stages = Tile::Stages, Threads = Tile::Threads;
     constexpr int BStride = Tile::BStride;
     __shared__ __align__(16) Tile tile;
-    const int group = groupOfTile(batch, blockIdx.x);
-    const int rowBase = batch.rowStart[group] + (blockIdx.x - batch.tileStart[group]) * Rows;
-    const int rowEnd = batch.rowStart[group + 1];
-    const int colBase = blockIdx.y * Cols;
-    const real* __restrict__ W = batch.weight[group];
-    const real* __restrict__ timestep = batch.timestep[group];
-    const int* aMap = aMapped ? rowNodes : nullptr;
+    const DenseTileOrigin<real> origin(batch, Rows, Cols, rowNodes, aMapped);
+    const int group = origin.group, rowBase = origin.rowBase, rowEnd = origin.rowEnd, colBase = origin.colBase;
+    const real* __restrict__ W = origin.W;
+    const real* __restrict__ timestep = origin.timestep;
+    const int* aMap = origin.aMap;
     const int numSlices = (K + Slice - 1) / Slice;
     const bool scaleA = !Forward && (activation != GraphIdentity || residual);
     const bool withDeriv = !Forward && activation != GraphIdentity, withTimestep = !Forward && residual;

@@ -1,0 +1,49 @@
+"""The standard benchmark system of one grade and size in an OpenMM Context.
+
+Shared by bench/profile_kernels.py and bench/timeline.py: the grade's model
+(``openmmgraph.grades.make_model(grade, seed=0)``) in a GraphForce on the
+standard lattice system of docs/benchmarks.md (``lattice_system(n, seed=0)``,
+periodic, mass 28), a 1 fs VerletIntegrator, on the CUDA platform.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+
+def standard_context(grade: str, n: int, precision: str = "mixed", cuda_graph: str = "auto", properties=(),
+                     device_index: str = "0", floor: bool = False):
+    """(context, integrator) of the standard system.
+
+    properties: "KEY=VALUE" strings, more GraphForce properties (ValueError when
+    one has no "="); floor: the same System with a trivial force in place of the
+    GraphForce (OpenMM's own step alone).
+    """
+    import openmm
+    import openmmgraph
+    from openmmgraph.grades import lattice_system, make_model
+
+    model = make_model(grade=grade, seed=0)
+    path = os.path.join(tempfile.mkdtemp(), f"{grade}.safetensors")
+    model.write(path)
+    force = openmmgraph.GraphForce(path)
+    force.setProperty("CudaGraph", cuda_graph)
+    for setting in properties:
+        key, separator, value = setting.partition("=")
+        if not separator:
+            raise ValueError(f"property {setting!r}: expected KEY=VALUE")
+        force.setProperty(key, value)
+    positions, types, box = lattice_system(n, n_types=force.getNumTypes(), seed=0)
+    system = openmm.System()
+    for i in range(n):
+        system.addParticle(28.0)
+        force.addParticle(i, int(types[i]))
+    force.setUsesPeriodicBoundaryConditions(True)
+    system.setDefaultPeriodicBoxVectors(*[openmm.Vec3(*map(float, row)) for row in box])
+    system.addForce(openmm.CustomExternalForce("0") if floor else force)
+    integrator = openmm.VerletIntegrator(0.001)
+    platform = openmm.Platform.getPlatformByName("CUDA")
+    context = openmm.Context(system, integrator, platform, {"Precision": precision, "DeviceIndex": device_index})
+    context.setPositions(positions)
+    return context, integrator
