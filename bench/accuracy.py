@@ -49,7 +49,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import openmm
     import openmmgraph
-    from openmmgraph.grades import lattice_system, make_model
+    from openmmgraph.grades import make_model
+    from standard_context import standard_system
 
     try:
         openmm.Platform.getPlatformByName("CUDA")
@@ -63,13 +64,7 @@ def main(argv=None) -> int:
         make_model(grade=grade, seed=0).write(path)
         for n in [int(x) for x in args.sizes.split(",")]:
             force = openmmgraph.GraphForce(path)
-            positions, types, box = lattice_system(n, n_types=force.getNumTypes(), seed=0)
-            system = openmm.System()
-            for i in range(n):
-                system.addParticle(28.0)
-                force.addParticle(i, int(types[i]))
-            force.setUsesPeriodicBoundaryConditions(True)
-            system.setDefaultPeriodicBoxVectors(*[openmm.Vec3(*map(float, row)) for row in box])
+            system, positions = standard_system(force, n)
             system.addForce(force)
             e_ref, f_ref, ref_s = evaluate(system, positions, "Reference", {})
             f_rms = float(np.sqrt(np.mean(np.sum(f_ref * f_ref, axis=1))))

@@ -1,6 +1,6 @@
 """The standard benchmark system of one grade and size in an OpenMM Context.
 
-Shared by bench/profile_kernels.py and bench/timeline.py: the grade's model
+Shared by bench/profile_kernels.py, bench/timeline.py and bench/accuracy.py: the grade's model
 (``openmmgraph.grades.make_model(grade, seed=0)``) in a GraphForce on the
 standard lattice system of docs/benchmarks.md (``lattice_system(n, seed=0)``,
 periodic, mass 28), a 1 fs VerletIntegrator, on the CUDA platform.
@@ -10,6 +10,21 @@ from __future__ import annotations
 
 import os
 import tempfile
+
+
+def standard_system(force, n: int):
+    """(system, positions): the standard lattice system of n particles with `force` (a GraphForce, its particles added here)."""
+    import openmm
+    from openmmgraph.grades import lattice_system
+
+    positions, types, box = lattice_system(n, n_types=force.getNumTypes(), seed=0)
+    system = openmm.System()
+    for i in range(n):
+        system.addParticle(28.0)
+        force.addParticle(i, int(types[i]))
+    force.setUsesPeriodicBoundaryConditions(True)
+    system.setDefaultPeriodicBoxVectors(*[openmm.Vec3(*map(float, row)) for row in box])
+    return system, positions
 
 
 def standard_context(grade: str, n: int, precision: str = "mixed", cuda_graph: str = "auto", properties=(),
@@ -22,7 +37,7 @@ def standard_context(grade: str, n: int, precision: str = "mixed", cuda_graph: s
     """
     import openmm
     import openmmgraph
-    from openmmgraph.grades import lattice_system, make_model
+    from openmmgraph.grades import make_model
 
     model = make_model(grade=grade, seed=0)
     path = os.path.join(tempfile.mkdtemp(), f"{grade}.safetensors")
@@ -34,13 +49,7 @@ def standard_context(grade: str, n: int, precision: str = "mixed", cuda_graph: s
         if not separator:
             raise ValueError(f"property {setting!r}: expected KEY=VALUE")
         force.setProperty(key, value)
-    positions, types, box = lattice_system(n, n_types=force.getNumTypes(), seed=0)
-    system = openmm.System()
-    for i in range(n):
-        system.addParticle(28.0)
-        force.addParticle(i, int(types[i]))
-    force.setUsesPeriodicBoundaryConditions(True)
-    system.setDefaultPeriodicBoxVectors(*[openmm.Vec3(*map(float, row)) for row in box])
+    system, positions = standard_system(force, n)
     system.addForce(openmm.CustomExternalForce("0") if floor else force)
     integrator = openmm.VerletIntegrator(0.001)
     platform = openmm.Platform.getPlatformByName("CUDA")
