@@ -64,9 +64,9 @@ void launchBuildRows(const double* positions, int firstCenter, int numCenters, G
 /**
  * Systems up to this many particles build their rows with
  * launchBuildRowsAllPairs: every particle is a candidate of every row (no
- * cell grid, sort or indirection: at 1,024 particles of liquid density a
- * periodic box has at most 3 cells a side, so the 27 cells of a row hold
- * every particle anyway).
+ * cell grid, sort or indirection).  For the standard systems (0.6 nm cut-off,
+ * 100 particles/nm^3) a periodic box of 1,024 particles has 3 cells a side,
+ * so the 27 cells of a row hold every particle anyway.
  */
 constexpr int AllPairsLimit = 1024;
 
