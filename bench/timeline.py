@@ -25,8 +25,6 @@ import json
 import os
 import tempfile
 
-from standard_context import standard_context
-
 
 OPENMM_KERNELS = ("integrateVerlet", "clearBuffers", "clearTwoBuffers", "clearSixBuffers", "clearFourBuffers", "reduceForces",
                   "reduceEnergy", "computePerDof", "applyPositionDeltas", "findBlockBounds", "sortShortList", "computeCenterOfMass",
@@ -35,6 +33,69 @@ OPENMM_KERNELS = ("integrateVerlet", "clearBuffers", "clearTwoBuffers", "clearSi
 
 def is_openmm(name: str) -> bool:
     return any(name.startswith(k) or k in name for k in OPENMM_KERNELS)
+
+
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def gpu_events(trace: dict) -> list:
+    """The kernels, copies and memsets of a Chrome trace (PyTorch's profiler), by start time."""
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES]
+    return sorted(events, key=lambda e: float(e["ts"]))
+
+
+def analyse(events: list, step_marker: str = "integrateVerletPart1") -> dict:
+    """Per-step figures of a GPU timeline, in microseconds.
+
+    A step starts at OpenMM's first integration kernel (step_marker); the
+    first and the last (partial) steps are left out.  Per step: span (from
+    one marker to the next), busy (the union of the activity intervals),
+    idle = span - busy; per activity name: count, time and the gap before it
+    (from the end of everything before it in the step, 0 when it overlaps).
+    "graph" sums the activities that are not OpenMM's (is_openmm), "openmm"
+    OpenMM's.  Raises ValueError with fewer than three markers.
+    """
+    starts = [i for i, e in enumerate(events) if e["name"].startswith(step_marker)]
+    if len(starts) < 3:
+        raise ValueError(f"{len(starts)} step markers ({step_marker}) among {len(events)} GPU events: need at least 3")
+    per_name = collections.defaultdict(lambda: [0, 0.0, 0.0])  # count, duration, gap before
+    busy_total = span_total = 0.0
+    steps = len(starts) - 2
+    for s in range(1, len(starts) - 1):
+        chunk = events[starts[s]:starts[s + 1]]
+        t0 = float(chunk[0]["ts"])
+        end = t0
+        for e in chunk:
+            ts, dur = float(e["ts"]), float(e["dur"])
+            gap = max(0.0, ts - end)
+            busy_total += max(0.0, ts + dur - max(ts, end))
+            end = max(end, ts + dur)
+            entry = per_name[e["name"][:90]]
+            entry[0] += 1
+            entry[1] += dur
+            entry[2] += gap
+        span_total += float(events[starts[s + 1]]["ts"]) - t0
+    kernels = {name: {"count": c / steps, "us": d / steps, "gap_us": g / steps} for name, (c, d, g) in per_name.items()}
+
+    def total(openmm: bool, key: str) -> float:
+        return sum(v[key] for k, v in kernels.items() if is_openmm(k) == openmm)
+
+    return {"steps": steps, "span_us": span_total / steps, "busy_us": busy_total / steps, "idle_us": (span_total - busy_total) / steps,
+            "graph_us": total(False, "us"), "graph_gap_us": total(False, "gap_us"), "openmm_us": total(True, "us"),
+            "openmm_gap_us": total(True, "gap_us"), "kernels": kernels}
+
+
+def report(label: str, wall_plain: float, wall: float, timeline) -> None:
+    print(f"{label}: wall {1e3 * wall_plain:.4f} ms per step unprofiled, {1e3 * wall:.4f} ms profiled")
+    if timeline is None:
+        return
+    t = timeline
+    print(f"{t['steps']} steps: {t['span_us']:.1f} us per step on the GPU timeline, busy {t['busy_us']:.1f} us, idle {t['idle_us']:.1f} us")
+    print(f"GraphForce: {t['graph_us']:.1f} us of kernels, {t['graph_gap_us']:.1f} us of gaps before them; "
+          f"OpenMM: {t['openmm_us']:.1f} us of kernels, {t['openmm_gap_us']:.1f} us of gaps before them")
+    print(f"{'per step':>8} {'us':>8} {'gap us':>8}  kernel")
+    for name, k in sorted(t["kernels"].items(), key=lambda kv: -kv[1]["us"]):
+        print(f"{k['count']:8.2f} {k['us']:8.2f} {k['gap_us']:8.2f}  {'[OpenMM] ' if is_openmm(name) else ''}{name}")
 
 
 def main() -> None:
@@ -47,14 +108,19 @@ def main() -> None:
     parser.add_argument("--property", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--floor", action="store_true", help="the same system without the GraphForce")
     parser.add_argument("--trace", help="also write the Chrome trace here")
+    parser.add_argument("--out", help="also write the figures here (JSON)")
     args = parser.parse_args()
 
     import time
     import torch
     from torch.profiler import ProfilerActivity, profile
+    from standard_context import standard_context
 
     torch.cuda.init()
-    context, integrator = standard_context(args.grade, args.n, args.precision, args.cuda_graph, args.property, floor=args.floor)
+    try:
+        context, integrator = standard_context(args.grade, args.n, args.precision, args.cuda_graph, args.property, floor=args.floor)
+    except ValueError as error:
+        parser.error(f"--property: {error}")
     integrator.step(20)
     context.getState(getEnergy=True)
     start = time.perf_counter()
@@ -69,50 +135,20 @@ def main() -> None:
     path = args.trace or os.path.join(tempfile.mkdtemp(), "trace.json")
     prof.export_chrome_trace(path)
     with open(path) as f:
-        trace = json.load(f)
-    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-    events.sort(key=lambda e: float(e["ts"]))
+        events = gpu_events(json.load(f))
     label = f"{'floor' if args.floor else args.grade} n={args.n} {args.precision} CudaGraph={args.cuda_graph} {' '.join(args.property)}"
-    print(f"{label}: wall {1e3 * wall_plain:.4f} ms per step unprofiled, {1e3 * wall:.4f} ms profiled")
+    timeline = None
     if not events:
         print("no GPU activity recorded (CUPTI unavailable?)")
-        return
-    # Steps start at OpenMM's first integration kernel.
-    starts = [i for i, e in enumerate(events) if e["name"].startswith("integrateVerletPart1")]
-    if len(starts) < 3:
-        print(f"only {len(starts)} step markers among {len(events)} events")
-        return
-    per_name = collections.defaultdict(lambda: [0, 0.0, 0.0])  # count, duration, gap before
-    busy_total = span_total = 0.0
-    steps = 0
-    for s in range(1, len(starts) - 1):  # whole steps only, skip the first
-        chunk = events[starts[s]:starts[s + 1]]
-        t0 = float(chunk[0]["ts"])
-        t1 = float(events[starts[s + 1]]["ts"])
-        busy = 0.0
-        end = t0
-        for e in chunk:
-            ts, dur = float(e["ts"]), float(e["dur"])
-            gap = max(0.0, ts - end)
-            busy += max(0.0, ts + dur - max(ts, end))
-            end = max(end, ts + dur)
-            entry = per_name[e["name"][:90]]
-            entry[0] += 1
-            entry[1] += dur
-            entry[2] += gap
-        busy_total += busy
-        span_total += t1 - t0
-        steps += 1
-    print(f"{steps} steps: {span_total / steps:.1f} us per step on the GPU timeline, busy {busy_total / steps:.1f} us, "
-          f"idle {(span_total - busy_total) / steps:.1f} us")
-    graph_busy = sum(v[1] for k, v in per_name.items() if not is_openmm(k)) / steps
-    graph_gaps = sum(v[2] for k, v in per_name.items() if not is_openmm(k)) / steps
-    print(f"GraphForce: {graph_busy:.1f} us of kernels, {graph_gaps:.1f} us of gaps before them; "
-          f"OpenMM: {sum(v[1] for k, v in per_name.items() if is_openmm(k)) / steps:.1f} us of kernels, "
-          f"{sum(v[2] for k, v in per_name.items() if is_openmm(k)) / steps:.1f} us of gaps before them")
-    print(f"{'per step':>8} {'us':>8} {'gap us':>8}  kernel")
-    for name, (count, dur, gap) in sorted(per_name.items(), key=lambda kv: -kv[1][1]):
-        print(f"{count / steps:8.2f} {dur / steps:8.2f} {gap / steps:8.2f}  {'' if not is_openmm(name) else '[OpenMM] '}{name}")
+    else:
+        try:
+            timeline = analyse(events)
+        except ValueError as error:
+            print(error)
+    report(label, wall_plain, wall, timeline)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"label": label, "wall_s": wall_plain, "profiled_wall_s": wall, "timeline": timeline}, f, indent=1)
 
 
 if __name__ == "__main__":
