@@ -14,6 +14,7 @@
 #            bench/profile_kernels.py, e.g. "--precision double"; NCU_ARGS: more arguments of ncu, e.g.
 #            "--cache-control none" to keep the caches warm between kernels, as in a run)
 #   bench    bench/run_benchmarks.py with $BENCH_ARGS
+#   timeline GPU timelines of real steps (bench/device/timeline.sh; TIMELINE_CASES, grade:n ..., default "small:512 small:10296")
 #   extra    bash $EXTRA_SCRIPT (after the rest; the package is installed)
 # "all" = test,py,bench (the default).
 set -uo pipefail
@@ -31,7 +32,7 @@ if has test; then
     ctest --test-dir "$BUILD" --output-on-failure -j 4 > "$OUT/ctest.log" 2>&1 || status=1
     grep -E "tests passed|Passed|Failed|\*\*\*" "$OUT/ctest.log" | tail -20
 fi
-if has py || has profile || has bench || has extra; then
+if has py || has profile || has bench || has timeline || has extra; then
     rm -rf /tmp/graph-py
     python3 -m pip install -q --upgrade --no-build-isolation --no-deps --no-index --target "$SITE" . -Ccmake.define.OPENMM_DIR="$OPENMM_LIBS" \
         -Cbuild-dir=/tmp/graph-py > "$OUT/pip.log" 2>&1 || { tail -30 "$OUT/pip.log"; exit 1; }
@@ -66,6 +67,10 @@ if has bench; then
     python3 bench/run_benchmarks.py ${BENCH_ARGS:---time-budget 900} --out "$OUT/bench.json" --plot "$OUT/bench.png" > "$OUT/bench.log" 2>&1 \
         || status=1
     tail -40 "$OUT/bench.log"
+fi
+if has timeline; then
+    bash bench/device/timeline.sh > "$OUT/timeline.log" 2>&1 || status=1
+    grep -E "wall|steps:|GraphForce:" "$OUT/timeline.log" | head -40
 fi
 if has extra; then
     bash "${EXTRA_SCRIPT:?}" > "$OUT/extra.log" 2>&1 || status=1

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Device-session extra (EXTRA_SCRIPT): GPU timelines of OpenMM steps with the
-# GraphForce (bench/timeline.py, PyTorch's profiler through CUPTI), for the
-# cases in TIMELINE_CASES (grade:n, default "small:512 small:10296"), with the
-# CUDA graph on and off, and OpenMM's floor (a trivial force) at each size.
+# The `timeline` part of scripts/device-session.sh: GPU timelines of OpenMM
+# steps with the GraphForce (bench/timeline.py, PyTorch's profiler through
+# CUPTI) for the cases in TIMELINE_CASES (grade:n, default "small:512
+# small:10296"), with the CUDA graph on and off, and OpenMM's floor (a
+# trivial force) at each size.  The figures also go to $OUT/timeline-*.json.
 #
-#   EXTRA_SCRIPT=bench/device/timeline.sh bash scripts/device-session.sh extra
+#   TIMELINE_CASES="small:512 medium:512" bash scripts/device-session.sh timeline
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/out}"
@@ -16,9 +17,11 @@ status=0
 for case in ${TIMELINE_CASES:-small:512 small:10296}; do
     grade=${case%%:*}; n=${case##*:}
     steps=$([ "$n" -le 20000 ] && echo 300 || echo 30)
-    for args in "--cuda-graph auto" "--cuda-graph false" "--floor" ${TIMELINE_EXTRA:-}; do
-        timeout 180 python3 bench/timeline.py --grade "$grade" --n "$n" --steps "$steps" $args 2>&1 | grep -v "^\[W" | head -45 \
-            || status=1
+    for mode in auto false floor; do
+        if [ "$mode" = floor ]; then args="--floor"; else args="--cuda-graph $mode"; fi
+        timeout 180 python3 bench/timeline.py --grade "$grade" --n "$n" --steps "$steps" $args \
+            --out "$OUT/timeline-$grade-$n-$mode.json" > "$OUT/timeline-$grade-$n-$mode.txt" 2>&1 || status=1
+        grep -v "^\[W\|UserWarning\|_warn_once" "$OUT/timeline-$grade-$n-$mode.txt" | head -45
         echo
     done
 done
