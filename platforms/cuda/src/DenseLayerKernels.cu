@@ -273,7 +273,6 @@ __global__ void __launch_bounds__(256, RPT == 8 ? 2 : 1)
     }
 }
 
-/** Copies one `real` from global to shared memory asynchronously (zero when !valid; src is then not read). */
 /**
  * Copies the first `valid` of V consecutive `real`s from global to shared
  * memory asynchronously and zeroes the rest (V sizeof(real) is 4, 8 or 16
