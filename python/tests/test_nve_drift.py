@@ -1,22 +1,15 @@
 """bench/nve_drift.py: the drift fit on a known series, and a short Reference run (CPU only)."""
 
-import importlib.util
 import json
 import math
-import pathlib
 
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def nve():
-    spec = importlib.util.spec_from_file_location("nve_drift", ROOT / "bench" / "nve_drift.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def nve(load_script):
+    return load_script("bench/nve_drift.py")
 
 
 def test_fit_of_a_linear_series(nve):

@@ -1,7 +1,6 @@
 """The silicon example (examples/silicon): the Stillinger-Weber reference, the
 bundled trained model examples/models/silicon-sw.safetensors, and the demo."""
 
-import importlib.util
 import pathlib
 import sys
 
@@ -114,10 +113,10 @@ def _held_out_frames():
     return frames
 
 
-def test_model_reproduces_sw_forces_on_held_out_frames():
+def test_model_reproduces_sw_forces_on_held_out_frames(load_script):
     tolerance = FORCE_TOLERANCE_FACTOR * _readme_validation_force_rmse()
     sys.path.insert(0, str(SILICON))
-    demo = _load_demo()
+    demo = load_script("examples/silicon/silicon_md.py")
     for positions, edge, energy, forces in _held_out_frames():
         context = _context(demo.ml_system(str(MODEL), len(positions), edge))
         context.setPositions(positions * sw.ANGSTROM)
@@ -128,16 +127,9 @@ def test_model_reproduces_sw_forces_on_held_out_frames():
         assert abs(model_energy - energy) / len(positions) < 0.05
 
 
-def _load_demo():
-    spec = importlib.util.spec_from_file_location("silicon_md", SILICON / "silicon_md.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_demo_runs(capsys, tmp_path):
+def test_demo_runs(capsys, tmp_path, load_script):
     plot = tmp_path / "observables.png"
-    assert _load_demo().main(["--platform", "CPU", "--steps", "20", "--plot", str(plot)]) == 0
+    assert load_script("examples/silicon/silicon_md.py").main(["--platform", "CPU", "--steps", "20", "--plot", str(plot)]) == 0
     out = capsys.readouterr().out
     assert "steps/s" in out and "integrated absolute difference" in out
     pytest.importorskip("matplotlib")

@@ -1,19 +1,11 @@
 """bench/timeline.py: the per-step analysis of a GPU timeline, on a made-up trace (CPU only)."""
 
-import importlib.util
-import pathlib
-
 import pytest
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def timeline():
-    spec = importlib.util.spec_from_file_location("timeline", ROOT / "bench" / "timeline.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def timeline(load_script):
+    return load_script("bench/timeline.py")
 
 
 def step_events(t0):

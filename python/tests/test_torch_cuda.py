@@ -252,13 +252,8 @@ def test_errors_on_cuda_are_clear_and_nothing_is_lost(tmp_path):
 
 
 @needs_cuda_plugin
-def test_torch_model_example_on_cuda(capsys):
+def test_torch_model_example_on_cuda(capsys, load_script):
     """examples/torch_model.py on the CUDA platform: the exported silicon model equals the native GraphForce."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("torch_model_example", pathlib.Path(__file__).resolve().parents[2] / "examples" /
-                                                  "torch_model.py")
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = load_script("examples/torch_model.py")
     assert example.main(["--platform", "CUDA", "--cells", "2", "--steps", "20"]) == 0
     assert "TorchScript vs native" in capsys.readouterr().out
