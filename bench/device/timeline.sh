@@ -2,8 +2,9 @@
 # The `timeline` part of scripts/device-session.sh: GPU timelines of OpenMM
 # steps with the GraphForce (bench/timeline.py, PyTorch's profiler through
 # CUPTI) for the cases in TIMELINE_CASES (grade:n, default "small:512
-# small:10296"), with the CUDA graph on and off, and OpenMM's floor (a
-# trivial force) at each size.  The figures also go to $OUT/timeline-*.json.
+# small:10296"), in the modes of TIMELINE_MODES (default "auto layered false
+# floor": the defaults, the fitting network a kernel per layer, no CUDA graph,
+# and OpenMM's floor with a trivial force) at each size.  The figures also go to $OUT/timeline-*.json.
 #
 #   TIMELINE_CASES="small:512 medium:512" bash scripts/device-session.sh timeline
 set -uo pipefail
@@ -17,8 +18,14 @@ status=0
 for case in ${TIMELINE_CASES:-small:512 small:10296}; do
     grade=${case%%:*}; n=${case##*:}
     steps=$([ "$n" -le 20000 ] && echo 300 || echo 30)
-    for mode in auto false floor; do
-        if [ "$mode" = floor ]; then args="--floor"; else args="--cuda-graph $mode"; fi
+    # auto: the defaults; layered: the fitting network a kernel per layer (CudaFusedNetwork "false"), for comparison in the
+    # same run; false: no CUDA graph; floor: OpenMM with a trivial force instead.
+    for mode in ${TIMELINE_MODES:-auto layered false floor}; do
+        case $mode in
+            floor) args="--floor" ;;
+            layered) args="--cuda-graph auto --property CudaFusedNetwork=false" ;;
+            *) args="--cuda-graph $mode" ;;
+        esac
         timeout 180 python3 bench/timeline.py --grade "$grade" --n "$n" --steps "$steps" $args \
             --out "$OUT/timeline-$grade-$n-$mode.json" > "$OUT/timeline-$grade-$n-$mode.txt" 2>&1 || status=1
         grep -v "^\[W\|UserWarning\|_warn_once" "$OUT/timeline-$grade-$n-$mode.txt" | head -45

@@ -58,6 +58,17 @@ class GraphModel;
  *    least 32,768 rows), so systems that fit run in one chunk.  Results
  *    are bitwise the same for every value; a smaller value lowers peak
  *    memory and adds kernel launches.
+ *  - "CudaFusedNetwork": "auto" (default), "true" or "false".  CUDA platform
+ *    only: the fitting network (invariants, hidden layers, energy output and
+ *    their backward) of a block of 4 or 8 particles runs in one kernel, its
+ *    intermediates in shared memory, instead of a kernel per layer.  "auto"
+ *    fuses when a batch is too small to fill the device with per-layer tiles
+ *    (a few thousand particles or fewer) and the model allows it: no
+ *    interaction block, one chunk (CudaChunkRows), the same layer widths for
+ *    every type, 1 to 8 hidden layers of at most 2,048 units, and the tile's
+ *    shared memory within the device's limit; "true" fuses whenever the
+ *    model allows it and otherwise throws an OpenMMException saying why;
+ *    "false" never fuses.  Results are bitwise the same in every mode.
  *  - "CudaNeighborSearch": "auto" (default), "cells" or "allpairs".  CUDA
  *    platform only: how the rows of the neighbour graph find their
  *    candidates.  "cells" bins the particles into a cell grid at least one

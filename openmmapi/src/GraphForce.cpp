@@ -12,7 +12,7 @@ namespace {
 
 const std::map<std::string, std::string>& propertyDefaults() {
     static const std::map<std::string, std::string> defaults = {{"CheckFinite", "true"}, {"CudaChunkRows", "auto"},
-                                                                {"CudaGraph", "auto"},   {"CudaNeighborSearch", "auto"},
+                                                                {"CudaFusedNetwork", "auto"}, {"CudaGraph", "auto"},   {"CudaNeighborSearch", "auto"},
                                                                 {"Domains", "single"},   {"TorchCudaContext", "auto"}};
     return defaults;
 }
@@ -125,6 +125,8 @@ void GraphForce::setProperty(const std::string& key, const std::string& value) {
         throw OpenMMException("GraphForce: property Domains must be \"single\" or \"mpi\", found \"" + value + "\"");
     if (key == "CudaGraph" && value != "auto" && value != "true" && value != "false")
         throw OpenMMException("GraphForce: property CudaGraph must be \"auto\", \"true\" or \"false\", found \"" + value + "\"");
+    if (key == "CudaFusedNetwork" && value != "auto" && value != "true" && value != "false")
+        throw OpenMMException("GraphForce: property CudaFusedNetwork must be \"auto\", \"true\" or \"false\", found \"" + value + "\"");
     if (key == "CudaNeighborSearch" && value != "auto" && value != "cells" && value != "allpairs")
         throw OpenMMException("GraphForce: property CudaNeighborSearch must be \"auto\", \"cells\" or \"allpairs\", found \"" + value +
                               "\"");

@@ -274,6 +274,9 @@ def test_properties(modelBytes):
     assert force.getProperty("CudaNeighborSearch") == "auto"
     with pytest.raises(openmm.OpenMMException, match="CudaNeighborSearch must be \"auto\", \"cells\" or \"allpairs\""):
         force.setProperty("CudaNeighborSearch", "verlet")
+    assert force.getProperty("CudaFusedNetwork") == "auto"
+    with pytest.raises(openmm.OpenMMException, match="CudaFusedNetwork must be \"auto\", \"true\" or \"false\""):
+        force.setProperty("CudaFusedNetwork", "layered")
     force.setProperty("CudaNeighborSearch", "cells")
     assert force.getProperty("CudaNeighborSearch") == "cells"
 

@@ -45,8 +45,10 @@ void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce
     domain.rankSums = domains != nullptr;
     domain.exchange = exchange;
     domain.domainIndex = domainIndex;
+    const std::string fused = force.getProperty("CudaFusedNetwork");
+    const CudaFusedNetwork fusion = fused == "true" ? CudaFusedNetwork::Required : fused == "false" ? CudaFusedNetwork::Off : CudaFusedNetwork::Auto;
     pipeline = createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), mode, chunkRows,
-                                       parseNeighborSearch(force.getProperty("CudaNeighborSearch")), domain);
+                                       parseNeighborSearch(force.getProperty("CudaNeighborSearch")), fusion, domain);
     // The status of an evaluation is read where OpenMM reads its own neighbour-list
     // count: in finishComputation, after every force has been enqueued.
     postComputation = std::make_shared<PostComputationState>();

@@ -32,7 +32,7 @@ template <typename real> class CudaGraphPipeline : public CudaGraphPipelineBase 
 public:
     CudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles,
                       const std::vector<int>& types, bool periodic, int numSystemParticles, CudaGraphMode graphMode, int maxChunkRows,
-                      CudaNeighborSearch search, const CudaGraphDomain& domain)
+                      CudaNeighborSearch search, CudaFusedNetwork fusedNetwork, const CudaGraphDomain& domain)
         : cu(cu), model(model), n((int) particles.size()), periodic(periodic), graphMode(graphMode) {
         firstCenter = domain.firstCenter;
         numCenters = domain.numCenters < 0 ? n : domain.numCenters;
@@ -140,6 +140,7 @@ public:
         for (int b = 0; b < 2; b++)
             gradientScratch[b].reset(CudaArray::create<real>(cu, c1 * gradWidth, "graphGradientScratch"));
         particleEnergy.reset(CudaArray::create<real>(cu, n1, "graphParticleEnergy"));
+        setUpFusedNetwork(fusedNetwork);
         if (rankSums) {
             // Forces in force order: the force scan writes through an identity "slot" map with a stride of n.
             rankForces.reset(CudaArray::create<long long>(cu, 3 * (size_t) n1, "graphRankForces"));
@@ -255,9 +256,13 @@ private:
         }
         GRAPH_CUDA_CHECK(cudaGetLastError());
 
-        // Stage 3, chunk by chunk: invariants, the fitting network, the energy, and back to dE/dA (and dE/dB).
+        // Stage 3, chunk by chunk: invariants, the fitting network, the energy, and back to dE/dA (and dE/dB); in one
+        // kernel when fused.
         GraphStatus* energySum = addEnergy ? pointer<GraphStatus>(status) : nullptr;
-        for (int c = 0; c < numChunks; c++) {
+        if (fused)
+            launchFusedFitting<real>(params, fusedTiles(), pointer<FusedNetworkWeights<real>>(fusedGroups), rowNodes, A,
+                                     pointer<real>(particleEnergy), gradA, energySum, includeForces, stream);
+        for (int c = 0; c < numChunks && !fused; c++) {
             const int* chunkNodes = rowNodes + chunkBegin(c);
             const int chunkSize = chunkEnd(c) - chunkBegin(c);
             if (!interaction || numChunks > 1)
@@ -510,6 +515,110 @@ private:
     }
 
     /**
+     * Why the fitting network cannot run in the fused kernel (empty when it
+     * can): what launchFusedFitting supports and what fits in a block's shared
+     * memory.  Sets fusedShape's widths, tile rows and layout when it can.
+     */
+    std::string fusedNetworkObstacle() {
+        const GraphModel& m = *model;
+        if (m.numInteractions != 0)
+            return "the model has an interaction block (only the fitting network of a model without one is fused)";
+        if (numChunks != 1)
+            return "the node stage runs in " + std::to_string(numChunks) + " chunks (CudaChunkRows)";
+        if (batchesOf(fitting).size() != 1)
+            return "the types' fitting networks differ in shape (or there are more than " + std::to_string(MaxBatchedGroups) + " types)";
+        if (fitting.numHidden < 1 || fitting.numHidden > MaxFusedLayers)
+            return "the fitting network has " + std::to_string(fitting.numHidden) + " hidden layers (1 to " +
+                   std::to_string(MaxFusedLayers) + " are fused)";
+        fusedShape = FusedNetworkShape();
+        fusedShape.numLayers = fitting.numHidden;
+        fusedShape.width[0] = fittingInputSize;
+        for (int l = 0; l < fitting.numHidden; l++) {
+            const DeviceLayer& layer = fitting.hidden[0][l];
+            fusedShape.width[l + 1] = layer.numOutputs;
+            fusedShape.residual[l] = layer.residual ? 1 : 0;
+        }
+        fusedShape.activation = activation;
+        for (int l = 0; l <= fitting.numHidden; l++)
+            if (fusedShape.width[l] > MaxFusedWidth)
+                return std::string(l == 0 ? "the descriptor" : "a hidden layer") + " has " + std::to_string(fusedShape.width[l]) +
+                       " entries (at most " + std::to_string(MaxFusedWidth) + " are fused)";
+        int& maxShared = maxFusedShared;
+        GRAPH_CU_CHECK(cuDeviceGetAttribute(&maxShared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cu.getDevice()));
+        // Tiles of 4 rows while they give at most one block per multiprocessor, else 8 (half the weight traffic per row).
+        const bool fewRows = (numCenters + 3) / 4 <= numMultiprocessors;
+        for (int rows : {fewRows ? 4 : 8, 4}) {
+            fusedShape.tileRows = rows;
+            if (fusedLayout(fusedShape, H * M, sizeof(real)) <= (size_t) maxShared)
+                return "";
+        }
+        return "a tile of 4 rows needs " + std::to_string(fusedLayout(fusedShape, H * M, sizeof(real)) / 1024) +
+               " KB of shared memory, more than the device's " + std::to_string(maxShared / 1024) + " KB per block";
+    }
+
+    /**
+     * Decides whether the fitting network runs fused (the CudaFusedNetwork
+     * property) and, if so, uploads its weights in the fused kernel's layout:
+     * per type and hidden layer, W^T [in][padded out] and W [out][padded in].
+     */
+    void setUpFusedNetwork(CudaFusedNetwork mode) {
+        fused = false;
+        if (mode == CudaFusedNetwork::Off || numCenters == 0)
+            return;
+        const std::string obstacle = fusedNetworkObstacle();
+        if (!obstacle.empty()) {
+            if (mode == CudaFusedNetwork::Required)
+                throw OpenMMException("GraphForce: CudaFusedNetwork is \"true\" but " + obstacle +
+                                      "; set CudaFusedNetwork to \"auto\" or \"false\"");
+            return;
+        }
+        // "auto": only where the per-layer kernels would take their smallest tiles (too few rows to fill the device).
+        if (mode == CudaFusedNetwork::Auto && chooseDenseTileRows(numCenters, fusedShape.width[1], numMultiprocessors, sizeof(real) == 4) != 8)
+            return;
+        fused = true;
+        configureFusedFitting<real>(maxFusedShared);
+        const GraphModel& m = *model;
+        std::vector<FusedNetworkWeights<real>> groups(m.numTypes);
+        for (int t = 0; t < m.numTypes; t++) {
+            FusedNetworkWeights<real>& g = groups[t];
+            for (int l = 0; l < fitting.numHidden; l++) {
+                const DenseLayer& layer = m.fitting[t].hidden[l];
+                const int K = layer.numInputs, N = layer.numOutputs, paddedN = fusedPadded<real>(N), paddedK = fusedPadded<real>(K);
+                std::vector<double> forward((size_t) K * paddedN, 0.0), backward((size_t) N * paddedK, 0.0);
+                for (int c = 0; c < N; c++)
+                    for (int k = 0; k < K; k++) {
+                        forward[(size_t) k * paddedN + c] = layer.weight[(size_t) c * K + k];
+                        backward[(size_t) c * paddedK + k] = layer.weight[(size_t) c * K + k];
+                    }
+                fusedWeights.push_back(upload(forward, "graphFusedForward"));
+                g.forward[l] = pointer<real>(fusedWeights.back());
+                fusedWeights.push_back(upload(backward, "graphFusedBackward"));
+                g.backward[l] = pointer<real>(fusedWeights.back());
+                g.bias[l] = pointer<real>(fitting.hidden[t][l].bias);
+                g.timestep[l] = layer.residual ? pointer<real>(fitting.hidden[t][l].timestep) : nullptr;
+            }
+            g.outputWeight = pointer<real>(fitting.output[t].weight);
+            g.outputBias = pointer<real>(fitting.output[t].bias);
+            g.energyShift = (real) energyShift[t];
+        }
+        fusedGroups.reset(CudaArray::create<FusedNetworkWeights<real>>(cu, m.numTypes, "graphFusedNetworks"));
+        fusedGroups->upload(groups);
+    }
+
+    /** fusedShape with the row tiles of the current types (one chunk: rows [0, numCenters) of the type-sorted list). */
+    FusedNetworkShape fusedTiles() const {
+        FusedNetworkShape shape = fusedShape;
+        shape.numGroups = model->numTypes;
+        shape.rowStart[0] = 0;
+        shape.tileStart[0] = 0;
+        for (int t = 0; t < model->numTypes; t++) {
+            shape.rowStart[t + 1] = typeOffsets[t + 1];
+            shape.tileStart[t + 1] = shape.tileStart[t] + (typeOffsets[t + 1] - typeOffsets[t] + shape.tileRows - 1) / shape.tileRows;
+        }
+        return shape;
+    }
+
+    /**
      * Rows per chunk of the node stage: at most `requested` (the CudaChunkRows
      * property) or, when 0, as many as fit in a quarter of the device memory
      * free now (at least 1 GiB's worth and MinChunkRows), evened out over the
@@ -707,6 +816,11 @@ private:
         nodeFeatures, nodeFeatureGrad, interactionMoments, gradInteractionMoments, nodeInputGrad, particleEnergy, status;
     std::unique_ptr<CudaArray> gradientScratch[2];
     std::vector<std::unique_ptr<CudaArray>> fittingActivations, fittingDerivatives, nodeActivations, nodeDerivatives;
+    bool fused = false;                                   ///< the fitting network runs in the fused kernel (CudaFusedNetwork)
+    FusedNetworkShape fusedShape;                         ///< its widths, tile rows and shared-memory layout
+    int maxFusedShared = 0;                               ///< the device's shared memory per block (opt-in), bytes
+    std::vector<std::unique_ptr<CudaArray>> fusedWeights; ///< per type and hidden layer: W^T, W (FusedNetworkWeights)
+    std::unique_ptr<CudaArray> fusedGroups;               ///< [numTypes] FusedNetworkWeights
     GraphStatus* hostStatus = nullptr;   ///< pinned, written by the last kernel of an evaluation through mappedStatus
     GraphStatus* mappedStatus = nullptr; ///< hostStatus in the device's address space
     CUevent statusEvent = nullptr;
@@ -723,13 +837,15 @@ private:
 std::unique_ptr<CudaGraphPipelineBase>
 GraphPlugin::createCudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles,
                                      const std::vector<int>& types, bool periodic, int numSystemParticles, CudaGraphMode graphMode,
-                                     int maxChunkRows, CudaNeighborSearch search, const CudaGraphDomain& domain) {
+                                     int maxChunkRows, CudaNeighborSearch search, CudaFusedNetwork fusedNetwork,
+                                     const CudaGraphDomain& domain) {
     if (cu.getUseDoublePrecision()) {
         auto pipeline = new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows,
-                                                      search, domain);
+                                                      search, fusedNetwork, domain);
         return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
     }
     auto pipeline =
-        new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, search, domain);
+        new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, search, fusedNetwork,
+                                                      domain);
     return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
 }

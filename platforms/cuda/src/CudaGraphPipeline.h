@@ -18,6 +18,13 @@ namespace GraphPlugin {
 enum class CudaGraphMode { Off, Auto, Required };
 
 /**
+ * The GraphForce property CudaFusedNetwork: "false" (a kernel per layer),
+ * "auto" (the fused kernel for batches too small to fill the device, where
+ * it applies) or "true" (the fused kernel, or an error that says why not).
+ */
+enum class CudaFusedNetwork { Off, Auto, Required };
+
+/**
  * The share of one device when a Context spans several GPUs: the pipeline
  * evaluates the energies of the centers [firstCenter, firstCenter +
  * numCenters) (force order; their rows reach every particle) and adds their
@@ -120,12 +127,14 @@ inline void centerShares(int n, int numDomains, std::vector<int>& first, std::ve
  * @param periodic   whether the force uses the periodic box
  * @param graphMode  the CudaGraph property
  * @param maxChunkRows the CudaChunkRows property: the most rows per chunk of the node stage, 0 for automatic
+ * @param search     the CudaNeighborSearch property
+ * @param fusedNetwork the CudaFusedNetwork property
  * @param domain     this device's share (all centers by default); a model with an interaction block needs domain.exchange to be split
  */
 std::unique_ptr<CudaGraphPipelineBase> createCudaGraphPipeline(OpenMM::CudaContext& cu, std::shared_ptr<const GraphModel> model,
                                                                const std::vector<int>& particles, const std::vector<int>& types,
                                                                bool periodic, int numSystemParticles, CudaGraphMode graphMode,
-                                                               int maxChunkRows, CudaNeighborSearch search,
+                                                               int maxChunkRows, CudaNeighborSearch search, CudaFusedNetwork fusedNetwork,
                                                                const CudaGraphDomain& domain = CudaGraphDomain());
 
 } // namespace GraphPlugin

@@ -8,8 +8,8 @@
  * node's result does not depend on which other nodes share its tile.
  */
 
-#include "GraphDeviceFunctions.cuh"
 #include "GraphKernelLaunch.h"
+#include "NetworkDeviceFunctions.cuh"
 #include <algorithm>
 #include <cuda_pipeline.h>
 
@@ -41,26 +41,6 @@ template <typename real, int W> __device__ inline void loadShared(const real* p,
         for (int x = 0; x < W; x++)
             out[x] = p[x];
     }
-}
-
-template <typename real> __device__ inline real activate(int activation, real z) {
-    if (activation == GraphTanh)
-        return tanh(z);
-    if (activation == GraphSilu)
-        return z / (1 + exp(-z));
-    return z;
-}
-
-template <typename real> __device__ inline real activateDerivative(int activation, real z) {
-    if (activation == GraphTanh) {
-        real t = tanh(z);
-        return 1 - t * t;
-    }
-    if (activation == GraphSilu) {
-        real s = 1 / (1 + exp(-z));
-        return s * (1 + z * (1 - s));
-    }
-    return 1;
 }
 
 /** The group of a row tile (linear search over at most MaxBatchedGroups groups). */
@@ -116,15 +96,11 @@ template <typename real, bool Forward>
 __device__ inline void storeDenseOutput(const real* __restrict__ bias, const real* __restrict__ timestep, const real* __restrict__ A,
                                         int aStride, int activation, int residual, real* __restrict__ deriv, int derivStride,
                                         real* __restrict__ out, int outStride, size_t a, size_t o, size_t local, int col, real acc) {
-    if (Forward) {
-        const real z = acc + bias[col];
-        const real value = activate(activation, z);
-        if (deriv)
-            deriv[local * derivStride + col] = activation == GraphTanh ? 1 - value * value : activateDerivative(activation, z);
-        out[o * outStride + col] = residual ? A[a * aStride + col] + timestep[col] * value : value;
-    }
+    if (Forward)
+        out[o * outStride + col] = denseForwardValue(activation, residual != 0, acc, bias[col], residual ? timestep[col] : real(0),
+                                                     residual ? A[a * aStride + col] : real(0), deriv ? &deriv[local * derivStride + col] : nullptr);
     else
-        out[o * outStride + col] = acc + (residual ? A[a * aStride + col] : real(0));
+        out[o * outStride + col] = denseInputGradient(residual != 0, acc, residual ? A[a * aStride + col] : real(0));
 }
 
 /**
@@ -180,10 +156,9 @@ __global__ void __launch_bounds__(256, RPT == 8 ? 2 : 1)
                 value = A[(size_t) aIndex[m] * aStride + k];
                 if (!Forward) {
                     const size_t local = rowBase + (threadIdx.x + 256 * m) / TileK - batch.chunkStart;
-                    if (activation != GraphIdentity)
-                        value *= deriv[local * derivStride + k];
-                    if (residual)
-                        value *= timestep[k];
+                    value = denseOutputGradient(activation, residual != 0, value,
+                                                activation != GraphIdentity ? deriv[local * derivStride + k] : real(1),
+                                                residual ? timestep[k] : real(1));
                 }
             }
             aNext[m] = value;
@@ -376,14 +351,10 @@ __global__ void __launch_bounds__(SmallTile<real>::Threads)
         const int stage = s % Stages;
         if (scaleA) {
             // Each row is scaled by the 16 threads that multiply it (half a warp): a warp barrier is enough.
-            for (int kk = c; kk < Slice; kk += 16) {
-                real value = tile.a[stage][r][kk];
-                if (withDeriv)
-                    value *= tile.deriv[stage][r][kk];
-                if (withTimestep)
-                    value *= tile.timestep[stage][kk];
-                tile.a[stage][r][kk] = value;
-            }
+            for (int kk = c; kk < Slice; kk += 16)
+                tile.a[stage][r][kk] = denseOutputGradient(activation, withTimestep, tile.a[stage][r][kk],
+                                                           withDeriv ? tile.deriv[stage][r][kk] : real(1),
+                                                           withTimestep ? tile.timestep[stage][kk] : real(1));
             __syncwarp();
         }
         const int count = min(Slice, K - s * Slice);
@@ -495,29 +466,16 @@ __global__ void energyOutputKernel(DenseBatch<real> batch, const int* __restrict
         const int group = groupOfRow(batch, row);
         const real* __restrict__ weight = batch.weight[group];
         const size_t local = row - batch.chunkStart;
-        real sum = 0;
-        for (int k = lane; k < width; k += 32) {
-            sum += weight[k] * hidden[local * stride + k];
-            if (gradHidden)
+        const real sum = warpDot(weight, hidden + local * stride, width, lane);
+        if (gradHidden)
+            for (int k = lane; k < width; k += 32)
                 gradHidden[local * stride + k] = weight[k];
-        }
-        sum = warpSum(sum);
         if (lane == 0) {
             const int node = rowNodes[row];
             const real energy = sum + batch.bias[group][0] + batch.energyShift[group];
             particleEnergy[node] = energy;
-            if (status) {
-                const double e = energy;
-                if (!(fabs(e) < FixedPointLimit))
-                    reportError(status, GraphErrorNonFiniteEnergy, node, -1, e);
-                else {
-                    // e = high / 2^8 + low / 2^40, both parts exact integers (see GraphStatus).
-                    const double high = floor(e * EnergyHighScale);
-                    atomicAdd((unsigned long long*) &status->energyHigh, (unsigned long long) (long long) high);
-                    atomicAdd((unsigned long long*) &status->energyLow,
-                              (unsigned long long) llrint((e - high * (1.0 / EnergyHighScale)) * EnergyLowScale));
-                }
-            }
+            if (status)
+                addParticleEnergy(status, node, energy);
         }
     }
 }

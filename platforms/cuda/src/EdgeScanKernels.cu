@@ -9,8 +9,8 @@
  * integer atomics, which are order independent.
  */
 
-#include "GraphDeviceFunctions.cuh"
 #include "GraphKernelLaunch.h"
+#include "NetworkDeviceFunctions.cuh"
 #include <algorithm>
 #include <type_traits>
 
@@ -255,8 +255,7 @@ template <typename real>
 __global__ void invariantsKernel(GraphModelParams<real> model, const real* __restrict__ X, const real* __restrict__ A,
                                  const int* __restrict__ rowNodes, int numRows, real* __restrict__ out, int outStride, int outOffset) {
     extern __shared__ unsigned char sharedBytes[];
-    const int M = model.numChannels, Maxis = model.numAxis, H = (model.lMax + 1) * (model.lMax + 1);
-    const int perDegree = M * Maxis;
+    const int M = model.numChannels, H = (model.lMax + 1) * (model.lMax + 1);
     const int size = model.descriptorSize;
     real* Xs = reinterpret_cast<real*>(sharedBytes);
     real* As = Xs + H * M;
@@ -267,26 +266,10 @@ __global__ void invariantsKernel(GraphModelParams<real> model, const real* __res
             As[x] = A[(size_t) i * H * M + x];
         }
         __syncthreads();
-        for (int flat = threadIdx.x; flat < size; flat += blockDim.x) {
-            const int kp = flat % Maxis, k = (flat / Maxis) % M;
-            const int lFirst = model.descriptorLSum ? 0 : flat / perDegree;
-            const int lLast = model.descriptorLSum ? model.lMax : lFirst;
-            real sum = 0;
-            for (int l = lFirst; l <= lLast; l++)
-                for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
-                    sum += Xs[lm * M + k] * As[lm * M + kp];
-            out[(size_t) row * outStride + outOffset + flat] = sum;
-        }
+        for (int flat = threadIdx.x; flat < size; flat += blockDim.x)
+            out[(size_t) row * outStride + outOffset + flat] = invariantValue(model, Xs, As, flat);
         __syncthreads();
     }
-}
-
-/** dD[l][k][k'] from the gradient array (same flat index as the invariants). */
-template <typename real>
-__device__ inline real descriptorGradient(const GraphModelParams<real>& model, const real* g, int l, int k, int kp) {
-    const int M = model.numChannels, Maxis = model.numAxis;
-    const int base = model.descriptorLSum ? 0 : l * M * Maxis;
-    return g[base + k * Maxis + kp];
 }
 
 /**
@@ -299,7 +282,7 @@ __global__ void invariantsBackwardKernel(GraphModelParams<real> model, const rea
                                          const int* __restrict__ rowNodes, int numRows, const real* __restrict__ gradIn, int gradStride,
                                          int gradOffset, real* __restrict__ gradX, real* __restrict__ gradA, int accumulate) {
     extern __shared__ unsigned char sharedBytes[];
-    const int M = model.numChannels, Maxis = model.numAxis, H = (model.lMax + 1) * (model.lMax + 1);
+    const int M = model.numChannels, H = (model.lMax + 1) * (model.lMax + 1);
     const bool same = X == A;
     real* Xs = reinterpret_cast<real*>(sharedBytes);
     real* As = Xs + H * M;
@@ -312,17 +295,8 @@ __global__ void invariantsBackwardKernel(GraphModelParams<real> model, const rea
         }
         __syncthreads();
         for (int x = threadIdx.x; x < H * M; x += blockDim.x) {
-            const int lm = x / M, k = x % M;
-            const int l = degreeOf(lm);
-            // Channel k as the first factor (X[lm][k]) ...
-            real gx = 0;
-            for (int kp = 0; kp < Maxis; kp++)
-                gx += descriptorGradient(model, g, l, k, kp) * As[lm * M + kp];
-            // ... and as the second (A[lm][k], k < M_axis).
-            real ga = 0;
-            if (k < Maxis)
-                for (int kk = 0; kk < M; kk++)
-                    ga += descriptorGradient(model, g, l, kk, k) * Xs[lm * M + kk];
+            real gx, ga;
+            invariantGradient(model, Xs, As, g, x, gx, ga);
             const size_t out = (size_t) i * H * M + x;
             if (same) {
                 gradA[out] = (accumulate ? gradA[out] : real(0)) + gx + ga;

@@ -231,6 +231,82 @@ template <typename real>
 void launchEnergyOutput(const DenseBatch<real>& batch, const int* rowNodes, const real* hidden, int stride, int width, real* particleEnergy,
                         real* gradHidden, GraphStatus* status, cudaStream_t stream);
 
+// ---------------------------------------------------------------- fused fitting network (FusedNetworkKernels.cu)
+
+constexpr int MaxFusedLayers = 8;    ///< hidden layers of a fused fitting network
+constexpr int MaxFusedWidth = 2048;  ///< the widest layer (or descriptor) of a fused fitting network
+constexpr int FusedThreads = 256;    ///< threads per block of the fused kernel
+constexpr int FusedStages = 3;       ///< weight slices in shared memory: two in flight while one is multiplied
+
+/** Values per 16-byte copy, and a width rounded up to a whole number of them. */
+template <typename real> GRAPH_HOST_DEVICE constexpr int fusedVector() {
+    return 16 / (int) sizeof(real);
+}
+template <typename real> GRAPH_HOST_DEVICE constexpr int fusedPadded(int width) {
+    return (width + fusedVector<real>() - 1) / fusedVector<real>() * fusedVector<real>();
+}
+
+/**
+ * The fitting network of one type for the fused kernel (device memory).
+ * Rows of both weight copies are padded with zeros to a multiple of 16 bytes
+ * (fusedPadded), so that a slice of consecutive rows is one contiguous,
+ * aligned block.
+ */
+template <typename real> struct FusedNetworkWeights {
+    const real* forward[MaxFusedLayers];  ///< hidden layer l: W^T, [numInputs][fusedPadded(numOutputs)]
+    const real* backward[MaxFusedLayers]; ///< hidden layer l: W, [numOutputs][fusedPadded(numInputs)]
+    const real* bias[MaxFusedLayers];     ///< [numOutputs]
+    const real* timestep[MaxFusedLayers]; ///< [numOutputs], residual layers only
+    const real* outputWeight;             ///< [width of the last hidden layer]
+    const real* outputBias;               ///< [1]
+    real energyShift;
+};
+
+/**
+ * The shape of a fused launch (passed by value): the networks' layer widths
+ * (the same for every type), the row tiles of each type group of the
+ * type-sorted node list, and the block's shared-memory layout in `real`s
+ * (fusedLayout).
+ */
+struct FusedNetworkShape {
+    int numLayers;                       ///< hidden layers, 1..MaxFusedLayers
+    int width[MaxFusedLayers + 1];       ///< width[0]: the descriptor; width[l + 1]: the outputs of hidden layer l
+    int residual[MaxFusedLayers];
+    int activation;                      ///< GraphActivation
+    int tileRows;                        ///< rows per block: 4 or 8
+    int numGroups;
+    int rowStart[MaxBatchedGroups + 1];  ///< group g: rows [rowStart[g], rowStart[g+1]) of the type-sorted list
+    int tileStart[MaxBatchedGroups + 1]; ///< group g: blocks [tileStart[g], tileStart[g+1])
+    // Shared memory, offsets in reals (each a multiple of fusedVector): moments [tileRows][fusedPadded(H M)], descriptor and
+    // its gradient [tileRows][fusedPadded(width[0])], three buffers [tileRows][fusedPadded(max width)], act'(z) of each layer
+    // [tileRows][fusedPadded(width[l + 1])], then FusedStages weight slices of stageElements.
+    int momentsOffset, inputOffset, bufferOffset[3], derivOffset[MaxFusedLayers], stageOffset, stageElements, totalElements;
+};
+
+/**
+ * Fills the layout of `shape` (widths set) for tileRows rows and H M moment
+ * entries per row of `real`s of realSize bytes; returns its bytes.
+ */
+size_t fusedLayout(FusedNetworkShape& shape, int momentEntries, int realSize);
+
+/**
+ * The fitting network of small batches in one kernel (the per-layer kernels'
+ * invariants, dense layers, energy output, backward and invariants' backward
+ * for the rows of one block together), bitwise the same results: a block of
+ * FusedThreads threads per tile of shape.tileRows rows of one type; every
+ * intermediate stays in shared memory and the weights stream through it.
+ * Reads moments [node][H][M]; writes particleEnergy [node], adds the energies
+ * to status (when not null), and with withForces writes dE/dA into
+ * gradMoments [node][H][M].  Call configureFusedFitting<real>() once first.
+ */
+template <typename real>
+void launchFusedFitting(const GraphModelParams<real>& model, const FusedNetworkShape& shape, const FusedNetworkWeights<real>* groups,
+                        const int* rowNodes, const real* moments, real* particleEnergy, real* gradMoments, GraphStatus* status,
+                        bool withForces, cudaStream_t stream);
+
+/** Allows the fused kernels the device's largest shared memory per block (host only; not during a capture). */
+template <typename real> void configureFusedFitting(int maxSharedBytes);
+
 /**
  * The last kernel of an evaluation (StatusKernels.cu): adds the evaluation's
  * fixed-point energy (status) to OpenMM's energy buffer (float or double;

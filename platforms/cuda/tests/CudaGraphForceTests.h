@@ -158,6 +158,100 @@ TEST(CudaGraphForce, CellAndAllPairsSearchesGiveBitwiseIdenticalTrajectories) {
                            propertyTrajectory("CudaNeighborSearch", "allpairs", 1));
 }
 
+/**
+ * The fitting network fused into one kernel per tile of rows gives bitwise
+ * the trajectory of a kernel per layer (220 particles: tiles of 4 rows;
+ * widths 16 and 16, the second layer residual; the type change moves rows
+ * between the tiles of the two types).
+ */
+TEST(CudaGraphForce, FusedNetworkGivesBitwiseIdenticalTrajectories) {
+    expectSameTrajectories(propertyTrajectory("CudaFusedNetwork", "false", 0), propertyTrajectory("CudaFusedNetwork", "true", 0));
+}
+
+/**
+ * Energy and forces with one property set, at `config` and after `steps` MD
+ * steps of 0.5 fs from it, and the energy alone at the end: for bitwise
+ * comparisons of launch choices on any model.
+ */
+std::vector<Result> propertyResults(const GraphTest::ModelOptions& options, const Configuration& config, const std::string& key,
+                                    const std::string& value, int steps) {
+    GraphForce* force;
+    std::unique_ptr<System> system(makeSystem(config, options, &force));
+    force->setProperty(key, value);
+    VerletIntegrator integrator(0.0005);
+    Context context(*system, integrator, testPlatform(), testPlatformProperties());
+    context.setPositions(config.positions);
+    context.setVelocitiesToTemperature(300, 7);
+    std::vector<Result> results;
+    State state = context.getState(State::Energy | State::Forces);
+    results.push_back({state.getPotentialEnergy(), state.getForces()});
+    integrator.step(steps);
+    state = context.getState(State::Energy | State::Forces);
+    results.push_back({state.getPotentialEnergy(), state.getForces()});
+    results.push_back({context.getState(State::Energy).getPotentialEnergy(), {}});
+    return results;
+}
+
+/**
+ * The fused network of a wider model, bitwise against a kernel per layer:
+ * three types, no l-sum (a 512-entry descriptor: four columns per thread in
+ * the last backward product), hidden widths 200, 200 (residual) and 40
+ * (two columns per thread, padded rows), SiLU; 700 particles (tiles of 8
+ * rows on a device of up to 175 multiprocessors, the last tile of each type
+ * partial).
+ */
+TEST(CudaGraphForce, FusedNetworkOfWideModelGivesBitwiseIdenticalResults) {
+    GraphTest::ModelOptions options;
+    options.numTypes = 3;
+    options.lMax = 1;
+    options.numChannels = 32;
+    options.numAxis = 8;
+    options.lSum = false;
+    options.fittingWidths = {200, 200, 40};
+    options.activation = "silu";
+    Configuration config = makeConfiguration(Geometry::Cubic, 700, 3, 36);
+    std::vector<Result> layered = propertyResults(options, config, "CudaFusedNetwork", "false", 5);
+    std::vector<Result> fused = propertyResults(options, config, "CudaFusedNetwork", "true", 5);
+    expectSameTrajectories(layered, fused);
+    // And both agree with the Reference platform.
+    std::unique_ptr<System> system(makeSystem(config, options));
+    Result expected = evaluate(*system, config.positions, Platform::getPlatformByName("Reference"));
+    expectEnergyNear(fused[0].energy, expected.energy, testEnergyTolerance(), config.positions.size());
+    expectForcesNear(fused[0].forces, expected.forces, testForceTolerance());
+}
+
+/** CudaFusedNetwork "true" where the network cannot be fused is an error that says why; "auto" falls back. */
+TEST(CudaGraphForce, FusedNetworkThatCannotBeFusedIsExplained) {
+    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 37);
+    auto expectRefused = [&](const GraphTest::ModelOptions& options, const std::string& key, const std::string& value,
+                             const std::string& reason) {
+        GraphForce* force;
+        std::unique_ptr<System> system(makeSystem(config, options, &force));
+        force->setProperty("CudaFusedNetwork", "true");
+        if (!key.empty())
+            force->setProperty(key, value);
+        VerletIntegrator integrator(0.001);
+        try {
+            Context context(*system, integrator, testPlatform(), testPlatformProperties());
+            ADD_FAILURE() << "no exception for " << reason;
+        }
+        catch (const OpenMMException& error) {
+            EXPECT_NE(std::string(error.what()).find(reason), std::string::npos) << error.what();
+        }
+        force->setProperty("CudaFusedNetwork", "auto");
+        Context context(*system, integrator, testPlatform(), testPlatformProperties());
+        context.setPositions(config.positions);
+        EXPECT_TRUE(std::isfinite(context.getState(State::Energy).getPotentialEnergy()));
+    };
+    GraphTest::ModelOptions interaction;
+    interaction.numInteractions = 1;
+    expectRefused(interaction, "", "", "interaction block");
+    expectRefused(GraphTest::ModelOptions(), "CudaChunkRows", "37", "chunks");
+    GraphTest::ModelOptions wide;
+    wide.fittingWidths = {16, 2100};
+    expectRefused(wide, "", "", "2100 entries");
+}
+
 TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
     GraphTest::ModelOptions options;
     std::unique_ptr<GraphForce> force(makeForce(options));
@@ -167,4 +261,5 @@ TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
     force->setProperty("CudaChunkRows", "4096");
     EXPECT_EQ("4096", force->getProperty("CudaChunkRows"));
     EXPECT_THROW(force->setProperty("CudaNeighborSearch", "grid"), OpenMMException);
+    EXPECT_THROW(force->setProperty("CudaFusedNetwork", "yes"), OpenMMException);
 }

@@ -1,0 +1,305 @@
+/**
+ * Stage 3 of the CUDA pipeline for batches too small to fill the device: the
+ * whole fitting network of a tile of rows in one block.  The invariants, the
+ * hidden layers, the energy output, the backward through the layers and the
+ * invariants' backward run one after another on the tile's rows; every
+ * intermediate (descriptor, activations, act'(z), gradients) stays in shared
+ * memory and only the moments come in and dE/dA goes out.  The weights stream
+ * through shared memory in slices of consecutive rows (cp.async, two slices in
+ * flight), from copies laid out so that a slice is one contiguous block:
+ * W^T for the forward products, W for the backward ones.
+ *
+ * Every value is formed by the same operations in the same order as in the
+ * per-layer kernels (NetworkDeviceFunctions.cuh; dense products sum k in order
+ * 0..K-1 with fma), so the results are bitwise those of the per-layer path;
+ * what changes is 9 kernel launches (and their gaps) per evaluation become one.
+ */
+
+#include "GraphKernelLaunch.h"
+#include "NetworkDeviceFunctions.cuh"
+#include <cuda_pipeline.h>
+
+namespace GraphPlugin {
+
+namespace {
+
+constexpr int ColumnThreads = 128; ///< thread t computes columns t % 128 (+ 128 j) of rows t / 128 (+ 2 i)
+
+/**
+ * out(r, c) = sum_k in[r][k] B[k][c] for the tile's R rows and C columns, k in
+ * order 0..K-1 (fma), handed to epilogue(r, c, sum) for r < R, c < C.  B is
+ * global [K][ldb] (ldb a multiple of the 16-byte vector, rows padded with
+ * zeros), streamed through `stage` (FusedStages slices of sliceRows rows);
+ * `in` is shared [R][inStride].  Each thread holds CPT x R/2 sums: columns
+ * c0 + 128 j, rows r0 + 2 i; a warp's lanes share their rows (broadcast reads
+ * of `in`) and read consecutive columns of B.  Begins and ends with the block
+ * synchronised.
+ */
+template <typename real, int R, int CPT, typename Epilogue>
+__device__ inline void streamedProduct(const real* __restrict__ B, int K, int C, int ldb, const real* in, int inStride, real* stage,
+                                       int stageElements, Epilogue epilogue) {
+    constexpr int V = fusedVector<real>(), RPT = R / 2;
+    const int c0 = threadIdx.x % ColumnThreads, r0 = threadIdx.x / ColumnThreads;
+    // Rows of B per slice: a multiple of 4 (aligned 4-k reads of `in`), at least 4 (the host sizes the stages for it).
+    const int sliceRows = max(4, min(64, stageElements / ldb) / 4 * 4);
+    const int numSlices = (K + sliceRows - 1) / sliceRows;
+    auto issue = [&](int s) {
+        if (s < numSlices) {
+            const int first = s * sliceRows, count = min(sliceRows, K - first);
+            const real* src = B + (size_t) first * ldb;
+            real* dst = stage + (s % FusedStages) * stageElements;
+            for (int e = threadIdx.x * V; e < count * ldb; e += FusedThreads * V)
+                __pipeline_memcpy_async(dst + e, src + e, 16);
+        }
+        __pipeline_commit();
+    };
+    real acc[CPT][RPT];
+#pragma unroll
+    for (int j = 0; j < CPT; j++)
+#pragma unroll
+        for (int i = 0; i < RPT; i++)
+            acc[j][i] = 0;
+    for (int s = 0; s < FusedStages - 1; s++)
+        issue(s);
+    for (int s = 0; s < numSlices; s++) {
+        __pipeline_wait_prior(FusedStages - 2); // slice s has landed (this thread's copies) ...
+        __syncthreads();                        // ... everyone's; and the stage of slice s - 1 is free
+        issue(s + FusedStages - 1);
+        const real* b = stage + (s % FusedStages) * stageElements;
+        const int k0 = s * sliceRows, count = min(sliceRows, K - k0);
+        auto step = [&](int kk, const real (&a)[RPT]) {
+            real bv[CPT];
+#pragma unroll
+            for (int j = 0; j < CPT; j++) {
+                const int c = c0 + j * ColumnThreads;
+                bv[j] = c < C ? b[kk * ldb + c] : real(0);
+            }
+#pragma unroll
+            for (int j = 0; j < CPT; j++)
+#pragma unroll
+                for (int i = 0; i < RPT; i++)
+                    acc[j][i] = fma(a[i], bv[j], acc[j][i]);
+        };
+        int kk = 0;
+        for (; kk + 4 <= count; kk += 4) {
+            real a4[RPT][4];
+#pragma unroll
+            for (int i = 0; i < RPT; i++) {
+                const real* row = in + (r0 + 2 * i) * inStride + k0 + kk;
+                if constexpr (sizeof(real) == 4) {
+                    const float4 v = *reinterpret_cast<const float4*>(row);
+                    a4[i][0] = v.x, a4[i][1] = v.y, a4[i][2] = v.z, a4[i][3] = v.w;
+                }
+                else {
+                    const double2 v0 = *reinterpret_cast<const double2*>(row), v1 = *reinterpret_cast<const double2*>(row + 2);
+                    a4[i][0] = v0.x, a4[i][1] = v0.y, a4[i][2] = v1.x, a4[i][3] = v1.y;
+                }
+            }
+#pragma unroll
+            for (int x = 0; x < 4; x++) {
+                real a[RPT];
+#pragma unroll
+                for (int i = 0; i < RPT; i++)
+                    a[i] = a4[i][x];
+                step(kk + x, a);
+            }
+        }
+        for (; kk < count; kk++) {
+            real a[RPT];
+#pragma unroll
+            for (int i = 0; i < RPT; i++)
+                a[i] = in[(r0 + 2 * i) * inStride + k0 + kk];
+            step(kk, a);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < CPT; j++) {
+        const int c = c0 + j * ColumnThreads;
+        if (c < C)
+#pragma unroll
+            for (int i = 0; i < RPT; i++)
+                epilogue(r0 + 2 * i, c, acc[j][i]);
+    }
+    __syncthreads();
+}
+
+/** streamedProduct with the fewest columns per thread that cover C (<= MaxFusedWidth). */
+template <typename real, int R, typename Epilogue>
+__device__ inline void product(const real* __restrict__ B, int K, int C, int ldb, const real* in, int inStride, real* stage,
+                               int stageElements, Epilogue epilogue) {
+    if (C <= ColumnThreads)
+        streamedProduct<real, R, 1>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+    else if (C <= 2 * ColumnThreads)
+        streamedProduct<real, R, 2>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+    else if (C <= 4 * ColumnThreads)
+        streamedProduct<real, R, 4>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+    else if (C <= 8 * ColumnThreads)
+        streamedProduct<real, R, 8>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+    else
+        streamedProduct<real, R, 16>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+}
+
+template <typename real, int R>
+__global__ void __launch_bounds__(FusedThreads)
+    fusedFittingKernel(GraphModelParams<real> model, FusedNetworkShape shape, const FusedNetworkWeights<real>* __restrict__ groups,
+                       const int* __restrict__ rowNodes, const real* __restrict__ moments, real* __restrict__ particleEnergy,
+                       real* __restrict__ gradMoments, GraphStatus* status, int withForces) {
+    extern __shared__ __align__(16) unsigned char sharedBytes[];
+    real* shared = reinterpret_cast<real*>(sharedBytes);
+    const int H = (model.lMax + 1) * (model.lMax + 1), HM = H * model.numChannels;
+    const int D = shape.width[0], L = shape.numLayers;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int group = 0;
+    while (group < shape.numGroups - 1 && (int) blockIdx.x >= shape.tileStart[group + 1])
+        group++;
+    const int rowBase = shape.rowStart[group] + (blockIdx.x - shape.tileStart[group]) * R;
+    const int rows = min(R, shape.rowStart[group + 1] - rowBase);
+    const FusedNetworkWeights<real>& net = groups[group];
+    real* A = shared + shape.momentsOffset;
+    const int strideA = fusedPadded<real>(HM);
+    real* input = shared + shape.inputOffset; // the descriptor, later its gradient
+    const int strideD = fusedPadded<real>(D);
+    real* stage = shared + shape.stageOffset;
+    auto node = [&](int r) { return rowNodes[rowBase + r]; };
+
+    // The rows' moments (zero for the rows past the group's end: finite values that are never written out).
+    for (int e = threadIdx.x; e < R * HM; e += FusedThreads) {
+        const int r = e / HM, x = e % HM;
+        A[r * strideA + x] = r < rows ? moments[(size_t) node(r) * HM + x] : real(0);
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < R * D; e += FusedThreads) {
+        const int r = e / D, flat = e % D;
+        input[r * strideD + flat] = invariantValue(model, A + r * strideA, A + r * strideA, flat);
+    }
+    __syncthreads();
+
+    // Forward: h_l = act(W_l h_(l-1) + b_l) (+ h_(l-1) residual), alternating between buffers 0 and 1.
+    const real* h = input;
+    int strideH = strideD;
+    for (int l = 0; l < L; l++) {
+        real* out = shared + shape.bufferOffset[l % 2];
+        real* deriv = shared + shape.derivOffset[l];
+        const int K = shape.width[l], C = shape.width[l + 1], strideOut = fusedPadded<real>(C);
+        const bool residual = shape.residual[l] != 0;
+        const real* __restrict__ bias = net.bias[l];
+        const real* __restrict__ timestep = net.timestep[l];
+        product<real, R>(net.forward[l], K, C, strideOut, h, strideH, stage, shape.stageElements, [&](int r, int c, real acc) {
+            out[r * strideOut + c] = denseForwardValue(shape.activation, residual, acc, bias[c], residual ? timestep[c] : real(0),
+                                                       residual ? h[r * strideH + c] : real(0), &deriv[r * strideOut + c]);
+        });
+        h = out;
+        strideH = strideOut;
+    }
+
+    // The energy output: a warp per row.
+    const int W = shape.width[L];
+    for (int r = warp; r < rows; r += FusedThreads / 32) {
+        const real sum = warpDot(net.outputWeight, h + r * strideH, W, lane);
+        if (lane == 0) {
+            const real energy = sum + net.outputBias[0] + net.energyShift;
+            particleEnergy[node(r)] = energy;
+            if (status)
+                addParticleEnergy(status, node(r), energy);
+        }
+    }
+    if (!withForces)
+        return;
+
+    // Backward: dE/dh_(L-1) = w, then through the layers to dE/d(descriptor) (into `input`); dE/dz in buffer 2.
+    int gBuffer = L % 2; // the buffer that h_(L-1) is not in
+    real* g = shared + shape.bufferOffset[gBuffer];
+    for (int e = threadIdx.x; e < R * W; e += FusedThreads)
+        g[(e / W) * strideH + e % W] = net.outputWeight[e % W];
+    __syncthreads();
+    real* dz = shared + shape.bufferOffset[2];
+    for (int l = L - 1; l >= 0; l--) {
+        const int N = shape.width[l + 1], K = shape.width[l], strideN = fusedPadded<real>(N);
+        const bool residual = shape.residual[l] != 0;
+        const real* deriv = shared + shape.derivOffset[l];
+        const real* __restrict__ timestep = net.timestep[l];
+        for (int e = threadIdx.x; e < R * N; e += FusedThreads) {
+            const int r = e / N, k = e % N;
+            dz[r * strideN + k] = denseOutputGradient(shape.activation, residual, g[r * strideN + k], deriv[r * strideN + k],
+                                                      residual ? timestep[k] : real(1));
+        }
+        __syncthreads();
+        gBuffer = 1 - gBuffer;
+        real* target = l == 0 ? input : shared + shape.bufferOffset[gBuffer];
+        const int strideK = l == 0 ? strideD : fusedPadded<real>(K);
+        product<real, R>(net.backward[l], N, K, fusedPadded<real>(K), dz, strideN, stage, shape.stageElements,
+                         [&](int r, int c, real acc) {
+                             target[r * strideK + c] = denseInputGradient(residual, acc, residual ? g[r * strideN + c] : real(0));
+                         });
+        g = target;
+    }
+
+    // dE/dA from the descriptor's gradient.
+    for (int e = threadIdx.x; e < R * HM; e += FusedThreads) {
+        const int r = e / HM, x = e % HM;
+        if (r < rows) {
+            real gx, ga;
+            invariantGradient(model, A + r * strideA, A + r * strideA, input + r * strideD, x, gx, ga);
+            gradMoments[(size_t) node(r) * HM + x] = real(0) + gx + ga;
+        }
+    }
+}
+
+} // namespace
+
+size_t fusedLayout(FusedNetworkShape& shape, int momentEntries, int realSize) {
+    const int V = 16 / realSize;
+    auto pad = [&](int w) { return (w + V - 1) / V * V; };
+    const int R = shape.tileRows;
+    int widest = 0;
+    for (int l = 1; l <= shape.numLayers; l++)
+        widest = std::max(widest, pad(shape.width[l]));
+    int offset = 0;
+    shape.momentsOffset = offset;
+    offset += R * pad(momentEntries);
+    shape.inputOffset = offset;
+    offset += R * pad(shape.width[0]);
+    for (int b = 0; b < 3; b++) {
+        shape.bufferOffset[b] = offset;
+        offset += R * widest;
+    }
+    for (int l = 0; l < shape.numLayers; l++) {
+        shape.derivOffset[l] = offset;
+        offset += R * pad(shape.width[l + 1]);
+    }
+    // A slice holds at least 4 rows of the widest B (the backward of the first layer: rows of the descriptor's width).
+    shape.stageOffset = offset;
+    shape.stageElements = std::max(4096, 4 * std::max(widest, pad(shape.width[0])));
+    shape.totalElements = offset + FusedStages * shape.stageElements;
+    return (size_t) shape.totalElements * realSize;
+}
+
+template <typename real> void configureFusedFitting(int maxSharedBytes) {
+    cudaFuncSetAttribute(fusedFittingKernel<real, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes);
+    cudaFuncSetAttribute(fusedFittingKernel<real, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes);
+}
+
+template <typename real>
+void launchFusedFitting(const GraphModelParams<real>& model, const FusedNetworkShape& shape, const FusedNetworkWeights<real>* groups,
+                        const int* rowNodes, const real* moments, real* particleEnergy, real* gradMoments, GraphStatus* status,
+                        bool withForces, cudaStream_t stream) {
+    const int blocks = shape.tileStart[shape.numGroups];
+    if (blocks == 0)
+        return;
+    const size_t bytes = (size_t) shape.totalElements * sizeof(real);
+    if (shape.tileRows == 4)
+        fusedFittingKernel<real, 4><<<blocks, FusedThreads, bytes, stream>>>(model, shape, groups, rowNodes, moments, particleEnergy,
+                                                                              gradMoments, status, withForces ? 1 : 0);
+    else
+        fusedFittingKernel<real, 8><<<blocks, FusedThreads, bytes, stream>>>(model, shape, groups, rowNodes, moments, particleEnergy,
+                                                                              gradMoments, status, withForces ? 1 : 0);
+}
+
+#define GRAPH_INSTANTIATE_FUSED(real)                                                                                                      \
+    template void configureFusedFitting<real>(int);                                                                                        \
+    template void launchFusedFitting<real>(const GraphModelParams<real>&, const FusedNetworkShape&, const FusedNetworkWeights<real>*,     \
+                                           const int*, const real*, real*, real*, GraphStatus*, bool, cudaStream_t);
+GRAPH_INSTANTIATE_FUSED(float)
+GRAPH_INSTANTIATE_FUSED(double)
+
+} // namespace GraphPlugin

@@ -1,0 +1,140 @@
+#ifndef OPENMM_GRAPH_NETWORK_DEVICE_FUNCTIONS_CUH_
+#define OPENMM_GRAPH_NETWORK_DEVICE_FUNCTIONS_CUH_
+
+/**
+ * The per-element formulas of the node stage (invariants, dense layers, the
+ * energy output and their backward), shared by the per-layer kernels
+ * (EdgeScanKernels.cu, DenseLayerKernels.cu) and the fused network kernel
+ * (FusedNetworkKernels.cu), so that both compute every value with the same
+ * operations in the same order: bitwise the same results.
+ */
+
+#include "GraphDeviceFunctions.cuh"
+#include "GraphKernelLaunch.h"
+
+namespace GraphPlugin {
+
+template <typename real> __device__ inline real activate(int activation, real z) {
+    if (activation == GraphTanh)
+        return tanh(z);
+    if (activation == GraphSilu)
+        return z / (1 + exp(-z));
+    return z;
+}
+
+template <typename real> __device__ inline real activateDerivative(int activation, real z) {
+    if (activation == GraphTanh) {
+        real t = tanh(z);
+        return 1 - t * t;
+    }
+    if (activation == GraphSilu) {
+        real s = 1 / (1 + exp(-z));
+        return s * (1 + z * (1 - s));
+    }
+    return 1;
+}
+
+/**
+ * A dense layer's output for column col from its product acc = sum_k W[col][k] h[k]:
+ * z = acc + bias; act'(z) into *deriv (when deriv); returns act(z), or
+ * input + timestep act(z) when residual (input: h[col]).
+ */
+template <typename real>
+__device__ inline real denseForwardValue(int activation, bool residual, real acc, real bias, real timestep, real input, real* deriv) {
+    const real z = acc + bias;
+    const real value = activate(activation, z);
+    if (deriv)
+        *deriv = activation == GraphTanh ? 1 - value * value : activateDerivative(activation, z);
+    return residual ? input + timestep * value : value;
+}
+
+/** dE/dz of a dense layer's output k from dE/d(out): g act'(z) (times the timestep when residual). */
+template <typename real> __device__ inline real denseOutputGradient(int activation, bool residual, real g, real deriv, real timestep) {
+    real value = g;
+    if (activation != GraphIdentity)
+        value *= deriv;
+    if (residual)
+        value *= timestep;
+    return value;
+}
+
+/** dE/dh[col] of a dense layer from acc = sum_k dz[k] W[k][col]: plus dE/d(out)[col] when residual. */
+template <typename real> __device__ inline real denseInputGradient(bool residual, real acc, real gradOutput) {
+    return acc + (residual ? gradOutput : real(0));
+}
+
+/**
+ * One warp's share of w . h over `width` entries (lane k, k + 32, ...),
+ * summed over the warp in a fixed butterfly: every lane returns the total.
+ */
+template <typename real> __device__ inline real warpDot(const real* __restrict__ weight, const real* hidden, int width, int lane) {
+    real sum = 0;
+    for (int k = lane; k < width; k += 32)
+        sum += weight[k] * hidden[k];
+    return warpSum(sum);
+}
+
+/**
+ * Adds a particle's energy to the evaluation's fixed-point sum
+ * (GraphStatus::energyHigh/Low, integer atomics: order independent), or
+ * reports it when not finite or beyond the fixed-point range.
+ */
+__device__ inline void addParticleEnergy(GraphStatus* status, int node, double e) {
+    if (!(fabs(e) < FixedPointLimit))
+        reportError(status, GraphErrorNonFiniteEnergy, node, -1, e);
+    else {
+        // e = high / 2^8 + low / 2^40, both parts exact integers (see GraphStatus).
+        const double high = floor(e * EnergyHighScale);
+        atomicAdd((unsigned long long*) &status->energyHigh, (unsigned long long) (long long) high);
+        atomicAdd((unsigned long long*) &status->energyLow, (unsigned long long) llrint((e - high * (1.0 / EnergyHighScale)) * EnergyLowScale));
+    }
+}
+
+/**
+ * Invariant `flat` (= [l][k][k'] or, with the l-sum, [k][k']) of one center:
+ * sum over l and m of X[lm][k] A[lm][k'] (X, A: the center's [H][M]).
+ */
+template <typename real> __device__ inline real invariantValue(const GraphModelParams<real>& model, const real* X, const real* A, int flat) {
+    const int M = model.numChannels, Maxis = model.numAxis;
+    const int kp = flat % Maxis, k = (flat / Maxis) % M;
+    const int lFirst = model.descriptorLSum ? 0 : flat / (M * Maxis);
+    const int lLast = model.descriptorLSum ? model.lMax : lFirst;
+    real sum = 0;
+    for (int l = lFirst; l <= lLast; l++)
+        for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
+            sum += X[lm * M + k] * A[lm * M + kp];
+    return sum;
+}
+
+/** dD[l][k][k'] from the gradient array (same flat index as the invariants). */
+template <typename real>
+__device__ inline real descriptorGradient(const GraphModelParams<real>& model, const real* g, int l, int k, int kp) {
+    const int M = model.numChannels, Maxis = model.numAxis;
+    const int base = model.descriptorLSum ? 0 : l * M * Maxis;
+    return g[base + k * Maxis + kp];
+}
+
+/**
+ * The invariants' backward for entry x = [lm][k] of one center, from its
+ * descriptor gradient g: gx = sum_k' dD[l][k][k'] A[lm][k'] (channel k as the
+ * first factor) and ga = sum_k dD[l][k][k'] X[lm][k] with k' = k < M_axis
+ * (as the second factor; 0 otherwise).
+ */
+template <typename real>
+__device__ inline void invariantGradient(const GraphModelParams<real>& model, const real* X, const real* A, const real* g, int x, real& gx,
+                                         real& ga) {
+    const int M = model.numChannels, Maxis = model.numAxis;
+    const int lm = x / M, k = x % M;
+    const int l = degreeOf(lm);
+    gx = 0;
+    for (int kp = 0; kp < Maxis; kp++)
+        gx += descriptorGradient(model, g, l, k, kp) * A[lm * M + kp];
+    ga = 0;
+    if (k < Maxis)
+        for (int kk = 0; kk < M; kk++)
+            ga += descriptorGradient(model, g, l, kk, k) * X[lm * M + kk];
+}
+
+} // namespace GraphPlugin
+
+#endif
