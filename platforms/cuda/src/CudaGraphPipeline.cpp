@@ -545,13 +545,24 @@ private:
                        " entries (at most " + std::to_string(MaxFusedWidth) + " are fused)";
         int& maxShared = maxFusedShared;
         GRAPH_CU_CHECK(cuDeviceGetAttribute(&maxShared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cu.getDevice()));
-        // Tiles of 4 rows while they give at most one block per multiprocessor, else 8 (half the weight traffic per row).
-        const bool fewRows = (numCenters + 3) / 4 <= numMultiprocessors;
-        for (int rows : {fewRows ? 4 : 8, 4}) {
+        // Every block streams all the weights from L2, whose throughput bounds the kernel (H200: about 1.3 TB/s when every
+        // multiprocessor reads the same weights): the fewest rows per tile (4, 8, 16) that still leave at most one block
+        // per two multiprocessors, so fuller tiles read the weights fewer times while the blocks' own products stay short;
+        // 16 only for layers of at most 512 units (the sums of 8 rows and 4 columns a thread, in registers). Fewer rows
+        // when the tile does not fit in shared memory.
+        int widestLayer = 0;
+        for (int l = 1; l <= fitting.numHidden; l++)
+            widestLayer = std::max(widestLayer, fusedShape.width[l]);
+        const int mostRows = std::max(fusedShape.width[0], widestLayer) <= 512 ? 16 : 8;
+        int rows = 4;
+        while (rows < mostRows && (numCenters + rows - 1) / rows > numMultiprocessors / 2)
+            rows *= 2;
+        for (; rows >= 4; rows /= 2) {
             fusedShape.tileRows = rows;
             if (fusedLayout(fusedShape, H * M, sizeof(real)) <= (size_t) maxShared)
                 return "";
         }
+        fusedShape.tileRows = 4;
         return "a tile of 4 rows needs " + std::to_string(fusedLayout(fusedShape, H * M, sizeof(real)) / 1024) +
                " KB of shared memory, more than the device's " + std::to_string(maxShared / 1024) + " KB per block";
     }

@@ -5,8 +5,8 @@
  * invariants' backward run one after another on the tile's rows; every
  * intermediate (descriptor, activations, act'(z), gradients) stays in shared
  * memory and only the moments come in and dE/dA goes out.  The weights stream
- * through shared memory in slices of consecutive rows (cp.async, two slices in
- * flight), from copies laid out so that a slice is one contiguous block:
+ * through shared memory in slices of consecutive rows (cp.async, three slices
+ * in flight), from copies laid out so that a slice is one contiguous block:
  * W^T for the forward products, W for the backward ones.
  *
  * Every value is formed by the same operations in the same order as in the
@@ -123,7 +123,10 @@ __device__ inline void streamedProduct(const real* __restrict__ B, int K, int C,
     __syncthreads();
 }
 
-/** streamedProduct with the fewest columns per thread that cover C (<= MaxFusedWidth). */
+/**
+ * streamedProduct with the fewest columns per thread that cover C (<= MaxFusedWidth; with 16-row tiles <= 512, which
+ * the host ensures: their sums of 8 rows would not fit in registers beyond 4 columns).
+ */
 template <typename real, int R, typename Epilogue>
 __device__ inline void product(const real* __restrict__ B, int K, int C, int ldb, const real* in, int inStride, real* stage,
                                int stageElements, Epilogue epilogue) {
@@ -131,12 +134,14 @@ __device__ inline void product(const real* __restrict__ B, int K, int C, int ldb
         streamedProduct<real, R, 1>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
     else if (C <= 2 * ColumnThreads)
         streamedProduct<real, R, 2>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
-    else if (C <= 4 * ColumnThreads)
+    else if (C <= 4 * ColumnThreads || R == 16)
         streamedProduct<real, R, 4>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
-    else if (C <= 8 * ColumnThreads)
-        streamedProduct<real, R, 8>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
-    else
-        streamedProduct<real, R, 16>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+    else if constexpr (R < 16) {
+        if (C <= 8 * ColumnThreads)
+            streamedProduct<real, R, 8>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+        else
+            streamedProduct<real, R, 16>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+    }
 }
 
 template <typename real, int R>
@@ -267,9 +272,9 @@ size_t fusedLayout(FusedNetworkShape& shape, int momentEntries, int realSize) {
         shape.derivOffset[l] = offset;
         offset += R * pad(shape.width[l + 1]);
     }
-    // A slice holds at least 4 rows of the widest B (the backward of the first layer: rows of the descriptor's width).
+    // A slice is 16 KB, or 4 rows of the widest B if more (the backward of the first layer: rows of the descriptor's width).
     shape.stageOffset = offset;
-    shape.stageElements = std::max(4096, 4 * std::max(widest, pad(shape.width[0])));
+    shape.stageElements = std::max(16384 / realSize, 4 * std::max(widest, pad(shape.width[0])));
     shape.totalElements = offset + FusedStages * shape.stageElements;
     return (size_t) shape.totalElements * realSize;
 }
@@ -277,6 +282,7 @@ size_t fusedLayout(FusedNetworkShape& shape, int momentEntries, int realSize) {
 template <typename real> void configureFusedFitting(int maxSharedBytes) {
     cudaFuncSetAttribute(fusedFittingKernel<real, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes);
     cudaFuncSetAttribute(fusedFittingKernel<real, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes);
+    cudaFuncSetAttribute(fusedFittingKernel<real, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes);
 }
 
 template <typename real>
@@ -290,9 +296,12 @@ void launchFusedFitting(const GraphModelParams<real>& model, const FusedNetworkS
     if (shape.tileRows == 4)
         fusedFittingKernel<real, 4><<<blocks, FusedThreads, bytes, stream>>>(model, shape, groups, rowNodes, moments, particleEnergy,
                                                                               gradMoments, status, withForces ? 1 : 0);
-    else
+    else if (shape.tileRows == 8)
         fusedFittingKernel<real, 8><<<blocks, FusedThreads, bytes, stream>>>(model, shape, groups, rowNodes, moments, particleEnergy,
                                                                               gradMoments, status, withForces ? 1 : 0);
+    else
+        fusedFittingKernel<real, 16><<<blocks, FusedThreads, bytes, stream>>>(model, shape, groups, rowNodes, moments, particleEnergy,
+                                                                               gradMoments, status, withForces ? 1 : 0);
 }
 
 #define GRAPH_INSTANTIATE_FUSED(real)                                                                                                      \

@@ -193,31 +193,34 @@ std::vector<Result> propertyResults(const GraphTest::ModelOptions& options, cons
 }
 
 /**
- * The fused network of a wider model, bitwise against a kernel per layer:
+ * The fused network of wider models, bitwise against a kernel per layer:
  * three types, no l-sum (a 512-entry descriptor: four columns per thread in
- * the last backward product), hidden widths 200, 200 (residual) and 40
- * (two columns per thread, padded rows), SiLU; 700 particles (tiles of 8
- * rows on a device of up to 175 multiprocessors, the last tile of each type
- * partial).
+ * the last backward product), SiLU, 700 particles (the last tile of each
+ * type partial); hidden widths 200, 200 (residual) and 40 (two columns per
+ * thread, padded rows: tiles of 16 rows on a device of 88 to 175
+ * multiprocessors, such as an H200), then 600 and 40 (eight columns per
+ * thread: tiles of 8 rows there).
  */
 TEST(CudaGraphForce, FusedNetworkOfWideModelGivesBitwiseIdenticalResults) {
-    GraphTest::ModelOptions options;
-    options.numTypes = 3;
-    options.lMax = 1;
-    options.numChannels = 32;
-    options.numAxis = 8;
-    options.lSum = false;
-    options.fittingWidths = {200, 200, 40};
-    options.activation = "silu";
-    Configuration config = makeConfiguration(Geometry::Cubic, 700, 3, 36);
-    std::vector<Result> layered = propertyResults(options, config, "CudaFusedNetwork", "false", 5);
-    std::vector<Result> fused = propertyResults(options, config, "CudaFusedNetwork", "true", 5);
-    expectSameTrajectories(layered, fused);
-    // And both agree with the Reference platform.
-    std::unique_ptr<System> system(makeSystem(config, options));
-    Result expected = evaluate(*system, config.positions, Platform::getPlatformByName("Reference"));
-    expectEnergyNear(fused[0].energy, expected.energy, testEnergyTolerance(), config.positions.size());
-    expectForcesNear(fused[0].forces, expected.forces, testForceTolerance());
+    for (const std::vector<int>& widths : {std::vector<int>{200, 200, 40}, std::vector<int>{600, 40}}) {
+        GraphTest::ModelOptions options;
+        options.numTypes = 3;
+        options.lMax = 1;
+        options.numChannels = 32;
+        options.numAxis = 8;
+        options.lSum = false;
+        options.fittingWidths = widths;
+        options.activation = "silu";
+        Configuration config = makeConfiguration(Geometry::Cubic, 700, 3, 36);
+        std::vector<Result> layered = propertyResults(options, config, "CudaFusedNetwork", "false", 5);
+        std::vector<Result> fused = propertyResults(options, config, "CudaFusedNetwork", "true", 5);
+        expectSameTrajectories(layered, fused);
+        // And both agree with the Reference platform.
+        std::unique_ptr<System> system(makeSystem(config, options));
+        Result expected = evaluate(*system, config.positions, Platform::getPlatformByName("Reference"));
+        expectEnergyNear(fused[0].energy, expected.energy, testEnergyTolerance(), config.positions.size());
+        expectForcesNear(fused[0].forces, expected.forces, testForceTolerance());
+    }
 }
 
 /** CudaFusedNetwork "true" where the network cannot be fused is an error that says why; "auto" falls back. */
