@@ -545,17 +545,17 @@ private:
                        " entries (at most " + std::to_string(MaxFusedWidth) + " are fused)";
         int& maxShared = maxFusedShared;
         GRAPH_CU_CHECK(cuDeviceGetAttribute(&maxShared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cu.getDevice()));
-        // Every block streams all the weights from L2, whose throughput bounds the kernel (H200: about 1.3 TB/s when every
-        // multiprocessor reads the same weights): the fewest rows per tile (4, 8, 16) that still leave at most one block
-        // per two multiprocessors, so fuller tiles read the weights fewer times while the blocks' own products stay short;
-        // 16 only for layers of at most 512 units (the sums of 8 rows and 4 columns a thread, in registers). Fewer rows
-        // when the tile does not fit in shared memory.
+        // Every block streams all the weights through its shared memory, at a rate per multiprocessor that bounds the
+        // kernel (H200: about 5 bytes per clock, whatever the tile's rows): the fewest rows per tile (4, 8, 16) that
+        // still give at most one block per multiprocessor, so the weights stream once per multiprocessor; 16 only for
+        // layers and descriptors of at most 512 entries (a thread's sums of 8 rows and up to 4 columns stay in
+        // registers). Fewer rows when the tile does not fit in shared memory.
         int widestLayer = 0;
         for (int l = 1; l <= fitting.numHidden; l++)
             widestLayer = std::max(widestLayer, fusedShape.width[l]);
         const int mostRows = std::max(fusedShape.width[0], widestLayer) <= 512 ? 16 : 8;
         int rows = 4;
-        while (rows < mostRows && (numCenters + rows - 1) / rows > numMultiprocessors / 2)
+        while (rows < mostRows && (numCenters + rows - 1) / rows > numMultiprocessors)
             rows *= 2;
         for (; rows >= 4; rows /= 2) {
             fusedShape.tileRows = rows;
@@ -583,8 +583,14 @@ private:
                                       "; set CudaFusedNetwork to \"auto\" or \"false\"");
             return;
         }
-        // "auto": only where the per-layer kernels would take their smallest tiles (too few rows to fill the device).
-        if (mode == CudaFusedNetwork::Auto && chooseDenseTileRows(numCenters, fusedShape.width[1], numMultiprocessors, sizeof(real) == 4) != 8)
+        // "auto": only where the per-layer kernels would take their smallest tiles (too few rows to fill the device), and
+        // for networks of at most FusedAutoWeights weights per type: every block streams all of them (see
+        // fusedNetworkObstacle), while the per-layer kernels spread a layer's columns over blocks.
+        size_t weights = 0;
+        for (int l = 0; l < fusedShape.numLayers; l++)
+            weights += (size_t) fusedShape.width[l] * fusedShape.width[l + 1];
+        if (mode == CudaFusedNetwork::Auto &&
+            (weights > FusedAutoWeights || chooseDenseTileRows(numCenters, fusedShape.width[1], numMultiprocessors, sizeof(real) == 4) != 8))
             return;
         fused = true;
         configureFusedFitting<real>(maxFusedShared);
@@ -830,6 +836,14 @@ private:
     bool fused = false;                                   ///< the fitting network runs in the fused kernel (CudaFusedNetwork)
     FusedNetworkShape fusedShape;                         ///< its widths, tile rows and shared-memory layout
     int maxFusedShared = 0;                               ///< the device's shared memory per block (opt-in), bytes
+    /**
+     * CudaFusedNetwork "auto" fuses networks of at most this many hidden-layer
+     * weights per type.  Measured on an H200 at 512 particles: the small grade
+     * (65,536 weights) took 53.4 us fused against 58.8 us in per-layer kernels
+     * (plus their gaps); the medium grade (483,840) took 380.9 us fused against
+     * about 200 us per layer.
+     */
+    static constexpr size_t FusedAutoWeights = 131072;
     std::vector<std::unique_ptr<CudaArray>> fusedWeights; ///< per type and hidden layer: W^T, W (FusedNetworkWeights)
     std::unique_ptr<CudaArray> fusedGroups;               ///< [numTypes] FusedNetworkWeights
     GraphStatus* hostStatus = nullptr;   ///< pinned, written by the last kernel of an evaluation through mappedStatus
