@@ -195,11 +195,11 @@ std::vector<Result> propertyResults(const GraphTest::ModelOptions& options, cons
 /**
  * The fused network of wider models, bitwise against a kernel per layer:
  * three types, no l-sum (a 512-entry descriptor: four columns per thread in
- * the last backward product), SiLU, 700 particles (the last tile of each
+ * the last backward product), SiLU, 1,500 particles (the last tile of each
  * type partial); hidden widths 200, 200 (residual) and 40 (two columns per
- * thread, padded rows: tiles of 16 rows on a device of 88 to 175
- * multiprocessors, such as an H200), then 600 and 40 (eight columns per
- * thread: tiles of 8 rows there).
+ * thread, padded rows: tiles of 16 rows on a device of 94 to 187
+ * multiprocessors, such as an H200, in single and mixed precision), then
+ * 600 and 40 (eight columns per thread: tiles of 8 rows there).
  */
 TEST(CudaGraphForce, FusedNetworkOfWideModelGivesBitwiseIdenticalResults) {
     for (const std::vector<int>& widths : {std::vector<int>{200, 200, 40}, std::vector<int>{600, 40}}) {
@@ -211,7 +211,7 @@ TEST(CudaGraphForce, FusedNetworkOfWideModelGivesBitwiseIdenticalResults) {
         options.lSum = false;
         options.fittingWidths = widths;
         options.activation = "silu";
-        Configuration config = makeConfiguration(Geometry::Cubic, 700, 3, 36);
+        Configuration config = makeConfiguration(Geometry::Cubic, 1500, 3, 36);
         std::vector<Result> layered = propertyResults(options, config, "CudaFusedNetwork", "false", 5);
         std::vector<Result> fused = propertyResults(options, config, "CudaFusedNetwork", "true", 5);
         expectSameTrajectories(layered, fused);
