@@ -10,7 +10,7 @@
 # PARTS: comma-separated, of
 #   test     build with CMake, run every C++ test (ctest)
 #   py       pip install the package, run the Python tests marked gpu (PYTEST_ARGS: more pytest arguments, e.g. files)
-#   profile  per-kernel times under Nsight Compute (PROFILE_CASES, grade:n ...; PROFILE_ARGS: more arguments of
+#   profile  per-kernel times under Nsight Compute (PROFILE_CASES, grade:n ..., empty for none; PROFILE_ARGS: more arguments of
 #            bench/profile_kernels.py, e.g. "--precision double"; NCU_ARGS: more arguments of ncu, e.g.
 #            "--cache-control none" to keep the caches warm between kernels, as in a run)
 #   bench    bench/run_benchmarks.py with $BENCH_ARGS
@@ -45,7 +45,7 @@ if has py; then
 fi
 if has profile; then
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
-    for case in ${PROFILE_CASES:-small:512 medium:10296}; do
+    for case in ${PROFILE_CASES-small:512 medium:10296}; do
         grade=${case%%:*}; n=${case##*:}
         for graph in false auto; do
             python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 20 --cuda-graph $graph ${PROFILE_ARGS:-} \
