@@ -60,10 +60,11 @@ class GraphModel;
  *    memory and adds kernel launches.
  *  - "CudaFusedNetwork": "auto" (default), "true" or "false".  CUDA platform
  *    only: the fitting network (invariants, hidden layers, energy output and
- *    their backward) of a block of 4 or 8 particles runs in one kernel, its
+ *    their backward) of a block of 4, 8 or 16 particles runs in one kernel, its
  *    intermediates in shared memory, instead of a kernel per layer.  "auto"
  *    fuses when a batch is too small to fill the device with per-layer tiles
- *    (a few thousand particles or fewer) and the model allows it: no
+ *    (a few thousand particles or fewer), the network is small (at most
+ *    131,072 hidden-layer weights per type) and the model allows it: no
  *    interaction block, one chunk (CudaChunkRows), the same layer widths for
  *    every type, 1 to 8 hidden layers of at most 2,048 units, and the tile's
  *    shared memory within the device's limit; "true" fuses whenever the

@@ -11,9 +11,9 @@ using namespace OpenMM;
 namespace {
 
 const std::map<std::string, std::string>& propertyDefaults() {
-    static const std::map<std::string, std::string> defaults = {{"CheckFinite", "true"}, {"CudaChunkRows", "auto"},
-                                                                {"CudaFusedNetwork", "auto"}, {"CudaGraph", "auto"},   {"CudaNeighborSearch", "auto"},
-                                                                {"Domains", "single"},   {"TorchCudaContext", "auto"}};
+    static const std::map<std::string, std::string> defaults = {
+        {"CheckFinite", "true"},        {"CudaChunkRows", "auto"}, {"CudaFusedNetwork", "auto"}, {"CudaGraph", "auto"},
+        {"CudaNeighborSearch", "auto"}, {"Domains", "single"},     {"TorchCudaContext", "auto"}};
     return defaults;
 }
 

@@ -46,7 +46,9 @@ void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce
     domain.exchange = exchange;
     domain.domainIndex = domainIndex;
     const std::string fused = force.getProperty("CudaFusedNetwork");
-    const CudaFusedNetwork fusion = fused == "true" ? CudaFusedNetwork::Required : fused == "false" ? CudaFusedNetwork::Off : CudaFusedNetwork::Auto;
+    const CudaFusedNetwork fusion = fused == "true"    ? CudaFusedNetwork::Required
+                                    : fused == "false" ? CudaFusedNetwork::Off
+                                                       : CudaFusedNetwork::Auto;
     pipeline = createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), mode, chunkRows,
                                        parseNeighborSearch(force.getProperty("CudaNeighborSearch")), fusion, domain);
     // The status of an evaluation is read where OpenMM reads its own neighbour-list

@@ -590,7 +590,8 @@ private:
         for (int l = 0; l < fusedShape.numLayers; l++)
             weights += (size_t) fusedShape.width[l] * fusedShape.width[l + 1];
         if (mode == CudaFusedNetwork::Auto &&
-            (weights > FusedAutoWeights || chooseDenseTileRows(numCenters, fusedShape.width[1], numMultiprocessors, sizeof(real) == 4) != 8))
+            (weights > FusedAutoWeights ||
+             chooseDenseTileRows(numCenters, fusedShape.width[1], numMultiprocessors, sizeof(real) == 4) != 8))
             return;
         fused = true;
         configureFusedFitting<real>(maxFusedShared);
@@ -833,9 +834,9 @@ private:
         nodeFeatures, nodeFeatureGrad, interactionMoments, gradInteractionMoments, nodeInputGrad, particleEnergy, status;
     std::unique_ptr<CudaArray> gradientScratch[2];
     std::vector<std::unique_ptr<CudaArray>> fittingActivations, fittingDerivatives, nodeActivations, nodeDerivatives;
-    bool fused = false;                                   ///< the fitting network runs in the fused kernel (CudaFusedNetwork)
-    FusedNetworkShape fusedShape;                         ///< its widths, tile rows and shared-memory layout
-    int maxFusedShared = 0;                               ///< the device's shared memory per block (opt-in), bytes
+    bool fused = false;           ///< the fitting network runs in the fused kernel (CudaFusedNetwork)
+    FusedNetworkShape fusedShape; ///< its widths, tile rows and shared-memory layout
+    int maxFusedShared = 0;       ///< the device's shared memory per block (opt-in), bytes
     /**
      * CudaFusedNetwork "auto" fuses networks of at most this many hidden-layer
      * weights per type.  Measured on an H200 at 512 particles: the small grade
@@ -859,18 +860,18 @@ private:
 
 } // namespace
 
-std::unique_ptr<CudaGraphPipelineBase>
-GraphPlugin::createCudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles,
-                                     const std::vector<int>& types, bool periodic, int numSystemParticles, CudaGraphMode graphMode,
-                                     int maxChunkRows, CudaNeighborSearch search, CudaFusedNetwork fusedNetwork,
-                                     const CudaGraphDomain& domain) {
+std::unique_ptr<CudaGraphPipelineBase> GraphPlugin::createCudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model,
+                                                                            const std::vector<int>& particles,
+                                                                            const std::vector<int>& types, bool periodic,
+                                                                            int numSystemParticles, CudaGraphMode graphMode,
+                                                                            int maxChunkRows, CudaNeighborSearch search,
+                                                                            CudaFusedNetwork fusedNetwork, const CudaGraphDomain& domain) {
     if (cu.getUseDoublePrecision()) {
         auto pipeline = new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows,
                                                       search, fusedNetwork, domain);
         return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
     }
-    auto pipeline =
-        new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, search, fusedNetwork,
-                                                      domain);
+    auto pipeline = new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, search,
+                                                 fusedNetwork, domain);
     return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
 }

@@ -97,8 +97,9 @@ __device__ inline void storeDenseOutput(const real* __restrict__ bias, const rea
                                         int aStride, int activation, int residual, real* __restrict__ deriv, int derivStride,
                                         real* __restrict__ out, int outStride, size_t a, size_t o, size_t local, int col, real acc) {
     if (Forward)
-        out[o * outStride + col] = denseForwardValue(activation, residual != 0, acc, bias[col], residual ? timestep[col] : real(0),
-                                                     residual ? A[a * aStride + col] : real(0), deriv ? &deriv[local * derivStride + col] : nullptr);
+        out[o * outStride + col] =
+            denseForwardValue(activation, residual != 0, acc, bias[col], residual ? timestep[col] : real(0),
+                              residual ? A[a * aStride + col] : real(0), deriv ? &deriv[local * derivStride + col] : nullptr);
     else
         out[o * outStride + col] = denseInputGradient(residual != 0, acc, residual ? A[a * aStride + col] : real(0));
 }
@@ -352,9 +353,9 @@ __global__ void __launch_bounds__(SmallTile<real>::Threads)
         if (scaleA) {
             // Each row is scaled by the 16 threads that multiply it (half a warp): a warp barrier is enough.
             for (int kk = c; kk < Slice; kk += 16)
-                tile.a[stage][r][kk] = denseOutputGradient(activation, withTimestep, tile.a[stage][r][kk],
-                                                           withDeriv ? tile.deriv[stage][r][kk] : real(1),
-                                                           withTimestep ? tile.timestep[stage][kk] : real(1));
+                tile.a[stage][r][kk] =
+                    denseOutputGradient(activation, withTimestep, tile.a[stage][r][kk], withDeriv ? tile.deriv[stage][r][kk] : real(1),
+                                        withTimestep ? tile.timestep[stage][kk] : real(1));
             __syncwarp();
         }
         const int count = min(Slice, K - s * Slice);

@@ -67,7 +67,7 @@ __device__ inline void streamedProduct(const real* __restrict__ B, int K, int C,
         issue(s + FusedStages - 1);
         const real* b = stage + (s % FusedStages) * stageElements;
         const int k0 = s * sliceRows, count = min(sliceRows, K - k0);
-        auto step = [&](int kk, const real (&a)[RPT]) {
+        auto step = [&](int kk, const real(&a)[RPT]) {
             real bv[CPT];
 #pragma unroll
             for (int j = 0; j < CPT; j++) {
@@ -232,10 +232,9 @@ __global__ void __launch_bounds__(FusedThreads)
         gBuffer = 1 - gBuffer;
         real* target = l == 0 ? input : shared + shape.bufferOffset[gBuffer];
         const int strideK = l == 0 ? strideD : fusedPadded<real>(K);
-        product<real, R>(net.backward[l], N, K, fusedPadded<real>(K), dz, strideN, stage, shape.stageElements,
-                         [&](int r, int c, real acc) {
-                             target[r * strideK + c] = denseInputGradient(residual, acc, residual ? g[r * strideN + c] : real(0));
-                         });
+        product<real, R>(net.backward[l], N, K, fusedPadded<real>(K), dz, strideN, stage, shape.stageElements, [&](int r, int c, real acc) {
+            target[r * strideK + c] = denseInputGradient(residual, acc, residual ? g[r * strideN + c] : real(0));
+        });
         g = target;
     }
 
@@ -295,18 +294,18 @@ void launchFusedFitting(const GraphModelParams<real>& model, const FusedNetworkS
     const size_t bytes = (size_t) shape.totalElements * sizeof(real);
     if (shape.tileRows == 4)
         fusedFittingKernel<real, 4><<<blocks, FusedThreads, bytes, stream>>>(model, shape, groups, rowNodes, moments, particleEnergy,
-                                                                              gradMoments, status, withForces ? 1 : 0);
+                                                                             gradMoments, status, withForces ? 1 : 0);
     else if (shape.tileRows == 8)
         fusedFittingKernel<real, 8><<<blocks, FusedThreads, bytes, stream>>>(model, shape, groups, rowNodes, moments, particleEnergy,
-                                                                              gradMoments, status, withForces ? 1 : 0);
+                                                                             gradMoments, status, withForces ? 1 : 0);
     else
         fusedFittingKernel<real, 16><<<blocks, FusedThreads, bytes, stream>>>(model, shape, groups, rowNodes, moments, particleEnergy,
-                                                                               gradMoments, status, withForces ? 1 : 0);
+                                                                              gradMoments, status, withForces ? 1 : 0);
 }
 
 #define GRAPH_INSTANTIATE_FUSED(real)                                                                                                      \
     template void configureFusedFitting<real>(int);                                                                                        \
-    template void launchFusedFitting<real>(const GraphModelParams<real>&, const FusedNetworkShape&, const FusedNetworkWeights<real>*,     \
+    template void launchFusedFitting<real>(const GraphModelParams<real>&, const FusedNetworkShape&, const FusedNetworkWeights<real>*,      \
                                            const int*, const real*, real*, real*, GraphStatus*, bool, cudaStream_t);
 GRAPH_INSTANTIATE_FUSED(float)
 GRAPH_INSTANTIATE_FUSED(double)

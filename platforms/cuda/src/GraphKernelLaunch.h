@@ -233,10 +233,10 @@ void launchEnergyOutput(const DenseBatch<real>& batch, const int* rowNodes, cons
 
 // ---------------------------------------------------------------- fused fitting network (FusedNetworkKernels.cu)
 
-constexpr int MaxFusedLayers = 8;    ///< hidden layers of a fused fitting network
-constexpr int MaxFusedWidth = 2048;  ///< the widest layer (or descriptor) of a fused fitting network
-constexpr int FusedThreads = 256;    ///< threads per block of the fused kernel
-constexpr int FusedStages = 4;       ///< weight slices in shared memory: three in flight while one is multiplied
+constexpr int MaxFusedLayers = 8;   ///< hidden layers of a fused fitting network
+constexpr int MaxFusedWidth = 2048; ///< the widest layer (or descriptor) of a fused fitting network
+constexpr int FusedThreads = 256;   ///< threads per block of the fused kernel
+constexpr int FusedStages = 4;      ///< weight slices in shared memory: three in flight while one is multiplied
 
 /** Values per 16-byte copy, and a width rounded up to a whole number of them. */
 template <typename real> GRAPH_HOST_DEVICE constexpr int fusedVector() {
@@ -269,11 +269,11 @@ template <typename real> struct FusedNetworkWeights {
  * (fusedLayout).
  */
 struct FusedNetworkShape {
-    int numLayers;                       ///< hidden layers, 1..MaxFusedLayers
-    int width[MaxFusedLayers + 1];       ///< width[0]: the descriptor; width[l + 1]: the outputs of hidden layer l
+    int numLayers;                 ///< hidden layers, 1..MaxFusedLayers
+    int width[MaxFusedLayers + 1]; ///< width[0]: the descriptor; width[l + 1]: the outputs of hidden layer l
     int residual[MaxFusedLayers];
-    int activation;                      ///< GraphActivation
-    int tileRows;                        ///< rows per block: 4, 8 or 16
+    int activation; ///< GraphActivation
+    int tileRows;   ///< rows per block: 4, 8 or 16
     int numGroups;
     int rowStart[MaxBatchedGroups + 1];  ///< group g: rows [rowStart[g], rowStart[g+1]) of the type-sorted list
     int tileStart[MaxBatchedGroups + 1]; ///< group g: blocks [tileStart[g], tileStart[g+1])

@@ -86,7 +86,8 @@ __device__ inline void addParticleEnergy(GraphStatus* status, int node, double e
         // e = high / 2^8 + low / 2^40, both parts exact integers (see GraphStatus).
         const double high = floor(e * EnergyHighScale);
         atomicAdd((unsigned long long*) &status->energyHigh, (unsigned long long) (long long) high);
-        atomicAdd((unsigned long long*) &status->energyLow, (unsigned long long) llrint((e - high * (1.0 / EnergyHighScale)) * EnergyLowScale));
+        atomicAdd((unsigned long long*) &status->energyLow,
+                  (unsigned long long) llrint((e - high * (1.0 / EnergyHighScale)) * EnergyLowScale));
     }
 }
 
@@ -94,7 +95,8 @@ __device__ inline void addParticleEnergy(GraphStatus* status, int node, double e
  * Invariant `flat` (= [l][k][k'] or, with the l-sum, [k][k']) of one center:
  * sum over l and m of X[lm][k] A[lm][k'] (X, A: the center's [H][M]).
  */
-template <typename real> __device__ inline real invariantValue(const GraphModelParams<real>& model, const real* X, const real* A, int flat) {
+template <typename real>
+__device__ inline real invariantValue(const GraphModelParams<real>& model, const real* X, const real* A, int flat) {
     const int M = model.numChannels, Maxis = model.numAxis;
     const int kp = flat % Maxis, k = (flat / Maxis) % M;
     const int lFirst = model.descriptorLSum ? 0 : flat / (M * Maxis);
