@@ -77,6 +77,31 @@ TEST(CudaGraphForce, CrowdedRowsAreRecomputedTransparently) {
 }
 
 /**
+ * A Context of `config` (Verlet, 0.5 fs; velocities at 300 K from `seed`)
+ * whose GraphForce has one property set, for bitwise comparisons of values.
+ */
+struct PropertyRun {
+    GraphForce* force = nullptr;
+    std::unique_ptr<System> system;
+    VerletIntegrator integrator{0.0005};
+    std::unique_ptr<Context> context;
+    PropertyRun(const GraphTest::ModelOptions& options, const Configuration& config, const std::string& key, const std::string& value,
+                int seed) {
+        system.reset(makeSystem(config, options, &force));
+        force->setProperty(key, value);
+        context.reset(new Context(*system, integrator, testPlatform(), testPlatformProperties()));
+        context->setPositions(config.positions);
+        context->setVelocitiesToTemperature(300, seed);
+    }
+    /** Appends the energy and forces, then the energy of an energy-only evaluation. */
+    void record(std::vector<Result>& results) {
+        State state = context->getState(State::Energy | State::Forces | State::Positions);
+        results.push_back({state.getPotentialEnergy(), state.getForces()});
+        results.push_back({context->getState(State::Energy).getPotentialEnergy(), {}});
+    }
+};
+
+/**
  * One trajectory with a property set (e.g. CudaGraph "true": a failed capture
  * throws, and a capture fails if the evaluation synchronises with the host),
  * to be compared bitwise with the trajectory of another value: MD steps
@@ -87,36 +112,24 @@ std::vector<Result> propertyTrajectory(const std::string& key, const std::string
     GraphTest::ModelOptions options;
     options.numInteractions = numInteractions;
     options.lMax = 2;
-    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 35);
-    GraphForce* force;
-    std::unique_ptr<System> system(makeSystem(config, options, &force));
-    force->setProperty(key, value);
-    VerletIntegrator integrator(0.0005);
-    Context context(*system, integrator, testPlatform(), testPlatformProperties());
-    context.setPositions(config.positions);
-    context.setVelocitiesToTemperature(300, 5);
+    PropertyRun run(options, makeConfiguration(Geometry::Cubic, 220, 2, 35), key, value, 5);
     std::vector<Result> results;
-    auto record = [&]() {
-        State state = context.getState(State::Energy | State::Forces | State::Positions);
-        results.push_back({state.getPotentialEnergy(), state.getForces()});
-        results.push_back({context.getState(State::Energy).getPotentialEnergy(), {}});
-    };
-    record();
-    integrator.step(25);
-    record();
+    run.record(results);
+    run.integrator.step(25);
+    run.record(results);
     Vec3 a, b, c;
-    context.getState(State::Positions).getPeriodicBoxVectors(a, b, c);
-    context.setPeriodicBoxVectors(a * 1.02, b * 1.02, c * 1.02);
-    integrator.step(5);
-    record();
-    for (int i = 0; i < force->getNumParticles(); i += 4) {
+    run.context->getState(State::Positions).getPeriodicBoxVectors(a, b, c);
+    run.context->setPeriodicBoxVectors(a * 1.02, b * 1.02, c * 1.02);
+    run.integrator.step(5);
+    run.record(results);
+    for (int i = 0; i < run.force->getNumParticles(); i += 4) {
         int particle, type;
-        force->getParticleParameters(i, particle, type);
-        force->setParticleParameters(i, particle, 1 - type);
+        run.force->getParticleParameters(i, particle, type);
+        run.force->setParticleParameters(i, particle, 1 - type);
     }
-    force->updateParametersInContext(context);
-    integrator.step(5);
-    record();
+    run.force->updateParametersInContext(*run.context);
+    run.integrator.step(5);
+    run.record(results);
     return results;
 }
 
@@ -170,25 +183,16 @@ TEST(CudaGraphForce, FusedNetworkGivesBitwiseIdenticalTrajectories) {
 
 /**
  * Energy and forces with one property set, at `config` and after `steps` MD
- * steps of 0.5 fs from it, and the energy alone at the end: for bitwise
+ * steps from it (each followed by an energy-only evaluation): for bitwise
  * comparisons of launch choices on any model.
  */
 std::vector<Result> propertyResults(const GraphTest::ModelOptions& options, const Configuration& config, const std::string& key,
                                     const std::string& value, int steps) {
-    GraphForce* force;
-    std::unique_ptr<System> system(makeSystem(config, options, &force));
-    force->setProperty(key, value);
-    VerletIntegrator integrator(0.0005);
-    Context context(*system, integrator, testPlatform(), testPlatformProperties());
-    context.setPositions(config.positions);
-    context.setVelocitiesToTemperature(300, 7);
+    PropertyRun run(options, config, key, value, 7);
     std::vector<Result> results;
-    State state = context.getState(State::Energy | State::Forces);
-    results.push_back({state.getPotentialEnergy(), state.getForces()});
-    integrator.step(steps);
-    state = context.getState(State::Energy | State::Forces);
-    results.push_back({state.getPotentialEnergy(), state.getForces()});
-    results.push_back({context.getState(State::Energy).getPotentialEnergy(), {}});
+    run.record(results);
+    run.integrator.step(steps);
+    run.record(results);
     return results;
 }
 
