@@ -1,0 +1,227 @@
+/**
+ * How fast can one block per multiprocessor stream a weight matrix from L2
+ * into shared memory?  The fused fitting network (platforms/cuda/src/
+ * FusedNetworkKernels.cu) streams every weight through each block with
+ * cp.async and measured about 5 bytes per clock per multiprocessor on an
+ * H200 (bench/NOTES.md v11), whatever its tile's rows; this probe measures
+ * the stream alone, so the cause can be told apart:
+ *
+ *   same      every block reads the same slices at the same time (as the
+ *             fused kernel does), or each block its own (distinct);
+ *   stages    slices in flight (ring of `stages` 16 KB slices);
+ *   rotate    each block starts its copies of a slice at a different offset
+ *             (spreads simultaneous requests for one line over the slice);
+ *   method    cp.async 16-byte copies by all threads ("cp.async"), or one
+ *             bulk copy per slice through the tensor memory accelerator
+ *             ("bulk", cp.async.bulk with an mbarrier), or plain 16-byte
+ *             loads into registers ("ld").
+ *
+ * Build and run on a GPU machine (sm_90):
+ *   nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/stream_probe bench/device/stream_probe.cu && /tmp/stream_probe
+ * Prints one line per case: bytes per clock per multiprocessor (the clock
+ * from the device attribute, so an approximation) and TB/s in all.
+ */
+
+#include <cstdio>
+#include <cstdlib>
+#include <cuda_pipeline.h>
+#include <cuda_runtime.h>
+#include <vector>
+
+#define CHECK(call)                                                                                                                        \
+    do {                                                                                                                                   \
+        cudaError_t error_ = (call);                                                                                                       \
+        if (error_ != cudaSuccess) {                                                                                                       \
+            std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(error_));                                       \
+            std::exit(1);                                                                                                                  \
+        }                                                                                                                                  \
+    } while (0)
+
+namespace {
+
+constexpr int Threads = 256;
+constexpr int SliceBytes = 16384;
+constexpr int SliceVectors = SliceBytes / 16;
+constexpr int MaxStages = 8;
+
+/** A little work on a landed slice, so that nothing is optimised away: thread t sums its own 16-byte words. */
+__device__ inline float touch(const float4* slice) {
+    float sum = 0;
+    for (int v = threadIdx.x; v < SliceVectors; v += Threads) {
+        const float4 x = slice[v];
+        sum += x.x + x.y + x.z + x.w;
+    }
+    return sum;
+}
+
+/** cp.async: every thread copies 16 bytes at a time; `stages` slices in the ring, stages - 1 in flight. */
+__global__ void __launch_bounds__(Threads) asyncKernel(const float4* __restrict__ source, int numSlices, int same, int rotate, int stages,
+                                                       float* sink) {
+    extern __shared__ __align__(16) float4 asyncRing[];
+    float4* ring = asyncRing;
+    const float4* base = source + (same ? 0 : (size_t) blockIdx.x * numSlices * SliceVectors);
+    const int offset = rotate ? (blockIdx.x * 97) % SliceVectors : 0;
+    auto issue = [&](int s) {
+        if (s < numSlices) {
+            const float4* src = base + (size_t) s * SliceVectors;
+            float4* dst = ring + (s % stages) * SliceVectors;
+            for (int v = threadIdx.x; v < SliceVectors; v += Threads) {
+                const int w = (v + offset) % SliceVectors;
+                __pipeline_memcpy_async(dst + w, src + w, 16);
+            }
+        }
+        __pipeline_commit();
+    };
+    float sum = 0;
+    for (int s = 0; s < stages - 1; s++)
+        issue(s);
+    for (int s = 0; s < numSlices; s++) {
+        // Wait until slice s has landed: at most stages - 2 younger groups may still be pending.
+        switch (stages) {
+        case 2: __pipeline_wait_prior(0); break;
+        case 3: __pipeline_wait_prior(1); break;
+        case 4: __pipeline_wait_prior(2); break;
+        case 6: __pipeline_wait_prior(4); break;
+        default: __pipeline_wait_prior(6); break;
+        }
+        __syncthreads();
+        issue(s + stages - 1);
+        sum += touch(ring + (s % stages) * SliceVectors);
+    }
+    if (sum == 12345.0f)
+        sink[blockIdx.x] = sum;
+}
+
+/** Plain 16-byte loads into registers, `depth` of them in flight per thread. */
+__global__ void __launch_bounds__(Threads) loadKernel(const float4* __restrict__ source, int numSlices, int same, float* sink) {
+    const float4* base = source + (same ? 0 : (size_t) blockIdx.x * numSlices * SliceVectors);
+    float sum = 0;
+    const size_t total = (size_t) numSlices * SliceVectors;
+    for (size_t v = threadIdx.x; v < total; v += Threads * 8) {
+        float4 x[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            x[u] = v + u * Threads < total ? __ldg(base + v + u * Threads) : make_float4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            sum += x[u].x + x[u].y + x[u].z + x[u].w;
+    }
+    if (sum == 12345.0f)
+        sink[blockIdx.x] = sum;
+}
+
+__device__ inline unsigned sharedAddress(const void* p) {
+    return (unsigned) __cvta_generic_to_shared(p);
+}
+
+/**
+ * The tensor memory accelerator: thread 0 issues one bulk copy of 16 KB per
+ * slice, completing on the slice's mbarrier; `stages` slices in the ring.
+ */
+__global__ void __launch_bounds__(Threads) bulkKernel(const float4* __restrict__ source, int numSlices, int same, int stages, float* sink) {
+    extern __shared__ __align__(128) float4 bulkRing[];
+    float4* ring = bulkRing;
+    __shared__ __align__(8) unsigned long long barrier[MaxStages];
+    const float4* base = source + (same ? 0 : (size_t) blockIdx.x * numSlices * SliceVectors);
+    if (threadIdx.x == 0)
+        for (int b = 0; b < stages; b++)
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(sharedAddress(&barrier[b])));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    __syncthreads();
+    auto issue = [&](int s) {
+        if (threadIdx.x == 0 && s < numSlices) {
+            const int b = s % stages;
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sharedAddress(&barrier[b])), "r"(SliceBytes)
+                         : "memory");
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                             sharedAddress(ring + b * SliceVectors)),
+                         "l"(base + (size_t) s * SliceVectors), "r"(SliceBytes), "r"(sharedAddress(&barrier[b]))
+                         : "memory");
+        }
+    };
+    float sum = 0;
+    for (int s = 0; s < stages - 1; s++)
+        issue(s);
+    for (int s = 0; s < numSlices; s++) {
+        const int b = s % stages;
+        const unsigned parity = (s / stages) & 1;
+        unsigned done = 0;
+        while (!done)
+            asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                         : "=r"(done)
+                         : "r"(sharedAddress(&barrier[b])), "r"(parity)
+                         : "memory");
+        __syncthreads(); // everyone is past slice s - 1: its stage may be refilled
+        issue(s + stages - 1);
+        sum += touch(ring + b * SliceVectors);
+    }
+    if (sum == 12345.0f)
+        sink[blockIdx.x] = sum;
+}
+
+} // namespace
+
+int main() {
+    int device = 0, numSMs = 0, clockKHz = 0, maxShared = 0;
+    CHECK(cudaGetDevice(&device));
+    CHECK(cudaDeviceGetAttribute(&numSMs, cudaDevAttrMultiProcessorCount, device));
+    CHECK(cudaDeviceGetAttribute(&clockKHz, cudaDevAttrClockRate, device));
+    CHECK(cudaDeviceGetAttribute(&maxShared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, device));
+    std::printf("%s: %d multiprocessors, clock %.2f GHz (attribute), L2 %.1f MB\n", prop.name, numSMs, clockKHz * 1e-6,
+                prop.l2CacheSize / 1048576.0);
+    const int numSlices = 32; // 512 KB per block: the small grade's weights, both passes
+    const size_t distinctBytes = (size_t) numSMs * numSlices * SliceBytes;
+    float4* source;
+    float* sink;
+    CHECK(cudaMalloc(&source, distinctBytes));
+    CHECK(cudaMemset(source, 0, distinctBytes));
+    CHECK(cudaMalloc(&sink, numSMs * sizeof(float)));
+    CHECK(cudaFuncSetAttribute(asyncKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, maxShared));
+    CHECK(cudaFuncSetAttribute(bulkKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, maxShared));
+    cudaEvent_t start, stop;
+    CHECK(cudaEventCreate(&start));
+    CHECK(cudaEventCreate(&stop));
+    auto report = [&](const char* method, int blocks, int same, int stages, int rotate, auto launch) {
+        for (int warm = 0; warm < 3; warm++)
+            launch();
+        CHECK(cudaGetLastError());
+        CHECK(cudaDeviceSynchronize());
+        const int reps = 20;
+        CHECK(cudaEventRecord(start));
+        for (int r = 0; r < reps; r++)
+            launch();
+        CHECK(cudaEventRecord(stop));
+        CHECK(cudaEventSynchronize(stop));
+        float ms = 0;
+        CHECK(cudaEventElapsedTime(&ms, start, stop));
+        const double seconds = ms * 1e-3 / reps;
+        const double perBlock = (double) numSlices * SliceBytes;
+        std::printf("%-8s blocks %3d %-8s stages %d rotate %d: %8.2f us, %6.1f B/clk per SM, %6.2f TB/s in all\n", method, blocks,
+                    same ? "same" : "distinct", stages, rotate, seconds * 1e6, perBlock / (seconds * clockKHz * 1e3),
+                    perBlock * blocks / seconds * 1e-12);
+    };
+    for (int blocks : {numSMs, numSMs / 2})
+        for (int same = 1; same >= 0; same--) {
+            for (int stages : {2, 3, 4, 6, 8})
+                for (int rotate = 0; rotate <= (same ? 1 : 0); rotate++) {
+                    const size_t bytes = (size_t) stages * SliceBytes;
+                    if (bytes > (size_t) maxShared)
+                        continue;
+                    report("cp.async", blocks, same, stages, rotate, [&] {
+                        asyncKernel<<<blocks, Threads, bytes>>>(source, numSlices, same, rotate, stages, sink);
+                    });
+                }
+            for (int stages : {2, 4, 8}) {
+                const size_t bytes = (size_t) stages * SliceBytes;
+                if (bytes > (size_t) maxShared - 1024)
+                    continue;
+                report("bulk", blocks, same, stages, 0, [&] { bulkKernel<<<blocks, Threads, bytes>>>(source, numSlices, same, stages, sink); });
+            }
+            report("ld", blocks, same, 0, 0, [&] { loadKernel<<<blocks, Threads>>>(source, numSlices, same, sink); });
+        }
+    CHECK(cudaFree(source));
+    CHECK(cudaFree(sink));
+    return 0;
+}
