@@ -239,6 +239,37 @@ def fp32_peak_flops(torch_module, cuda_index: int, smi_index: int | None) -> tup
     return H200_FP32_PEAK_FLOPS, "H200 default: 132 SMs x 128 lanes x 2 x 1.98 GHz"
 
 
+# What source_digest() reads: the plugin's sources (paths relative to the repository) and the files of these kinds in them.
+SOURCE_PATHS = ("CMakeLists.txt", "cmake", "openmmapi", "platforms", "serialization", "wrappers", "python/CMakeLists.txt",
+                "python/openmmgraph")
+SOURCE_SUFFIXES = (".h", ".hpp", ".cpp", ".cu", ".cuh", ".c", ".i", ".py", ".txt", ".cmake")
+
+
+def source_digest(root: str = REPO) -> str:
+    """SHA-256 (the first 16 hex digits) of the plugin's sources (SOURCE_PATHS: each file's path relative to `root` and
+    its contents, in path order; folders named build*, results or __pycache__ skipped), so that a result can be matched
+    with the commit whose code ran: a device machine's copy of the repository may carry stale git metadata
+    (bench/NOTES.md v11). `python bench/run_benchmarks.py --source-digest` prints it for the working tree."""
+    import hashlib
+
+    files = []
+    for entry in SOURCE_PATHS:
+        path = os.path.join(root, entry)
+        if os.path.isfile(path):
+            files.append(entry)
+        for folder, subfolders, names in os.walk(path):
+            subfolders[:] = [d for d in subfolders if not (d.startswith("build") or d in ("results", "__pycache__"))]
+            for name in names:
+                if name.endswith(SOURCE_SUFFIXES):
+                    files.append(os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/"))
+    digest = hashlib.sha256()
+    for relative in sorted(set(files)):
+        with open(os.path.join(root, relative), "rb") as f:
+            content = f.read()
+        digest.update(relative.encode() + b"\0" + str(len(content)).encode() + b"\0" + content)
+    return digest.hexdigest()[:16]
+
+
 def git_revision() -> str | None:
     revision = run_command(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"])
     if revision is None:
@@ -479,6 +510,7 @@ class Run:
             "openmm_version": openmm.Platform.getOpenMMVersion(),
             "openmm_python_version": getattr(openmm, "__version__", None),
             "openmm_graph_revision": git_revision(),
+            "openmm_graph_source_digest": source_digest(),
             "torch_version": None,
             "torch_cuda_version": None,
             "platform": self.platform_name,
@@ -1163,7 +1195,12 @@ def main(argv=None) -> int:
     parser.add_argument("--time-budget", type=float, default=None,
                         help="seconds for the whole run (default 3600; quick: 100); later cases are skipped when spent")
     parser.add_argument("--verbose", action="store_true", help="print tracebacks of failed cases")
+    parser.add_argument("--source-digest", action="store_true",
+                        help="print the digest of the plugin's sources (the header's openmm_graph_source_digest) and exit")
     args = parser.parse_args(argv)
+    if args.source_digest:
+        print(source_digest())
+        return 0
 
     args.grades = parse_list(args.grades) if args.grades else (["small"] if args.quick else list(ALL_GRADES))
     unknown = [g for g in args.grades if g not in ALL_GRADES]
