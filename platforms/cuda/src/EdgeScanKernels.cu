@@ -22,6 +22,18 @@ constexpr int WarpsPerBlock = 4;
 constexpr int MaxForceWarps = 8; // 256 threads: the largest shapes keep their registers (no spills)
 
 /**
+ * Blocks of MaxForceWarps warps the force scan is compiled to fit on a
+ * multiprocessor: 4 for the shapes whose scan fits in 64 registers without
+ * spilling (fp32, l_max <= 1, M <= 32: the small grade), so that 512 centers
+ * of 8 warps run in one wave on a device of 128 or more multiprocessors
+ * (at 76 registers, 3 blocks fit and 512 centers took two waves on an H200);
+ * 1 otherwise (no bound: the registers the compiler wants).
+ */
+template <typename real, int LMAX, int CPL> constexpr int forceMinBlocks() {
+    return sizeof(real) == 4 && LMAX <= 1 && CPL == 1 ? 4 : 1;
+}
+
+/**
  * The edge (i, j): d = x_j - x_i (minimum image) in double, then r and u
  * rounded to `real`: the same for any image OpenMM keeps the particles in.
  */
@@ -459,7 +471,7 @@ __device__ inline void edgeForce(const real* S, const real* P, const real u[3], 
  * a time as in the moments.
  */
 template <typename real, int LMAX, int CPL>
-__global__ void __launch_bounds__(32 * MaxForceWarps)
+__global__ void __launch_bounds__(32 * MaxForceWarps, forceMinBlocks<real, LMAX, CPL>())
     forcesKernel(GraphModelParams<real> model, const real* __restrict__ gradA, const real* __restrict__ gradB, const real* __restrict__ phi,
                  const double* __restrict__ positions, const int* __restrict__ types, int firstCenter, int numCenters, GraphBox<double> box,
                  const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity, const int* __restrict__ slotOfNode,
