@@ -128,19 +128,21 @@ public:
         rowElements += 2 * (size_t) gradWidth;
         chunkRows = chooseChunkRows(std::max(1, numCenters), rowElements * sizeof(real), maxChunkRows);
         numChunks = (numCenters + chunkRows - 1) / chunkRows;
-        const size_t c1 = chunkRows;
-        fittingInput.reset(CudaArray::create<real>(cu, c1 * fittingInputSize, "graphFittingInput"));
-        fittingInputGrad.reset(CudaArray::create<real>(cu, c1 * fittingInputSize, "graphFittingInputGrad"));
-        allocateActivations(fitting, fittingActivations, fittingDerivatives, "graphFitting");
-        if (m.numInteractions == 1) {
-            nodeInputGrad.reset(CudaArray::create<real>(cu, c1 * descriptorSize, "graphNodeInputGrad"));
-            allocateActivations(node, nodeActivations, nodeDerivatives, "graphNode");
-        }
-        // Two buffers ping-pong through the hidden layers' gradients.
-        for (int b = 0; b < 2; b++)
-            gradientScratch[b].reset(CudaArray::create<real>(cu, c1 * gradWidth, "graphGradientScratch"));
-        particleEnergy.reset(CudaArray::create<real>(cu, n1, "graphParticleEnergy"));
         setUpFusedNetwork(fusedNetwork);
+        if (!fused) { // the fused kernel keeps all of these in shared memory
+            const size_t c1 = chunkRows;
+            fittingInput.reset(CudaArray::create<real>(cu, c1 * fittingInputSize, "graphFittingInput"));
+            fittingInputGrad.reset(CudaArray::create<real>(cu, c1 * fittingInputSize, "graphFittingInputGrad"));
+            allocateActivations(fitting, fittingActivations, fittingDerivatives, "graphFitting");
+            if (m.numInteractions == 1) {
+                nodeInputGrad.reset(CudaArray::create<real>(cu, c1 * descriptorSize, "graphNodeInputGrad"));
+                allocateActivations(node, nodeActivations, nodeDerivatives, "graphNode");
+            }
+            // Two buffers ping-pong through the hidden layers' gradients.
+            for (int b = 0; b < 2; b++)
+                gradientScratch[b].reset(CudaArray::create<real>(cu, c1 * gradWidth, "graphGradientScratch"));
+        }
+        particleEnergy.reset(CudaArray::create<real>(cu, n1, "graphParticleEnergy"));
         if (rankSums) {
             // Forces in force order: the force scan writes through an identity "slot" map with a stride of n.
             rankForces.reset(CudaArray::create<long long>(cu, 3 * (size_t) n1, "graphRankForces"));
@@ -262,28 +264,29 @@ private:
         if (fused)
             launchFusedFitting<real>(params, fusedTiles(), pointer<FusedNetworkWeights<real>>(fusedGroups), rowNodes, A,
                                      pointer<real>(particleEnergy), gradA, energySum, includeForces, stream);
-        for (int c = 0; c < numChunks && !fused; c++) {
-            const int* chunkNodes = rowNodes + chunkBegin(c);
-            const int chunkSize = chunkEnd(c) - chunkBegin(c);
-            if (!interaction || numChunks > 1)
-                launchInvariants<real>(params, A, A, chunkNodes, chunkSize, input, fittingInputSize, 0, stream);
-            if (interaction)
-                launchInvariants<real>(params, B, A, chunkNodes, chunkSize, input, fittingInputSize, descriptorSize, stream);
-            forwardNetwork(fitting, fittingActivations, fittingDerivatives, c, input, fittingInputSize, nullptr, 0, false, includeForces,
-                           energySum, stream);
-            if (!includeForces)
-                continue;
-            backwardNetwork(fitting, fittingDerivatives, c, gradInput, fittingInputSize, false, stream);
-            if (interaction) {
-                launchInvariantsBackward<real>(params, B, A, chunkNodes, chunkSize, gradInput, fittingInputSize, descriptorSize, gradB,
-                                               gradA, false, stream);
-                launchInvariantsBackward<real>(params, A, A, chunkNodes, chunkSize, gradInput, fittingInputSize, 0, gradA, gradA, true,
-                                               stream);
+        else
+            for (int c = 0; c < numChunks; c++) {
+                const int* chunkNodes = rowNodes + chunkBegin(c);
+                const int chunkSize = chunkEnd(c) - chunkBegin(c);
+                if (!interaction || numChunks > 1)
+                    launchInvariants<real>(params, A, A, chunkNodes, chunkSize, input, fittingInputSize, 0, stream);
+                if (interaction)
+                    launchInvariants<real>(params, B, A, chunkNodes, chunkSize, input, fittingInputSize, descriptorSize, stream);
+                forwardNetwork(fitting, fittingActivations, fittingDerivatives, c, input, fittingInputSize, nullptr, 0, false,
+                               includeForces, energySum, stream);
+                if (!includeForces)
+                    continue;
+                backwardNetwork(fitting, fittingDerivatives, c, gradInput, fittingInputSize, false, stream);
+                if (interaction) {
+                    launchInvariantsBackward<real>(params, B, A, chunkNodes, chunkSize, gradInput, fittingInputSize, descriptorSize, gradB,
+                                                   gradA, false, stream);
+                    launchInvariantsBackward<real>(params, A, A, chunkNodes, chunkSize, gradInput, fittingInputSize, 0, gradA, gradA, true,
+                                                   stream);
+                }
+                else
+                    launchInvariantsBackward<real>(params, A, A, chunkNodes, chunkSize, gradInput, fittingInputSize, 0, gradA, gradA, false,
+                                                   stream);
             }
-            else
-                launchInvariantsBackward<real>(params, A, A, chunkNodes, chunkSize, gradInput, fittingInputSize, 0, gradA, gradA, false,
-                                               stream);
-        }
         GRAPH_CUDA_CHECK(cudaGetLastError());
         if (!includeForces)
             return finishEvaluation(stream, addEnergy && !rankSums);
@@ -462,8 +465,9 @@ public:
     }
 
 private:
+    /** The array's device pointer; nullptr for an array not allocated (the per-layer network's, when fused). */
     template <typename T> static T* pointer(const std::unique_ptr<CudaArray>& array) {
-        return reinterpret_cast<T*>(array->getDevicePointer());
+        return array ? reinterpret_cast<T*>(array->getDevicePointer()) : nullptr;
     }
 
     std::unique_ptr<CudaArray> upload(const std::vector<double>& values, const std::string& name) {
@@ -543,8 +547,7 @@ private:
             if (fusedShape.width[l] > MaxFusedWidth)
                 return std::string(l == 0 ? "the descriptor" : "a hidden layer") + " has " + std::to_string(fusedShape.width[l]) +
                        " entries (at most " + std::to_string(MaxFusedWidth) + " are fused)";
-        int& maxShared = maxFusedShared;
-        GRAPH_CU_CHECK(cuDeviceGetAttribute(&maxShared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cu.getDevice()));
+        GRAPH_CU_CHECK(cuDeviceGetAttribute(&maxFusedShared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cu.getDevice()));
         // Every block streams all the weights through its shared memory, at a rate per multiprocessor that bounds the
         // kernel (H200: about 5 bytes per clock, whatever the tile's rows): the fewest rows per tile (4, 8, 16) that
         // still give at most one block per multiprocessor, so the weights stream once per multiprocessor; 16 only for
@@ -559,12 +562,12 @@ private:
             rows *= 2;
         for (; rows >= 4; rows /= 2) {
             fusedShape.tileRows = rows;
-            if (fusedLayout(fusedShape, H * M, sizeof(real)) <= (size_t) maxShared)
+            if (fusedLayout(fusedShape, H * M, sizeof(real)) <= (size_t) maxFusedShared)
                 return "";
         }
         fusedShape.tileRows = 4;
         return "a tile of 4 rows needs " + std::to_string(fusedLayout(fusedShape, H * M, sizeof(real)) / 1024) +
-               " KB of shared memory, more than the device's " + std::to_string(maxShared / 1024) + " KB per block";
+               " KB of shared memory, more than the device's " + std::to_string(maxFusedShared / 1024) + " KB per block";
     }
 
     /**

@@ -43,19 +43,13 @@ template <typename real, int W> __device__ inline void loadShared(const real* p,
     }
 }
 
-/** The group of a row tile (linear search over at most MaxBatchedGroups groups). */
+/** The group of a row tile, and of a row. */
 template <typename real> __device__ inline int groupOfTile(const DenseBatch<real>& batch, int tile) {
-    int g = 0;
-    while (g < batch.numGroups - 1 && tile >= batch.tileStart[g + 1])
-        g++;
-    return g;
+    return groupOf(batch.tileStart, batch.numGroups, tile);
 }
 
 template <typename real> __device__ inline int groupOfRow(const DenseBatch<real>& batch, int row) {
-    int g = 0;
-    while (g < batch.numGroups - 1 && row >= batch.rowStart[g + 1])
-        g++;
-    return g;
+    return groupOf(batch.rowStart, batch.numGroups, row);
 }
 
 /** The chunk-local index of a row, or the node of the row when mapped (rowNodes != nullptr). */

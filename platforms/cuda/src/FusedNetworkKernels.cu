@@ -154,9 +154,7 @@ __global__ void __launch_bounds__(FusedThreads)
     const int H = (model.lMax + 1) * (model.lMax + 1), HM = H * model.numChannels;
     const int D = shape.width[0], L = shape.numLayers;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int group = 0;
-    while (group < shape.numGroups - 1 && (int) blockIdx.x >= shape.tileStart[group + 1])
-        group++;
+    const int group = groupOf(shape.tileStart, shape.numGroups, blockIdx.x);
     const int rowBase = shape.rowStart[group] + (blockIdx.x - shape.tileStart[group]) * R;
     const int rows = min(R, shape.rowStart[group + 1] - rowBase);
     const FusedNetworkWeights<real>& net = groups[group];

@@ -14,6 +14,14 @@
 
 namespace GraphPlugin {
 
+/** The group g whose range [starts[g], starts[g + 1]) holds `index` (a linear search over numGroups <= MaxBatchedGroups). */
+__device__ inline int groupOf(const int* starts, int numGroups, int index) {
+    int g = 0;
+    while (g < numGroups - 1 && index >= starts[g + 1])
+        g++;
+    return g;
+}
+
 template <typename real> __device__ inline real activate(int activation, real z) {
     if (activation == GraphTanh)
         return tanh(z);
