@@ -15,7 +15,7 @@
 #            "--cache-control none" to keep the caches warm between kernels, as in a run)
 #   bench    bench/run_benchmarks.py with $BENCH_ARGS
 #   timeline GPU timelines of real steps (bench/device/timeline.sh; TIMELINE_CASES, grade:n ..., default "small:512 small:10296")
-#   extra    bash $EXTRA_SCRIPT (after the rest; the package is installed)
+#   extra    bash each script of $EXTRA_SCRIPT (space-separated; after the rest; the package is installed)
 # "all" = test,py,bench (the default).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -73,8 +73,10 @@ if has timeline; then
     grep -E "wall|steps:|GraphForce:" "$OUT/timeline.log" | head -40
 fi
 if has extra; then
-    bash "${EXTRA_SCRIPT:?}" > "$OUT/extra.log" 2>&1 || status=1
-    tail -30 "$OUT/extra.log"
+    for script in ${EXTRA_SCRIPT:?}; do
+        bash "$script" > "$OUT/extra-$(basename "$script" .sh).log" 2>&1 || status=1
+        tail -30 "$OUT/extra-$(basename "$script" .sh).log"
+    done
 fi
 # The logs travel back as one archive (the device returns a limited number of files).
 (cd "$OUT" && tar czf /tmp/graph-logs.tgz --exclude=bench.json --exclude=bench.png . && find . -type f ! -name bench.json ! -name bench.png -delete \

@@ -6,8 +6,9 @@
  * H200 (bench/NOTES.md v11), whatever its tile's rows; this probe measures
  * the stream alone, so the cause can be told apart:
  *
- *   same      every block reads the same slices at the same time (as the
- *             fused kernel does), or each block its own (distinct);
+ *   copies    the blocks read `copies` copies of the data, block b copy
+ *             b % copies: 1 = every block the same slices at the same time
+ *             (as the fused kernel does), one per block = each its own;
  *   stages    slices in flight (ring of `stages` 16 KB slices);
  *   rotate    each block starts its copies of a slice at a different offset
  *             (spreads simultaneous requests for one line over the slice);
@@ -55,11 +56,11 @@ __device__ inline float touch(const float4* slice) {
 }
 
 /** cp.async: every thread copies 16 bytes at a time; `stages` slices in the ring, stages - 1 in flight. */
-__global__ void __launch_bounds__(Threads) asyncKernel(const float4* __restrict__ source, int numSlices, int same, int rotate, int stages,
+__global__ void __launch_bounds__(Threads) asyncKernel(const float4* __restrict__ source, int numSlices, int copies, int rotate, int stages,
                                                        float* sink) {
     extern __shared__ __align__(16) float4 asyncRing[];
     float4* ring = asyncRing;
-    const float4* base = source + (same ? 0 : (size_t) blockIdx.x * numSlices * SliceVectors);
+    const float4* base = source + (size_t) (blockIdx.x % copies) * numSlices * SliceVectors;
     const int offset = rotate ? (blockIdx.x * 97) % SliceVectors : 0;
     auto issue = [&](int s) {
         if (s < numSlices) {
@@ -93,8 +94,8 @@ __global__ void __launch_bounds__(Threads) asyncKernel(const float4* __restrict_
 }
 
 /** Plain 16-byte loads into registers, `depth` of them in flight per thread. */
-__global__ void __launch_bounds__(Threads) loadKernel(const float4* __restrict__ source, int numSlices, int same, float* sink) {
-    const float4* base = source + (same ? 0 : (size_t) blockIdx.x * numSlices * SliceVectors);
+__global__ void __launch_bounds__(Threads) loadKernel(const float4* __restrict__ source, int numSlices, int copies, float* sink) {
+    const float4* base = source + (size_t) (blockIdx.x % copies) * numSlices * SliceVectors;
     float sum = 0;
     const size_t total = (size_t) numSlices * SliceVectors;
     for (size_t v = threadIdx.x; v < total; v += Threads * 8) {
@@ -118,11 +119,11 @@ __device__ inline unsigned sharedAddress(const void* p) {
  * The tensor memory accelerator: thread 0 issues one bulk copy of 16 KB per
  * slice, completing on the slice's mbarrier; `stages` slices in the ring.
  */
-__global__ void __launch_bounds__(Threads) bulkKernel(const float4* __restrict__ source, int numSlices, int same, int stages, float* sink) {
+__global__ void __launch_bounds__(Threads) bulkKernel(const float4* __restrict__ source, int numSlices, int copies, int stages, float* sink) {
     extern __shared__ __align__(128) float4 bulkRing[];
     float4* ring = bulkRing;
     __shared__ __align__(8) unsigned long long barrier[MaxStages];
-    const float4* base = source + (same ? 0 : (size_t) blockIdx.x * numSlices * SliceVectors);
+    const float4* base = source + (size_t) (blockIdx.x % copies) * numSlices * SliceVectors;
     if (threadIdx.x == 0)
         for (int b = 0; b < stages; b++)
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(sharedAddress(&barrier[b])));
@@ -162,11 +163,10 @@ __global__ void __launch_bounds__(Threads) bulkKernel(const float4* __restrict__
 } // namespace
 
 int main() {
-    int device = 0, numSMs = 0, clockKHz = 0, maxShared = 0;
+    int device = 0, numSMs = 0, clockKHz = 0;
     CHECK(cudaGetDevice(&device));
     CHECK(cudaDeviceGetAttribute(&numSMs, cudaDevAttrMultiProcessorCount, device));
     CHECK(cudaDeviceGetAttribute(&clockKHz, cudaDevAttrClockRate, device));
-    CHECK(cudaDeviceGetAttribute(&maxShared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     cudaDeviceProp prop;
     CHECK(cudaGetDeviceProperties(&prop, device));
     std::printf("%s: %d multiprocessors, clock %.2f GHz (attribute), L2 %.1f MB\n", prop.name, numSMs, clockKHz * 1e-6,
@@ -178,12 +178,13 @@ int main() {
     CHECK(cudaMalloc(&source, distinctBytes));
     CHECK(cudaMemset(source, 0, distinctBytes));
     CHECK(cudaMalloc(&sink, numSMs * sizeof(float)));
-    CHECK(cudaFuncSetAttribute(asyncKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, maxShared));
-    CHECK(cudaFuncSetAttribute(bulkKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, maxShared));
+    // The largest ring (the bulk kernel's mbarriers are static shared memory on top of it).
+    CHECK(cudaFuncSetAttribute(asyncKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MaxStages * SliceBytes));
+    CHECK(cudaFuncSetAttribute(bulkKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MaxStages * SliceBytes));
     cudaEvent_t start, stop;
     CHECK(cudaEventCreate(&start));
     CHECK(cudaEventCreate(&stop));
-    auto report = [&](const char* method, int blocks, int same, int stages, int rotate, auto launch) {
+    auto report = [&](const char* method, int blocks, int copies, int stages, int rotate, auto launch) {
         for (int warm = 0; warm < 3; warm++)
             launch();
         CHECK(cudaGetLastError());
@@ -198,28 +199,22 @@ int main() {
         CHECK(cudaEventElapsedTime(&ms, start, stop));
         const double seconds = ms * 1e-3 / reps;
         const double perBlock = (double) numSlices * SliceBytes;
-        std::printf("%-8s blocks %3d %-8s stages %d rotate %d: %8.2f us, %6.1f B/clk per SM, %6.2f TB/s in all\n", method, blocks,
-                    same ? "same" : "distinct", stages, rotate, seconds * 1e6, perBlock / (seconds * clockKHz * 1e3),
-                    perBlock * blocks / seconds * 1e-12);
+        std::printf("%-8s blocks %3d copies %3d stages %d rotate %d: %8.2f us, %6.1f B/clk per SM, %6.2f TB/s in all\n", method, blocks,
+                    copies, stages, rotate, seconds * 1e6, perBlock / (seconds * clockKHz * 1e3), perBlock * blocks / seconds * 1e-12);
+        std::fflush(stdout);
     };
     for (int blocks : {numSMs, numSMs / 2})
-        for (int same = 1; same >= 0; same--) {
-            for (int stages : {2, 3, 4, 6, 8})
-                for (int rotate = 0; rotate <= (same ? 1 : 0); rotate++) {
-                    const size_t bytes = (size_t) stages * SliceBytes;
-                    if (bytes > (size_t) maxShared)
-                        continue;
-                    report("cp.async", blocks, same, stages, rotate, [&] {
-                        asyncKernel<<<blocks, Threads, bytes>>>(source, numSlices, same, rotate, stages, sink);
+        for (int copies : {1, 4, 16, blocks}) {
+            for (int stages : {2, 4, 8})
+                for (int rotate = 0; rotate <= (copies == 1 ? 1 : 0); rotate++)
+                    report("cp.async", blocks, copies, stages, rotate, [&] {
+                        asyncKernel<<<blocks, Threads, (size_t) stages * SliceBytes>>>(source, numSlices, copies, rotate, stages, sink);
                     });
-                }
-            for (int stages : {2, 4, 8}) {
-                const size_t bytes = (size_t) stages * SliceBytes;
-                if (bytes > (size_t) maxShared - 1024)
-                    continue;
-                report("bulk", blocks, same, stages, 0, [&] { bulkKernel<<<blocks, Threads, bytes>>>(source, numSlices, same, stages, sink); });
-            }
-            report("ld", blocks, same, 0, 0, [&] { loadKernel<<<blocks, Threads>>>(source, numSlices, same, sink); });
+            for (int stages : {2, 4, 8})
+                report("bulk", blocks, copies, stages, 0, [&] {
+                    bulkKernel<<<blocks, Threads, (size_t) stages * SliceBytes>>>(source, numSlices, copies, stages, sink);
+                });
+            report("ld", blocks, copies, 0, 0, [&] { loadKernel<<<blocks, Threads>>>(source, numSlices, copies, sink); });
         }
     CHECK(cudaFree(source));
     CHECK(cudaFree(sink));

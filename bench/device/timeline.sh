@@ -4,7 +4,7 @@
 # CUPTI) for the cases in TIMELINE_CASES (grade:n, default "small:512
 # small:10296"), in the modes of TIMELINE_MODES (default "auto layered false
 # floor": the defaults, the fitting network a kernel per layer, no CUDA graph,
-# and OpenMM's floor with a trivial force) at each size.  The figures also go to $OUT/timeline-*.json.
+# and OpenMM's floor with a trivial force; KEY=VALUE: the defaults with that GraphForce property set) at each size.  The figures also go to $OUT/timeline-*.json.
 #
 #   TIMELINE_CASES="small:512 medium:512" bash scripts/device-session.sh timeline
 set -uo pipefail
@@ -24,6 +24,7 @@ for case in ${TIMELINE_CASES:-small:512 small:10296}; do
         case $mode in
             floor) args="--floor" ;;
             layered) args="--cuda-graph auto --property CudaFusedNetwork=false" ;;
+            *=*) args="--cuda-graph auto --property $mode" ;; # a property, e.g. CudaFusedWeightCopies=1
             *) args="--cuda-graph $mode" ;;
         esac
         timeout 180 python3 bench/timeline.py --grade "$grade" --n "$n" --steps "$steps" $args \

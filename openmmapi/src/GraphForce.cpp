@@ -12,9 +12,22 @@ namespace {
 
 const std::map<std::string, std::string>& propertyDefaults() {
     static const std::map<std::string, std::string> defaults = {
-        {"CheckFinite", "true"},        {"CudaChunkRows", "auto"}, {"CudaFusedNetwork", "auto"}, {"CudaGraph", "auto"},
-        {"CudaNeighborSearch", "auto"}, {"Domains", "single"},     {"TorchCudaContext", "auto"}};
+        {"CheckFinite", "true"}, {"CudaChunkRows", "auto"},      {"CudaFusedNetwork", "auto"}, {"CudaFusedWeightCopies", "auto"},
+        {"CudaGraph", "auto"},   {"CudaNeighborSearch", "auto"}, {"Domains", "single"},        {"TorchCudaContext", "auto"}};
     return defaults;
+}
+
+/** Whether `value` is exactly a decimal whole number in [least, most]. */
+bool isWholeNumberIn(const std::string& value, long long least, long long most) {
+    size_t end = 0;
+    long long number = 0;
+    try {
+        number = std::stoll(value, &end);
+    }
+    catch (const std::exception&) {
+        return false;
+    }
+    return end == value.size() && number >= least && number <= most;
 }
 
 } // namespace
@@ -132,19 +145,12 @@ void GraphForce::setProperty(const std::string& key, const std::string& value) {
                               "\"");
     if (key == "TorchCudaContext" && value != "auto" && value != "openmm" && value != "primary")
         throw OpenMMException("GraphForce: property TorchCudaContext must be \"auto\", \"openmm\" or \"primary\", found \"" + value + "\"");
-    if (key == "CudaChunkRows" && value != "auto") {
-        size_t end = 0;
-        long long rows = 0;
-        try {
-            rows = std::stoll(value, &end);
-        }
-        catch (const std::exception&) {
-            end = 0;
-        }
-        if (end != value.size() || rows < 1 || rows > 2147483647LL)
-            throw OpenMMException("GraphForce: property CudaChunkRows must be \"auto\" or a positive whole number of rows, found \"" +
-                                  value + "\"");
-    }
+    if (key == "CudaChunkRows" && value != "auto" && !isWholeNumberIn(value, 1, 2147483647LL))
+        throw OpenMMException("GraphForce: property CudaChunkRows must be \"auto\" or a positive whole number of rows, found \"" + value +
+                              "\"");
+    if (key == "CudaFusedWeightCopies" && value != "auto" && !isWholeNumberIn(value, 1, 64))
+        throw OpenMMException("GraphForce: property CudaFusedWeightCopies must be \"auto\" or a whole number from 1 to 64, found \"" +
+                              value + "\"");
     properties[key] = value;
 }
 

@@ -76,19 +76,22 @@ TEST(CudaGraphForce, CrowdedRowsAreRecomputedTransparently) {
         }
 }
 
+/** GraphForce properties to set: key, value. */
+using Properties = std::map<std::string, std::string>;
+
 /**
  * A Context of `config` (Verlet, 0.5 fs; velocities at 300 K from `seed`)
- * whose GraphForce has one property set, for bitwise comparisons of values.
+ * whose GraphForce has some properties set, for bitwise comparisons of values.
  */
 struct PropertyRun {
     GraphForce* force = nullptr;
     std::unique_ptr<System> system;
     VerletIntegrator integrator{0.0005};
     std::unique_ptr<Context> context;
-    PropertyRun(const GraphTest::ModelOptions& options, const Configuration& config, const std::string& key, const std::string& value,
-                int seed) {
+    PropertyRun(const GraphTest::ModelOptions& options, const Configuration& config, const Properties& properties, int seed) {
         system.reset(makeSystem(config, options, &force));
-        force->setProperty(key, value);
+        for (const auto& property : properties)
+            force->setProperty(property.first, property.second);
         context.reset(new Context(*system, integrator, testPlatform(), testPlatformProperties()));
         context->setPositions(config.positions);
         context->setVelocitiesToTemperature(300, seed);
@@ -108,11 +111,11 @@ struct PropertyRun {
  * (replays), a box change (re-capture), a type change and energy-only
  * evaluations.
  */
-std::vector<Result> propertyTrajectory(const std::string& key, const std::string& value, int numInteractions) {
+std::vector<Result> propertyTrajectory(const Properties& properties, int numInteractions) {
     GraphTest::ModelOptions options;
     options.numInteractions = numInteractions;
     options.lMax = 2;
-    PropertyRun run(options, makeConfiguration(Geometry::Cubic, 220, 2, 35), key, value, 5);
+    PropertyRun run(options, makeConfiguration(Geometry::Cubic, 220, 2, 35), properties, 5);
     std::vector<Result> results;
     run.record(results);
     run.integrator.step(25);
@@ -146,7 +149,7 @@ void expectSameTrajectories(const std::vector<Result>& expected, const std::vect
 }
 
 TEST(CudaGraphForce, CapturedGraphGivesBitwiseIdenticalTrajectories) {
-    expectSameTrajectories(propertyTrajectory("CudaGraph", "false", 1), propertyTrajectory("CudaGraph", "true", 1));
+    expectSameTrajectories(propertyTrajectory({{"CudaGraph", "false"}}, 1), propertyTrajectory({{"CudaGraph", "true"}}, 1));
 }
 
 /**
@@ -157,8 +160,8 @@ TEST(CudaGraphForce, CapturedGraphGivesBitwiseIdenticalTrajectories) {
  */
 TEST(CudaGraphForce, ChunkedNodeStageGivesBitwiseIdenticalTrajectories) {
     for (int interactions = 0; interactions <= 1; interactions++)
-        expectSameTrajectories(propertyTrajectory("CudaChunkRows", "auto", interactions),
-                               propertyTrajectory("CudaChunkRows", "37", interactions));
+        expectSameTrajectories(propertyTrajectory({{"CudaChunkRows", "auto"}}, interactions),
+                               propertyTrajectory({{"CudaChunkRows", "37"}}, interactions));
 }
 
 /**
@@ -167,18 +170,22 @@ TEST(CudaGraphForce, ChunkedNodeStageGivesBitwiseIdenticalTrajectories) {
  * interaction block.
  */
 TEST(CudaGraphForce, CellAndAllPairsSearchesGiveBitwiseIdenticalTrajectories) {
-    expectSameTrajectories(propertyTrajectory("CudaNeighborSearch", "cells", 1),
-                           propertyTrajectory("CudaNeighborSearch", "allpairs", 1));
+    expectSameTrajectories(propertyTrajectory({{"CudaNeighborSearch", "cells"}}, 1),
+                           propertyTrajectory({{"CudaNeighborSearch", "allpairs"}}, 1));
 }
 
 /**
  * The fitting network fused into one kernel per tile of rows gives bitwise
  * the trajectory of a kernel per layer (220 particles: tiles of 4 rows;
  * widths 16 and 16, the second layer residual; the type change moves rows
- * between the tiles of the two types).
+ * between the tiles of the two types), with the weights read from one copy,
+ * from three (blocks of one type read different copies) and from the
+ * automatic number.
  */
 TEST(CudaGraphForce, FusedNetworkGivesBitwiseIdenticalTrajectories) {
-    expectSameTrajectories(propertyTrajectory("CudaFusedNetwork", "false", 0), propertyTrajectory("CudaFusedNetwork", "true", 0));
+    const std::vector<Result> layered = propertyTrajectory({{"CudaFusedNetwork", "false"}}, 0);
+    for (const char* copies : {"1", "3", "auto"})
+        expectSameTrajectories(layered, propertyTrajectory({{"CudaFusedNetwork", "true"}, {"CudaFusedWeightCopies", copies}}, 0));
 }
 
 /**
@@ -186,9 +193,9 @@ TEST(CudaGraphForce, FusedNetworkGivesBitwiseIdenticalTrajectories) {
  * steps from it (each followed by an energy-only evaluation): for bitwise
  * comparisons of launch choices on any model.
  */
-std::vector<Result> propertyResults(const GraphTest::ModelOptions& options, const Configuration& config, const std::string& key,
-                                    const std::string& value, int steps) {
-    PropertyRun run(options, config, key, value, 7);
+std::vector<Result> propertyResults(const GraphTest::ModelOptions& options, const Configuration& config, const Properties& properties,
+                                    int steps) {
+    PropertyRun run(options, config, properties, 7);
     std::vector<Result> results;
     run.record(results);
     run.integrator.step(steps);
@@ -203,7 +210,8 @@ std::vector<Result> propertyResults(const GraphTest::ModelOptions& options, cons
  * type partial); hidden widths 200, 200 (residual) and 40 (two columns per
  * thread, padded rows: tiles of 16 rows on a device of 94 to 187
  * multiprocessors, such as an H200, in single and mixed precision), then
- * 600 and 40 (eight columns per thread: tiles of 8 rows there).
+ * 600 and 40 (eight columns per thread: tiles of 8 rows there); the weights
+ * read from five copies.
  */
 TEST(CudaGraphForce, FusedNetworkOfWideModelGivesBitwiseIdenticalResults) {
     for (const std::vector<int>& widths : {std::vector<int>{200, 200, 40}, std::vector<int>{600, 40}}) {
@@ -216,8 +224,8 @@ TEST(CudaGraphForce, FusedNetworkOfWideModelGivesBitwiseIdenticalResults) {
         options.fittingWidths = widths;
         options.activation = "silu";
         Configuration config = makeConfiguration(Geometry::Cubic, 1500, 3, 36);
-        std::vector<Result> layered = propertyResults(options, config, "CudaFusedNetwork", "false", 5);
-        std::vector<Result> fused = propertyResults(options, config, "CudaFusedNetwork", "true", 5);
+        std::vector<Result> layered = propertyResults(options, config, {{"CudaFusedNetwork", "false"}}, 5);
+        std::vector<Result> fused = propertyResults(options, config, {{"CudaFusedNetwork", "true"}, {"CudaFusedWeightCopies", "5"}}, 5);
         expectSameTrajectories(layered, fused);
         // And both agree with the Reference platform.
         std::unique_ptr<System> system(makeSystem(config, options));
@@ -269,4 +277,8 @@ TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
     EXPECT_EQ("4096", force->getProperty("CudaChunkRows"));
     EXPECT_THROW(force->setProperty("CudaNeighborSearch", "grid"), OpenMMException);
     EXPECT_THROW(force->setProperty("CudaFusedNetwork", "yes"), OpenMMException);
+    for (const char* bad : {"0", "65", "-1", "two", "", "3.5"})
+        EXPECT_THROW(force->setProperty("CudaFusedWeightCopies", bad), OpenMMException) << bad;
+    force->setProperty("CudaFusedWeightCopies", "64");
+    EXPECT_EQ("64", force->getProperty("CudaFusedWeightCopies"));
 }
