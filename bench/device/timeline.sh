@@ -24,7 +24,7 @@ for case in ${TIMELINE_CASES:-small:512 small:10296}; do
         case $mode in
             floor) args="--floor" ;;
             layered) args="--cuda-graph auto --property CudaFusedNetwork=false" ;;
-            *=*) args="--cuda-graph auto --property $mode" ;; # a property, e.g. CudaFusedWeightCopies=1
+            *=*) args="--cuda-graph auto --property $mode" ;; # a property, e.g. CudaFusedNetwork=true
             *) args="--cuda-graph $mode" ;;
         esac
         timeout 180 python3 bench/timeline.py --grade "$grade" --n "$n" --steps "$steps" $args \

@@ -70,13 +70,6 @@ class GraphModel;
  *    shared memory within the device's limit; "true" fuses whenever the
  *    model allows it and otherwise throws an OpenMMException saying why;
  *    "false" never fuses.  Results are bitwise the same in every mode.
- *  - "CudaFusedWeightCopies": "auto" (default) or a whole number from 1 to
- *    64.  CUDA platform, fused network only: the fused kernel's blocks read
- *    their weights from this many copies in device memory (block b from
- *    copy b mod copies), so that fewer blocks ask the L2 cache for the same
- *    lines at the same time.  "auto" chooses from the number of blocks and
- *    the network's size (docs/cuda-platform.md).  Results are bitwise the
- *    same for every value.
  *  - "CudaNeighborSearch": "auto" (default), "cells" or "allpairs".  CUDA
  *    platform only: how the rows of the neighbour graph find their
  *    candidates.  "cells" bins the particles into a cell grid at least one

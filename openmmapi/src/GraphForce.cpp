@@ -12,8 +12,8 @@ namespace {
 
 const std::map<std::string, std::string>& propertyDefaults() {
     static const std::map<std::string, std::string> defaults = {
-        {"CheckFinite", "true"}, {"CudaChunkRows", "auto"},      {"CudaFusedNetwork", "auto"}, {"CudaFusedWeightCopies", "auto"},
-        {"CudaGraph", "auto"},   {"CudaNeighborSearch", "auto"}, {"Domains", "single"},        {"TorchCudaContext", "auto"}};
+        {"CheckFinite", "true"},        {"CudaChunkRows", "auto"}, {"CudaFusedNetwork", "auto"}, {"CudaGraph", "auto"},
+        {"CudaNeighborSearch", "auto"}, {"Domains", "single"},     {"TorchCudaContext", "auto"}};
     return defaults;
 }
 
@@ -148,9 +148,6 @@ void GraphForce::setProperty(const std::string& key, const std::string& value) {
     if (key == "CudaChunkRows" && value != "auto" && !isWholeNumberIn(value, 1, 2147483647LL))
         throw OpenMMException("GraphForce: property CudaChunkRows must be \"auto\" or a positive whole number of rows, found \"" + value +
                               "\"");
-    if (key == "CudaFusedWeightCopies" && value != "auto" && !isWholeNumberIn(value, 1, 64))
-        throw OpenMMException("GraphForce: property CudaFusedWeightCopies must be \"auto\" or a whole number from 1 to 64, found \"" +
-                              value + "\"");
     properties[key] = value;
 }
 

@@ -277,10 +277,6 @@ def test_properties(modelBytes):
     assert force.getProperty("CudaFusedNetwork") == "auto"
     with pytest.raises(openmm.OpenMMException, match="CudaFusedNetwork must be \"auto\", \"true\" or \"false\""):
         force.setProperty("CudaFusedNetwork", "layered")
-    assert force.getProperty("CudaFusedWeightCopies") == "auto"
-    for bad in ("0", "65", "many"):
-        with pytest.raises(openmm.OpenMMException, match="CudaFusedWeightCopies must be \"auto\" or a whole number from 1 to 64"):
-            force.setProperty("CudaFusedWeightCopies", bad)
     force.setProperty("CudaNeighborSearch", "cells")
     assert force.getProperty("CudaNeighborSearch") == "cells"
 

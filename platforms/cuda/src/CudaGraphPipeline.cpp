@@ -32,7 +32,7 @@ template <typename real> class CudaGraphPipeline : public CudaGraphPipelineBase 
 public:
     CudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles,
                       const std::vector<int>& types, bool periodic, int numSystemParticles, CudaGraphMode graphMode, int maxChunkRows,
-                      CudaNeighborSearch search, CudaFusedNetwork fusedNetwork, int fusedWeightCopies, const CudaGraphDomain& domain)
+                      CudaNeighborSearch search, CudaFusedNetwork fusedNetwork, const CudaGraphDomain& domain)
         : cu(cu), model(model), n((int) particles.size()), periodic(periodic), graphMode(graphMode) {
         firstCenter = domain.firstCenter;
         numCenters = domain.numCenters < 0 ? n : domain.numCenters;
@@ -128,7 +128,7 @@ public:
         rowElements += 2 * (size_t) gradWidth;
         chunkRows = chooseChunkRows(std::max(1, numCenters), rowElements * sizeof(real), maxChunkRows);
         numChunks = (numCenters + chunkRows - 1) / chunkRows;
-        setUpFusedNetwork(fusedNetwork, fusedWeightCopies);
+        setUpFusedNetwork(fusedNetwork);
         if (!fused) { // the fused kernel keeps all of these in shared memory
             const size_t c1 = chunkRows;
             fittingInput.reset(CudaArray::create<real>(cu, c1 * fittingInputSize, "graphFittingInput"));
@@ -479,15 +479,6 @@ private:
         return array;
     }
 
-    /** `values` `copies` times in a row. */
-    static std::vector<double> repeated(const std::vector<double>& values, int copies) {
-        std::vector<double> all;
-        all.reserve(values.size() * copies);
-        for (int c = 0; c < copies; c++)
-            all.insert(all.end(), values.begin(), values.end());
-        return all;
-    }
-
     DeviceLayer uploadLayer(const DenseLayer& layer, const std::string& name) {
         DeviceLayer device;
         device.numInputs = layer.numInputs;
@@ -582,11 +573,9 @@ private:
     /**
      * Decides whether the fitting network runs fused (the CudaFusedNetwork
      * property) and, if so, uploads its weights in the fused kernel's layout:
-     * per type and hidden layer, W^T [in][padded out] and W [out][padded in],
-     * each fusedShape.weightCopies times in a row (the CudaFusedWeightCopies
-     * property, `copies`; 0 for automatic).
+     * per type and hidden layer, W^T [in][padded out] and W [out][padded in].
      */
-    void setUpFusedNetwork(CudaFusedNetwork mode, int copies) {
+    void setUpFusedNetwork(CudaFusedNetwork mode) {
         fused = false;
         if (mode == CudaFusedNetwork::Off || numCenters == 0)
             return;
@@ -610,19 +599,6 @@ private:
         fused = true;
         configureFusedFitting<real>(maxFusedShared);
         const GraphModel& m = *model;
-        if (copies == 0) {
-            // Enough copies that at most FusedBlocksPerCopy blocks read one, within a sixteenth of the L2 cache.
-            int l2Bytes = 0;
-            GRAPH_CU_CHECK(cuDeviceGetAttribute(&l2Bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, cu.getDevice()));
-            size_t copyBytes = 0;
-            for (int l = 0; l < fusedShape.numLayers; l++)
-                copyBytes += (size_t) fusedShape.width[l] * fusedPadded<real>(fusedShape.width[l + 1]) +
-                             (size_t) fusedShape.width[l + 1] * fusedPadded<real>(fusedShape.width[l]);
-            copyBytes *= sizeof(real) * m.numTypes;
-            const int blocks = (numCenters + fusedShape.tileRows - 1) / fusedShape.tileRows + m.numTypes;
-            copies = std::max(1, std::min<int>((blocks + FusedBlocksPerCopy - 1) / FusedBlocksPerCopy, (size_t) l2Bytes / 16 / copyBytes));
-        }
-        fusedShape.weightCopies = copies;
         std::vector<FusedNetworkWeights<real>> groups(m.numTypes);
         for (int t = 0; t < m.numTypes; t++) {
             FusedNetworkWeights<real>& g = groups[t];
@@ -635,9 +611,9 @@ private:
                         forward[(size_t) k * paddedN + c] = layer.weight[(size_t) c * K + k];
                         backward[(size_t) c * paddedK + k] = layer.weight[(size_t) c * K + k];
                     }
-                fusedWeights.push_back(upload(repeated(forward, copies), "graphFusedForward"));
+                fusedWeights.push_back(upload(forward, "graphFusedForward"));
                 g.forward[l] = pointer<real>(fusedWeights.back());
-                fusedWeights.push_back(upload(repeated(backward, copies), "graphFusedBackward"));
+                fusedWeights.push_back(upload(backward, "graphFusedBackward"));
                 g.backward[l] = pointer<real>(fusedWeights.back());
                 g.bias[l] = pointer<real>(fitting.hidden[t][l].bias);
                 g.timestep[l] = layer.residual ? pointer<real>(fitting.hidden[t][l].timestep) : nullptr;
@@ -872,8 +848,6 @@ private:
      * about 200 us per layer.
      */
     static constexpr size_t FusedAutoWeights = 131072;
-    /** CudaFusedWeightCopies "auto": at most this many of the fused kernel's blocks read one copy of the weights. */
-    static constexpr int FusedBlocksPerCopy = 16;
     std::vector<std::unique_ptr<CudaArray>> fusedWeights; ///< per type and hidden layer: W^T, W (FusedNetworkWeights)
     std::unique_ptr<CudaArray> fusedGroups;               ///< [numTypes] FusedNetworkWeights
     GraphStatus* hostStatus = nullptr;   ///< pinned, written by the last kernel of an evaluation through mappedStatus
@@ -889,17 +863,18 @@ private:
 
 } // namespace
 
-std::unique_ptr<CudaGraphPipelineBase>
-GraphPlugin::createCudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles,
-                                     const std::vector<int>& types, bool periodic, int numSystemParticles, CudaGraphMode graphMode,
-                                     int maxChunkRows, CudaNeighborSearch search, CudaFusedNetwork fusedNetwork, int fusedWeightCopies,
-                                     const CudaGraphDomain& domain) {
+std::unique_ptr<CudaGraphPipelineBase> GraphPlugin::createCudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model,
+                                                                            const std::vector<int>& particles,
+                                                                            const std::vector<int>& types, bool periodic,
+                                                                            int numSystemParticles, CudaGraphMode graphMode,
+                                                                            int maxChunkRows, CudaNeighborSearch search,
+                                                                            CudaFusedNetwork fusedNetwork, const CudaGraphDomain& domain) {
     if (cu.getUseDoublePrecision()) {
         auto pipeline = new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows,
-                                                      search, fusedNetwork, fusedWeightCopies, domain);
+                                                      search, fusedNetwork, domain);
         return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
     }
     auto pipeline = new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, search,
-                                                 fusedNetwork, fusedWeightCopies, domain);
+                                                 fusedNetwork, domain);
     return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
 }

@@ -164,7 +164,6 @@ __global__ void __launch_bounds__(FusedThreads)
     const int strideD = fusedPadded<real>(D);
     real* stage = shared + shape.stageOffset;
     auto node = [&](int r) { return rowNodes[rowBase + r]; };
-    const int copy = blockIdx.x % shape.weightCopies;
 
     // The rows' moments (zero for the rows past the group's end: finite values that are never written out).
     for (int e = threadIdx.x; e < R * HM; e += FusedThreads) {
@@ -188,12 +187,10 @@ __global__ void __launch_bounds__(FusedThreads)
         const bool residual = shape.residual[l] != 0;
         const real* __restrict__ bias = net.bias[l];
         const real* __restrict__ timestep = net.timestep[l];
-        product<real, R>(net.forward[l] + (size_t) copy * K * strideOut, K, C, strideOut, h, strideH, stage, shape.stageElements,
-                         [&](int r, int c, real acc) {
-                             out[r * strideOut + c] =
-                                 denseForwardValue(shape.activation, residual, acc, bias[c], residual ? timestep[c] : real(0),
-                                                   residual ? h[r * strideH + c] : real(0), &deriv[r * strideOut + c]);
-                         });
+        product<real, R>(net.forward[l], K, C, strideOut, h, strideH, stage, shape.stageElements, [&](int r, int c, real acc) {
+            out[r * strideOut + c] = denseForwardValue(shape.activation, residual, acc, bias[c], residual ? timestep[c] : real(0),
+                                                       residual ? h[r * strideH + c] : real(0), &deriv[r * strideOut + c]);
+        });
         h = out;
         strideH = strideOut;
     }
@@ -233,10 +230,9 @@ __global__ void __launch_bounds__(FusedThreads)
         gBuffer = 1 - gBuffer;
         real* target = l == 0 ? input : shared + shape.bufferOffset[gBuffer];
         const int strideK = l == 0 ? strideD : fusedPadded<real>(K);
-        product<real, R>(net.backward[l] + (size_t) copy * N * fusedPadded<real>(K), N, K, fusedPadded<real>(K), dz, strideN, stage,
-                         shape.stageElements, [&](int r, int c, real acc) {
-                             target[r * strideK + c] = denseInputGradient(residual, acc, residual ? g[r * strideN + c] : real(0));
-                         });
+        product<real, R>(net.backward[l], N, K, fusedPadded<real>(K), dz, strideN, stage, shape.stageElements, [&](int r, int c, real acc) {
+            target[r * strideK + c] = denseInputGradient(residual, acc, residual ? g[r * strideN + c] : real(0));
+        });
         g = target;
     }
 

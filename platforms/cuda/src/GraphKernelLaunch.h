@@ -248,14 +248,13 @@ template <typename real> GRAPH_HOST_DEVICE constexpr int fusedPadded(int width) 
 
 /**
  * The fitting network of one type for the fused kernel (device memory).
- * Rows of both weight layouts are padded with zeros to a multiple of 16 bytes
+ * Rows of both weight copies are padded with zeros to a multiple of 16 bytes
  * (fusedPadded), so that a slice of consecutive rows is one contiguous,
- * aligned block.  Each layout is repeated FusedNetworkShape::weightCopies
- * times in a row (so that fewer blocks read the same lines at once).
+ * aligned block.
  */
 template <typename real> struct FusedNetworkWeights {
-    const real* forward[MaxFusedLayers];  ///< hidden layer l: W^T, [weightCopies][numInputs][fusedPadded(numOutputs)]
-    const real* backward[MaxFusedLayers]; ///< hidden layer l: W, [weightCopies][numOutputs][fusedPadded(numInputs)]
+    const real* forward[MaxFusedLayers];  ///< hidden layer l: W^T, [numInputs][fusedPadded(numOutputs)]
+    const real* backward[MaxFusedLayers]; ///< hidden layer l: W, [numOutputs][fusedPadded(numInputs)]
     const real* bias[MaxFusedLayers];     ///< [numOutputs]
     const real* timestep[MaxFusedLayers]; ///< [numOutputs], residual layers only
     const real* outputWeight;             ///< [width of the last hidden layer]
@@ -275,7 +274,6 @@ struct FusedNetworkShape {
     int residual[MaxFusedLayers];
     int activation; ///< GraphActivation
     int tileRows;   ///< rows per block: 4, 8 or 16
-    int weightCopies; ///< FusedNetworkWeights' forward and backward hold this many copies; block b reads copy b % weightCopies
     int numGroups;
     int rowStart[MaxBatchedGroups + 1];  ///< group g: rows [rowStart[g], rowStart[g+1]) of the type-sorted list
     int tileStart[MaxBatchedGroups + 1]; ///< group g: blocks [tileStart[g], tileStart[g+1])

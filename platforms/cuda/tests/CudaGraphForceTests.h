@@ -178,14 +178,10 @@ TEST(CudaGraphForce, CellAndAllPairsSearchesGiveBitwiseIdenticalTrajectories) {
  * The fitting network fused into one kernel per tile of rows gives bitwise
  * the trajectory of a kernel per layer (220 particles: tiles of 4 rows;
  * widths 16 and 16, the second layer residual; the type change moves rows
- * between the tiles of the two types), with the weights read from one copy,
- * from three (blocks of one type read different copies) and from the
- * automatic number.
+ * between the tiles of the two types).
  */
 TEST(CudaGraphForce, FusedNetworkGivesBitwiseIdenticalTrajectories) {
-    const std::vector<Result> layered = propertyTrajectory({{"CudaFusedNetwork", "false"}}, 0);
-    for (const char* copies : {"1", "3", "auto"})
-        expectSameTrajectories(layered, propertyTrajectory({{"CudaFusedNetwork", "true"}, {"CudaFusedWeightCopies", copies}}, 0));
+    expectSameTrajectories(propertyTrajectory({{"CudaFusedNetwork", "false"}}, 0), propertyTrajectory({{"CudaFusedNetwork", "true"}}, 0));
 }
 
 /**
@@ -210,8 +206,7 @@ std::vector<Result> propertyResults(const GraphTest::ModelOptions& options, cons
  * type partial); hidden widths 200, 200 (residual) and 40 (two columns per
  * thread, padded rows: tiles of 16 rows on a device of 94 to 187
  * multiprocessors, such as an H200, in single and mixed precision), then
- * 600 and 40 (eight columns per thread: tiles of 8 rows there); the weights
- * read from five copies.
+ * 600 and 40 (eight columns per thread: tiles of 8 rows there).
  */
 TEST(CudaGraphForce, FusedNetworkOfWideModelGivesBitwiseIdenticalResults) {
     for (const std::vector<int>& widths : {std::vector<int>{200, 200, 40}, std::vector<int>{600, 40}}) {
@@ -225,7 +220,7 @@ TEST(CudaGraphForce, FusedNetworkOfWideModelGivesBitwiseIdenticalResults) {
         options.activation = "silu";
         Configuration config = makeConfiguration(Geometry::Cubic, 1500, 3, 36);
         std::vector<Result> layered = propertyResults(options, config, {{"CudaFusedNetwork", "false"}}, 5);
-        std::vector<Result> fused = propertyResults(options, config, {{"CudaFusedNetwork", "true"}, {"CudaFusedWeightCopies", "5"}}, 5);
+        std::vector<Result> fused = propertyResults(options, config, {{"CudaFusedNetwork", "true"}}, 5);
         expectSameTrajectories(layered, fused);
         // And both agree with the Reference platform.
         std::unique_ptr<System> system(makeSystem(config, options));
@@ -277,8 +272,4 @@ TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
     EXPECT_EQ("4096", force->getProperty("CudaChunkRows"));
     EXPECT_THROW(force->setProperty("CudaNeighborSearch", "grid"), OpenMMException);
     EXPECT_THROW(force->setProperty("CudaFusedNetwork", "yes"), OpenMMException);
-    for (const char* bad : {"0", "65", "-1", "two", "", "3.5"})
-        EXPECT_THROW(force->setProperty("CudaFusedWeightCopies", bad), OpenMMException) << bad;
-    force->setProperty("CudaFusedWeightCopies", "64");
-    EXPECT_EQ("64", force->getProperty("CudaFusedWeightCopies"));
 }
