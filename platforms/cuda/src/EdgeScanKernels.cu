@@ -63,7 +63,7 @@ __device__ inline void rowChunk(int count, int warp, int numWarps, int& first, i
  * The per-edge quantities that every lane of a warp needs, computed once per
  * edge (lane e of the warp for edge e of a batch) instead of once per lane:
  * neighbour, its type, the table interval and Hermite basis (Full, for the
- * forces: and its derivatives), the harmonics, the unit vector and the distance.
+ * forces: and its derivatives), the harmonics, the unit vector and 1 / distance.
  * One per warp in shared memory; a batch holds StageEdges edges.
  */
 template <typename real, int H, bool Full> struct EdgeStage {
@@ -73,7 +73,7 @@ template <typename real, int H, bool Full> struct EdgeStage {
     real d[Full ? 6 : 1][E];
     real Y[H][E];
     real u[Full ? 3 : 1][E];
-    real r[E];
+    real invR[E]; ///< 1 / r (the division once per edge, not once per lane)
 
     /** Lane `slot` stages edge (i, j). */
     __device__ void fill(int slot, int LMAX, const GraphModelParams<real>& model, const double* positions, const int* types, int i, int jj,
@@ -95,7 +95,7 @@ template <typename real, int H, bool Full> struct EdgeStage {
         if (Full)
             for (int c = 0; c < 3; c++)
                 u[c][slot] = uu[c];
-        r[slot] = rr;
+        invR[slot] = real(1) / rr;
     }
 };
 
@@ -141,6 +141,9 @@ __device__ inline void addEdgeMoments(const Stage* stage, int q, int lane, const
 #pragma unroll
     for (int lm = 0; lm < H; lm++)
         Y[lm] = stage->Y[lm][q];
+    // The edge's knots for l = 0 once (64-bit arithmetic), those of l and channel k at 32-bit offsets from them.
+    const real* knots = tableKnot(table, model, ti, tj, 0, interval);
+    const int stride = tableStride(model);
 #pragma unroll
     for (int x = 0; x < CPL; x++) {
         const int k = lane + 32 * x;
@@ -149,7 +152,7 @@ __device__ inline void addEdgeMoments(const Stage* stage, int q, int lane, const
 #pragma unroll
             for (int l = 0; l <= LMAX; l++) {
                 real value, unused;
-                hermiteFromKnots<real, false>(tableKnot(table, model, ti, tj, l, interval), M, k, model, h, nullptr, value, unused);
+                hermiteFromKnots<real, false>(knots + l * stride, M, k, model, h, nullptr, value, unused);
                 value *= weight;
 #pragma unroll
                 for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
@@ -181,8 +184,12 @@ __device__ inline void edgeGradientSums(const Stage* stage, int q, int lane, con
 #pragma unroll
     for (int lm = 0; lm < H; lm++)
         S[lm] = P[lm] = 0;
+    const int stride = tableStride(model);
 #pragma unroll
-    for (int t = 0; t < numTables; t++)
+    for (int t = 0; t < numTables; t++) {
+        // The edge's knots for l = 0 once (64-bit arithmetic), those of l and channel k at 32-bit offsets from them.
+        const real* knots = tableKnot(t == 0 ? model.radialTable : model.interactionTable, model, ti, tj, 0, interval);
+        const real* G = (t == 0 ? gradA : gradB) + (size_t) i * H * M; // center i's [H][M]
 #pragma unroll
         for (int x = 0; x < CPL; x++) {
             const int k = lane + 32 * x;
@@ -191,19 +198,19 @@ __device__ inline void edgeGradientSums(const Stage* stage, int q, int lane, con
 #pragma unroll
                 for (int l = 0; l <= LMAX; l++) {
                     real value, deriv;
-                    hermiteFromKnots<real, true>(tableKnot(t == 0 ? model.radialTable : model.interactionTable, model, ti, tj, l, interval),
-                                                 M, k, model, h, d, value, deriv);
+                    hermiteFromKnots<real, true>(knots + l * stride, M, k, model, h, d, value, deriv);
                     value *= weight;
                     deriv *= weight;
 #pragma unroll
                     for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
-                        const real g = (t == 0 ? gradA : gradB)[((size_t) i * H + lm) * M + k];
+                        const real g = G[lm * M + k];
                         S[lm] += g * value;
                         P[lm] += g * deriv;
                     }
                 }
             }
         }
+    }
 }
 
 /**
@@ -429,7 +436,7 @@ __device__ inline bool forceOwner(int lane) {
  * beyond the fixed-point range.  Called by all 32 lanes.
  */
 template <typename real, int LMAX>
-__device__ inline void edgeForce(const real* S, const real* P, const real u[3], real r, int lane, int i, int j,
+__device__ inline void edgeForce(const real* S, const real* P, const real u[3], real invR, int lane, int i, int j,
                                  const GraphModelParams<real>& model, GraphStatus* status, const int* slotOfNode, long long* forceBuffer,
                                  int paddedAtoms, long long& forceI) {
     constexpr int H = (LMAX + 1) * (LMAX + 1);
@@ -444,7 +451,6 @@ __device__ inline void edgeForce(const real* S, const real* P, const real u[3], 
             s[c] += S[lm] * grad[lm][c];
     }
     const real uDotS = u[0] * s[0] + u[1] * s[1] + u[2] * s[2];
-    const real invR = real(1) / r;
     real g[4];
 #pragma unroll
     for (int c = 0; c < 3; c++)
@@ -496,7 +502,7 @@ __global__ void __launch_bounds__(32 * MaxForceWarps, forceMinBlocks<real, LMAX,
             real S[H], P[H];
             edgeGradientSums<real, LMAX, CPL>(stage, q, lane, model, i, ti, gradA, gradB, phi, numBlocks, S, P);
             const real u[3] = {stage->u[0][q], stage->u[1][q], stage->u[2][q]};
-            edgeForce<real, LMAX>(S, P, u, stage->r[q], lane, i, j, model, status, slotOfNode, forceBuffer, paddedAtoms, forceI);
+            edgeForce<real, LMAX>(S, P, u, stage->invR[q], lane, i, j, model, status, slotOfNode, forceBuffer, paddedAtoms, forceI);
         });
         // Each warp adds its chunk's share of F_i (integer atomics: order independent).
         if (forceOwner(lane) && last > first)

@@ -91,20 +91,31 @@ template <typename real> __device__ inline void harmonics(int lMax, const real u
 template <typename real, bool Deriv>
 __device__ inline void hermiteFromKnots(const real* knot0, int M, int k, const GraphModelParams<real>& model, const real h[6],
                                         const real* d, real& value, real& deriv) {
-    const real* knot1 = knot0 + 3 * M;
+    // Channel k's values at 32-bit offsets from one pointer, opaque to the compiler: left to itself it folds the table
+    // index into every load's address and recomputes it in 64 bits six times (about 45 instructions per call on sm_90).
+    const real* q = knot0 + k;
+    asm("" : "+l"(q));
     const real dr = model.radialDr;
-    const real p0 = knot0[k], v0 = knot0[M + k] * dr, a0 = knot0[2 * M + k] * dr * dr;
-    const real p1 = knot1[k], v1 = knot1[M + k] * dr, a1 = knot1[2 * M + k] * dr * dr;
+    const real p0 = q[0], v0 = q[M] * dr, a0 = q[2 * M] * dr * dr;
+    const real p1 = q[3 * M], v1 = q[4 * M] * dr, a1 = q[5 * M] * dr * dr;
     value = p0 * h[0] + v0 * h[1] + a0 * h[2] + a1 * h[3] + v1 * h[4] + p1 * h[5];
     if (Deriv)
         deriv = (p0 * d[0] + v0 * d[1] + a0 * d[2] + a1 * d[3] + v1 * d[4] + p1 * d[5]) * model.invDr;
 }
 
-/** The first knot of interval `interval` of table (a, b, l) in a [T][T][L+1][K+1][3][M] table. */
+/**
+ * The first knot of interval `interval` of table (a, b, l) in a [T][T][L+1][K+1][3][M] table; table (a, b, l + 1) follows
+ * tableStride(model) elements later.
+ */
 template <typename real>
 __device__ inline const real* tableKnot(const real* table, const GraphModelParams<real>& model, int a, int b, int l, int interval) {
     return table +
            ((((size_t) a * model.numTypes + b) * (model.lMax + 1) + l) * (model.radialIntervals + 1) + interval) * 3 * model.numChannels;
+}
+
+/** The elements from table (a, b, l) to table (a, b, l + 1) of a [T][T][L+1][K+1][3][M] table (an int: at most 2^31 / 4 KB). */
+template <typename real> __device__ inline int tableStride(const GraphModelParams<real>& model) {
+    return (model.radialIntervals + 1) * 3 * model.numChannels;
 }
 
 /** The quintic Hermite basis at an edge's position t in its interval, and its t-derivatives (docs/model-format.md section 3). */
