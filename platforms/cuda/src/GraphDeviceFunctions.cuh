@@ -82,25 +82,47 @@ template <typename real> __device__ inline void harmonics(int lMax, const real u
 }
 
 /**
- * R (and, when Deriv, dR/dr) of channel k from the two knots of an edge's
- * interval: knot0 points at [3][M] values (f, f', f'') of the interval's first
- * knot, the second knot follows at knot0 + 3 M (global or shared memory); h[6]
+ * R (and, when Deriv, dR/dr) of one channel from the table values of the two
+ * knots of an edge's interval, knot[c] = (f, f', f'') of the first knot for
+ * c < 3 and of the second for c >= 3 (as stored: f' and f'' per nm); h[6]
  * (and d[6]) are the Hermite basis values (and t-derivatives) of the edge's
  * position in the interval.  The one implementation of the table lookup.
  */
 template <typename real, bool Deriv>
-__device__ inline void hermiteFromKnots(const real* knot0, int M, int k, const GraphModelParams<real>& model, const real h[6],
-                                        const real* d, real& value, real& deriv) {
-    // Channel k's values at 32-bit offsets from one pointer, opaque to the compiler: left to itself it folds the table
-    // index into every load's address and recomputes it in 64 bits six times (about 45 instructions per call on sm_90).
-    const real* q = knot0 + k;
-    asm("" : "+l"(q));
+__device__ inline void hermiteCombine(const real knot[6], const GraphModelParams<real>& model, const real h[6], const real* d, real& value,
+                                      real& deriv) {
     const real dr = model.radialDr;
-    const real p0 = q[0], v0 = q[M] * dr, a0 = q[2 * M] * dr * dr;
-    const real p1 = q[3 * M], v1 = q[4 * M] * dr, a1 = q[5 * M] * dr * dr;
+    const real p0 = knot[0], v0 = knot[1] * dr, a0 = knot[2] * dr * dr;
+    const real p1 = knot[3], v1 = knot[4] * dr, a1 = knot[5] * dr * dr;
     value = p0 * h[0] + v0 * h[1] + a0 * h[2] + a1 * h[3] + v1 * h[4] + p1 * h[5];
     if (Deriv)
         deriv = (p0 * d[0] + v0 * d[1] + a0 * d[2] + a1 * d[3] + v1 * d[4] + p1 * d[5]) * model.invDr;
+}
+
+/**
+ * `p`, opaque to the compiler, for loads at 32-bit offsets from it: left to
+ * itself the compiler folds a table index into every load's address and
+ * recomputes it in 64 bits for each (about 45 instructions per six loads).
+ */
+template <typename T> __device__ inline const T* opaque(const T* p) {
+    asm("" : "+l"(p));
+    return p;
+}
+
+/**
+ * hermiteCombine of channel k: knot0 points at the [3][M] values of the
+ * interval's first knot, the second knot's follow at knot0 + 3 M (global
+ * memory, read-only for the kernel's lifetime).
+ */
+template <typename real, bool Deriv>
+__device__ inline void hermiteFromKnots(const real* knot0, int M, int k, const GraphModelParams<real>& model, const real h[6],
+                                        const real* d, real& value, real& deriv) {
+    const real* q = opaque(knot0 + k);
+    real knot[6];
+#pragma unroll
+    for (int c = 0; c < 6; c++)
+        knot[c] = __ldg(q + c * M);
+    hermiteCombine<real, Deriv>(knot, model, h, d, value, deriv);
 }
 
 /**
