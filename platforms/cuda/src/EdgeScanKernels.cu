@@ -22,15 +22,70 @@ constexpr int WarpsPerBlock = 4;
 constexpr int MaxForceWarps = 8; // 256 threads: the largest shapes keep their registers (no spills)
 
 /**
- * Blocks of MaxForceWarps warps the force scan is compiled to fit on a
- * multiprocessor: 4 for the shapes whose scan fits in 64 registers without
- * spilling (fp32, l_max <= 1, M <= 32: the small grade), so that 512 centers
- * of 8 warps run in one wave on a device of 128 or more multiprocessors
- * (at 76 registers, 3 blocks fit and 512 centers took two waves on an H200);
- * 1 otherwise (no bound: the registers the compiler wants).
+ * How a warp of an edge scan splits its work (chosen from the model's shape
+ * alone, edgeShape(), so that the sums do not depend on the system or the
+ * device): groups of LPE lanes, each group one edge at a time (32 / LPE edges
+ * at once); lane s of a group holds channels k = (s + LPE x) V + v, x < XPL,
+ * v < V, read V at a time (16-byte vectors where M is a multiple of V).
+ * V = 1, LPE = 32 is a lane per channel (M not a multiple of the vector).
  */
-template <typename real, int LMAX, int CPL> constexpr int forceMinBlocks() {
-    return sizeof(real) == 4 && LMAX <= 1 && CPL == 1 ? 4 : 1;
+template <int V_, int LPE_, int XPL_> struct EdgeShape {
+    static constexpr int V = V_, LPE = LPE_, XPL = XPL_, Groups = 32 / LPE_, Channels = V_ * XPL_;
+    static_assert(LPE_ >= 4 && LPE_ <= 32 && (LPE_ & (LPE_ - 1)) == 0, "a group is 4, 8, 16 or 32 lanes");
+};
+
+/**
+ * Blocks of MaxForceWarps warps the force scan is compiled to fit on a
+ * multiprocessor.  A lane per channel (V = 1): 4 for fp32 with l_max <= 1 and
+ * M <= 32, so that 512 centers of 8 warps run in one wave on a device of 128
+ * or more multiprocessors (at 76 registers, 3 blocks fit and 512 centers took
+ * two waves on an H200, session 10); 1 otherwise.  Vector shapes: 2 (at most
+ * 128 registers; the compiler wanted up to 188 to have every l's loads in
+ * flight), and they run 4 warps per center (launchForces), so 4 blocks fit.
+ */
+template <typename real, int LMAX, typename Shape> constexpr int forceMinBlocks() {
+    if constexpr (Shape::V > 1)
+        return 2;
+    else
+        return sizeof(real) == 4 && LMAX <= 1 && Shape::XPL == 1 ? 4 : 1;
+}
+
+/** out[v] = p[v], v < V: one 16-byte load for float4 and double2 (p aligned to it), else V loads; read-only global memory. */
+template <typename real, int V> __device__ inline void loadChannels(const real* p, real (&out)[V]) {
+    if constexpr (V == 4 && sizeof(real) == 4) {
+        const float4 x = __ldg(reinterpret_cast<const float4*>(p));
+        out[0] = x.x, out[1] = x.y, out[2] = x.z, out[3] = x.w;
+    }
+    else if constexpr (V == 2 && sizeof(real) == 8) {
+        const double2 x = __ldg(reinterpret_cast<const double2*>(p));
+        out[0] = x.x, out[1] = x.y;
+    }
+    else {
+#pragma unroll
+        for (int v = 0; v < V; v++)
+            out[v] = __ldg(p + v);
+    }
+}
+
+/**
+ * R (and dR/dr, Deriv) of channels k0 .. k0 + V - 1 of table (ti, tj, l) at
+ * an edge: `knots` points at the first knot of the edge's interval in table
+ * (ti, tj, 0) (tableKnot); hermiteCombine per channel.
+ */
+template <typename real, int V, bool Deriv>
+__device__ inline void channelsFromKnots(const real* knots, int l, int k0, const GraphModelParams<real>& model, const real h[6],
+                                         const real* d, real (&value)[V], real (&deriv)[V]) {
+    const int M = model.numChannels;
+    const real* p = opaque(knots + l * tableStride(model) + k0);
+    real knot[6][V];
+#pragma unroll
+    for (int c = 0; c < 6; c++)
+        loadChannels<real, V>(p + c * M, knot[c]);
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+        const real one[6] = {knot[0][v], knot[1][v], knot[2][v], knot[3][v], knot[4][v], knot[5][v]};
+        hermiteCombine<real, Deriv>(one, model, h, d, value[v], deriv[v]);
+    }
 }
 
 /**
@@ -105,33 +160,36 @@ template <typename real, int LMAX, bool Full> constexpr size_t stageBytes() {
 
 /**
  * Walk the edges [first, last) of center i's row in canonical order, a batch
- * at a time: the warp's lanes stage the batch, then every lane calls body(q)
- * for q = 0, 1, ... over the staged edges.
+ * at a time: the warp's lanes stage the batch, then the lanes of group g of
+ * Groups call body(q, valid) for q = g, g + Groups, ... over the staged
+ * edges, every lane the same number of times (valid false past the batch's
+ * end: the lane still joins the warp's shuffles).
  */
-template <int LMAX, typename real, typename Stage, typename Body>
+template <int LMAX, int Groups, typename real, typename Stage, typename Body>
 __device__ inline void forEachStagedEdge(Stage* stage, int lane, const GraphModelParams<real>& model, const double* positions,
                                          const int* types, int i, const int* neighbors, int capacity, const GraphBox<double>& box,
                                          int first, int last, Body body) {
+    const int group = lane / (32 / Groups);
     for (int base = first; base < last; base += Stage::E) {
         const int count = min(Stage::E, last - base);
         if (lane < count)
             stage->fill(lane, LMAX, model, positions, types, i, neighbors[(size_t) i * capacity + base + lane], box);
         __syncwarp();
-        for (int q = 0; q < count; q++)
-            body(q);
+        for (int q0 = 0; q0 < count; q0 += Groups)
+            body(q0 + group, q0 + group < count);
         __syncwarp();
     }
 }
 
 /**
- * Adds staged edge q's terms to its center's moments acc[lm][x] (channels
- * lane + 32 x): R_l,k(r) (times nodeWeights[j][k] when given) Y_lm, R from
- * `table` for center type ti.  The per-edge body of momentsKernel.
+ * Adds staged edge q's terms to its center's moments acc[lm][c] (this lane's
+ * channels, EdgeShape): R_l,k(r) (times nodeWeights[j][k] when given) Y_lm,
+ * R from `table` for center type ti.  The per-edge body of momentsKernel.
  */
-template <typename real, int LMAX, int CPL, typename Stage>
-__device__ inline void addEdgeMoments(const Stage* stage, int q, int lane, const GraphModelParams<real>& model, const real* table, int ti,
-                                      const real* nodeWeights, real (&acc)[(LMAX + 1) * (LMAX + 1)][CPL]) {
-    constexpr int H = (LMAX + 1) * (LMAX + 1);
+template <typename real, int LMAX, typename Shape, typename Stage>
+__device__ inline void addEdgeMoments(const Stage* stage, int q, int sub, const GraphModelParams<real>& model, const real* table, int ti,
+                                      const real* nodeWeights, real (&acc)[(LMAX + 1) * (LMAX + 1)][Shape::Channels]) {
+    constexpr int H = (LMAX + 1) * (LMAX + 1), V = Shape::V;
     const int M = model.numChannels;
     const int j = stage->j[q], tj = stage->tj[q], interval = stage->interval[q];
     real h[6], Y[H];
@@ -141,38 +199,45 @@ __device__ inline void addEdgeMoments(const Stage* stage, int q, int lane, const
 #pragma unroll
     for (int lm = 0; lm < H; lm++)
         Y[lm] = stage->Y[lm][q];
-    // The edge's knots for l = 0 once (64-bit arithmetic), those of l and channel k at 32-bit offsets from them.
     const real* knots = tableKnot(table, model, ti, tj, 0, interval);
-    const int stride = tableStride(model);
 #pragma unroll
-    for (int x = 0; x < CPL; x++) {
-        const int k = lane + 32 * x;
-        if (k < M) {
-            const real weight = nodeWeights ? nodeWeights[(size_t) j * M + k] : real(1);
+    for (int x = 0; x < Shape::XPL; x++) {
+        const int k0 = (sub + Shape::LPE * x) * V;
+        if (k0 < M) { // M is a multiple of V
+            real weight[V];
+            if (nodeWeights)
+                loadChannels<real, V>(nodeWeights + (size_t) j * M + k0, weight);
+            else
+#pragma unroll
+                for (int v = 0; v < V; v++)
+                    weight[v] = 1;
 #pragma unroll
             for (int l = 0; l <= LMAX; l++) {
-                real value, unused;
-                hermiteFromKnots<real, false>(knots + l * stride, M, k, model, h, nullptr, value, unused);
-                value *= weight;
+                real value[V], unused[V];
+                channelsFromKnots<real, V, false>(knots, l, k0, model, h, nullptr, value, unused);
 #pragma unroll
-                for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
-                    acc[lm][x] += value * Y[lm];
+                for (int v = 0; v < V; v++) {
+                    value[v] *= weight[v];
+#pragma unroll
+                    for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
+                        acc[lm][x * V + v] += value[v] * Y[lm];
+                }
             }
         }
     }
 }
 
 /**
- * This lane's share (channels lane + 32 x) of S_lm = sum_k G_lm,k R_l,k and
+ * This lane's share (its channels, EdgeShape) of S_lm = sum_k G_lm,k R_l,k and
  * P_lm = sum_k G_lm,k R'_l,k for staged edge q of center i (type ti), over
  * `numTables` tables: table 0 the radial table with G = dE/dA (gradA), table 1
  * the interaction table, weighted by phi[j][k], with G = dE/dB (gradB), both
  * [node][H][M].  The per-edge body of forcesKernel, before edgeForce.
  */
-template <typename real, int LMAX, int CPL, typename Stage>
-__device__ inline void edgeGradientSums(const Stage* stage, int q, int lane, const GraphModelParams<real>& model, int i, int ti,
+template <typename real, int LMAX, typename Shape, typename Stage>
+__device__ inline void edgeGradientSums(const Stage* stage, int q, int sub, const GraphModelParams<real>& model, int i, int ti,
                                         const real* gradA, const real* gradB, const real* phi, int numTables, real* S, real* P) {
-    constexpr int H = (LMAX + 1) * (LMAX + 1);
+    constexpr int H = (LMAX + 1) * (LMAX + 1), V = Shape::V;
     const int M = model.numChannels;
     const int j = stage->j[q], tj = stage->tj[q], interval = stage->interval[q];
     real h[6], d[6];
@@ -184,28 +249,33 @@ __device__ inline void edgeGradientSums(const Stage* stage, int q, int lane, con
 #pragma unroll
     for (int lm = 0; lm < H; lm++)
         S[lm] = P[lm] = 0;
-    const int stride = tableStride(model);
-#pragma unroll
     for (int t = 0; t < numTables; t++) {
-        // The edge's knots for l = 0 once (64-bit arithmetic), those of l and channel k at 32-bit offsets from them.
         const real* knots = tableKnot(t == 0 ? model.radialTable : model.interactionTable, model, ti, tj, 0, interval);
         const real* G = (t == 0 ? gradA : gradB) + (size_t) i * H * M; // center i's [H][M]
 #pragma unroll
-        for (int x = 0; x < CPL; x++) {
-            const int k = lane + 32 * x;
-            if (k < M) {
-                const real weight = t == 0 ? real(1) : phi[(size_t) j * M + k];
+        for (int x = 0; x < Shape::XPL; x++) {
+            const int k0 = (sub + Shape::LPE * x) * V;
+            if (k0 < M) { // M is a multiple of V
+                real weight[V];
+                if (t == 0)
+#pragma unroll
+                    for (int v = 0; v < V; v++)
+                        weight[v] = 1;
+                else
+                    loadChannels<real, V>(phi + (size_t) j * M + k0, weight);
 #pragma unroll
                 for (int l = 0; l <= LMAX; l++) {
-                    real value, deriv;
-                    hermiteFromKnots<real, true>(knots + l * stride, M, k, model, h, d, value, deriv);
-                    value *= weight;
-                    deriv *= weight;
+                    real value[V], deriv[V];
+                    channelsFromKnots<real, V, true>(knots, l, k0, model, h, d, value, deriv);
 #pragma unroll
                     for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
-                        const real g = G[lm * M + k];
-                        S[lm] += g * value;
-                        P[lm] += g * deriv;
+                        real g[V];
+                        loadChannels<real, V>(G + lm * M + k0, g);
+#pragma unroll
+                        for (int v = 0; v < V; v++) {
+                            S[lm] += g[v] * (value[v] * weight[v]);
+                            P[lm] += g[v] * (deriv[v] * weight[v]);
+                        }
                     }
                 }
             }
@@ -215,44 +285,59 @@ __device__ inline void edgeGradientSums(const Stage* stage, int q, int lane, con
 
 /**
  * One block per center, WarpsPerBlock warps over contiguous chunks of its row;
- * lane k of a warp handles channels k, k + 32, ... (CPL per lane).  Edges are
- * staged a batch at a time (EdgeStage), then every lane walks the batch in
- * canonical order, so the sums are in row order as before.
+ * a warp's lane groups (EdgeShape) take every Groups-th edge of its chunk.
+ * Edges are staged a batch at a time (EdgeStage); each lane sums its edges in
+ * canonical order, then the groups' sums are added in a fixed tree (every lane
+ * gets the same total) and the warps' in warp order: the sums are a function
+ * of the row alone.
  */
-template <typename real, int LMAX, int CPL>
+template <typename real, int LMAX, typename Shape>
 __global__ void __launch_bounds__(32 * WarpsPerBlock)
     momentsKernel(GraphModelParams<real> model, const real* __restrict__ table, const real* __restrict__ nodeWeights,
                   const double* __restrict__ positions, const int* __restrict__ types, int firstCenter, int numCenters,
                   GraphBox<double> box, const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity,
                   real* __restrict__ moments) {
-    constexpr int H = (LMAX + 1) * (LMAX + 1);
+    constexpr int H = (LMAX + 1) * (LMAX + 1), C = Shape::Channels, V = Shape::V;
     using Stage = EdgeStage<real, H, false>;
     extern __shared__ unsigned char sharedBytes[];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane % Shape::LPE;
     Stage* stage = reinterpret_cast<Stage*>(sharedBytes) + warp;
     real* partial = reinterpret_cast<real*>(sharedBytes + WarpsPerBlock * sizeof(Stage)); // [WarpsPerBlock][H][M]
     const int M = model.numChannels;
     for (int b = blockIdx.x; b < numCenters; b += gridDim.x) {
         const int i = firstCenter + b;
-        real acc[H][CPL];
+        real acc[H][C];
 #pragma unroll
         for (int lm = 0; lm < H; lm++)
 #pragma unroll
-            for (int c = 0; c < CPL; c++)
+            for (int c = 0; c < C; c++)
                 acc[lm][c] = 0;
         const int ti = types[i];
         int first, last;
         rowChunk(rowCount[i], warp, WarpsPerBlock, first, last);
-        forEachStagedEdge<LMAX>(stage, lane, model, positions, types, i, neighbors, capacity, box, first, last,
-                                [&](int q) { addEdgeMoments<real, LMAX, CPL>(stage, q, lane, model, table, ti, nodeWeights, acc); });
+        forEachStagedEdge<LMAX, Shape::Groups>(stage, lane, model, positions, types, i, neighbors, capacity, box, first, last,
+                                               [&](int q, bool valid) {
+                                                   if (valid)
+                                                       addEdgeMoments<real, LMAX, Shape>(stage, q, sub, model, table, ti, nodeWeights, acc);
+                                               });
 #pragma unroll
-        for (int c = 0; c < CPL; c++) {
-            const int k = lane + 32 * c;
-            if (k < M)
+        for (int lm = 0; lm < H; lm++)
 #pragma unroll
-                for (int lm = 0; lm < H; lm++)
-                    partial[(warp * H + lm) * M + k] = acc[lm][c];
-        }
+            for (int c = 0; c < C; c++)
+#pragma unroll
+                for (int offset = Shape::LPE; offset < 32; offset *= 2)
+                    acc[lm][c] += __shfl_xor_sync(0xffffffff, acc[lm][c], offset);
+        if (lane < Shape::LPE)
+#pragma unroll
+            for (int x = 0; x < Shape::XPL; x++) {
+                const int k0 = (sub + Shape::LPE * x) * V;
+                if (k0 < M)
+#pragma unroll
+                    for (int lm = 0; lm < H; lm++)
+#pragma unroll
+                        for (int v = 0; v < V; v++)
+                            partial[(warp * H + lm) * M + k0 + v] = acc[lm][x * V + v];
+            }
         __syncthreads();
         for (int x = threadIdx.x; x < H * M; x += blockDim.x) {
             real sum = 0;
@@ -392,16 +477,19 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
 }
 
 /**
- * Sum each of V values over the 32 lanes and leave the total of value q in the
- * lanes whose top log2(V) bits are q (a reduce-scatter butterfly: V - 1 +
- * 5 - log2(V) shuffles instead of 5 V).  A fixed order: bitwise reproducible.
+ * Sum each of V values over the LPE lanes of a group (aligned, a power of
+ * two >= V) and leave the total of value q in the group's lanes whose top
+ * log2(V) bits (of their index s in the group) are q: a reduce-scatter
+ * butterfly, V - 1 + log2(LPE / V) shuffles instead of V log2(LPE).  A fixed
+ * order: bitwise reproducible.
  */
-template <typename real, int V> __device__ inline real warpReduceScatter(real v[V], int lane) {
+template <typename real, int V, int LPE> __device__ inline real groupReduceScatter(real v[V], int sub) {
     constexpr int steps = V == 1 ? 0 : V == 2 ? 1 : V == 4 ? 2 : V == 8 ? 3 : V == 16 ? 4 : 5;
+    static_assert(LPE >= V, "a group reduces at most as many values as it has lanes");
 #pragma unroll
     for (int step = 0; step < steps; step++) {
-        const int width = V >> (step + 1), offset = 16 >> step;
-        const bool upper = (lane & offset) != 0;
+        const int width = V >> (step + 1), offset = (LPE / 2) >> step;
+        const bool upper = (sub & offset) != 0;
 #pragma unroll
         for (int t = 0; t < V / 2; t++)
             if (t < width) {
@@ -412,17 +500,20 @@ template <typename real, int V> __device__ inline real warpReduceScatter(real v[
     }
     real x = v[0];
 #pragma unroll
-    for (int offset = 16 >> steps; offset > 0; offset >>= 1)
+    for (int offset = (LPE / 2) >> steps; offset > 0; offset >>= 1)
         x += __shfl_xor_sync(0xffffffff, x, offset);
     return x;
 }
 
-/** The component of dE/dd that lane `lane` finishes in edgeForce (lanes 0, 8, 16: x, y, z), and whether it finishes one. */
-__device__ inline int forceComponent(int lane) {
-    return lane >> 3;
+/**
+ * The component of dE/dd that lane `sub` of a group of LPE lanes finishes in edgeForce (lanes 0, LPE/4, LPE/2: x, y, z),
+ * and whether it finishes one.
+ */
+template <int LPE> __device__ inline int forceComponent(int sub) {
+    return sub / (LPE / 4);
 }
-__device__ inline bool forceOwner(int lane) {
-    return (lane & 7) == 0 && forceComponent(lane) < 3;
+template <int LPE> __device__ inline bool forceOwner(int sub) {
+    return sub % (LPE / 4) == 0 && forceComponent<LPE>(sub) < 3;
 }
 
 /**
@@ -430,13 +521,14 @@ __device__ inline bool forceOwner(int lane) {
  * channels): the lane contracts them with the edge's harmonics and their
  * gradients into its share of dE/dd = (1/n_norm) sum_lm [ P_lm Y_lm u + S_lm
  * (dY/du - u (u . dY/du)) / r ] (linear in S and P), one reduce-scatter over
- * the warp sums the three components (6 shuffles, fixed order), and the owner
- * lane of each component adds -dE/dd to j in OpenMM's buffer and dE/dd to
- * forceI (this lane's component of F_i, fixed point), reporting a value
- * beyond the fixed-point range.  Called by all 32 lanes.
+ * the lane's group of LPE sums the three components (fixed order), and the
+ * owner lane of each component adds -dE/dd to j in OpenMM's buffer and dE/dd
+ * to forceI (this lane's component of F_i, fixed point), reporting a value
+ * beyond the fixed-point range.  Called by all 32 lanes; a group whose edge
+ * is not `valid` (past its batch) adds nothing.
  */
-template <typename real, int LMAX>
-__device__ inline void edgeForce(const real* S, const real* P, const real u[3], real invR, int lane, int i, int j,
+template <typename real, int LMAX, int LPE>
+__device__ inline void edgeForce(const real* S, const real* P, const real u[3], real invR, bool valid, int sub, int i, int j,
                                  const GraphModelParams<real>& model, GraphStatus* status, const int* slotOfNode, long long* forceBuffer,
                                  int paddedAtoms, long long& forceI) {
     constexpr int H = (LMAX + 1) * (LMAX + 1);
@@ -454,15 +546,15 @@ __device__ inline void edgeForce(const real* S, const real* P, const real u[3], 
     real g[4];
 #pragma unroll
     for (int c = 0; c < 3; c++)
-        g[c] = p * u[c] + (s[c] - u[c] * uDotS) * invR;
+        g[c] = valid ? p * u[c] + (s[c] - u[c] * uDotS) * invR : real(0); // an invalid slot's staged values may be anything
     g[3] = 0;
-    const real total = warpReduceScatter<real, 4>(g, lane);
-    if (forceOwner(lane)) {
+    const real total = groupReduceScatter<real, 4, LPE>(g, sub);
+    if (valid && forceOwner<LPE>(sub)) {
         const real gc = total * model.invNorm;
         if (!(fabs((double) gc) < FixedPointLimit))
             reportError(status, GraphErrorForceOutOfRange, i, j, (double) gc);
         forceI += realToFixedPoint((double) gc);
-        atomicAdd((unsigned long long*) &forceBuffer[slotOfNode[j] + forceComponent(lane) * paddedAtoms],
+        atomicAdd((unsigned long long*) &forceBuffer[slotOfNode[j] + forceComponent<LPE>(sub) * paddedAtoms],
                   (unsigned long long) realToFixedPoint(-(double) gc));
     }
 }
@@ -476,8 +568,8 @@ __device__ inline void edgeForce(const real* S, const real* P, const real u[3], 
  * and lanes 0, 8 and 16 add it to OpenMM's buffer.  Edges are staged a batch at
  * a time as in the moments.
  */
-template <typename real, int LMAX, int CPL>
-__global__ void __launch_bounds__(32 * MaxForceWarps, forceMinBlocks<real, LMAX, CPL>())
+template <typename real, int LMAX, typename Shape>
+__global__ void __launch_bounds__(32 * MaxForceWarps, forceMinBlocks<real, LMAX, Shape>())
     forcesKernel(GraphModelParams<real> model, const real* __restrict__ gradA, const real* __restrict__ gradB, const real* __restrict__ phi,
                  const double* __restrict__ positions, const int* __restrict__ types, int firstCenter, int numCenters, GraphBox<double> box,
                  const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity, const int* __restrict__ slotOfNode,
@@ -485,9 +577,8 @@ __global__ void __launch_bounds__(32 * MaxForceWarps, forceMinBlocks<real, LMAX,
     constexpr int H = (LMAX + 1) * (LMAX + 1);
     using Stage = EdgeStage<real, H, true>;
     extern __shared__ unsigned char sharedBytes[];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane % Shape::LPE;
     Stage* stage = reinterpret_cast<Stage*>(sharedBytes) + warp;
-    const int M = model.numChannels;
     const int numBlocks = model.numInteractions == 1 ? 2 : 1;
     const int numWarps = blockDim.x >> 5;
     for (int b = blockIdx.x; b < numCenters; b += gridDim.x) {
@@ -497,16 +588,19 @@ __global__ void __launch_bounds__(32 * MaxForceWarps, forceMinBlocks<real, LMAX,
         rowChunk(rowCount[i], warp, numWarps, first, last);
         // This lane's component of F_i in fixed point, edge by edge: the sum does not depend on how the row is split over warps.
         long long forceI = 0;
-        forEachStagedEdge<LMAX>(stage, lane, model, positions, types, i, neighbors, capacity, box, first, last, [&](int q) {
-            const int j = stage->j[q];
-            real S[H], P[H];
-            edgeGradientSums<real, LMAX, CPL>(stage, q, lane, model, i, ti, gradA, gradB, phi, numBlocks, S, P);
-            const real u[3] = {stage->u[0][q], stage->u[1][q], stage->u[2][q]};
-            edgeForce<real, LMAX>(S, P, u, stage->invR[q], lane, i, j, model, status, slotOfNode, forceBuffer, paddedAtoms, forceI);
-        });
-        // Each warp adds its chunk's share of F_i (integer atomics: order independent).
-        if (forceOwner(lane) && last > first)
-            atomicAdd((unsigned long long*) &forceBuffer[slotOfNode[i] + forceComponent(lane) * paddedAtoms], (unsigned long long) forceI);
+        forEachStagedEdge<LMAX, Shape::Groups>(
+            stage, lane, model, positions, types, i, neighbors, capacity, box, first, last, [&](int q, bool valid) {
+                real S[H] = {}, P[H] = {};
+                if (valid)
+                    edgeGradientSums<real, LMAX, Shape>(stage, q, sub, model, i, ti, gradA, gradB, phi, numBlocks, S, P);
+                const real u[3] = {stage->u[0][q], stage->u[1][q], stage->u[2][q]};
+                edgeForce<real, LMAX, Shape::LPE>(S, P, u, stage->invR[q], valid, sub, i, stage->j[q], model, status, slotOfNode,
+                                                  forceBuffer, paddedAtoms, forceI);
+            });
+        // Each group adds its edges' share of F_i (integer atomics: order independent).
+        if (forceOwner<Shape::LPE>(sub) && last > first)
+            atomicAdd((unsigned long long*) &forceBuffer[slotOfNode[i] + forceComponent<Shape::LPE>(sub) * paddedAtoms],
+                      (unsigned long long) forceI);
     }
 }
 
@@ -550,6 +644,45 @@ template <typename Body> void dispatchShape(int lMax, int numChannels, Body body
         withL(std::integral_constant<int, 2>());
 }
 
+/**
+ * body(l, shape) with l_max and the EdgeShape of the edge scans for M
+ * channels of `real`: 16-byte vectors (4 floats, 2 doubles) where M is a
+ * multiple of them, in groups of the fewest lanes (4 to 32) that cover M with
+ * one vector each (two for doubles beyond 64 channels); otherwise a lane per
+ * channel (V = 1, LPE = 32).  A function of the model's shape alone.
+ */
+template <typename real, typename Body> void dispatchEdgeShape(int lMax, int numChannels, Body body) {
+    constexpr int VV = 16 / sizeof(real);
+    auto withL = [&](auto lTag) {
+        using L = decltype(lTag);
+        if (numChannels % VV == 0) {
+            const int vectors = numChannels / VV;
+            if (vectors <= 4)
+                body(L(), EdgeShape<VV, 4, 1>());
+            else if (vectors <= 8)
+                body(L(), EdgeShape<VV, 8, 1>());
+            else if (vectors <= 16)
+                body(L(), EdgeShape<VV, 16, 1>());
+            else if (vectors <= 32 || sizeof(real) == 4) // at most 128 channels: 32 float4
+                body(L(), EdgeShape<VV, 32, 1>());
+            else if constexpr (sizeof(real) == 8)
+                body(L(), EdgeShape<VV, 32, 2>());
+        }
+        else if (numChannels <= 32)
+            body(L(), EdgeShape<1, 32, 1>());
+        else if (numChannels <= 64)
+            body(L(), EdgeShape<1, 32, 2>());
+        else
+            body(L(), EdgeShape<1, 32, 4>());
+    };
+    if (lMax == 0)
+        withL(std::integral_constant<int, 0>());
+    else if (lMax == 1)
+        withL(std::integral_constant<int, 1>());
+    else
+        withL(std::integral_constant<int, 2>());
+}
+
 int centerBlocks(int n) {
     return std::max(1, std::min(n, 65535 * 16));
 }
@@ -565,10 +698,10 @@ void launchMoments(const GraphModelParams<real>& model, const real* table, const
                    int capacity, real* moments, cudaStream_t stream) {
     if (numCenters == 0)
         return;
-    dispatchShape(model.lMax, model.numChannels, [&](auto l, auto cpl) {
+    dispatchEdgeShape<real>(model.lMax, model.numChannels, [&](auto l, auto shape) {
         const size_t shared = WarpsPerBlock * (stageBytes<real, decltype(l)::value, false>() +
                                                sizeof(real) * (model.lMax + 1) * (model.lMax + 1) * model.numChannels);
-        momentsKernel<real, decltype(l)::value, decltype(cpl)::value><<<centerBlocks(numCenters), 32 * WarpsPerBlock, shared, stream>>>(
+        momentsKernel<real, decltype(l)::value, decltype(shape)><<<centerBlocks(numCenters), 32 * WarpsPerBlock, shared, stream>>>(
             model, table, nodeWeights, positions, types, firstCenter, numCenters, box, neighbors, rowCount, capacity, moments);
     });
 }
@@ -617,11 +750,13 @@ void launchForces(const GraphModelParams<real>& model, const real* gradA, const 
                   cudaStream_t stream) {
     if (numCenters == 0)
         return;
-    dispatchShape(model.lMax, model.numChannels, [&](auto l, auto cpl) {
+    dispatchEdgeShape<real>(model.lMax, model.numChannels, [&](auto l, auto shape) {
         // At most 48 KB of staged edges per block (the default limit of dynamic shared memory): 3.6 KB a warp in float for l_max = 2.
         const size_t stage = stageBytes<real, decltype(l)::value, true>();
-        const int warps = std::max(1, std::min(warpsPerCenter, (int) (48 * 1024 / stage)));
-        forcesKernel<real, decltype(l)::value, decltype(cpl)::value><<<centerBlocks(numCenters), 32 * warps, warps * stage, stream>>>(
+        // Vector shapes work on 32 / LPE edges at once: 4 warps per center are as many edges in flight as 8 of a lane per channel.
+        const int most = decltype(shape)::V > 1 ? WarpsPerBlock : MaxForceWarps;
+        const int warps = std::max(1, std::min({warpsPerCenter, most, (int) (48 * 1024 / stage)}));
+        forcesKernel<real, decltype(l)::value, decltype(shape)><<<centerBlocks(numCenters), 32 * warps, warps * stage, stream>>>(
             model, gradA, gradB, phi, positions, types, firstCenter, numCenters, box, neighbors, rowCount, capacity, slotOfNode,
             forceBuffer, paddedAtoms, status);
     });

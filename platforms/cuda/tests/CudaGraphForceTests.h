@@ -230,6 +230,29 @@ TEST(CudaGraphForce, FusedNetworkOfWideModelGivesBitwiseIdenticalResults) {
     }
 }
 
+/**
+ * The edge scans' lane mappings (EdgeScanKernels.cu, EdgeShape) against the
+ * Reference platform: 16-byte vectors in groups of 4, 8, 16 and 32 lanes,
+ * groups with idle lanes, two vectors per lane (doubles beyond 64 channels)
+ * and a lane per channel (counts that are not a multiple of the vector; one,
+ * two and four channels per lane), with l_max 0 to 2 and the interaction
+ * block (weighted moments, both tables in the force scan).
+ */
+TEST(CudaGraphForce, EdgeScanShapesMatchReference) {
+    const std::vector<int> channels = {5, 12, 20, 36, 45, 64, 99, 100, 128};
+    for (size_t c = 0; c < channels.size(); c++) {
+        GraphTest::ModelOptions options;
+        options.numChannels = channels[c];
+        options.lMax = c % 3;
+        options.numInteractions = c % 2;
+        options.intervals = 40;
+        Configuration config = makeConfiguration(Geometry::Cubic, 150, 2, 40 + (unsigned) c);
+        std::unique_ptr<System> system(makeSystem(config, options));
+        SCOPED_TRACE("channels " + std::to_string(channels[c]) + ", l_max " + std::to_string(options.lMax));
+        checkAgainstReference(*system, config.positions);
+    }
+}
+
 /** CudaFusedNetwork "true" where the network cannot be fused is an error that says why; "auto" falls back. */
 TEST(CudaGraphForce, FusedNetworkThatCannotBeFusedIsExplained) {
     Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 37);
