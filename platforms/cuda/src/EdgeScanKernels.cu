@@ -624,24 +624,27 @@ void launchAddForces(const long long* forces, int n, const int* slotOfNode, long
         addForcesKernel<<<elementBlocks(n), 256, 0, stream>>>(forces, n, slotOfNode, forceBuffer, paddedAtoms);
 }
 
-/** Calls body.template operator()<LMAX, CPL>() for the model's L and channels per lane. */
-template <typename Body> void dispatchShape(int lMax, int numChannels, Body body) {
-    const int cpl = (numChannels + 31) / 32;
-    auto withL = [&](auto lTag) {
-        constexpr int L = decltype(lTag)::value;
-        if (cpl <= 1)
-            body(std::integral_constant<int, L>(), std::integral_constant<int, 1>());
-        else if (cpl <= 2)
-            body(std::integral_constant<int, L>(), std::integral_constant<int, 2>());
-        else
-            body(std::integral_constant<int, L>(), std::integral_constant<int, 4>());
-    };
+/** withL(std::integral_constant<int, L>()) for l_max = L (0, 1 or 2). */
+template <typename WithL> void dispatchLMax(int lMax, WithL withL) {
     if (lMax == 0)
         withL(std::integral_constant<int, 0>());
     else if (lMax == 1)
         withL(std::integral_constant<int, 1>());
     else
         withL(std::integral_constant<int, 2>());
+}
+
+/** body(l, cpl) with l_max and the channels per lane of a lane per channel, as std::integral_constants. */
+template <typename Body> void dispatchShape(int lMax, int numChannels, Body body) {
+    const int cpl = (numChannels + 31) / 32;
+    dispatchLMax(lMax, [&](auto l) {
+        if (cpl <= 1)
+            body(l, std::integral_constant<int, 1>());
+        else if (cpl <= 2)
+            body(l, std::integral_constant<int, 2>());
+        else
+            body(l, std::integral_constant<int, 4>());
+    });
 }
 
 /**
@@ -653,7 +656,7 @@ template <typename Body> void dispatchShape(int lMax, int numChannels, Body body
  */
 template <typename real, typename Body> void dispatchEdgeShape(int lMax, int numChannels, Body body) {
     constexpr int VV = 16 / sizeof(real);
-    auto withL = [&](auto lTag) {
+    dispatchLMax(lMax, [&](auto lTag) {
         using L = decltype(lTag);
         if (numChannels % VV == 0) {
             const int vectors = numChannels / VV;
@@ -674,13 +677,7 @@ template <typename real, typename Body> void dispatchEdgeShape(int lMax, int num
             body(L(), EdgeShape<1, 32, 2>());
         else
             body(L(), EdgeShape<1, 32, 4>());
-    };
-    if (lMax == 0)
-        withL(std::integral_constant<int, 0>());
-    else if (lMax == 1)
-        withL(std::integral_constant<int, 1>());
-    else
-        withL(std::integral_constant<int, 2>());
+    });
 }
 
 int centerBlocks(int n) {
