@@ -19,7 +19,7 @@ namespace GraphPlugin {
 namespace {
 
 constexpr int WarpsPerBlock = 4;
-constexpr int MaxForceWarps = 8; // 256 threads: the largest shapes keep their registers (no spills)
+constexpr int MaxForceWarps = 8; // 256 threads: the largest lane-per-channel shapes keep their registers (no spills)
 
 /**
  * How a warp of an edge scan splits its work (chosen from the model's shape
@@ -41,7 +41,9 @@ template <int V_, int LPE_, int XPL_> struct EdgeShape {
  * or more multiprocessors (at 76 registers, 3 blocks fit and 512 centers took
  * two waves on an H200, session 10); 1 otherwise.  Vector shapes: 2 (at most
  * 128 registers; the compiler wanted up to 188 to have every l's loads in
- * flight), and they run 4 warps per center (launchForces), so 4 blocks fit.
+ * flight; 4-12 bytes of spills remain for fp32 l_max = 2 with groups of 8 or
+ * 16 and for most fp64 l_max = 2 shapes), and they run 4 warps per center
+ * (launchForces), so 4 blocks fit.
  */
 template <typename real, int LMAX, typename Shape> constexpr int forceMinBlocks() {
     if constexpr (Shape::V > 1)
