@@ -8,7 +8,7 @@ if(NOT result EQUAL 0)
 endif()
 set(expected "")
 foreach(arch ${ARCHITECTURES})
-    if(arch MATCHES "^([0-9]+)[a-z]?(-real)?$")
+    if(arch MATCHES "^([0-9]+[a-z]?)(-real)?$") # 90, 90a, 90-real; not 90-virtual (PTX only), native or all
         list(APPEND expected "sm_${CMAKE_MATCH_1}")
     endif()
 endforeach()
