@@ -68,17 +68,21 @@ __device__ inline void streamedProduct(const real* __restrict__ B, int K, int C,
 #pragma unroll
             for (int i = 0; i < RPT; i++) {
                 const real* row = in + (r0 + 2 * i) * inStride + k; // k is a multiple of G: aligned for G = 4
-                if (G == 4 && k + 4 <= K) {
-                    if constexpr (sizeof(real) == 4) {
-                        const float4 v = *reinterpret_cast<const float4*>(row);
-                        a[i][0] = v.x, a[i][1 % G] = v.y, a[i][2 % G] = v.z, a[i][3 % G] = v.w;
-                    }
-                    else {
-                        const double2 v0 = *reinterpret_cast<const double2*>(row), v1 = *reinterpret_cast<const double2*>(row + 2);
-                        a[i][0] = v0.x, a[i][1 % G] = v0.y, a[i][2 % G] = v1.x, a[i][3 % G] = v1.y;
+                bool vector = false;
+                if constexpr (G == 4) {
+                    vector = k + 4 <= K;
+                    if (vector) {
+                        if constexpr (sizeof(real) == 4) {
+                            const float4 v = *reinterpret_cast<const float4*>(row);
+                            a[i][0] = v.x, a[i][1] = v.y, a[i][2] = v.z, a[i][3] = v.w;
+                        }
+                        else {
+                            const double2 v0 = *reinterpret_cast<const double2*>(row), v1 = *reinterpret_cast<const double2*>(row + 2);
+                            a[i][0] = v0.x, a[i][1] = v0.y, a[i][2] = v1.x, a[i][3] = v1.y;
+                        }
                     }
                 }
-                else
+                if (!vector)
 #pragma unroll
                     for (int x = 0; x < G; x++)
                         a[i][x] = k + x < K ? row[x] : real(0);
