@@ -23,7 +23,7 @@ constexpr int MaxForceWarps = 8; // 256 threads: the largest lane-per-channel sh
 
 /**
  * How a warp of an edge scan splits its work (chosen from the model's shape
- * alone, edgeShape(), so that the sums do not depend on the system or the
+ * alone, dispatchEdgeShape, so that the sums do not depend on the system or the
  * device): groups of LPE lanes, each group one edge at a time (32 / LPE edges
  * at once); lane s of a group holds channels k = (s + LPE x) V + v, x < XPL,
  * v < V, read V at a time (16-byte vectors where M is a multiple of V).
