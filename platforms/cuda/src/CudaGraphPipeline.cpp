@@ -548,9 +548,9 @@ private:
                 return std::string(l == 0 ? "the descriptor" : "a hidden layer") + " has " + std::to_string(fusedShape.width[l]) +
                        " entries (at most " + std::to_string(MaxFusedWidth) + " are fused)";
         GRAPH_CU_CHECK(cuDeviceGetAttribute(&maxFusedShared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cu.getDevice()));
-        // Every block streams all the weights through its shared memory, at a rate per multiprocessor that bounds the
-        // kernel (H200: about 5 bytes per clock, whatever the tile's rows): the fewest rows per tile (4, 8, 16) that
-        // still give at most one block per multiprocessor, so the weights stream once per multiprocessor; 16 only for
+        // Every block streams all the weights from L2, and that stream bounds the kernel (bench/NOTES.md v11-v12): the
+        // fewest rows per tile (4, 8, 16) that still give at most one block per multiprocessor, so the weights stream
+        // once per multiprocessor; 16 only for
         // layers and descriptors of at most 512 entries (a thread's sums of 8 rows and up to 4 columns stay in
         // registers). Fewer rows when the tile does not fit in shared memory.
         int widestLayer = 0;
@@ -842,10 +842,12 @@ private:
     int maxFusedShared = 0;       ///< the device's shared memory per block (opt-in), bytes
     /**
      * CudaFusedNetwork "auto" fuses networks of at most this many hidden-layer
-     * weights per type.  Measured on an H200 at 512 particles: the small grade
-     * (65,536 weights) took 53.4 us fused against 58.8 us in per-layer kernels
-     * (plus their gaps); the medium grade (483,840) took 380.9 us fused against
-     * about 200 us per layer.
+     * weights per type.  Measured on an H200 at 512 particles with the sm_75
+     * build (bench/NOTES.md v11): the small grade (65,536 weights) took 53.4 us
+     * fused against 58.8 us in per-layer kernels (plus their gaps); the medium
+     * grade (483,840) took 380.9 us fused against about 200 us per layer.  With
+     * the sm_90 build the small grade's fused kernel takes 36.1 us (v12); the
+     * medium grade is to be measured again.
      */
     static constexpr size_t FusedAutoWeights = 131072;
     std::vector<std::unique_ptr<CudaArray>> fusedWeights; ///< per type and hidden layer: W^T, W (FusedNetworkWeights)

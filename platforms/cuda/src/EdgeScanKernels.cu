@@ -52,44 +52,6 @@ template <typename real, int LMAX, typename Shape> constexpr int forceMinBlocks(
         return sizeof(real) == 4 && LMAX <= 1 && Shape::XPL == 1 ? 4 : 1;
 }
 
-/** out[v] = p[v], v < V: one 16-byte load for float4 and double2 (p aligned to it), else V loads; read-only global memory. */
-template <typename real, int V> __device__ inline void loadChannels(const real* p, real (&out)[V]) {
-    if constexpr (V == 4 && sizeof(real) == 4) {
-        const float4 x = __ldg(reinterpret_cast<const float4*>(p));
-        out[0] = x.x, out[1] = x.y, out[2] = x.z, out[3] = x.w;
-    }
-    else if constexpr (V == 2 && sizeof(real) == 8) {
-        const double2 x = __ldg(reinterpret_cast<const double2*>(p));
-        out[0] = x.x, out[1] = x.y;
-    }
-    else {
-#pragma unroll
-        for (int v = 0; v < V; v++)
-            out[v] = __ldg(p + v);
-    }
-}
-
-/**
- * R (and dR/dr, Deriv) of channels k0 .. k0 + V - 1 of table (ti, tj, l) at
- * an edge: `knots` points at the first knot of the edge's interval in table
- * (ti, tj, 0) (tableKnot); hermiteCombine per channel.
- */
-template <typename real, int V, bool Deriv>
-__device__ inline void channelsFromKnots(const real* knots, int l, int k0, const GraphModelParams<real>& model, const real h[6],
-                                         const real* d, real (&value)[V], real (&deriv)[V]) {
-    const int M = model.numChannels;
-    const real* p = opaque(knots + l * tableStride(model) + k0);
-    real knot[6][V];
-#pragma unroll
-    for (int c = 0; c < 6; c++)
-        loadChannels<real, V>(p + c * M, knot[c]);
-#pragma unroll
-    for (int v = 0; v < V; v++) {
-        const real one[6] = {knot[0][v], knot[1][v], knot[2][v], knot[3][v], knot[4][v], knot[5][v]};
-        hermiteCombine<real, Deriv>(one, model, h, d, value[v], deriv[v]);
-    }
-}
-
 /**
  * The edge (i, j): d = x_j - x_i (minimum image) in double, then r and u
  * rounded to `real`: the same for any image OpenMM keeps the particles in.
@@ -308,12 +270,7 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
     const int M = model.numChannels;
     for (int b = blockIdx.x; b < numCenters; b += gridDim.x) {
         const int i = firstCenter + b;
-        real acc[H][C];
-#pragma unroll
-        for (int lm = 0; lm < H; lm++)
-#pragma unroll
-            for (int c = 0; c < C; c++)
-                acc[lm][c] = 0;
+        real acc[H][C] = {};
         const int ti = types[i];
         int first, last;
         rowChunk(rowCount[i], warp, WarpsPerBlock, first, last);

@@ -43,12 +43,7 @@ __device__ inline void streamedProduct(const real* __restrict__ B, int K, int C,
     // k's per step: U x CPT loads of 128 bytes a thread in flight (32 floats, 16 doubles), two steps' in registers
     constexpr int U = 128 / (int) sizeof(real) / CPT > 0 ? 128 / (int) sizeof(real) / CPT : 1, G = U < 4 ? U : 4; // G: k's per read of `in`
     const int c0 = threadIdx.x % ColumnThreads, r0 = threadIdx.x / ColumnThreads;
-    real acc[CPT][RPT];
-#pragma unroll
-    for (int j = 0; j < CPT; j++)
-#pragma unroll
-        for (int i = 0; i < RPT; i++)
-            acc[j][i] = 0;
+    real acc[CPT][RPT] = {};
     auto load = [&](int k0, real(&b)[U][CPT]) {
 #pragma unroll
         for (int u = 0; u < U; u++)

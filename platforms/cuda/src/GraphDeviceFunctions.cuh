@@ -110,22 +110,6 @@ template <typename T> __device__ inline const T* opaque(const T* p) {
 }
 
 /**
- * hermiteCombine of channel k: knot0 points at the [3][M] values of the
- * interval's first knot, the second knot's follow at knot0 + 3 M (global
- * memory, read-only for the kernel's lifetime).
- */
-template <typename real, bool Deriv>
-__device__ inline void hermiteFromKnots(const real* knot0, int M, int k, const GraphModelParams<real>& model, const real h[6],
-                                        const real* d, real& value, real& deriv) {
-    const real* q = opaque(knot0 + k);
-    real knot[6];
-#pragma unroll
-    for (int c = 0; c < 6; c++)
-        knot[c] = __ldg(q + c * M);
-    hermiteCombine<real, Deriv>(knot, model, h, d, value, deriv);
-}
-
-/**
  * The first knot of interval `interval` of table (a, b, l) in a [T][T][L+1][K+1][3][M] table; table (a, b, l + 1) follows
  * tableStride(model) elements later.
  */
@@ -138,6 +122,45 @@ __device__ inline const real* tableKnot(const real* table, const GraphModelParam
 /** The elements from table (a, b, l) to table (a, b, l + 1) of a [T][T][L+1][K+1][3][M] table (an int: at most 2^31 / 4 KB). */
 template <typename real> __device__ inline int tableStride(const GraphModelParams<real>& model) {
     return (model.radialIntervals + 1) * 3 * model.numChannels;
+}
+
+/** out[v] = p[v], v < V: one 16-byte load for float4 and double2 (p aligned to it), else V loads; read-only global memory. */
+template <typename real, int V> __device__ inline void loadChannels(const real* p, real (&out)[V]) {
+    if constexpr (V == 4 && sizeof(real) == 4) {
+        const float4 x = __ldg(reinterpret_cast<const float4*>(p));
+        out[0] = x.x, out[1] = x.y, out[2] = x.z, out[3] = x.w;
+    }
+    else if constexpr (V == 2 && sizeof(real) == 8) {
+        const double2 x = __ldg(reinterpret_cast<const double2*>(p));
+        out[0] = x.x, out[1] = x.y;
+    }
+    else {
+#pragma unroll
+        for (int v = 0; v < V; v++)
+            out[v] = __ldg(p + v);
+    }
+}
+
+/**
+ * R (and dR/dr, Deriv) of channels k0 .. k0 + V - 1 of table (ti, tj, l) at
+ * an edge: `knots` points at the first knot of the edge's interval in table
+ * (ti, tj, 0) (tableKnot; global memory, read-only for the kernel's
+ * lifetime); hermiteCombine per channel.  Every table lookup goes through it.
+ */
+template <typename real, int V, bool Deriv>
+__device__ inline void channelsFromKnots(const real* knots, int l, int k0, const GraphModelParams<real>& model, const real h[6],
+                                         const real* d, real (&value)[V], real (&deriv)[V]) {
+    const int M = model.numChannels;
+    const real* p = opaque(knots + l * tableStride(model) + k0);
+    real knot[6][V];
+#pragma unroll
+    for (int c = 0; c < 6; c++)
+        loadChannels<real, V>(p + c * M, knot[c]);
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+        const real one[6] = {knot[0][v], knot[1][v], knot[2][v], knot[3][v], knot[4][v], knot[5][v]};
+        hermiteCombine<real, Deriv>(one, model, h, d, value[v], deriv[v]);
+    }
 }
 
 /** The quintic Hermite basis at an edge's position t in its interval, and its t-derivatives (docs/model-format.md section 3). */
@@ -166,7 +189,10 @@ template <typename real> struct HermiteBasis {
     /** R and dR/dr of channel k of table (a, b, l). */
     __device__ void evaluate(const real* table, const GraphModelParams<real>& model, int a, int b, int l, int k, real& value,
                              real& deriv) const {
-        hermiteFromKnots<real, true>(tableKnot(table, model, a, b, l, interval), model.numChannels, k, model, h, d, value, deriv);
+        real one[1], oneDeriv[1];
+        channelsFromKnots<real, 1, true>(tableKnot(table, model, a, b, 0, interval), l, k, model, h, d, one, oneDeriv);
+        value = one[0];
+        deriv = oneDeriv[0];
     }
 };
 

@@ -248,8 +248,7 @@ template <typename real> GRAPH_HOST_DEVICE constexpr int fusedPadded(int width) 
 /**
  * The fitting network of one type for the fused kernel (device memory).
  * Rows of both weight copies are padded with zeros to a multiple of 16 bytes
- * (fusedPadded), so that a slice of consecutive rows is one contiguous,
- * aligned block.
+ * (fusedPadded); a warp reads consecutive columns of a row.
  */
 template <typename real> struct FusedNetworkWeights {
     const real* forward[MaxFusedLayers];  ///< hidden layer l: W^T, [numInputs][fusedPadded(numOutputs)]
