@@ -4,9 +4,9 @@
  * hidden layers, the energy output, the backward through the layers and the
  * invariants' backward run one after another on the tile's rows; every
  * intermediate (descriptor, activations, act'(z), gradients) stays in shared
- * memory and only the moments come in and dE/dA goes out.  The weights go
- * from global memory (L2) straight into registers, many loads in flight per
- * thread, from copies laid out so that a warp reads consecutive columns:
+ * memory and only the moments come in and dE/dA goes out.  The weights stream
+ * through shared memory in slices of consecutive rows (cp.async, three slices
+ * in flight), from copies laid out so that a slice is one contiguous block:
  * W^T for the forward products, W for the backward ones.
  *
  * Every value is formed by the same operations in the same order as in the
@@ -17,6 +17,7 @@
 
 #include "GraphKernelLaunch.h"
 #include "NetworkDeviceFunctions.cuh"
+#include <cuda_pipeline.h>
 
 namespace GraphPlugin {
 
@@ -27,80 +28,84 @@ constexpr int ColumnThreads = 128; ///< thread t computes columns t % 128 (+ 128
 /**
  * out(r, c) = sum_k in[r][k] B[k][c] for the tile's R rows and C columns, k in
  * order 0..K-1 (fma), handed to epilogue(r, c, sum) for r < R, c < C.  B is
- * global [K][ldb], read straight into registers: each thread loads its
- * columns' B[k][c] for U k's ahead while it multiplies the U before (a
- * warp's lanes read consecutive columns; the block's two row halves read the
- * same columns, the second mostly from L1).  Plain loads kept in flight
- * stream about twice as fast into a block as cp.async through shared memory
- * (bench/NOTES.md v12).  `in` is shared [R][inStride].  Each thread holds
- * CPT x R/2 sums: columns c0 + 128 j, rows r0 + 2 i; a warp's lanes share
- * their rows (broadcast reads of `in`).  Begins and ends with the block
+ * global [K][ldb] (ldb a multiple of the 16-byte vector, rows padded with
+ * zeros), streamed through `stage` (FusedStages slices of sliceRows rows);
+ * `in` is shared [R][inStride].  Each thread holds CPT x R/2 sums: columns
+ * c0 + 128 j, rows r0 + 2 i; a warp's lanes share their rows (broadcast reads
+ * of `in`) and read consecutive columns of B.  Begins and ends with the block
  * synchronised.
  */
 template <typename real, int R, int CPT, typename Epilogue>
-__device__ inline void streamedProduct(const real* __restrict__ B, int K, int C, int ldb, const real* in, int inStride, Epilogue epilogue) {
-    constexpr int RPT = R / 2;
-    // k's per step: U x CPT loads of 128 bytes a thread in flight (32 floats, 16 doubles), two steps' in registers
-    constexpr int U = 128 / (int) sizeof(real) / CPT > 0 ? 128 / (int) sizeof(real) / CPT : 1, G = U < 4 ? U : 4; // G: k's per read of `in`
+__device__ inline void streamedProduct(const real* __restrict__ B, int K, int C, int ldb, const real* in, int inStride, real* stage,
+                                       int stageElements, Epilogue epilogue) {
+    constexpr int V = fusedVector<real>(), RPT = R / 2;
     const int c0 = threadIdx.x % ColumnThreads, r0 = threadIdx.x / ColumnThreads;
+    // Rows of B per slice: a multiple of 4 (aligned 4-k reads of `in`), at least 4 (the host sizes the stages for it).
+    const int sliceRows = max(4, min(64, stageElements / ldb) / 4 * 4);
+    const int numSlices = (K + sliceRows - 1) / sliceRows;
+    auto issue = [&](int s) {
+        if (s < numSlices) {
+            const int first = s * sliceRows, count = min(sliceRows, K - first);
+            const real* src = B + (size_t) first * ldb;
+            real* dst = stage + (s % FusedStages) * stageElements;
+            for (int e = threadIdx.x * V; e < count * ldb; e += FusedThreads * V)
+                __pipeline_memcpy_async(dst + e, src + e, 16);
+        }
+        __pipeline_commit();
+    };
     real acc[CPT][RPT] = {};
-    auto load = [&](int k0, real(&b)[U][CPT]) {
-#pragma unroll
-        for (int u = 0; u < U; u++)
+    for (int s = 0; s < FusedStages - 1; s++)
+        issue(s);
+    for (int s = 0; s < numSlices; s++) {
+        __pipeline_wait_prior(FusedStages - 2); // slice s has landed (this thread's copies) ...
+        __syncthreads();                        // ... everyone's; and the stage of slice s - 1 is free
+        issue(s + FusedStages - 1);
+        const real* b = stage + (s % FusedStages) * stageElements;
+        const int k0 = s * sliceRows, count = min(sliceRows, K - k0);
+        auto step = [&](int kk, const real(&a)[RPT]) {
+            real bv[CPT];
 #pragma unroll
             for (int j = 0; j < CPT; j++) {
-                const int k = k0 + u, c = c0 + j * ColumnThreads;
-                b[u][j] = k < K && c < C ? __ldg(B + (size_t) k * ldb + c) : real(0);
+                const int c = c0 + j * ColumnThreads;
+                bv[j] = c < C ? b[kk * ldb + c] : real(0);
             }
-    };
-    auto multiply = [&](int k0, const real(&b)[U][CPT]) {
 #pragma unroll
-        for (int ug = 0; ug < U; ug += G) {
-            const int k = k0 + ug;
-            if (k >= K)
-                break;
-            real a[RPT][G];
+            for (int j = 0; j < CPT; j++)
+#pragma unroll
+                for (int i = 0; i < RPT; i++)
+                    acc[j][i] = fma(a[i], bv[j], acc[j][i]);
+        };
+        int kk = 0;
+        for (; kk + 4 <= count; kk += 4) {
+            real a4[RPT][4];
 #pragma unroll
             for (int i = 0; i < RPT; i++) {
-                const real* row = in + (r0 + 2 * i) * inStride + k; // k is a multiple of G: aligned for G = 4
-                bool vector = false;
-                if constexpr (G == 4) {
-                    vector = k + 4 <= K;
-                    if (vector) {
-                        if constexpr (sizeof(real) == 4) {
-                            const float4 v = *reinterpret_cast<const float4*>(row);
-                            a[i][0] = v.x, a[i][1] = v.y, a[i][2] = v.z, a[i][3] = v.w;
-                        }
-                        else {
-                            const double2 v0 = *reinterpret_cast<const double2*>(row), v1 = *reinterpret_cast<const double2*>(row + 2);
-                            a[i][0] = v0.x, a[i][1] = v0.y, a[i][2] = v1.x, a[i][3] = v1.y;
-                        }
-                    }
+                const real* row = in + (r0 + 2 * i) * inStride + k0 + kk;
+                if constexpr (sizeof(real) == 4) {
+                    const float4 v = *reinterpret_cast<const float4*>(row);
+                    a4[i][0] = v.x, a4[i][1] = v.y, a4[i][2] = v.z, a4[i][3] = v.w;
                 }
-                if (!vector)
-#pragma unroll
-                    for (int x = 0; x < G; x++)
-                        a[i][x] = k + x < K ? row[x] : real(0);
+                else {
+                    const double2 v0 = *reinterpret_cast<const double2*>(row), v1 = *reinterpret_cast<const double2*>(row + 2);
+                    a4[i][0] = v0.x, a4[i][1] = v0.y, a4[i][2] = v1.x, a4[i][3] = v1.y;
+                }
             }
 #pragma unroll
-            for (int x = 0; x < G; x++)
-                if (k + x < K) // only the sums of k < K, as in the per-layer kernels
+            for (int x = 0; x < 4; x++) {
+                real a[RPT];
 #pragma unroll
-                    for (int j = 0; j < CPT; j++)
-#pragma unroll
-                        for (int i = 0; i < RPT; i++)
-                            acc[j][i] = fma(a[i][x], b[ug + x][j], acc[j][i]);
+                for (int i = 0; i < RPT; i++)
+                    a[i] = a4[i][x];
+                step(kk + x, a);
+            }
         }
-    };
-    real b0[U][CPT], b1[U][CPT];
-    load(0, b0);
-    for (int k0 = 0; k0 < K; k0 += 2 * U) {
-        load(k0 + U, b1);
-        multiply(k0, b0);
-        if (k0 + U >= K)
-            break;
-        load(k0 + 2 * U, b0);
-        multiply(k0 + U, b1);
+        for (; kk < count; kk++) {
+            real a[RPT];
+#pragma unroll
+            for (int i = 0; i < RPT; i++)
+                a[i] = in[(r0 + 2 * i) * inStride + k0 + kk];
+            step(kk, a);
+        }
     }
 #pragma unroll
     for (int j = 0; j < CPT; j++) {
@@ -118,18 +123,19 @@ __device__ inline void streamedProduct(const real* __restrict__ B, int K, int C,
  * the host ensures: their sums of 8 rows would not fit in registers beyond 4 columns).
  */
 template <typename real, int R, typename Epilogue>
-__device__ inline void product(const real* __restrict__ B, int K, int C, int ldb, const real* in, int inStride, Epilogue epilogue) {
+__device__ inline void product(const real* __restrict__ B, int K, int C, int ldb, const real* in, int inStride, real* stage,
+                               int stageElements, Epilogue epilogue) {
     if (C <= ColumnThreads)
-        streamedProduct<real, R, 1>(B, K, C, ldb, in, inStride, epilogue);
+        streamedProduct<real, R, 1>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
     else if (C <= 2 * ColumnThreads)
-        streamedProduct<real, R, 2>(B, K, C, ldb, in, inStride, epilogue);
+        streamedProduct<real, R, 2>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
     else if (C <= 4 * ColumnThreads || R == 16)
-        streamedProduct<real, R, 4>(B, K, C, ldb, in, inStride, epilogue);
+        streamedProduct<real, R, 4>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
     else if constexpr (R < 16) {
         if (C <= 8 * ColumnThreads)
-            streamedProduct<real, R, 8>(B, K, C, ldb, in, inStride, epilogue);
+            streamedProduct<real, R, 8>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
         else
-            streamedProduct<real, R, 16>(B, K, C, ldb, in, inStride, epilogue);
+            streamedProduct<real, R, 16>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
     }
 }
 
@@ -151,6 +157,7 @@ __global__ void __launch_bounds__(FusedThreads)
     const int strideA = fusedPadded<real>(HM);
     real* input = shared + shape.inputOffset; // the descriptor, later its gradient
     const int strideD = fusedPadded<real>(D);
+    real* stage = shared + shape.stageOffset;
     auto node = [&](int r) { return rowNodes[rowBase + r]; };
 
     // The rows' moments (zero for the rows past the group's end: finite values that are never written out).
@@ -175,7 +182,7 @@ __global__ void __launch_bounds__(FusedThreads)
         const bool residual = shape.residual[l] != 0;
         const real* __restrict__ bias = net.bias[l];
         const real* __restrict__ timestep = net.timestep[l];
-        product<real, R>(net.forward[l], K, C, strideOut, h, strideH, [&](int r, int c, real acc) {
+        product<real, R>(net.forward[l], K, C, strideOut, h, strideH, stage, shape.stageElements, [&](int r, int c, real acc) {
             out[r * strideOut + c] = denseForwardValue(shape.activation, residual, acc, bias[c], residual ? timestep[c] : real(0),
                                                        residual ? h[r * strideH + c] : real(0), &deriv[r * strideOut + c]);
         });
@@ -218,7 +225,7 @@ __global__ void __launch_bounds__(FusedThreads)
         gBuffer = 1 - gBuffer;
         real* target = l == 0 ? input : shared + shape.bufferOffset[gBuffer];
         const int strideK = l == 0 ? strideD : fusedPadded<real>(K);
-        product<real, R>(net.backward[l], N, K, fusedPadded<real>(K), dz, strideN, [&](int r, int c, real acc) {
+        product<real, R>(net.backward[l], N, K, fusedPadded<real>(K), dz, strideN, stage, shape.stageElements, [&](int r, int c, real acc) {
             target[r * strideK + c] = denseInputGradient(residual, acc, residual ? g[r * strideN + c] : real(0));
         });
         g = target;
@@ -257,7 +264,10 @@ size_t fusedLayout(FusedNetworkShape& shape, int momentEntries, int realSize) {
         shape.derivOffset[l] = offset;
         offset += R * pad(shape.width[l + 1]);
     }
-    shape.totalElements = offset;
+    // A slice is 16 KB, or 4 rows of the widest B if more (the backward of the first layer: rows of the descriptor's width).
+    shape.stageOffset = offset;
+    shape.stageElements = std::max(16384 / realSize, 4 * std::max(widest, pad(shape.width[0])));
+    shape.totalElements = offset + FusedStages * shape.stageElements;
     return (size_t) shape.totalElements * realSize;
 }
 

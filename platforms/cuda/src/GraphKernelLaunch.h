@@ -236,6 +236,7 @@ void launchEnergyOutput(const DenseBatch<real>& batch, const int* rowNodes, cons
 constexpr int MaxFusedLayers = 8;   ///< hidden layers of a fused fitting network
 constexpr int MaxFusedWidth = 2048; ///< the widest layer (or descriptor) of a fused fitting network
 constexpr int FusedThreads = 256;   ///< threads per block of the fused kernel
+constexpr int FusedStages = 4;      ///< weight slices in shared memory: three in flight while one is multiplied
 
 /** Values per 16-byte copy, and a width rounded up to a whole number of them. */
 template <typename real> GRAPH_HOST_DEVICE constexpr int fusedVector() {
@@ -248,7 +249,8 @@ template <typename real> GRAPH_HOST_DEVICE constexpr int fusedPadded(int width) 
 /**
  * The fitting network of one type for the fused kernel (device memory).
  * Rows of both weight copies are padded with zeros to a multiple of 16 bytes
- * (fusedPadded); a warp reads consecutive columns of a row.
+ * (fusedPadded), so that a slice of consecutive rows is one contiguous,
+ * aligned block.
  */
 template <typename real> struct FusedNetworkWeights {
     const real* forward[MaxFusedLayers];  ///< hidden layer l: W^T, [numInputs][fusedPadded(numOutputs)]
@@ -277,8 +279,8 @@ struct FusedNetworkShape {
     int tileStart[MaxBatchedGroups + 1]; ///< group g: blocks [tileStart[g], tileStart[g+1])
     // Shared memory, offsets in reals (each a multiple of fusedVector): moments [tileRows][fusedPadded(H M)], descriptor and
     // its gradient [tileRows][fusedPadded(width[0])], three buffers [tileRows][fusedPadded(max width)], act'(z) of each layer
-    // [tileRows][fusedPadded(width[l + 1])].  The weights go from global memory straight into registers.
-    int momentsOffset, inputOffset, bufferOffset[3], derivOffset[MaxFusedLayers], totalElements;
+    // [tileRows][fusedPadded(width[l + 1])], then FusedStages weight slices of stageElements.
+    int momentsOffset, inputOffset, bufferOffset[3], derivOffset[MaxFusedLayers], stageOffset, stageElements, totalElements;
 };
 
 /**
@@ -292,7 +294,7 @@ size_t fusedLayout(FusedNetworkShape& shape, int momentEntries, int realSize);
  * invariants, dense layers, energy output, backward and invariants' backward
  * for the rows of one block together), bitwise the same results: a block of
  * FusedThreads threads per tile of shape.tileRows rows of one type; every
- * intermediate stays in shared memory and the weights stream from L2 into registers.
+ * intermediate stays in shared memory and the weights stream through it.
  * Reads moments [node][H][M]; writes particleEnergy [node], adds the energies
  * to status (when not null), and with withForces writes dE/dA into
  * gradMoments [node][H][M].  Call configureFusedFitting<real>() once first.
