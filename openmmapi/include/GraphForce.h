@@ -70,6 +70,16 @@ class GraphModel;
  *    shared memory within the device's limit; "true" fuses whenever the
  *    model allows it and otherwise throws an OpenMMException saying why;
  *    "false" never fuses.  Results are bitwise the same in every mode.
+ *  - "CudaFusedCluster": "auto" (default), "1", "2", "4", "8" or "16".  CUDA
+ *    platform only, when the fitting network is fused: how many blocks share
+ *    a tile of rows, each computing a slice of every layer's columns and
+ *    streaming only that slice of the weights (a thread-block cluster,
+ *    compute capability 9.0 and later; tiles of 16, 32 or 64 rows).  "1" is
+ *    one block per tile of 4, 8 or 16 rows that streams all the weights.
+ *    "auto" takes 8 where the device has clusters and every block's slice
+ *    is at most 128 columns and fits, else 1; a size that cannot run is an
+ *    OpenMMException when CudaFusedNetwork is "true" and a kernel per layer
+ *    when it is "auto".  Results are bitwise the same for every value.
  *  - "CudaNeighborSearch": "auto" (default), "cells" or "allpairs".  CUDA
  *    platform only: how the rows of the neighbour graph find their
  *    candidates.  "cells" bins the particles into a cell grid at least one

@@ -12,8 +12,8 @@ namespace {
 
 const std::map<std::string, std::string>& propertyDefaults() {
     static const std::map<std::string, std::string> defaults = {
-        {"CheckFinite", "true"},        {"CudaChunkRows", "auto"}, {"CudaFusedNetwork", "auto"}, {"CudaGraph", "auto"},
-        {"CudaNeighborSearch", "auto"}, {"Domains", "single"},     {"TorchCudaContext", "auto"}};
+        {"CheckFinite", "true"}, {"CudaChunkRows", "auto"},      {"CudaFusedCluster", "auto"}, {"CudaFusedNetwork", "auto"},
+        {"CudaGraph", "auto"},   {"CudaNeighborSearch", "auto"}, {"Domains", "single"},        {"TorchCudaContext", "auto"}};
     return defaults;
 }
 
@@ -140,6 +140,11 @@ void GraphForce::setProperty(const std::string& key, const std::string& value) {
         throw OpenMMException("GraphForce: property CudaGraph must be \"auto\", \"true\" or \"false\", found \"" + value + "\"");
     if (key == "CudaFusedNetwork" && value != "auto" && value != "true" && value != "false")
         throw OpenMMException("GraphForce: property CudaFusedNetwork must be \"auto\", \"true\" or \"false\", found \"" + value + "\"");
+    if (key == "CudaFusedCluster" && value != "auto" && value != "1" && value != "2" && value != "4" && value != "8" && value != "16")
+        throw OpenMMException(
+            "GraphForce: property CudaFusedCluster must be \"auto\", \"1\", \"2\", \"4\", \"8\" or \"16\" (blocks per tile "
+            "of the fused network), found \"" +
+            value + "\"");
     if (key == "CudaNeighborSearch" && value != "auto" && value != "cells" && value != "allpairs")
         throw OpenMMException("GraphForce: property CudaNeighborSearch must be \"auto\", \"cells\" or \"allpairs\", found \"" + value +
                               "\"");

@@ -277,6 +277,9 @@ def test_properties(modelBytes):
     assert force.getProperty("CudaFusedNetwork") == "auto"
     with pytest.raises(openmm.OpenMMException, match="CudaFusedNetwork must be \"auto\", \"true\" or \"false\""):
         force.setProperty("CudaFusedNetwork", "layered")
+    assert force.getProperty("CudaFusedCluster") == "auto"
+    with pytest.raises(openmm.OpenMMException, match="CudaFusedCluster must be .* found \"12\""):
+        force.setProperty("CudaFusedCluster", "12")
     force.setProperty("CudaNeighborSearch", "cells")
     assert force.getProperty("CudaNeighborSearch") == "cells"
 

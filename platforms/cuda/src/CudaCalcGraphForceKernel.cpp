@@ -49,8 +49,10 @@ void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce
     const CudaFusedNetwork fusion = fused == "true"    ? CudaFusedNetwork::Required
                                     : fused == "false" ? CudaFusedNetwork::Off
                                                        : CudaFusedNetwork::Auto;
+    const std::string cluster = force.getProperty("CudaFusedCluster");
+    const int fusedCluster = cluster == "auto" ? 0 : std::stoi(cluster); // validated by setProperty
     pipeline = createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), mode, chunkRows,
-                                       parseNeighborSearch(force.getProperty("CudaNeighborSearch")), fusion, domain);
+                                       parseNeighborSearch(force.getProperty("CudaNeighborSearch")), fusion, fusedCluster, domain);
     // The status of an evaluation is read where OpenMM reads its own neighbour-list
     // count: in finishComputation, after every force has been enqueued.
     postComputation = std::make_shared<PostComputationState>();

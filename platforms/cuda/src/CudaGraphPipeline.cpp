@@ -32,7 +32,7 @@ template <typename real> class CudaGraphPipeline : public CudaGraphPipelineBase 
 public:
     CudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles,
                       const std::vector<int>& types, bool periodic, int numSystemParticles, CudaGraphMode graphMode, int maxChunkRows,
-                      CudaNeighborSearch search, CudaFusedNetwork fusedNetwork, const CudaGraphDomain& domain)
+                      CudaNeighborSearch search, CudaFusedNetwork fusedNetwork, int fusedCluster, const CudaGraphDomain& domain)
         : cu(cu), model(model), n((int) particles.size()), periodic(periodic), graphMode(graphMode) {
         firstCenter = domain.firstCenter;
         numCenters = domain.numCenters < 0 ? n : domain.numCenters;
@@ -128,7 +128,7 @@ public:
         rowElements += 2 * (size_t) gradWidth;
         chunkRows = chooseChunkRows(std::max(1, numCenters), rowElements * sizeof(real), maxChunkRows);
         numChunks = (numCenters + chunkRows - 1) / chunkRows;
-        setUpFusedNetwork(fusedNetwork);
+        setUpFusedNetwork(fusedNetwork, fusedCluster);
         if (!fused) { // the fused kernel keeps all of these in shared memory
             const size_t c1 = chunkRows;
             fittingInput.reset(CudaArray::create<real>(cu, c1 * fittingInputSize, "graphFittingInput"));
@@ -261,7 +261,10 @@ private:
         // Stage 3, chunk by chunk: invariants, the fitting network, the energy, and back to dE/dA (and dE/dB); in one
         // kernel when fused.
         GraphStatus* energySum = addEnergy ? pointer<GraphStatus>(status) : nullptr;
-        if (fused)
+        if (fused && fusedShape.clusterSize > 1)
+            launchClusterFitting<real>(params, fusedTiles(), pointer<FusedNetworkWeights<real>>(fusedGroups), rowNodes, A,
+                                       pointer<real>(particleEnergy), gradA, energySum, includeForces, stream);
+        else if (fused)
             launchFusedFitting<real>(params, fusedTiles(), pointer<FusedNetworkWeights<real>>(fusedGroups), rowNodes, A,
                                      pointer<real>(particleEnergy), gradA, energySum, includeForces, stream);
         else
@@ -519,11 +522,15 @@ private:
     }
 
     /**
-     * Why the fitting network cannot run in the fused kernel (empty when it
-     * can): what launchFusedFitting supports and what fits in a block's shared
-     * memory.  Sets fusedShape's widths, tile rows and layout when it can.
+     * Why the fitting network cannot run in a fused kernel (empty when it
+     * can): what launchFusedFitting and launchClusterFitting support and what
+     * fits in a block's shared memory.  Sets fusedShape's widths, cluster
+     * size, tile rows and layout when it can.  `cluster` is the
+     * CudaFusedCluster property: blocks per tile, 0 for automatic (8 where
+     * the device has thread-block clusters and the network suits them, else
+     * 1).
      */
-    std::string fusedNetworkObstacle() {
+    std::string fusedNetworkObstacle(int cluster) {
         const GraphModel& m = *model;
         if (m.numInteractions != 0)
             return "the model has an interaction block (only the fitting network of a model without one is fused)";
@@ -548,11 +555,22 @@ private:
                 return std::string(l == 0 ? "the descriptor" : "a hidden layer") + " has " + std::to_string(fusedShape.width[l]) +
                        " entries (at most " + std::to_string(MaxFusedWidth) + " are fused)";
         GRAPH_CU_CHECK(cuDeviceGetAttribute(&maxFusedShared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cu.getDevice()));
-        // Every block streams all the weights from L2, and that stream bounds the kernel (bench/NOTES.md v11-v12): the
-        // fewest rows per tile (4, 8, 16) that still give at most one block per multiprocessor, so the weights stream
-        // once per multiprocessor; 16 only for
-        // layers and descriptors of at most 512 entries (a thread's sums of 8 rows and up to 4 columns stay in
-        // registers). Fewer rows when the tile does not fit in shared memory.
+        const bool hasClusters = cu.getComputeCapability() >= 9.0;
+        if (cluster > 1 && !hasClusters)
+            return "CudaFusedCluster is " + std::to_string(cluster) + " but the device (compute capability " +
+                   std::to_string(cu.getComputeCapability()) + ") has no thread-block clusters (compute capability 9.0 and later)";
+        const int blocks = cluster != 0 ? cluster : hasClusters ? FusedAutoCluster : 1;
+        if (blocks > 1) {
+            const std::string why = clusterTilesObstacle(blocks);
+            if (why.empty() || cluster != 0)
+                return why;
+        }
+        // One block per tile (fusedFittingKernel): every block streams all the weights from L2, and that stream bounds the
+        // kernel (bench/NOTES.md v11-v12): the fewest rows per tile (4, 8, 16) that still give at most one block per
+        // multiprocessor, so the weights stream once per multiprocessor; 16 only for layers and descriptors of at most 512
+        // entries (a thread's sums of 8 rows and up to 4 columns stay in registers). Fewer rows when the tile does not fit
+        // in shared memory.
+        fusedShape.clusterSize = 1;
         int widestLayer = 0;
         for (int l = 1; l <= fitting.numHidden; l++)
             widestLayer = std::max(widestLayer, fusedShape.width[l]);
@@ -571,15 +589,56 @@ private:
     }
 
     /**
+     * Why the fitting network cannot run with each tile's columns spread over
+     * a cluster of S blocks (empty when it can; then fusedShape holds the
+     * cluster's tile rows and layout).  Each block's slice of a layer is at
+     * most 128 columns (its threads cover the slice's columns); tiles of 16,
+     * 32 or 64 rows, the fewest that give at most one block per
+     * multiprocessor, within 8 rows a thread (rows x slice <= 2,048) and the
+     * shared memory of a block.
+     */
+    std::string clusterTilesObstacle(int S) {
+        fusedShape.clusterSize = S;
+        int widestSlice = 0, widestWidth = 0;
+        for (int l = 0; l <= fusedShape.numLayers; l++)
+            if (clusterSlice<real>(fusedShape.width[l], S) > widestSlice) {
+                widestSlice = clusterSlice<real>(fusedShape.width[l], S);
+                widestWidth = fusedShape.width[l];
+            }
+        if (widestSlice > 128)
+            return "a cluster of " + std::to_string(S) + " blocks leaves " + std::to_string(widestSlice) + " columns of a layer of " +
+                   std::to_string(widestWidth) + " to each block (at most 128); set CudaFusedCluster to 16 or to 1";
+        const int columnThreads = widestSlice <= 16 ? 16 : widestSlice <= 32 ? 32 : widestSlice <= 64 ? 64 : 128;
+        const int mostRows = std::min(64, 2048 / columnThreads);
+        int rows = 16;
+        while (rows < mostRows && (numCenters + rows - 1) / rows * S > numMultiprocessors)
+            rows *= 2;
+        for (; rows >= 16; rows /= 2) {
+            fusedShape.tileRows = rows;
+            const size_t bytes = clusterLayout(fusedShape, H * M, sizeof(real));
+            if (bytes > (size_t) maxFusedShared)
+                continue;
+            if (configureClusterFitting<real>(fusedShape, maxFusedShared) < 1)
+                return "the device cannot run a cluster of " + std::to_string(S) + " blocks with " + std::to_string(bytes / 1024) +
+                       " KB of shared memory each; set CudaFusedCluster to a smaller size";
+            return "";
+        }
+        fusedShape.tileRows = 16;
+        return "a tile of 16 rows over a cluster of " + std::to_string(S) + " blocks needs " +
+               std::to_string(clusterLayout(fusedShape, H * M, sizeof(real)) / 1024) +
+               " KB of shared memory per block, more than the device's " + std::to_string(maxFusedShared / 1024) + " KB";
+    }
+
+    /**
      * Decides whether the fitting network runs fused (the CudaFusedNetwork
      * property) and, if so, uploads its weights in the fused kernel's layout:
      * per type and hidden layer, W^T [in][padded out] and W [out][padded in].
      */
-    void setUpFusedNetwork(CudaFusedNetwork mode) {
+    void setUpFusedNetwork(CudaFusedNetwork mode, int cluster) {
         fused = false;
         if (mode == CudaFusedNetwork::Off || numCenters == 0)
             return;
-        const std::string obstacle = fusedNetworkObstacle();
+        const std::string obstacle = fusedNetworkObstacle(cluster);
         if (!obstacle.empty()) {
             if (mode == CudaFusedNetwork::Required)
                 throw OpenMMException("GraphForce: CudaFusedNetwork is \"true\" but " + obstacle +
@@ -587,8 +646,7 @@ private:
             return;
         }
         // "auto": only where the per-layer kernels would take their smallest tiles (too few rows to fill the device), and
-        // for networks of at most FusedAutoWeights weights per type: every block streams all of them (see
-        // fusedNetworkObstacle), while the per-layer kernels spread a layer's columns over blocks.
+        // for networks of at most FusedAutoWeights weights per type (see its comment).
         size_t weights = 0;
         for (int l = 0; l < fusedShape.numLayers; l++)
             weights += (size_t) fusedShape.width[l] * fusedShape.width[l + 1];
@@ -597,19 +655,22 @@ private:
              chooseDenseTileRows(numCenters, fusedShape.width[1], numMultiprocessors, sizeof(real) == 4) != 8))
             return;
         fused = true;
-        configureFusedFitting<real>(maxFusedShared);
+        if (fusedShape.clusterSize == 1)
+            configureFusedFitting<real>(maxFusedShared);
         const GraphModel& m = *model;
+        const int S = fusedShape.clusterSize;
         std::vector<FusedNetworkWeights<real>> groups(m.numTypes);
         for (int t = 0; t < m.numTypes; t++) {
             FusedNetworkWeights<real>& g = groups[t];
             for (int l = 0; l < fitting.numHidden; l++) {
                 const DenseLayer& layer = m.fitting[t].hidden[l];
-                const int K = layer.numInputs, N = layer.numOutputs, paddedN = fusedPadded<real>(N), paddedK = fusedPadded<real>(K);
-                std::vector<double> forward((size_t) K * paddedN, 0.0), backward((size_t) N * paddedK, 0.0);
+                const int K = layer.numInputs, N = layer.numOutputs, qN = clusterSlice<real>(N, S), qK = clusterSlice<real>(K, S);
+                // Block b's slice of W^T: [K][qN] of output columns [b qN, (b + 1) qN); of W: [N][qK] of input columns.
+                std::vector<double> forward((size_t) S * K * qN, 0.0), backward((size_t) S * N * qK, 0.0);
                 for (int c = 0; c < N; c++)
                     for (int k = 0; k < K; k++) {
-                        forward[(size_t) k * paddedN + c] = layer.weight[(size_t) c * K + k];
-                        backward[(size_t) c * paddedK + k] = layer.weight[(size_t) c * K + k];
+                        forward[((size_t) (c / qN) * K + k) * qN + c % qN] = layer.weight[(size_t) c * K + k];
+                        backward[((size_t) (k / qK) * N + c) * qK + k % qK] = layer.weight[(size_t) c * K + k];
                     }
                 fusedWeights.push_back(upload(forward, "graphFusedForward"));
                 g.forward[l] = pointer<real>(fusedWeights.back());
@@ -850,6 +911,8 @@ private:
      * medium grade is to be measured again.
      */
     static constexpr size_t FusedAutoWeights = 131072;
+    /** CudaFusedCluster "auto": blocks per tile where the device has clusters (8: the portable cluster size). */
+    static constexpr int FusedAutoCluster = 8;
     std::vector<std::unique_ptr<CudaArray>> fusedWeights; ///< per type and hidden layer: W^T, W (FusedNetworkWeights)
     std::unique_ptr<CudaArray> fusedGroups;               ///< [numTypes] FusedNetworkWeights
     GraphStatus* hostStatus = nullptr;   ///< pinned, written by the last kernel of an evaluation through mappedStatus
@@ -865,18 +928,17 @@ private:
 
 } // namespace
 
-std::unique_ptr<CudaGraphPipelineBase> GraphPlugin::createCudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model,
-                                                                            const std::vector<int>& particles,
-                                                                            const std::vector<int>& types, bool periodic,
-                                                                            int numSystemParticles, CudaGraphMode graphMode,
-                                                                            int maxChunkRows, CudaNeighborSearch search,
-                                                                            CudaFusedNetwork fusedNetwork, const CudaGraphDomain& domain) {
+std::unique_ptr<CudaGraphPipelineBase>
+GraphPlugin::createCudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles,
+                                     const std::vector<int>& types, bool periodic, int numSystemParticles, CudaGraphMode graphMode,
+                                     int maxChunkRows, CudaNeighborSearch search, CudaFusedNetwork fusedNetwork, int fusedCluster,
+                                     const CudaGraphDomain& domain) {
     if (cu.getUseDoublePrecision()) {
         auto pipeline = new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows,
-                                                      search, fusedNetwork, domain);
+                                                      search, fusedNetwork, fusedCluster, domain);
         return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
     }
     auto pipeline = new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, search,
-                                                 fusedNetwork, domain);
+                                                 fusedNetwork, fusedCluster, domain);
     return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
 }

@@ -129,13 +129,14 @@ inline void centerShares(int n, int numDomains, std::vector<int>& first, std::ve
  * @param maxChunkRows the CudaChunkRows property: the most rows per chunk of the node stage, 0 for automatic
  * @param search     the CudaNeighborSearch property
  * @param fusedNetwork the CudaFusedNetwork property
+ * @param fusedCluster the CudaFusedCluster property: blocks per tile of the fused network, 0 for automatic
  * @param domain     this device's share (all centers by default); a model with an interaction block needs domain.exchange to be split
  */
 std::unique_ptr<CudaGraphPipelineBase> createCudaGraphPipeline(OpenMM::CudaContext& cu, std::shared_ptr<const GraphModel> model,
                                                                const std::vector<int>& particles, const std::vector<int>& types,
                                                                bool periodic, int numSystemParticles, CudaGraphMode graphMode,
                                                                int maxChunkRows, CudaNeighborSearch search, CudaFusedNetwork fusedNetwork,
-                                                               const CudaGraphDomain& domain = CudaGraphDomain());
+                                                               int fusedCluster, const CudaGraphDomain& domain = CudaGraphDomain());
 
 } // namespace GraphPlugin
 

@@ -247,14 +247,25 @@ template <typename real> GRAPH_HOST_DEVICE constexpr int fusedPadded(int width) 
 }
 
 /**
- * The fitting network of one type for the fused kernel (device memory).
- * Rows of both weight copies are padded with zeros to a multiple of 16 bytes
- * (fusedPadded), so that a slice of consecutive rows is one contiguous,
- * aligned block.
+ * Columns of a layer of `width` units that each block of a cluster of S
+ * blocks computes (ClusterNetworkKernels.cu): ceil(width / S) rounded up to
+ * the 16-byte vector; block b holds [b q, min(width, (b + 1) q)), possibly
+ * none.  With S = 1 the padded width.
+ */
+template <typename real> GRAPH_HOST_DEVICE constexpr int clusterSlice(int width, int S) {
+    return fusedPadded<real>((width + S - 1) / S);
+}
+
+/**
+ * The fitting network of one type for the fused kernels (device memory).
+ * Both weight copies are split by column into the S = clusterSize blocks'
+ * slices (clusterSlice: q columns, zero-padded), each slice contiguous, so
+ * that a run of a slice's rows is one aligned block (S = 1: the whole
+ * matrix, rows padded to 16 bytes).
  */
 template <typename real> struct FusedNetworkWeights {
-    const real* forward[MaxFusedLayers];  ///< hidden layer l: W^T, [numInputs][fusedPadded(numOutputs)]
-    const real* backward[MaxFusedLayers]; ///< hidden layer l: W, [numOutputs][fusedPadded(numInputs)]
+    const real* forward[MaxFusedLayers];  ///< hidden layer l: W^T, [S][numInputs][clusterSlice(numOutputs, S)]
+    const real* backward[MaxFusedLayers]; ///< hidden layer l: W, [S][numOutputs][clusterSlice(numInputs, S)]
     const real* bias[MaxFusedLayers];     ///< [numOutputs]
     const real* timestep[MaxFusedLayers]; ///< [numOutputs], residual layers only
     const real* outputWeight;             ///< [width of the last hidden layer]
@@ -273,14 +284,16 @@ struct FusedNetworkShape {
     int width[MaxFusedLayers + 1]; ///< width[0]: the descriptor; width[l + 1]: the outputs of hidden layer l
     int residual[MaxFusedLayers];
     int activation; ///< GraphActivation
-    int tileRows;   ///< rows per block: 4, 8 or 16
+    int tileRows;   ///< rows per tile: 4, 8 or 16 (one block); 16, 32 or 64 (a cluster)
+    int clusterSize; ///< blocks per tile: 1 (fusedFittingKernel) or 2, 4, 8, 16 (clusterFittingKernel)
     int numGroups;
     int rowStart[MaxBatchedGroups + 1];  ///< group g: rows [rowStart[g], rowStart[g+1]) of the type-sorted list
-    int tileStart[MaxBatchedGroups + 1]; ///< group g: blocks [tileStart[g], tileStart[g+1])
+    int tileStart[MaxBatchedGroups + 1]; ///< group g: tiles [tileStart[g], tileStart[g+1])
     // Shared memory, offsets in reals (each a multiple of fusedVector): moments [tileRows][fusedPadded(H M)], descriptor and
-    // its gradient [tileRows][fusedPadded(width[0])], three buffers [tileRows][fusedPadded(max width)], act'(z) of each layer
-    // [tileRows][fusedPadded(width[l + 1])], then FusedStages weight slices of stageElements.
-    int momentsOffset, inputOffset, bufferOffset[3], derivOffset[MaxFusedLayers], stageOffset, stageElements, totalElements;
+    // its gradient [tileRows][fusedPadded(width[0])], three buffers (a cluster: four) [tileRows][fusedPadded(max width)],
+    // act'(z) of each layer [tileRows][clusterSlice(width[l + 1], clusterSize)], then FusedStages weight slices of
+    // stageElements.
+    int momentsOffset, inputOffset, bufferOffset[4], derivOffset[MaxFusedLayers], stageOffset, stageElements, totalElements;
 };
 
 /**
@@ -306,6 +319,33 @@ void launchFusedFitting(const GraphModelParams<real>& model, const FusedNetworkS
 
 /** Allows the fused kernels the device's largest shared memory per block (host only; not during a capture). */
 template <typename real> void configureFusedFitting(int maxSharedBytes);
+
+/**
+ * The fitting network of small batches with each tile's columns spread over
+ * a thread-block cluster of shape.clusterSize blocks (sm_90 and later):
+ * every block streams only its slice of the weights (FusedNetworkWeights with
+ * S = clusterSize) and sends the activations it computes to every block of
+ * the cluster through distributed shared memory; the same operations in the
+ * same order as launchFusedFitting, so bitwise the same results.  Layout
+ * from clusterLayout; call configureClusterFitting<real>() once first.
+ */
+template <typename real>
+void launchClusterFitting(const GraphModelParams<real>& model, const FusedNetworkShape& shape, const FusedNetworkWeights<real>* groups,
+                          const int* rowNodes, const real* moments, real* particleEnergy, real* gradMoments, GraphStatus* status,
+                          bool withForces, cudaStream_t stream);
+
+/**
+ * Fills the layout of `shape` (widths, tileRows and clusterSize set) for the
+ * cluster kernel; returns its bytes per block.
+ */
+size_t clusterLayout(FusedNetworkShape& shape, int momentEntries, int realSize);
+
+/**
+ * Allows the cluster kernel maxSharedBytes of shared memory per block (and
+ * clusters of 16); returns how many clusters of shape.clusterSize blocks of
+ * shape's layout the device can run at once, 0 if none (host only).
+ */
+template <typename real> int configureClusterFitting(const FusedNetworkShape& shape, int maxSharedBytes);
 
 /**
  * The last kernel of an evaluation (StatusKernels.cu): adds the evaluation's

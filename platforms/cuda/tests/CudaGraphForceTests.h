@@ -175,13 +175,49 @@ TEST(CudaGraphForce, CellAndAllPairsSearchesGiveBitwiseIdenticalTrajectories) {
 }
 
 /**
+ * Whether the test device runs the fused network over thread-block clusters
+ * (compute capability 9.0 and later): a fused Context with CudaFusedCluster
+ * "2" is created, or refused with the reason that the device has none.
+ */
+bool deviceHasClusters() {
+    static const bool has = [] {
+        GraphTest::ModelOptions options;
+        try {
+            PropertyRun run(options, makeConfiguration(Geometry::Cubic, 100, 2, 38),
+                            {{"CudaFusedNetwork", "true"}, {"CudaFusedCluster", "2"}}, 3);
+            run.context->getState(State::Energy);
+            return true;
+        }
+        catch (const OpenMMException& error) {
+            if (std::string(error.what()).find("has no thread-block clusters") == std::string::npos)
+                throw;
+            return false;
+        }
+    }();
+    return has;
+}
+
+/** CudaFusedCluster values to test: 1 everywhere, and clusters of 2, 8 and 16 blocks where the device has them. */
+std::vector<std::string> testedClusterSizes() {
+    if (deviceHasClusters())
+        return {"1", "2", "8", "16"};
+    return {"1"};
+}
+
+/**
  * The fitting network fused into one kernel per tile of rows gives bitwise
  * the trajectory of a kernel per layer (220 particles: tiles of 4 rows;
  * widths 16 and 16, the second layer residual; the type change moves rows
- * between the tiles of the two types).
+ * between the tiles of the two types), and so does each cluster size (a
+ * slice of 4 columns a block: in clusters of 8 and 16, blocks without any
+ * columns).
  */
 TEST(CudaGraphForce, FusedNetworkGivesBitwiseIdenticalTrajectories) {
-    expectSameTrajectories(propertyTrajectory({{"CudaFusedNetwork", "false"}}, 0), propertyTrajectory({{"CudaFusedNetwork", "true"}}, 0));
+    const std::vector<Result> layered = propertyTrajectory({{"CudaFusedNetwork", "false"}}, 0);
+    for (const std::string& cluster : testedClusterSizes()) {
+        SCOPED_TRACE("CudaFusedCluster " + cluster);
+        expectSameTrajectories(layered, propertyTrajectory({{"CudaFusedNetwork", "true"}, {"CudaFusedCluster", cluster}}, 0));
+    }
 }
 
 /**
@@ -200,7 +236,8 @@ std::vector<Result> propertyResults(const GraphTest::ModelOptions& options, cons
 }
 
 /**
- * The fused network of wider models, bitwise against a kernel per layer:
+ * The fused network of wider models, bitwise against a kernel per layer, in
+ * one block per tile and in clusters (slices of 8 to 80 columns a block):
  * three types, no l-sum (a 512-entry descriptor: four columns per thread in
  * the last backward product), SiLU, 1,500 particles (the last tile of each
  * type partial); hidden widths 200, 200 (residual) and 40 (two columns per
@@ -222,6 +259,11 @@ TEST(CudaGraphForce, FusedNetworkOfWideModelGivesBitwiseIdenticalResults) {
         std::vector<Result> layered = propertyResults(options, config, {{"CudaFusedNetwork", "false"}}, 5);
         std::vector<Result> fused = propertyResults(options, config, {{"CudaFusedNetwork", "true"}}, 5);
         expectSameTrajectories(layered, fused);
+        for (const std::string& cluster : testedClusterSizes()) {
+            SCOPED_TRACE("CudaFusedCluster " + cluster);
+            expectSameTrajectories(layered,
+                                   propertyResults(options, config, {{"CudaFusedNetwork", "true"}, {"CudaFusedCluster", cluster}}, 5));
+        }
         // And both agree with the Reference platform.
         std::unique_ptr<System> system(makeSystem(config, options));
         Result expected = evaluate(*system, config.positions, Platform::getPlatformByName("Reference"));
@@ -283,6 +325,11 @@ TEST(CudaGraphForce, FusedNetworkThatCannotBeFusedIsExplained) {
     GraphTest::ModelOptions wide;
     wide.fittingWidths = {16, 2100};
     expectRefused(wide, "", "", "2100 entries");
+    // A cluster whose blocks would each hold more than 128 columns of a layer (1,100 units over 8 blocks: 138).
+    GraphTest::ModelOptions wideCluster;
+    wideCluster.fittingWidths = {1100};
+    expectRefused(wideCluster, "CudaFusedCluster", "8",
+                  deviceHasClusters() ? "columns of a layer of 1100" : "has no thread-block clusters");
 }
 
 TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
@@ -295,4 +342,8 @@ TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
     EXPECT_EQ("4096", force->getProperty("CudaChunkRows"));
     EXPECT_THROW(force->setProperty("CudaNeighborSearch", "grid"), OpenMMException);
     EXPECT_THROW(force->setProperty("CudaFusedNetwork", "yes"), OpenMMException);
+    for (const char* bad : {"0", "3", "32", "", "eight"})
+        EXPECT_THROW(force->setProperty("CudaFusedCluster", bad), OpenMMException) << bad;
+    force->setProperty("CudaFusedCluster", "16");
+    EXPECT_EQ("16", force->getProperty("CudaFusedCluster"));
 }

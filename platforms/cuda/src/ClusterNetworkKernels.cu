@@ -1,0 +1,292 @@
+/**
+ * Stage 3 of the CUDA pipeline for batches too small to fill the device, on
+ * devices with thread-block clusters (sm_90 and later): the whole fitting
+ * network of a tile of rows in one cluster of S blocks.  Every block of the
+ * cluster works on all of the tile's rows but only on its slice of each
+ * layer's columns (clusterSlice), so it streams 1/S of the weights through
+ * its shared memory instead of all of them (what bounds fusedFittingKernel,
+ * docs/cuda-platform.md).  The values a block computes that the others need
+ * (the descriptor, each layer's activations, each dE/dz and the descriptor's
+ * gradient) it stores into every block's shared memory (distributed shared
+ * memory), and a cluster barrier after each stage makes them visible: one
+ * barrier per stage, no copies after it.
+ *
+ * Why one barrier per stage is enough: a stage writes remote buffers that no
+ * block reads during that stage; the activations alternate between two
+ * buffers and dE/dz between two more, so a block that runs one stage ahead
+ * never writes a buffer another block still reads.
+ *
+ * Every value is formed by the same operations in the same order as in the
+ * per-layer kernels (each block sums k over all K inputs in order), so the
+ * results are bitwise those of the per-layer path and of fusedFittingKernel.
+ */
+
+#include "FusedProduct.cuh"
+#include "GraphKernelLaunch.h"
+#include "NetworkDeviceFunctions.cuh"
+#include <algorithm>
+#include <cooperative_groups.h>
+
+namespace GraphPlugin {
+
+namespace {
+
+namespace cg = cooperative_groups;
+
+/**
+ * streamedProduct with as many threads per row as the slice has columns
+ * (ldb = the slice's padded width, at most 128), so that all threads work on
+ * narrow slices; the host keeps R x ldb <= 2048 (at most 8 rows a thread).
+ */
+template <typename real, int R, typename Epilogue>
+__device__ inline void slicedProduct(const real* __restrict__ B, int K, int C, int ldb, const real* in, int inStride, real* stage,
+                                     int stageElements, Epilogue epilogue) {
+    if (ldb <= 16)
+        streamedProduct<real, R, 16, 1>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+    else if (ldb <= 32)
+        streamedProduct<real, R, 32, 1>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+    else if constexpr (R <= 32) {
+        if (ldb <= 64)
+            streamedProduct<real, R, 64, 1>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+        else if constexpr (R <= 16)
+            streamedProduct<real, R, 128, 1>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+    }
+}
+
+template <typename real, int R>
+__global__ void __launch_bounds__(FusedThreads)
+    clusterFittingKernel(GraphModelParams<real> model, FusedNetworkShape shape, const FusedNetworkWeights<real>* __restrict__ groups,
+                         const int* __restrict__ rowNodes, const real* __restrict__ moments, real* __restrict__ particleEnergy,
+                         real* __restrict__ gradMoments, GraphStatus* status, int withForces) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cg::cluster_group cluster = cg::this_cluster();
+    const int S = (int) cluster.num_blocks(), rank = (int) cluster.block_rank();
+    extern __shared__ __align__(16) unsigned char sharedBytes[];
+    real* shared = reinterpret_cast<real*>(sharedBytes);
+    const int H = (model.lMax + 1) * (model.lMax + 1), HM = H * model.numChannels;
+    const int D = shape.width[0], L = shape.numLayers;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int tile = blockIdx.x / S;
+    const int group = groupOf(shape.tileStart, shape.numGroups, tile);
+    const int rowBase = shape.rowStart[group] + (tile - shape.tileStart[group]) * R;
+    const int rows = min(R, shape.rowStart[group + 1] - rowBase);
+    const FusedNetworkWeights<real>& net = groups[group];
+    real* A = shared + shape.momentsOffset;
+    const int strideA = fusedPadded<real>(HM);
+    real* input = shared + shape.inputOffset; // the descriptor, later its gradient
+    const int strideD = fusedPadded<real>(D);
+    real* stage = shared + shape.stageOffset;
+    auto node = [&](int r) { return rowNodes[rowBase + r]; };
+    // This block's columns [first, first + count) of a layer of `width` units; returns the slice's padded width.
+    auto slice = [&](int width, int& first, int& count) {
+        const int q = clusterSlice<real>(width, S);
+        first = rank * q;
+        count = max(0, min(width, first + q) - first);
+        return q;
+    };
+    // Stores a value at `index` of the array at `local` in every block of the cluster (this one included).
+    auto toAll = [&](real* local, int index, real value) {
+        for (int b = 0; b < S; b++)
+            cluster.map_shared_rank(local, b)[index] = value;
+    };
+
+    // The rows' moments (zero for the rows past the group's end: finite values that are never written out).
+    for (int e = threadIdx.x; e < R * HM; e += FusedThreads) {
+        const int r = e / HM, x = e % HM;
+        A[r * strideA + x] = r < rows ? moments[(size_t) node(r) * HM + x] : real(0);
+    }
+    cluster.sync(); // the moments are in, and every block of the cluster has started (before any remote store)
+    {
+        int first, count;
+        slice(D, first, count);
+        for (int e = threadIdx.x; e < R * count; e += FusedThreads) {
+            const int r = e / count, flat = first + e % count;
+            toAll(input, r * strideD + flat, invariantValue(model, A + r * strideA, A + r * strideA, flat));
+        }
+    }
+    cluster.sync();
+
+    // Forward: h_l = act(W_l h_(l-1) + b_l) (+ h_(l-1) residual), alternating between buffers 0 and 1; act'(z) of this
+    // block's columns only (the backward needs no others).
+    const real* h = input;
+    int strideH = strideD;
+    for (int l = 0; l < L; l++) {
+        real* out = shared + shape.bufferOffset[l % 2];
+        real* deriv = shared + shape.derivOffset[l];
+        const int K = shape.width[l], C = shape.width[l + 1], strideOut = fusedPadded<real>(C);
+        int first, count;
+        const int q = slice(C, first, count);
+        const bool residual = shape.residual[l] != 0;
+        const real* __restrict__ bias = net.bias[l];
+        const real* __restrict__ timestep = net.timestep[l];
+        slicedProduct<real, R>(net.forward[l] + (size_t) rank * K * q, K, count, q, h, strideH, stage, shape.stageElements,
+                               [&](int r, int c, real acc) {
+                                   const int col = first + c;
+                                   toAll(out, r * strideOut + col,
+                                         denseForwardValue(shape.activation, residual, acc, bias[col], residual ? timestep[col] : real(0),
+                                                           residual ? h[r * strideH + col] : real(0), &deriv[r * q + c]));
+                               });
+        cluster.sync();
+        h = out;
+        strideH = strideOut;
+    }
+
+    // The energy output: a warp per row, the rows shared among the cluster's blocks.
+    const int W = shape.width[L];
+    for (int r = rank * (FusedThreads / 32) + warp; r < rows; r += S * (FusedThreads / 32)) {
+        const real sum = warpDot(net.outputWeight, h + r * strideH, W, lane);
+        if (lane == 0) {
+            const real energy = sum + net.outputBias[0] + net.energyShift;
+            particleEnergy[node(r)] = energy;
+            if (status)
+                addParticleEnergy(status, node(r), energy);
+        }
+    }
+    if (!withForces)
+        return; // no store into another block follows the last barrier
+
+    // Backward: dE/dh_(L-1) = w (this block's columns), then through the layers to dE/d(descriptor) (into `input`, in
+    // every block); dE/dz in buffers 2 and 3 by turns, in every block.
+    int gBuffer = L % 2; // the buffer that h_(L-1) is not in
+    real* g = shared + shape.bufferOffset[gBuffer];
+    {
+        int first, count;
+        slice(W, first, count);
+        for (int e = threadIdx.x; e < R * count; e += FusedThreads)
+            g[(e / count) * strideH + first + e % count] = net.outputWeight[first + e % count];
+    }
+    __syncthreads();
+    for (int l = L - 1; l >= 0; l--) {
+        const int N = shape.width[l + 1], K = shape.width[l], strideN = fusedPadded<real>(N);
+        const bool residual = shape.residual[l] != 0;
+        const real* deriv = shared + shape.derivOffset[l];
+        const real* __restrict__ timestep = net.timestep[l];
+        real* dz = shared + shape.bufferOffset[2 + (l & 1)];
+        int nFirst, nCount;
+        const int qN = slice(N, nFirst, nCount);
+        for (int e = threadIdx.x; e < R * nCount; e += FusedThreads) {
+            const int r = e / nCount, c = e % nCount, n = nFirst + c;
+            toAll(dz, r * strideN + n,
+                  denseOutputGradient(shape.activation, residual, g[r * strideN + n], deriv[r * qN + c], residual ? timestep[n] : real(1)));
+        }
+        cluster.sync();
+        gBuffer = 1 - gBuffer;
+        real* target = shared + shape.bufferOffset[gBuffer]; // l > 0: this block's columns of dE/dh_(l-1)
+        const int strideK = fusedPadded<real>(K);
+        int kFirst, kCount;
+        const int qK = slice(K, kFirst, kCount);
+        slicedProduct<real, R>(net.backward[l] + (size_t) rank * N * qK, N, kCount, qK, dz, strideN, stage, shape.stageElements,
+                               [&](int r, int c, real acc) {
+                                   const int k = kFirst + c;
+                                   const real value = denseInputGradient(residual, acc, residual ? g[r * strideN + k] : real(0));
+                                   if (l == 0)
+                                       toAll(input, r * strideD + k, value);
+                                   else
+                                       target[r * strideK + k] = value;
+                               });
+        g = target;
+    }
+    cluster.sync(); // the descriptor's gradient is whole in every block; no remote store follows
+
+    // dE/dA from the descriptor's gradient, the entries shared among the cluster's blocks.
+    for (int e = rank * FusedThreads + threadIdx.x; e < R * HM; e += S * FusedThreads) {
+        const int r = e / HM, x = e % HM;
+        if (r < rows) {
+            real gx, ga;
+            invariantGradient(model, A + r * strideA, A + r * strideA, input + r * strideD, x, gx, ga);
+            gradMoments[(size_t) node(r) * HM + x] = real(0) + gx + ga;
+        }
+    }
+#endif
+}
+
+/** The kernel for tiles of `rows` rows (16, 32 or 64). */
+template <typename real> auto clusterKernel(int rows) {
+    return rows == 16 ? clusterFittingKernel<real, 16> : rows == 32 ? clusterFittingKernel<real, 32> : clusterFittingKernel<real, 64>;
+}
+
+template <typename real>
+cudaLaunchConfig_t clusterConfig(const FusedNetworkShape& shape, int tiles, cudaStream_t stream, cudaLaunchAttribute& attribute) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(tiles * shape.clusterSize);
+    config.blockDim = dim3(FusedThreads);
+    config.dynamicSmemBytes = (size_t) shape.totalElements * sizeof(real);
+    config.stream = stream;
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = shape.clusterSize;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    return config;
+}
+
+} // namespace
+
+size_t clusterLayout(FusedNetworkShape& shape, int momentEntries, int realSize) {
+    const int V = 16 / realSize, R = shape.tileRows, S = shape.clusterSize;
+    auto pad = [&](int w) { return (w + V - 1) / V * V; };
+    auto slice = [&](int w) { return pad((w + S - 1) / S); };
+    int widest = 0, widestSlice = slice(shape.width[0]);
+    for (int l = 1; l <= shape.numLayers; l++) {
+        widest = std::max(widest, pad(shape.width[l]));
+        widestSlice = std::max(widestSlice, slice(shape.width[l]));
+    }
+    int offset = 0;
+    shape.momentsOffset = offset;
+    offset += R * pad(momentEntries);
+    shape.inputOffset = offset;
+    offset += R * pad(shape.width[0]);
+    for (int b = 0; b < 4; b++) {
+        shape.bufferOffset[b] = offset;
+        offset += R * widest;
+    }
+    for (int l = 0; l < shape.numLayers; l++) {
+        shape.derivOffset[l] = offset;
+        offset += R * slice(shape.width[l + 1]);
+    }
+    // A stage is 16 KB, or 4 rows of the widest slice if more.
+    shape.stageOffset = offset;
+    shape.stageElements = std::max(16384 / realSize, 4 * widestSlice);
+    shape.totalElements = offset + FusedStages * shape.stageElements;
+    return (size_t) shape.totalElements * realSize;
+}
+
+template <typename real> int configureClusterFitting(const FusedNetworkShape& shape, int maxSharedBytes) {
+    bool ok = true;
+    for (int rows : {16, 32, 64}) {
+        ok = ok &&
+             cudaFuncSetAttribute(clusterKernel<real>(rows), cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes) == cudaSuccess;
+        ok = ok && cudaFuncSetAttribute(clusterKernel<real>(rows), cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+    }
+    int clusters = 0;
+    cudaLaunchAttribute attribute;
+    const cudaLaunchConfig_t config = clusterConfig<real>(shape, 1, nullptr, attribute);
+    if (!ok || cudaOccupancyMaxActiveClusters(&clusters, clusterKernel<real>(shape.tileRows), &config) != cudaSuccess)
+        clusters = 0;
+    cudaGetLastError(); // a failure is reported as 0 clusters, not left for the next launch's check
+    return clusters;
+}
+
+template <typename real>
+void launchClusterFitting(const GraphModelParams<real>& model, const FusedNetworkShape& shape, const FusedNetworkWeights<real>* groups,
+                          const int* rowNodes, const real* moments, real* particleEnergy, real* gradMoments, GraphStatus* status,
+                          bool withForces, cudaStream_t stream) {
+    const int tiles = shape.tileStart[shape.numGroups];
+    if (tiles == 0)
+        return;
+    cudaLaunchAttribute attribute;
+    const cudaLaunchConfig_t config = clusterConfig<real>(shape, tiles, stream, attribute);
+    // A failed launch leaves its error for the caller's cudaGetLastError().
+    cudaLaunchKernelEx(&config, clusterKernel<real>(shape.tileRows), model, shape, groups, rowNodes, moments, particleEnergy, gradMoments,
+                       status, withForces ? 1 : 0);
+}
+
+#define GRAPH_INSTANTIATE_CLUSTER(real)                                                                                                    \
+    template int configureClusterFitting<real>(const FusedNetworkShape&, int);                                                             \
+    template void launchClusterFitting<real>(const GraphModelParams<real>&, const FusedNetworkShape&, const FusedNetworkWeights<real>*,    \
+                                             const int*, const real*, real*, real*, GraphStatus*, bool, cudaStream_t);
+GRAPH_INSTANTIATE_CLUSTER(float)
+GRAPH_INSTANTIATE_CLUSTER(double)
+
+} // namespace GraphPlugin
