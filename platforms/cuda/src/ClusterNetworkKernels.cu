@@ -245,9 +245,9 @@ size_t clusterLayout(FusedNetworkShape& shape, int momentEntries, int realSize) 
         shape.derivOffset[l] = offset;
         offset += R * slice(shape.width[l + 1]);
     }
-    // A stage is 16 KB, or 4 rows of the widest slice if more.
+    // A stage is 8 KB (128 rows of a 16-column slice in fp32), or 4 rows of the widest slice if more.
     shape.stageOffset = offset;
-    shape.stageElements = std::max(16384 / realSize, 4 * widestSlice);
+    shape.stageElements = std::max(8192 / realSize, 4 * widestSlice);
     shape.totalElements = offset + FusedStages * shape.stageElements;
     return (size_t) shape.totalElements * realSize;
 }

@@ -526,9 +526,9 @@ private:
      * can): what launchFusedFitting and launchClusterFitting support and what
      * fits in a block's shared memory.  Sets fusedShape's widths, cluster
      * size, tile rows and layout when it can.  `cluster` is the
-     * CudaFusedCluster property: blocks per tile, 0 for automatic (8 where
-     * the device has thread-block clusters and the network suits them, else
-     * 1).
+     * CudaFusedCluster property: blocks per tile, 0 for automatic
+     * (FusedAutoCluster where the device has thread-block clusters and the
+     * network suits them, else 1).
      */
     std::string fusedNetworkObstacle(int cluster) {
         const GraphModel& m = *model;
@@ -911,8 +911,13 @@ private:
      * medium grade is to be measured again.
      */
     static constexpr size_t FusedAutoWeights = 131072;
-    /** CudaFusedCluster "auto": blocks per tile where the device has clusters (8: the portable cluster size). */
-    static constexpr int FusedAutoCluster = 8;
+    /**
+     * CudaFusedCluster "auto": blocks per tile where the device has clusters.
+     * 1: on an H200 at small 512 (bench/NOTES.md v13) clusters of 8 blocks
+     * took 76.1 us and of 16 blocks 114.6 us against 36.6 us for one block per
+     * tile (fusedFittingKernel), so clusters are used only when asked for.
+     */
+    static constexpr int FusedAutoCluster = 1;
     std::vector<std::unique_ptr<CudaArray>> fusedWeights; ///< per type and hidden layer: W^T, W (FusedNetworkWeights)
     std::unique_ptr<CudaArray> fusedGroups;               ///< [numTypes] FusedNetworkWeights
     GraphStatus* hostStatus = nullptr;   ///< pinned, written by the last kernel of an evaluation through mappedStatus
