@@ -42,6 +42,7 @@ struct ModelOptions {
     std::string lengthUnit = "nm";
     std::string energyUnit = "kJ/mol";
     double radialScale = 0.6; ///< amplitude of the radial functions
+    double lastTypeShift = 0; ///< kJ/mol added to the energy shift of the last type (e.g. beyond the CUDA platform's 1e9 limit)
     unsigned seed = 1;
 };
 
@@ -247,7 +248,7 @@ inline ModelParts makeModelParts(const ModelOptions& o) {
     TestTensor shift;
     shift.shape = {T};
     for (int a = 0; a < T; a++)
-        shift.values.push_back((-1.0 - a) / es);
+        shift.values.push_back((-1.0 - a + (a == T - 1 ? o.lastTypeShift : 0.0)) / es);
     tensors["energy_shift"] = shift;
     if (o.numInteractions == 1) {
         tensors["interaction.radial.table"] = table();

@@ -37,10 +37,19 @@ class GraphModel;
  *
  * Properties (setProperty(); unknown keys and bad values are rejected):
  *
- *  - "CheckFinite": "true" (default) or "false".  When true, each evaluation
- *    checks that the energy and every force are finite and throws an
- *    OpenMMException naming the first bad particle otherwise.  When false the
- *    check is skipped (for benchmarks only).
+ *  - "CheckFinite": "true" (default), "deferred" or "false".  When true, each
+ *    evaluation checks that the energy and every force are finite (and, on
+ *    CUDA, within the fixed-point range) and throws an OpenMMException naming
+ *    the first bad particle before OpenMM uses them; on the CUDA platform the
+ *    host waits for the whole evaluation every step to learn this.
+ *    "deferred" (CUDA platform, one device, Domains "single"; elsewhere the
+ *    same as "true"): the host waits only for the graph build (row overflow,
+ *    coincident or non-finite positions are still handled in the same step)
+ *    and learns of a bad energy or force at the next evaluation, which then
+ *    throws, naming the particle; so the host's work of a step overlaps the
+ *    device's, and the bad forces have been used for one step.  "false": as
+ *    "deferred" on CUDA but the energy and forces are not checked (elsewhere
+ *    not checked either); for benchmarks.
  *  - "CudaGraph": "auto" (default), "true" or "false".  CUDA platform only:
  *    the whole evaluation (graph build, edge scans, networks, forces) is
  *    captured once into a CUDA graph and replayed, one launch per evaluation;

@@ -132,8 +132,8 @@ void GraphForce::setProperty(const std::string& key, const std::string& value) {
             known += (known.empty() ? "" : ", ") + k;
         throw OpenMMException("GraphForce: unknown property '" + key + "'; the known properties are " + known);
     }
-    if (key == "CheckFinite" && value != "true" && value != "false")
-        throw OpenMMException("GraphForce: property CheckFinite must be \"true\" or \"false\", found \"" + value + "\"");
+    if (key == "CheckFinite" && value != "true" && value != "deferred" && value != "false")
+        throw OpenMMException("GraphForce: property CheckFinite must be \"true\", \"deferred\" or \"false\", found \"" + value + "\"");
     if (key == "Domains" && value != "single" && value != "mpi")
         throw OpenMMException("GraphForce: property Domains must be \"single\" or \"mpi\", found \"" + value + "\"");
     if (key == "CudaGraph" && value != "auto" && value != "true" && value != "false")

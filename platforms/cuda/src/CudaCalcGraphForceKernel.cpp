@@ -51,8 +51,13 @@ void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce
                                                        : CudaFusedNetwork::Auto;
     const std::string cluster = force.getProperty("CudaFusedCluster");
     const int fusedCluster = cluster == "auto" ? 0 : std::stoi(cluster); // validated by setProperty
-    pipeline = createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), mode, chunkRows,
-                                       parseNeighborSearch(force.getProperty("CudaNeighborSearch")), fusion, fusedCluster, domain);
+    const std::string finite = force.getProperty("CheckFinite");
+    const CudaStatusCheck statusCheck = finite == "deferred" ? CudaStatusCheck::Deferred
+                                        : finite == "false"  ? CudaStatusCheck::Off
+                                                             : CudaStatusCheck::Current;
+    pipeline =
+        createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), mode, chunkRows,
+                                parseNeighborSearch(force.getProperty("CudaNeighborSearch")), fusion, fusedCluster, statusCheck, domain);
     // The status of an evaluation is read where OpenMM reads its own neighbour-list
     // count: in finishComputation, after every force has been enqueued.
     postComputation = std::make_shared<PostComputationState>();

@@ -32,7 +32,8 @@ template <typename real> class CudaGraphPipeline : public CudaGraphPipelineBase 
 public:
     CudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles,
                       const std::vector<int>& types, bool periodic, int numSystemParticles, CudaGraphMode graphMode, int maxChunkRows,
-                      CudaNeighborSearch search, CudaFusedNetwork fusedNetwork, int fusedCluster, const CudaGraphDomain& domain)
+                      CudaNeighborSearch search, CudaFusedNetwork fusedNetwork, int fusedCluster, CudaStatusCheck statusCheck,
+                      const CudaGraphDomain& domain)
         : cu(cu), model(model), n((int) particles.size()), periodic(periodic), graphMode(graphMode) {
         firstCenter = domain.firstCenter;
         numCenters = domain.numCenters < 0 ? n : domain.numCenters;
@@ -51,6 +52,8 @@ public:
             this->graphMode = CudaGraphMode::Off;
         }
         rankSums = domain.rankSums;
+        // Only the whole system on one device reads its status early: the domains' and ranks' sums need the whole record.
+        this->statusCheck = !rankSums && numCenters == n && n > 0 ? statusCheck : CudaStatusCheck::Current;
         ContextSelector selector(cu);
         GRAPH_CU_CHECK(cuDeviceGetAttribute(&numMultiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cu.getDevice()));
         const GraphModel& m = *model;
@@ -153,14 +156,17 @@ public:
             identitySlots->upload(identity);
         }
         status.reset(CudaArray::create<GraphStatus>(cu, 1, "graphStatus"));
+        status->upload(std::vector<GraphStatus>(1)); // the record the first evaluation hands on (Deferred) is a clean one
         // Driver objects last, after every check that can refuse the force (a throwing constructor runs no destructor).
         GRAPH_CU_CHECK(cuStreamCreate(&captureStream, CU_STREAM_NON_BLOCKING));
-        GRAPH_CU_CHECK(cuMemHostAlloc((void**) &hostStatus, sizeof(GraphStatus), CU_MEMHOSTALLOC_DEVICEMAP));
-        *hostStatus = GraphStatus();
+        GRAPH_CU_CHECK(cuMemHostAlloc((void**) &hostStatus, StatusRecords * sizeof(GraphStatus), CU_MEMHOSTALLOC_DEVICEMAP));
+        for (int r = 0; r < StatusRecords; r++)
+            hostStatus[r] = GraphStatus();
         CUdeviceptr mapped = 0;
         GRAPH_CU_CHECK(cuMemHostGetDevicePointer(&mapped, hostStatus, 0));
         mappedStatus = reinterpret_cast<GraphStatus*>(mapped);
         GRAPH_CU_CHECK(cuEventCreate(&statusEvent, CU_EVENT_DISABLE_TIMING));
+        GRAPH_CU_CHECK(cuEventCreate(&buildEvent, CU_EVENT_DISABLE_TIMING));
     }
 
     ~CudaGraphPipeline() {
@@ -172,6 +178,8 @@ public:
             cuMemFreeHost(hostStatus);
         if (statusEvent)
             cuEventDestroy(statusEvent);
+        if (buildEvent)
+            cuEventDestroy(buildEvent);
     }
 
     void setTypes(const std::vector<int>& types) override {
@@ -221,13 +229,23 @@ private:
      */
     void enqueueWork(cudaStream_t stream, bool includeForces, bool addEnergy, const GraphBox<double>& box) {
         const GraphModel& m = *model;
-        GRAPH_CUDA_CHECK(cudaMemsetAsync(pointer<GraphStatus>(status), 0, sizeof(GraphStatus), stream));
+        if (statusCheck == CudaStatusCheck::Current)
+            GRAPH_CUDA_CHECK(cudaMemsetAsync(pointer<GraphStatus>(status), 0, sizeof(GraphStatus), stream));
+        else // the previous evaluation's record to the host (finish() checks it when Deferred), then a clean one
+            launchCopyStatus(pointer<GraphStatus>(status), mappedStatus + PreviousRecord, true, stream);
         if (n == 0)
             return finishEvaluation(stream, false);
         const int* types = pointer<int>(typeArray);
 
         // Stage 1: the canonical graph.
         graph->enqueue(stream, box, pointer<GraphStatus>(status));
+        if (statusCheck != CudaStatusCheck::Current) {
+            // What the build found, for finish() to read as soon as the build is done (an event node when captured).
+            launchCopyStatus(pointer<GraphStatus>(status), mappedStatus + BuildRecord, false, stream);
+            GRAPH_CU_CHECK(
+                cuEventRecordWithFlags(buildEvent, (CUstream) stream,
+                                       stream == (cudaStream_t) captureStream ? CU_EVENT_RECORD_EXTERNAL : CU_EVENT_RECORD_DEFAULT));
+        }
         const double* x = graph->positions();
         const int capacity = graph->capacity();
 
@@ -424,13 +442,34 @@ public:
             return true;
         pending = false;
         ContextSelector selector(cu);
+        if (statusCheck != CudaStatusCheck::Current) {
+            GRAPH_CU_CHECK(cuEventSynchronize(buildEvent));
+            const GraphStatus previous = hostStatus[PreviousRecord], built = hostStatus[BuildRecord];
+            const bool checkPrevious = previousValid && statusCheck == CudaStatusCheck::Deferred;
+            previousValid = true;
+            if (checkPrevious && !(error = graph->errorMessage(previous)).empty()) {
+                error += " (found in the evaluation before this one: CheckFinite is \"deferred\", so its forces have been used)";
+                return true;
+            }
+            return checkBuild(built, error);
+        }
         GRAPH_CU_CHECK(cuEventSynchronize(statusEvent));
-        const GraphStatus s = *hostStatus;
+        return checkBuild(hostStatus[EndRecord], error);
+    }
+
+    /**
+     * The part of finish() common to every CudaStatusCheck: an error in `s`
+     * into `error`, or a row overflow (capacity grows, returns false: OpenMM
+     * recomputes; the evaluation's record is then not checked as the
+     * previous one).
+     */
+    bool checkBuild(const GraphStatus& s, std::string& error) {
         error = graph->errorMessage(s);
         if (!error.empty())
             return true;
         if (s.maxRowCount > graph->capacity()) {
             // A row did not fit: grow (with room to spare) and have OpenMM recompute.
+            previousValid = false;
             dropGraph();
             graph->grow(s.maxRowCount);
             return false;
@@ -446,8 +485,8 @@ public:
     }
 
     void readRankResult(std::vector<int64_t>* forces, int64_t energyWords[2]) override {
-        energyWords[0] = hostStatus->energyHigh;
-        energyWords[1] = hostStatus->energyLow;
+        energyWords[0] = hostStatus[EndRecord].energyHigh;
+        energyWords[1] = hostStatus[EndRecord].energyLow;
         if (forces != nullptr) {
             ContextSelector selector(cu);
             forces->resize(3 * (size_t) std::max(1, n));
@@ -920,9 +959,14 @@ private:
     static constexpr int FusedAutoCluster = 1;
     std::vector<std::unique_ptr<CudaArray>> fusedWeights; ///< per type and hidden layer: W^T, W (FusedNetworkWeights)
     std::unique_ptr<CudaArray> fusedGroups;               ///< [numTypes] FusedNetworkWeights
-    GraphStatus* hostStatus = nullptr;   ///< pinned, written by the last kernel of an evaluation through mappedStatus
+    /** hostStatus's records: written at an evaluation's end; after its graph build and at its start (the previous one's). */
+    static constexpr int EndRecord = 0, BuildRecord = 1, PreviousRecord = 2, StatusRecords = 3;
+    GraphStatus* hostStatus = nullptr;   ///< pinned [StatusRecords], written by the evaluation's kernels through mappedStatus
     GraphStatus* mappedStatus = nullptr; ///< hostStatus in the device's address space
-    CUevent statusEvent = nullptr;
+    CUevent statusEvent = nullptr;       ///< recorded after an evaluation (CudaStatusCheck Current waits for it)
+    CUevent buildEvent = nullptr;        ///< recorded after an evaluation's graph build (Deferred and Off wait for it)
+    CudaStatusCheck statusCheck = CudaStatusCheck::Current;
+    bool previousValid = false; ///< Deferred: the next PreviousRecord is that of an evaluation whose build fit (to be checked)
     bool pending = false; ///< an enqueue() whose status finish() has not read yet
     int numMultiprocessors = 1;
     CudaGraphMode graphMode;
@@ -937,13 +981,13 @@ std::unique_ptr<CudaGraphPipelineBase>
 GraphPlugin::createCudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles,
                                      const std::vector<int>& types, bool periodic, int numSystemParticles, CudaGraphMode graphMode,
                                      int maxChunkRows, CudaNeighborSearch search, CudaFusedNetwork fusedNetwork, int fusedCluster,
-                                     const CudaGraphDomain& domain) {
+                                     CudaStatusCheck statusCheck, const CudaGraphDomain& domain) {
     if (cu.getUseDoublePrecision()) {
         auto pipeline = new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows,
-                                                      search, fusedNetwork, fusedCluster, domain);
+                                                      search, fusedNetwork, fusedCluster, statusCheck, domain);
         return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
     }
     auto pipeline = new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, search,
-                                                 fusedNetwork, fusedCluster, domain);
+                                                 fusedNetwork, fusedCluster, statusCheck, domain);
     return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
 }

@@ -25,6 +25,18 @@ enum class CudaGraphMode { Off, Auto, Required };
 enum class CudaFusedNetwork { Off, Auto, Required };
 
 /**
+ * The GraphForce property CheckFinite on the CUDA platform: when finish()
+ * learns of errors.  Current ("true"): it waits for the whole evaluation and
+ * reports its errors before OpenMM uses its forces.  Deferred ("deferred"):
+ * it waits only for the graph build (row overflow, coincident or non-finite
+ * positions) and reports the errors of the rest of the evaluation (non-finite
+ * energy, forces beyond the fixed-point range) at the next evaluation's
+ * finish(), so the host's work of the step overlaps the device's.  Off
+ * ("false"): as Deferred without the rest's errors.
+ */
+enum class CudaStatusCheck { Current, Deferred, Off };
+
+/**
  * The share of one device when a Context spans several GPUs: the pipeline
  * evaluates the energies of the centers [firstCenter, firstCenter +
  * numCenters) (force order; their rows reach every particle) and adds their
@@ -75,9 +87,11 @@ public:
     virtual void enqueue(bool includeForces, bool addEnergy) = 0;
     /**
      * Read the status of the last enqueue() (waiting for it if the device is
-     * not done) and act on it: throws an OpenMMException for an error, returns
-     * false when a neighbour row overflowed (capacity has then grown and the
-     * caller must recompute).  Returns true at once when nothing is pending.
+     * not done; with CudaStatusCheck Deferred or Off only for its graph build)
+     * and act on it: throws an OpenMMException for an error (Deferred: also
+     * for one of the evaluation before), returns false when a neighbour row
+     * overflowed (capacity has then grown and the caller must recompute).
+     * Returns true at once when nothing is pending.
      * Called from OpenMM's finishComputation (a ForcePostComputation), the
      * point where OpenMM reads its own neighbour-list count.
      */
@@ -130,13 +144,15 @@ inline void centerShares(int n, int numDomains, std::vector<int>& first, std::ve
  * @param search     the CudaNeighborSearch property
  * @param fusedNetwork the CudaFusedNetwork property
  * @param fusedCluster the CudaFusedCluster property: blocks per tile of the fused network, 0 for automatic
+ * @param statusCheck the CheckFinite property (Current wherever the domain is not the whole system on one device)
  * @param domain     this device's share (all centers by default); a model with an interaction block needs domain.exchange to be split
  */
 std::unique_ptr<CudaGraphPipelineBase> createCudaGraphPipeline(OpenMM::CudaContext& cu, std::shared_ptr<const GraphModel> model,
                                                                const std::vector<int>& particles, const std::vector<int>& types,
                                                                bool periodic, int numSystemParticles, CudaGraphMode graphMode,
                                                                int maxChunkRows, CudaNeighborSearch search, CudaFusedNetwork fusedNetwork,
-                                                               int fusedCluster, const CudaGraphDomain& domain = CudaGraphDomain());
+                                                               int fusedCluster, CudaStatusCheck statusCheck,
+                                                               const CudaGraphDomain& domain = CudaGraphDomain());
 
 } // namespace GraphPlugin
 

@@ -359,6 +359,16 @@ template <typename real> int configureClusterFitting(const FusedNetworkShape& sh
 void launchFinishEvaluation(const GraphStatus* status, GraphStatus* hostStatus, void* energyBuffer, bool energyIsDouble,
                             cudaStream_t stream);
 
+/**
+ * Copies the status record (device) to hostStatus (pinned host memory mapped
+ * into the device's address space) and, when clear, zeroes it: at the start
+ * of an evaluation this hands the host the previous evaluation's record and
+ * starts a new one; after the graph build it hands the host what the build
+ * found (row overflow, coincident or non-finite positions) before the rest of
+ * the evaluation has run.
+ */
+void launchCopyStatus(GraphStatus* status, GraphStatus* hostStatus, bool clear, cudaStream_t stream);
+
 } // namespace GraphPlugin
 
 #endif

@@ -1,7 +1,9 @@
 /**
- * The end of an evaluation on the CUDA platform: the energy into OpenMM's
- * buffer and the status record to the host, in one kernel
- * (launchFinishEvaluation).
+ * The status record of an evaluation on the CUDA platform: at its end the
+ * energy into OpenMM's buffer and the record to the host, in one kernel
+ * (launchFinishEvaluation); with CheckFinite "deferred" or "false", copies
+ * of it to the host at its start and after the graph build
+ * (launchCopyStatus).
  */
 
 #include "GraphDeviceFunctions.cuh"
@@ -29,7 +31,23 @@ __global__ void finishEvaluationKernel(const GraphStatus* __restrict__ status, G
         target[w] = source[w];
 }
 
+/** One warp: copies the status record to mapped host memory word by word and, with clear, zeroes each word after. */
+__global__ void copyStatusKernel(GraphStatus* __restrict__ status, GraphStatus* hostStatus, int clear) {
+    constexpr int Words = sizeof(GraphStatus) / sizeof(int);
+    int* source = reinterpret_cast<int*>(status);
+    volatile int* target = reinterpret_cast<volatile int*>(hostStatus);
+    for (int w = threadIdx.x; w < Words; w += blockDim.x) {
+        target[w] = source[w];
+        if (clear)
+            source[w] = 0;
+    }
+}
+
 } // namespace
+
+void launchCopyStatus(GraphStatus* status, GraphStatus* hostStatus, bool clear, cudaStream_t stream) {
+    copyStatusKernel<<<1, 32, 0, stream>>>(status, hostStatus, clear ? 1 : 0);
+}
 
 void launchFinishEvaluation(const GraphStatus* status, GraphStatus* hostStatus, void* energyBuffer, bool energyIsDouble,
                             cudaStream_t stream) {

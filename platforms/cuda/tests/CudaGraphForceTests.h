@@ -73,6 +73,9 @@ TEST(CudaGraphForce, CrowdedRowsAreRecomputedTransparently) {
             force->setProperty("CudaGraph", mode); // "true": the capacity growth re-captures the graph
             force->setProperty("CudaNeighborSearch", search);
             checkAgainstReference(*system, config.positions);
+            // The overflow is found as early when the host waits only for the graph build.
+            force->setProperty("CheckFinite", "deferred");
+            checkAgainstReference(*system, config.positions);
         }
 }
 
@@ -172,6 +175,76 @@ TEST(CudaGraphForce, ChunkedNodeStageGivesBitwiseIdenticalTrajectories) {
 TEST(CudaGraphForce, CellAndAllPairsSearchesGiveBitwiseIdenticalTrajectories) {
     expectSameTrajectories(propertyTrajectory({{"CudaNeighborSearch", "cells"}}, 1),
                            propertyTrajectory({{"CudaNeighborSearch", "allpairs"}}, 1));
+}
+
+/**
+ * CheckFinite "deferred" (the host waits only for the graph build) and
+ * "false" change no result: bitwise the trajectory of "true", with and
+ * without CUDA graphs (whose build event is then a node of the graph).
+ */
+TEST(CudaGraphForce, DeferredStatusGivesBitwiseIdenticalTrajectories) {
+    const std::vector<Result> checked = propertyTrajectory({{"CheckFinite", "true"}}, 1);
+    for (const char* check : {"deferred", "false"})
+        for (const char* graphs : {"true", "false"}) {
+            SCOPED_TRACE(std::string("CheckFinite ") + check + ", CudaGraph " + graphs);
+            expectSameTrajectories(checked, propertyTrajectory({{"CheckFinite", check}, {"CudaGraph", graphs}}, 1));
+        }
+}
+
+/**
+ * An energy beyond the fixed-point range (a type whose energy shift is 2e9
+ * kJ/mol) is an error in the evaluation that meets it with CheckFinite
+ * "true"; with "deferred" the next evaluation throws it, naming the particle
+ * and saying that it was found late; with "false" nothing throws.  A clean
+ * evaluation before it is never blamed.
+ */
+TEST(CudaGraphForce, DeferredStatusReportsErrorsAtTheNextEvaluation) {
+    GraphTest::ModelOptions options;
+    options.lastTypeShift = 2e9;
+    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 39);
+    config.types.assign(config.types.size(), 0);
+    for (const char* check : {"true", "deferred", "false"}) {
+        SCOPED_TRACE(std::string("CheckFinite ") + check);
+        GraphForce* force;
+        std::unique_ptr<System> system(makeSystem(config, options, &force));
+        force->setProperty("CheckFinite", check);
+        VerletIntegrator integrator(0.001);
+        Context context(*system, integrator, testPlatform(), testPlatformProperties());
+        context.setPositions(config.positions);
+        const double clean = context.getState(State::Energy).getPotentialEnergy();
+        ASSERT_TRUE(std::isfinite(clean));
+        ASSERT_EQ(clean, context.getState(State::Energy).getPotentialEnergy()); // the first evaluation is not blamed
+        int particle, type;
+        force->getParticleParameters(37, particle, type);
+        force->setParticleParameters(37, particle, 1);
+        force->updateParametersInContext(context);
+        auto evaluate = [&]() { context.getState(State::Energy | State::Forces); };
+        if (std::string(check) == "true") {
+            try {
+                evaluate();
+                ADD_FAILURE() << "no error for an energy beyond the fixed-point range";
+            }
+            catch (const OpenMMException& error) {
+                EXPECT_NE(std::string(error.what()).find("particle 37"), std::string::npos) << error.what();
+                EXPECT_EQ(std::string(error.what()).find("before this one"), std::string::npos) << error.what();
+            }
+        }
+        else if (std::string(check) == "deferred") {
+            evaluate(); // the bad evaluation itself returns
+            try {
+                evaluate();
+                ADD_FAILURE() << "no error at the evaluation after the bad one";
+            }
+            catch (const OpenMMException& error) {
+                EXPECT_NE(std::string(error.what()).find("particle 37"), std::string::npos) << error.what();
+                EXPECT_NE(std::string(error.what()).find("found in the evaluation before this one"), std::string::npos) << error.what();
+            }
+        }
+        else {
+            evaluate();
+            evaluate();
+        }
+    }
 }
 
 /**

@@ -14,7 +14,7 @@ void ReferenceCalcGraphForceKernel::initialize(const System& system, const Graph
     model = force.getModel();
     evaluator.reset();
     periodic = force.usesPeriodicBoundaryConditions();
-    checkFinite = force.getProperty("CheckFinite") == "true";
+    checkFinite = force.getProperty("CheckFinite") != "false"; // "deferred" checks at once here: nothing runs ahead
     domains.reset();
     if (force.getProperty("Domains") == "mpi")
         domains.reset(new ReferenceMpiDomains());

@@ -20,7 +20,7 @@ void ReferenceCalcTorchGraphForceKernel::initialize(const System& system, const 
         domains.reset(new ReferenceMpiDomains());
     }
     periodic = force.usesPeriodicBoundaryConditions();
-    checkFinite = force.getProperty("CheckFinite") == "true";
+    checkFinite = force.getProperty("CheckFinite") != "false"; // "deferred" checks at once here: nothing runs ahead
     dtype = model->torchFloat32 ? torch::kFloat32 : torch::kFloat64;
     const int n = force.getNumParticles();
     particles.resize(n);
