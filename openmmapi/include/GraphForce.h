@@ -48,8 +48,9 @@ class GraphModel;
  *    and learns of a bad energy or force at the next evaluation, which then
  *    throws, naming the particle; so the host's work of a step overlaps the
  *    device's, and the bad forces have been used for one step.  "false": as
- *    "deferred" on CUDA but the energy and forces are not checked (elsewhere
- *    not checked either); for benchmarks.
+ *    "deferred" on CUDA but the energy and forces are not checked (the
+ *    Reference platforms do not check either; a PyTorch model on CUDA always
+ *    checks); for benchmarks.
  *  - "CudaGraph": "auto" (default), "true" or "false".  CUDA platform only:
  *    the whole evaluation (graph build, edge scans, networks, forces) is
  *    captured once into a CUDA graph and replayed, one launch per evaluation;

@@ -268,6 +268,13 @@ template <typename real> int configureClusterFitting(const FusedNetworkShape& sh
     return clusters;
 }
 
+template <typename real> bool clusterFittingCompiled() {
+    cudaFuncAttributes attributes;
+    const bool compiled = cudaFuncGetAttributes(&attributes, clusterKernel<real>(16)) == cudaSuccess && attributes.ptxVersion >= 90;
+    cudaGetLastError();
+    return compiled;
+}
+
 template <typename real>
 void launchClusterFitting(const GraphModelParams<real>& model, const FusedNetworkShape& shape, const FusedNetworkWeights<real>* groups,
                           const int* rowNodes, const real* moments, real* particleEnergy, real* gradMoments, GraphStatus* status,
@@ -284,6 +291,7 @@ void launchClusterFitting(const GraphModelParams<real>& model, const FusedNetwor
 
 #define GRAPH_INSTANTIATE_CLUSTER(real)                                                                                                    \
     template int configureClusterFitting<real>(const FusedNetworkShape&, int);                                                             \
+    template bool clusterFittingCompiled<real>();                                                                                          \
     template void launchClusterFitting<real>(const GraphModelParams<real>&, const FusedNetworkShape&, const FusedNetworkWeights<real>*,    \
                                              const int*, const real*, real*, real*, GraphStatus*, bool, cudaStream_t);
 GRAPH_INSTANTIATE_CLUSTER(float)

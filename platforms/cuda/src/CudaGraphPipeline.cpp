@@ -446,12 +446,16 @@ public:
             GRAPH_CU_CHECK(cuEventSynchronize(buildEvent));
             const GraphStatus previous = hostStatus[PreviousRecord], built = hostStatus[BuildRecord];
             const bool checkPrevious = previousValid && statusCheck == CudaStatusCheck::Deferred;
-            previousValid = true;
+            // This evaluation's record is checked at the next one, unless an error is reported now: the evaluation that
+            // throws (for its own build or for the one before) is not blamed again.
+            previousValid = false;
             if (checkPrevious && !(error = graph->errorMessage(previous)).empty()) {
                 error += " (found in the evaluation before this one: CheckFinite is \"deferred\", so its forces have been used)";
                 return true;
             }
-            return checkBuild(built, error);
+            const bool done = checkBuild(built, error);
+            previousValid = done && error.empty();
+            return done;
         }
         GRAPH_CU_CHECK(cuEventSynchronize(statusEvent));
         return checkBuild(hostStatus[EndRecord], error);
@@ -460,8 +464,8 @@ public:
     /**
      * The part of finish() common to every CudaStatusCheck: an error in `s`
      * into `error`, or a row overflow (capacity grows, returns false: OpenMM
-     * recomputes; the evaluation's record is then not checked as the
-     * previous one).
+     * recomputes; with Deferred the evaluation's record is then not checked
+     * as the previous one).
      */
     bool checkBuild(const GraphStatus& s, std::string& error) {
         error = graph->errorMessage(s);
@@ -469,7 +473,6 @@ public:
             return true;
         if (s.maxRowCount > graph->capacity()) {
             // A row did not fit: grow (with room to spare) and have OpenMM recompute.
-            previousValid = false;
             dropGraph();
             graph->grow(s.maxRowCount);
             return false;
@@ -638,6 +641,8 @@ private:
      */
     std::string clusterTilesObstacle(int S) {
         fusedShape.clusterSize = S;
+        if (!clusterFittingCompiled<real>())
+            return "the plugin holds no code for compute capability 9.0 or later (CMAKE_CUDA_ARCHITECTURES), which clusters need";
         int widestSlice = 0, widestWidth = 0;
         for (int l = 0; l <= fusedShape.numLayers; l++)
             if (clusterSlice<real>(fusedShape.width[l], S) > widestSlice) {

@@ -348,6 +348,13 @@ size_t clusterLayout(FusedNetworkShape& shape, int momentEntries, int realSize);
 template <typename real> int configureClusterFitting(const FusedNetworkShape& shape, int maxSharedBytes);
 
 /**
+ * Whether the cluster kernel that the device runs was compiled for compute
+ * capability 9.0 or later (its body is empty below; a build for older
+ * architectures only would run that through PTX on a newer device).
+ */
+template <typename real> bool clusterFittingCompiled();
+
+/**
  * The last kernel of an evaluation (StatusKernels.cu): adds the evaluation's
  * fixed-point energy (status) to OpenMM's energy buffer (float or double;
  * none when energyBuffer is null) and writes the status record to

@@ -196,7 +196,8 @@ TEST(CudaGraphForce, DeferredStatusGivesBitwiseIdenticalTrajectories) {
  * kJ/mol) is an error in the evaluation that meets it with CheckFinite
  * "true"; with "deferred" the next evaluation throws it, naming the particle
  * and saying that it was found late; with "false" nothing throws.  A clean
- * evaluation before it is never blamed.
+ * evaluation before it is never blamed, nor one after the error was
+ * reported; a graph-build error is reported in its own evaluation.
  */
 TEST(CudaGraphForce, DeferredStatusReportsErrorsAtTheNextEvaluation) {
     GraphTest::ModelOptions options;
@@ -244,7 +245,34 @@ TEST(CudaGraphForce, DeferredStatusReportsErrorsAtTheNextEvaluation) {
             evaluate();
             evaluate();
         }
+        // Back to a clean state: no evaluation is blamed again for an error already reported.
+        force->setParticleParameters(37, particle, 0);
+        force->updateParametersInContext(context);
+        EXPECT_NO_THROW(evaluate());
+        EXPECT_NO_THROW(evaluate());
     }
+    // An error of the graph build (two particles at one position) is reported in the evaluation that meets it, and only
+    // there, with the deferred check too.
+    GraphForce* force;
+    options.lastTypeShift = 0;
+    std::unique_ptr<System> system(makeSystem(config, options, &force));
+    force->setProperty("CheckFinite", "deferred");
+    VerletIntegrator integrator(0.001);
+    Context context(*system, integrator, testPlatform(), testPlatformProperties());
+    std::vector<Vec3> positions = config.positions;
+    positions[17] = positions[4];
+    context.setPositions(positions);
+    try {
+        context.getState(State::Energy);
+        ADD_FAILURE() << "two particles at one position were accepted";
+    }
+    catch (const OpenMMException& error) {
+        EXPECT_NE(std::string(error.what()).find("same position"), std::string::npos) << error.what();
+        EXPECT_EQ(std::string(error.what()).find("before this one"), std::string::npos) << error.what();
+    }
+    context.setPositions(config.positions);
+    EXPECT_NO_THROW(context.getState(State::Energy));
+    EXPECT_NO_THROW(context.getState(State::Energy));
 }
 
 /**
