@@ -372,6 +372,17 @@ def make_openmm_system(n: int, box, trivial_force: bool, model_path: str | None 
     return system
 
 
+def parse_force_properties(pairs) -> dict:
+    """{key: value} of --force-property KEY=VALUE arguments; a clear error for anything else."""
+    properties = {}
+    for pair in pairs or []:
+        key, equals, value = pair.partition("=")
+        if not equals or not key:
+            raise SystemExit(f"--force-property expects KEY=VALUE (e.g. CheckFinite=deferred), got {pair!r}")
+        properties[key] = value
+    return properties
+
+
 def make_context(system, positions, platform_name: str, properties: dict):
     import openmm
 
@@ -444,6 +455,7 @@ class Run:
         if args.multi_gpu and not self.on_cuda:
             raise SystemExit(f"--multi-gpu {args.multi_gpu}: needs the CUDA platform, found {args.platform}")
         self.properties = {"Precision": args.precision, "DeviceIndex": str(args.device_index)} if self.on_cuda else {}
+        self.force_properties = parse_force_properties(args.force_property)
         if args.platform in ("CUDA", "OpenCL", "HIP"):
             self.precision = args.precision
         else:
@@ -516,6 +528,7 @@ class Run:
             "platform": self.platform_name,
             "precision": self.precision,
             "platform_properties": self.properties,
+            "force_properties": self.force_properties,
             "gpu_name": None,
             "gpu_driver": None,
             "cuda_driver_version": None,
@@ -695,7 +708,9 @@ class Run:
             path = None if trivial else self.exported_model(grade, torch_model) if torch_model else self.model(grade)[1]
             # "aoti": the package with the default TorchCudaContext ("auto": OpenMM's own CUDA context); "aoti-primary":
             # the same package in the device's primary context.
-            force_properties = {"TorchCudaContext": "primary"} if torch_model and torch_model.endswith("-primary") else None
+            force_properties = dict(self.force_properties)
+            if torch_model and torch_model.endswith("-primary"):
+                force_properties["TorchCudaContext"] = "primary"
             system = make_openmm_system(n, box, trivial, path, types, force_properties)
             self.free_torch_memory()
             before_bytes = self.memory.used_bytes()
@@ -893,7 +908,7 @@ class Run:
         start = time.perf_counter()
         try:
             positions, types, box = lattice_system(n, n_types=model.n_types, seed=0)
-            system = make_openmm_system(n, box, False, path, types)
+            system = make_openmm_system(n, box, False, path, types, self.force_properties)
             del types
             self.free_torch_memory()
             before_bytes = self.memory.used_bytes()
@@ -1169,6 +1184,9 @@ def main(argv=None) -> int:
     parser.add_argument("--precision", default="mixed", choices=("single", "mixed", "double"),
                         help="CUDA precision (default mixed); the CPU platform's GraphForce is double")
     parser.add_argument("--device-index", type=int, default=0, help="CUDA device (OpenMM DeviceIndex and torch cuda:N)")
+    parser.add_argument("--force-property", action="append", default=[], metavar="KEY=VALUE",
+                        help="a GraphForce property for every openmm-graph record (repeatable), e.g. CheckFinite=deferred; "
+                             "recorded in the JSON header's force_properties")
     parser.add_argument("--multi-gpu", default=None,
                         help="also run the GraphForce on these CUDA devices in one Context (OpenMM DeviceIndex, e.g. 0,1; "
                              "docs/multi-gpu.md), recorded as openmm-graph-CUDA-<precision>-x<devices>")
