@@ -3,9 +3,10 @@
  * devices with thread-block clusters (sm_90 and later): the whole fitting
  * network of a tile of rows in one cluster of S blocks.  Every block of the
  * cluster works on all of the tile's rows but only on its slice of each
- * layer's columns (clusterSlice), so it streams 1/S of the weights through
- * its shared memory instead of all of them (what bounds fusedFittingKernel,
- * docs/cuda-platform.md).  The values a block computes that the others need
+ * layer's columns (clusterSlice), so it needs 1/S of the weights, which it
+ * copies into its shared memory once at the start (cp.async, while the
+ * moments load) and keeps there, instead of streaming all of them through
+ * each product (what bounds fusedFittingKernel, docs/cuda-platform.md).  The values a block computes that the others need
  * (the descriptor, each layer's activations, each dE/dz and the descriptor's
  * gradient) it stores into every block's shared memory (distributed shared
  * memory), and a cluster barrier after each stage makes them visible: one
@@ -34,22 +35,22 @@ namespace {
 namespace cg = cooperative_groups;
 
 /**
- * streamedProduct with as many threads per row as the slice has columns
- * (ldb = the slice's padded width, at most 128), so that all threads work on
- * narrow slices; the host keeps R x ldb <= 2048 (at most 8 rows a thread).
+ * The product with B (this block's slice, [K][ldb]) resident in shared
+ * memory, with as many threads per row as the slice has columns (ldb = the
+ * slice's padded width, at most 128), so that all threads work on narrow
+ * slices; the host keeps R x ldb <= 2048 (at most 8 rows a thread).
  */
 template <typename real, int R, typename Epilogue>
-__device__ inline void slicedProduct(const real* __restrict__ B, int K, int C, int ldb, const real* in, int inStride, real* stage,
-                                     int stageElements, Epilogue epilogue) {
+__device__ inline void slicedProduct(const real* B, int K, int C, int ldb, const real* in, int inStride, Epilogue epilogue) {
     if (ldb <= 16)
-        streamedProduct<real, R, 16, 1>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+        streamedProduct<real, R, 16, 1, true>(B, K, C, ldb, in, inStride, nullptr, 0, epilogue);
     else if (ldb <= 32)
-        streamedProduct<real, R, 32, 1>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+        streamedProduct<real, R, 32, 1, true>(B, K, C, ldb, in, inStride, nullptr, 0, epilogue);
     else if constexpr (R <= 32) {
         if (ldb <= 64)
-            streamedProduct<real, R, 64, 1>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+            streamedProduct<real, R, 64, 1, true>(B, K, C, ldb, in, inStride, nullptr, 0, epilogue);
         else if constexpr (R <= 16)
-            streamedProduct<real, R, 128, 1>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+            streamedProduct<real, R, 128, 1, true>(B, K, C, ldb, in, inStride, nullptr, 0, epilogue);
     }
 }
 
@@ -75,7 +76,6 @@ __global__ void __launch_bounds__(FusedThreads)
     const int strideA = fusedPadded<real>(HM);
     real* input = shared + shape.inputOffset; // the descriptor, later its gradient
     const int strideD = fusedPadded<real>(D);
-    real* stage = shared + shape.stageOffset;
     auto node = [&](int r) { return rowNodes[rowBase + r]; };
     // This block's columns [first, first + count) of a layer of `width` units; returns the slice's padded width.
     auto slice = [&](int width, int& first, int& count) {
@@ -90,12 +90,27 @@ __global__ void __launch_bounds__(FusedThreads)
             cluster.map_shared_rank(local, b)[index] = value;
     };
 
+    // This block's slices of every layer's weights, into shared memory once (they stay for the whole evaluation).
+    constexpr int V = fusedVector<real>();
+    for (int l = 0; l < L; l++) {
+        const int K = shape.width[l], N = shape.width[l + 1], qN = clusterSlice<real>(N, S), qK = clusterSlice<real>(K, S);
+        const real* forward = net.forward[l] + (size_t) rank * K * qN;
+        const real* backward = net.backward[l] + (size_t) rank * N * qK;
+        for (int e = threadIdx.x * V; e < K * qN; e += FusedThreads * V)
+            __pipeline_memcpy_async(shared + shape.weightOffset[l] + e, forward + e, 16);
+        if (withForces)
+            for (int e = threadIdx.x * V; e < N * qK; e += FusedThreads * V)
+                __pipeline_memcpy_async(shared + shape.weightOffset[MaxFusedLayers + l] + e, backward + e, 16);
+    }
+    __pipeline_commit();
+
     // The rows' moments (zero for the rows past the group's end: finite values that are never written out).
     for (int e = threadIdx.x; e < R * HM; e += FusedThreads) {
         const int r = e / HM, x = e % HM;
         A[r * strideA + x] = r < rows ? moments[(size_t) node(r) * HM + x] : real(0);
     }
-    cluster.sync(); // the moments are in, and every block of the cluster has started (before any remote store)
+    __pipeline_wait_prior(0); // this thread's weight copies; the barrier below makes them everyone's
+    cluster.sync();           // the moments and weights are in, and every block of the cluster has started (before any remote store)
     {
         int first, count;
         slice(D, first, count);
@@ -119,8 +134,7 @@ __global__ void __launch_bounds__(FusedThreads)
         const bool residual = shape.residual[l] != 0;
         const real* __restrict__ bias = net.bias[l];
         const real* __restrict__ timestep = net.timestep[l];
-        slicedProduct<real, R>(net.forward[l] + (size_t) rank * K * q, K, count, q, h, strideH, stage, shape.stageElements,
-                               [&](int r, int c, real acc) {
+        slicedProduct<real, R>(shared + shape.weightOffset[l], K, count, q, h, strideH, [&](int r, int c, real acc) {
                                    const int col = first + c;
                                    toAll(out, r * strideOut + col,
                                          denseForwardValue(shape.activation, residual, acc, bias[col], residual ? timestep[col] : real(0),
@@ -175,8 +189,7 @@ __global__ void __launch_bounds__(FusedThreads)
         const int strideK = fusedPadded<real>(K);
         int kFirst, kCount;
         const int qK = slice(K, kFirst, kCount);
-        slicedProduct<real, R>(net.backward[l] + (size_t) rank * N * qK, N, kCount, qK, dz, strideN, stage, shape.stageElements,
-                               [&](int r, int c, real acc) {
+        slicedProduct<real, R>(shared + shape.weightOffset[MaxFusedLayers + l], N, kCount, qK, dz, strideN, [&](int r, int c, real acc) {
                                    const int k = kFirst + c;
                                    const real value = denseInputGradient(residual, acc, residual ? g[r * strideN + k] : real(0));
                                    if (l == 0)
@@ -227,11 +240,9 @@ size_t clusterLayout(FusedNetworkShape& shape, int momentEntries, int realSize) 
     const int V = 16 / realSize, R = shape.tileRows, S = shape.clusterSize;
     auto pad = [&](int w) { return (w + V - 1) / V * V; };
     auto slice = [&](int w) { return pad((w + S - 1) / S); };
-    int widest = 0, widestSlice = slice(shape.width[0]);
-    for (int l = 1; l <= shape.numLayers; l++) {
+    int widest = 0;
+    for (int l = 1; l <= shape.numLayers; l++)
         widest = std::max(widest, pad(shape.width[l]));
-        widestSlice = std::max(widestSlice, slice(shape.width[l]));
-    }
     int offset = 0;
     shape.momentsOffset = offset;
     offset += R * pad(momentEntries);
@@ -245,10 +256,17 @@ size_t clusterLayout(FusedNetworkShape& shape, int momentEntries, int realSize) 
         shape.derivOffset[l] = offset;
         offset += R * slice(shape.width[l + 1]);
     }
-    // A stage is 8 KB (128 rows of a 16-column slice in fp32), or 4 rows of the widest slice if more.
+    // The block's weight slices, resident: W^T [K][slice(N)] and W [N][slice(K)] of each layer.
+    for (int l = 0; l < shape.numLayers; l++) {
+        const int K = shape.width[l], N = shape.width[l + 1];
+        shape.weightOffset[l] = offset;
+        offset += K * slice(N);
+        shape.weightOffset[MaxFusedLayers + l] = offset;
+        offset += N * slice(K);
+    }
     shape.stageOffset = offset;
-    shape.stageElements = std::max(8192 / realSize, 4 * widestSlice);
-    shape.totalElements = offset + FusedStages * shape.stageElements;
+    shape.stageElements = 0;
+    shape.totalElements = offset;
     return (size_t) shape.totalElements * realSize;
 }
 

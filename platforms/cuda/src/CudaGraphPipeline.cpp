@@ -634,10 +634,12 @@ private:
      * Why the fitting network cannot run with each tile's columns spread over
      * a cluster of S blocks (empty when it can; then fusedShape holds the
      * cluster's tile rows and layout).  Each block's slice of a layer is at
-     * most 128 columns (its threads cover the slice's columns); tiles of 16,
-     * 32 or 64 rows, the fewest that give at most one block per
-     * multiprocessor, within 8 rows a thread (rows x slice <= 2,048) and the
-     * shared memory of a block.
+     * most 128 columns (its threads cover the slice's columns) and its slices
+     * of all the weights stay in its shared memory.  Tiles of 16, 32 or 64
+     * rows within 8 rows a thread (rows x slice <= 2,048) and the shared
+     * memory of a block: the ones that take the fewest waves of clusters the
+     * device runs at once (cudaOccupancyMaxActiveClusters), then the fewest
+     * rows.
      */
     std::string clusterTilesObstacle(int S) {
         fusedShape.clusterSize = S;
@@ -654,23 +656,39 @@ private:
                    std::to_string(widestWidth) + " to each block (at most 128); set CudaFusedCluster to 16 or to 1";
         const int columnThreads = widestSlice <= 16 ? 16 : widestSlice <= 32 ? 32 : widestSlice <= 64 ? 64 : 128;
         const int mostRows = std::min(64, 2048 / columnThreads);
-        int rows = 16;
-        while (rows < mostRows && (numCenters + rows - 1) / rows * S > numMultiprocessors)
-            rows *= 2;
-        for (; rows >= 16; rows /= 2) {
+        int bestRows = 0;
+        long long bestWaves = 0;
+        std::string why;
+        for (int rows = 16; rows <= mostRows; rows *= 2) {
             fusedShape.tileRows = rows;
             const size_t bytes = clusterLayout(fusedShape, H * M, sizeof(real));
-            if (bytes > (size_t) maxFusedShared)
+            if (bytes > (size_t) maxFusedShared) {
+                if (why.empty())
+                    why = "a tile of " + std::to_string(rows) + " rows over a cluster of " + std::to_string(S) + " blocks needs " +
+                          std::to_string(bytes / 1024) + " KB of shared memory per block (with the block's slices of the weights), " +
+                          "more than the device's " + std::to_string(maxFusedShared / 1024) + " KB; set CudaFusedCluster to a larger size";
+                break;
+            }
+            const int active = configureClusterFitting<real>(fusedShape, maxFusedShared);
+            if (active < 1) {
+                if (why.empty())
+                    why = "the device cannot run a cluster of " + std::to_string(S) + " blocks with " + std::to_string(bytes / 1024) +
+                          " KB of shared memory each; set CudaFusedCluster to a smaller size";
                 continue;
-            if (configureClusterFitting<real>(fusedShape, maxFusedShared) < 1)
-                return "the device cannot run a cluster of " + std::to_string(S) + " blocks with " + std::to_string(bytes / 1024) +
-                       " KB of shared memory each; set CudaFusedCluster to a smaller size";
-            return "";
+            }
+            // Tiles: at most one partial tile per type beyond the whole ones.
+            const long long tiles = (numCenters + rows - 1) / rows + model->numTypes - 1;
+            const long long waves = (tiles + active - 1) / active;
+            if (bestRows == 0 || waves < bestWaves) {
+                bestRows = rows;
+                bestWaves = waves;
+            }
         }
-        fusedShape.tileRows = 16;
-        return "a tile of 16 rows over a cluster of " + std::to_string(S) + " blocks needs " +
-               std::to_string(clusterLayout(fusedShape, H * M, sizeof(real)) / 1024) +
-               " KB of shared memory per block, more than the device's " + std::to_string(maxFusedShared / 1024) + " KB";
+        if (bestRows == 0)
+            return why;
+        fusedShape.tileRows = bestRows;
+        clusterLayout(fusedShape, H * M, sizeof(real));
+        return "";
     }
 
     /**

@@ -23,9 +23,10 @@ namespace GraphPlugin {
  * CPT x R / (FusedThreads / CT) sums, columns t % CT + CT j of rows
  * t / CT + (FusedThreads / CT) i; a warp's lanes share their rows (broadcast
  * reads of `in`) and read consecutive columns of B.  Begins and ends with the
- * block synchronised.
+ * block synchronised.  Resident: B is already in shared memory (all K rows;
+ * `stage` unused), read in place as one slice.
  */
-template <typename real, int R, int CT, int CPT, typename Epilogue>
+template <typename real, int R, int CT, int CPT, bool Resident = false, typename Epilogue>
 __device__ inline void streamedProduct(const real* __restrict__ B, int K, int C, int ldb, const real* in, int inStride, real* stage,
                                        int stageElements, Epilogue epilogue) {
     constexpr int V = fusedVector<real>(), RS = FusedThreads / CT, RPT = R / RS; // RS: rows between a thread's rows
@@ -33,8 +34,8 @@ __device__ inline void streamedProduct(const real* __restrict__ B, int K, int C,
     const int c0 = threadIdx.x % CT, r0 = threadIdx.x / CT;
     // Rows of B per slice: a multiple of 4 (aligned 4-k reads of `in`), at least 4 (the host sizes the stages for it), at
     // most 64 rows of 128 columns' worth (more rows of narrower B).
-    const int sliceRows = max(4, min(64 * 128 / CT, stageElements / ldb) / 4 * 4);
-    const int numSlices = (K + sliceRows - 1) / sliceRows;
+    const int sliceRows = Resident ? K : max(4, min(64 * 128 / CT, stageElements / ldb) / 4 * 4);
+    const int numSlices = Resident ? 1 : (K + sliceRows - 1) / sliceRows;
     auto issue = [&](int s) {
         if (s < numSlices) {
             const int first = s * sliceRows, count = min(sliceRows, K - first);
@@ -46,13 +47,16 @@ __device__ inline void streamedProduct(const real* __restrict__ B, int K, int C,
         __pipeline_commit();
     };
     real acc[CPT][RPT] = {};
-    for (int s = 0; s < FusedStages - 1; s++)
-        issue(s);
+    if constexpr (!Resident)
+        for (int s = 0; s < FusedStages - 1; s++)
+            issue(s);
     for (int s = 0; s < numSlices; s++) {
-        __pipeline_wait_prior(FusedStages - 2); // slice s has landed (this thread's copies) ...
-        __syncthreads();                        // ... everyone's; and the stage of slice s - 1 is free
-        issue(s + FusedStages - 1);
-        const real* b = stage + (s % FusedStages) * stageElements;
+        if constexpr (!Resident) {
+            __pipeline_wait_prior(FusedStages - 2); // slice s has landed (this thread's copies) ...
+            __syncthreads();                        // ... everyone's; and the stage of slice s - 1 is free
+            issue(s + FusedStages - 1);
+        }
+        const real* b = Resident ? B : stage + (s % FusedStages) * stageElements;
         const int k0 = s * sliceRows, count = min(sliceRows, K - k0);
         auto step = [&](int kk, const real(&a)[RPT]) {
             real bv[CPT];

@@ -291,9 +291,11 @@ struct FusedNetworkShape {
     int tileStart[MaxBatchedGroups + 1]; ///< group g: tiles [tileStart[g], tileStart[g+1])
     // Shared memory, offsets in reals (each a multiple of fusedVector): moments [tileRows][fusedPadded(H M)], descriptor and
     // its gradient [tileRows][fusedPadded(width[0])], three buffers (a cluster: four) [tileRows][fusedPadded(max width)],
-    // act'(z) of each layer [tileRows][clusterSlice(width[l + 1], clusterSize)], then FusedStages weight slices of
-    // stageElements.
-    int momentsOffset, inputOffset, bufferOffset[4], derivOffset[MaxFusedLayers], stageOffset, stageElements, totalElements;
+    // act'(z) of each layer [tileRows][clusterSlice(width[l + 1], clusterSize)], then one block: FusedStages weight slices
+    // of stageElements; a cluster: the block's resident weight slices, layer l's W^T at weightOffset[l] and its W at
+    // weightOffset[MaxFusedLayers + l].
+    int momentsOffset, inputOffset, bufferOffset[4], derivOffset[MaxFusedLayers], weightOffset[2 * MaxFusedLayers], stageOffset,
+        stageElements, totalElements;
 };
 
 /**
