@@ -339,14 +339,41 @@ std::vector<Result> propertyResults(const GraphTest::ModelOptions& options, cons
 
 /**
  * The fused network of wider models, bitwise against a kernel per layer, in
- * one block per tile and in clusters (slices of 8 to 80 columns a block):
- * three types, no l-sum (a 512-entry descriptor: four columns per thread in
+ * one block per tile: three types, no l-sum (a 512-entry descriptor: four columns per thread in
  * the last backward product), SiLU, 1,500 particles (the last tile of each
  * type partial); hidden widths 200, 200 (residual) and 40 (two columns per
  * thread, padded rows: tiles of 16 rows on a device of 94 to 187
  * multiprocessors, such as an H200, in single and mixed precision), then
  * 600 and 40 (eight columns per thread: tiles of 8 rows there).
  */
+/**
+ * The fused network over clusters of 8 and 16 blocks, bitwise against a
+ * kernel per layer, on a model whose slices are not all whole vectors:
+ * three types, no l-sum (a 256-entry descriptor), SiLU, hidden widths 120,
+ * 120 (residual) and 40, 1,500 particles (partial tiles); slices of 32, 16
+ * and 8 columns (8 blocks, fp32; 6 in fp64) and 16, 8 and 4 (16 blocks), so
+ * 16 and 32 threads a row and blocks without columns of the last layer.
+ * Skipped where the device has no clusters.
+ */
+TEST(CudaGraphForce, ClusterFusedNetworkGivesBitwiseIdenticalResults) {
+    if (!deviceHasClusters())
+        GTEST_SKIP() << "the device has no thread-block clusters";
+    GraphTest::ModelOptions options;
+    options.numTypes = 3;
+    options.lMax = 1;
+    options.numChannels = 16;
+    options.numAxis = 8;
+    options.lSum = false;
+    options.fittingWidths = {120, 120, 40};
+    options.activation = "silu";
+    Configuration config = makeConfiguration(Geometry::Cubic, 1500, 3, 41);
+    const std::vector<Result> layered = propertyResults(options, config, {{"CudaFusedNetwork", "false"}}, 5);
+    for (const char* cluster : {"8", "16"}) {
+        SCOPED_TRACE(std::string("CudaFusedCluster ") + cluster);
+        expectSameTrajectories(layered, propertyResults(options, config, {{"CudaFusedNetwork", "true"}, {"CudaFusedCluster", cluster}}, 5));
+    }
+}
+
 TEST(CudaGraphForce, FusedNetworkOfWideModelGivesBitwiseIdenticalResults) {
     for (const std::vector<int>& widths : {std::vector<int>{200, 200, 40}, std::vector<int>{600, 40}}) {
         GraphTest::ModelOptions options;
@@ -361,13 +388,6 @@ TEST(CudaGraphForce, FusedNetworkOfWideModelGivesBitwiseIdenticalResults) {
         std::vector<Result> layered = propertyResults(options, config, {{"CudaFusedNetwork", "false"}}, 5);
         std::vector<Result> fused = propertyResults(options, config, {{"CudaFusedNetwork", "true"}}, 5);
         expectSameTrajectories(layered, fused);
-        // Clusters for the first model only (600 units in the four buffers of a cluster block's tile do not fit in shared
-        // memory): slices of 64, 28 and 8 columns (8 blocks); 32, 14 or 16, and 4 or 8 (16 blocks; fp64 or fp32).
-        for (const std::string& cluster : widths.size() == 3 ? testedClusterSizes() : std::vector<std::string>()) {
-            SCOPED_TRACE("CudaFusedCluster " + cluster);
-            expectSameTrajectories(layered,
-                                   propertyResults(options, config, {{"CudaFusedNetwork", "true"}, {"CudaFusedCluster", cluster}}, 5));
-        }
         // And both agree with the Reference platform.
         std::unique_ptr<System> system(makeSystem(config, options));
         Result expected = evaluate(*system, config.positions, Platform::getPlatformByName("Reference"));
