@@ -237,25 +237,9 @@ cudaLaunchConfig_t clusterConfig(const FusedNetworkShape& shape, int tiles, cuda
 } // namespace
 
 size_t clusterLayout(FusedNetworkShape& shape, int momentEntries, int realSize) {
-    const int V = 16 / realSize, R = shape.tileRows, S = shape.clusterSize;
-    auto pad = [&](int w) { return (w + V - 1) / V * V; };
-    auto slice = [&](int w) { return pad((w + S - 1) / S); };
-    int widest = 0;
-    for (int l = 1; l <= shape.numLayers; l++)
-        widest = std::max(widest, pad(shape.width[l]));
-    int offset = 0;
-    shape.momentsOffset = offset;
-    offset += R * pad(momentEntries);
-    shape.inputOffset = offset;
-    offset += R * pad(shape.width[0]);
-    for (int b = 0; b < 4; b++) {
-        shape.bufferOffset[b] = offset;
-        offset += R * widest;
-    }
-    for (int l = 0; l < shape.numLayers; l++) {
-        shape.derivOffset[l] = offset;
-        offset += R * slice(shape.width[l + 1]);
-    }
+    const int V = 16 / realSize, S = shape.clusterSize;
+    auto slice = [&](int w) { return ((w + S - 1) / S + V - 1) / V * V; }; // clusterSlice
+    int offset = fusedTileArrays(shape, momentEntries, realSize, 4);
     // The block's weight slices, resident: W^T [K][slice(N)] and W [N][slice(K)] of each layer.
     for (int l = 0; l < shape.numLayers; l++) {
         const int K = shape.width[l], N = shape.width[l + 1];

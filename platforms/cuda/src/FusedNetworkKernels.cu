@@ -151,10 +151,9 @@ __global__ void __launch_bounds__(FusedThreads)
 
 } // namespace
 
-size_t fusedLayout(FusedNetworkShape& shape, int momentEntries, int realSize) {
-    const int V = 16 / realSize;
+int fusedTileArrays(FusedNetworkShape& shape, int momentEntries, int realSize, int buffers) {
+    const int V = 16 / realSize, R = shape.tileRows, S = std::max(1, shape.clusterSize);
     auto pad = [&](int w) { return (w + V - 1) / V * V; };
-    const int R = shape.tileRows;
     int widest = 0;
     for (int l = 1; l <= shape.numLayers; l++)
         widest = std::max(widest, pad(shape.width[l]));
@@ -163,14 +162,24 @@ size_t fusedLayout(FusedNetworkShape& shape, int momentEntries, int realSize) {
     offset += R * pad(momentEntries);
     shape.inputOffset = offset;
     offset += R * pad(shape.width[0]);
-    for (int b = 0; b < 3; b++) {
+    for (int b = 0; b < buffers; b++) {
         shape.bufferOffset[b] = offset;
         offset += R * widest;
     }
     for (int l = 0; l < shape.numLayers; l++) {
         shape.derivOffset[l] = offset;
-        offset += R * pad(shape.width[l + 1]);
+        offset += R * pad((shape.width[l + 1] + S - 1) / S); // clusterSlice
     }
+    return offset;
+}
+
+size_t fusedLayout(FusedNetworkShape& shape, int momentEntries, int realSize) {
+    const int V = 16 / realSize;
+    auto pad = [&](int w) { return (w + V - 1) / V * V; };
+    int widest = 0;
+    for (int l = 1; l <= shape.numLayers; l++)
+        widest = std::max(widest, pad(shape.width[l]));
+    const int offset = fusedTileArrays(shape, momentEntries, realSize, 3);
     // A slice is 16 KB, or 4 rows of the widest B if more (the backward of the first layer: rows of the descriptor's width).
     shape.stageOffset = offset;
     shape.stageElements = std::max(16384 / realSize, 4 * std::max(widest, pad(shape.width[0])));

@@ -305,6 +305,14 @@ struct FusedNetworkShape {
 size_t fusedLayout(FusedNetworkShape& shape, int momentEntries, int realSize);
 
 /**
+ * The arrays of a tile that both fused kernels lay out first (moments,
+ * descriptor, `buffers` buffers of the widest layer, act'(z) of each layer's
+ * clusterSlice for shape.clusterSize blocks); returns the offset after them,
+ * in reals.
+ */
+int fusedTileArrays(FusedNetworkShape& shape, int momentEntries, int realSize, int buffers);
+
+/**
  * The fitting network of small batches in one kernel (the per-layer kernels'
  * invariants, dense layers, energy output, backward and invariants' backward
  * for the rows of one block together), bitwise the same results: a block of
