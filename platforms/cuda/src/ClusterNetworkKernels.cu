@@ -23,6 +23,7 @@
  */
 
 #include "FusedProduct.cuh"
+#include "FusedTileFunctions.cuh"
 #include "GraphKernelLaunch.h"
 #include "NetworkDeviceFunctions.cuh"
 #include <algorithm>
@@ -66,7 +67,7 @@ __global__ void __launch_bounds__(FusedThreads)
     real* shared = reinterpret_cast<real*>(sharedBytes);
     const int H = (model.lMax + 1) * (model.lMax + 1), HM = H * model.numChannels;
     const int D = shape.width[0], L = shape.numLayers;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int warp = threadIdx.x >> 5;
     const int tile = blockIdx.x / S;
     const int group = groupOf(shape.tileStart, shape.numGroups, tile);
     const int rowBase = shape.rowStart[group] + (tile - shape.tileStart[group]) * R;
@@ -76,7 +77,6 @@ __global__ void __launch_bounds__(FusedThreads)
     const int strideA = fusedPadded<real>(HM);
     real* input = shared + shape.inputOffset; // the descriptor, later its gradient
     const int strideD = fusedPadded<real>(D);
-    auto node = [&](int r) { return rowNodes[rowBase + r]; };
     // This block's columns [first, first + count) of a layer of `width` units; returns the slice's padded width.
     auto slice = [&](int width, int& first, int& count) {
         const int q = clusterSlice<real>(width, S);
@@ -105,10 +105,7 @@ __global__ void __launch_bounds__(FusedThreads)
     __pipeline_commit();
 
     // The rows' moments (zero for the rows past the group's end: finite values that are never written out).
-    for (int e = threadIdx.x; e < R * HM; e += FusedThreads) {
-        const int r = e / HM, x = e % HM;
-        A[r * strideA + x] = r < rows ? moments[(size_t) node(r) * HM + x] : real(0);
-    }
+    loadTileMoments<real, R>(moments, rowNodes + rowBase, rows, HM, A, strideA, threadIdx.x, FusedThreads);
     __pipeline_wait_prior(0); // this thread's weight copies; the barrier below makes them everyone's
     cluster.sync();           // the moments and weights are in, and every block of the cluster has started (before any remote store)
     {
@@ -147,15 +144,8 @@ __global__ void __launch_bounds__(FusedThreads)
 
     // The energy output: a warp per row, the rows shared among the cluster's blocks.
     const int W = shape.width[L];
-    for (int r = rank * (FusedThreads / 32) + warp; r < rows; r += S * (FusedThreads / 32)) {
-        const real sum = warpDot(net.outputWeight, h + r * strideH, W, lane);
-        if (lane == 0) {
-            const real energy = sum + net.outputBias[0] + net.energyShift;
-            particleEnergy[node(r)] = energy;
-            if (status)
-                addParticleEnergy(status, node(r), energy);
-        }
-    }
+    tileEnergies(net, h, strideH, W, rowNodes + rowBase, rows, rank * (FusedThreads / 32) + warp, S * (FusedThreads / 32), particleEnergy,
+                 status);
     if (!withForces)
         return; // no store into another block follows the last barrier
 
@@ -202,14 +192,8 @@ __global__ void __launch_bounds__(FusedThreads)
     cluster.sync(); // the descriptor's gradient is whole in every block; no remote store follows
 
     // dE/dA from the descriptor's gradient, the entries shared among the cluster's blocks.
-    for (int e = rank * FusedThreads + threadIdx.x; e < R * HM; e += S * FusedThreads) {
-        const int r = e / HM, x = e % HM;
-        if (r < rows) {
-            real gx, ga;
-            invariantGradient(model, A + r * strideA, A + r * strideA, input + r * strideD, x, gx, ga);
-            gradMoments[(size_t) node(r) * HM + x] = real(0) + gx + ga;
-        }
-    }
+    tileMomentGradients<real, R>(model, A, strideA, input, strideD, rowNodes + rowBase, rows, HM, rank * FusedThreads + threadIdx.x,
+                                 S * FusedThreads, gradMoments);
 #endif
 }
 

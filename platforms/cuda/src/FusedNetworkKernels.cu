@@ -16,6 +16,7 @@
  */
 
 #include "FusedProduct.cuh"
+#include "FusedTileFunctions.cuh"
 #include "GraphKernelLaunch.h"
 #include "NetworkDeviceFunctions.cuh"
 
@@ -55,7 +56,7 @@ __global__ void __launch_bounds__(FusedThreads)
     real* shared = reinterpret_cast<real*>(sharedBytes);
     const int H = (model.lMax + 1) * (model.lMax + 1), HM = H * model.numChannels;
     const int D = shape.width[0], L = shape.numLayers;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int warp = threadIdx.x >> 5;
     const int group = groupOf(shape.tileStart, shape.numGroups, blockIdx.x);
     const int rowBase = shape.rowStart[group] + (blockIdx.x - shape.tileStart[group]) * R;
     const int rows = min(R, shape.rowStart[group + 1] - rowBase);
@@ -65,13 +66,9 @@ __global__ void __launch_bounds__(FusedThreads)
     real* input = shared + shape.inputOffset; // the descriptor, later its gradient
     const int strideD = fusedPadded<real>(D);
     real* stage = shared + shape.stageOffset;
-    auto node = [&](int r) { return rowNodes[rowBase + r]; };
 
     // The rows' moments (zero for the rows past the group's end: finite values that are never written out).
-    for (int e = threadIdx.x; e < R * HM; e += FusedThreads) {
-        const int r = e / HM, x = e % HM;
-        A[r * strideA + x] = r < rows ? moments[(size_t) node(r) * HM + x] : real(0);
-    }
+    loadTileMoments<real, R>(moments, rowNodes + rowBase, rows, HM, A, strideA, threadIdx.x, FusedThreads);
     __syncthreads();
     for (int e = threadIdx.x; e < R * D; e += FusedThreads) {
         const int r = e / D, flat = e % D;
@@ -99,15 +96,7 @@ __global__ void __launch_bounds__(FusedThreads)
 
     // The energy output: a warp per row.
     const int W = shape.width[L];
-    for (int r = warp; r < rows; r += FusedThreads / 32) {
-        const real sum = warpDot(net.outputWeight, h + r * strideH, W, lane);
-        if (lane == 0) {
-            const real energy = sum + net.outputBias[0] + net.energyShift;
-            particleEnergy[node(r)] = energy;
-            if (status)
-                addParticleEnergy(status, node(r), energy);
-        }
-    }
+    tileEnergies(net, h, strideH, W, rowNodes + rowBase, rows, warp, FusedThreads / 32, particleEnergy, status);
     if (!withForces)
         return;
 
@@ -139,14 +128,7 @@ __global__ void __launch_bounds__(FusedThreads)
     }
 
     // dE/dA from the descriptor's gradient.
-    for (int e = threadIdx.x; e < R * HM; e += FusedThreads) {
-        const int r = e / HM, x = e % HM;
-        if (r < rows) {
-            real gx, ga;
-            invariantGradient(model, A + r * strideA, A + r * strideA, input + r * strideD, x, gx, ga);
-            gradMoments[(size_t) node(r) * HM + x] = real(0) + gx + ga;
-        }
-    }
+    tileMomentGradients<real, R>(model, A, strideA, input, strideD, rowNodes + rowBase, rows, HM, threadIdx.x, FusedThreads, gradMoments);
 }
 
 } // namespace
