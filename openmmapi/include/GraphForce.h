@@ -83,12 +83,13 @@ class GraphModel;
  *  - "CudaFusedCluster": "auto" (default), "1", "2", "4", "8" or "16".  CUDA
  *    platform only, when the fitting network is fused: how many blocks share
  *    a tile of rows, each computing a slice of every layer's columns and
- *    streaming only that slice of the weights (a thread-block cluster,
+ *    holding only that slice of the weights (a thread-block cluster,
  *    compute capability 9.0 and later; tiles of 16, 32 or 64 rows).  "1" is
  *    one block per tile of 4, 8 or 16 rows that streams all the weights,
- *    and what "auto" takes (clusters measured slower so far: 76.1 us for 8
- *    blocks, 114.6 us for 16, against 36.6 us for one block per tile at 512
- *    particles of the small grade on an H200).  A size that cannot run (no
+ *    and what "auto" takes (clusters were slower when first measured, with
+ *    the weights streamed per layer: 76.1 us for 8 blocks, 114.6 us for 16,
+ *    against 36.6 us for one block per tile at 512 particles of the small
+ *    grade on an H200).  A size that cannot run (no
  *    clusters, a slice of more than 128 columns, too little shared memory)
  *    is an OpenMMException when CudaFusedNetwork is "true" and a kernel per
  *    layer when it is "auto".  Results are bitwise the same for every value.

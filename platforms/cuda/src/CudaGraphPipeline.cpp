@@ -977,7 +977,9 @@ private:
      * CudaFusedCluster "auto": blocks per tile where the device has clusters.
      * 1: on an H200 at small 512 (bench/NOTES.md v13) clusters of 8 blocks
      * took 76.1 us and of 16 blocks 114.6 us against 36.6 us for one block per
-     * tile (fusedFittingKernel), so clusters are used only when asked for.
+     * tile (fusedFittingKernel), with the weights streamed per layer; the
+     * resident weights since are not measured yet.  Clusters run only when
+     * asked for.
      */
     static constexpr int FusedAutoCluster = 1;
     std::vector<std::unique_ptr<CudaArray>> fusedWeights; ///< per type and hidden layer: W^T, W (FusedNetworkWeights)
