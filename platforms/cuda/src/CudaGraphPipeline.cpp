@@ -213,15 +213,21 @@ public:
                 captureGraph(key, includeForces, addEnergy, box);
             if (graphExec != nullptr) {
                 GRAPH_CUDA_CHECK(cudaGraphLaunch(graphExec, stream));
-                GRAPH_CU_CHECK(cuEventRecord(statusEvent, (CUstream) stream));
+                recordStatusEvent(stream);
                 return;
             }
         }
         enqueueWork(stream, includeForces, addEnergy, box);
-        GRAPH_CU_CHECK(cuEventRecord(statusEvent, (CUstream) stream));
+        recordStatusEvent(stream);
     }
 
 private:
+    /** The event finish() waits for with CudaStatusCheck Current (the others wait for buildEvent, recorded inside). */
+    void recordStatusEvent(cudaStream_t stream) {
+        if (statusCheck == CudaStatusCheck::Current)
+            GRAPH_CU_CHECK(cuEventRecord(statusEvent, (CUstream) stream));
+    }
+
     /**
      * Everything one evaluation does on the device, in stream order; no host
      * synchronisation and no host reads, so that it can be captured into a CUDA

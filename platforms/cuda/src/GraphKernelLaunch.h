@@ -373,8 +373,7 @@ template <typename real> bool clusterFittingCompiled();
  * completed).  A kernel rather than a copy: in a CUDA graph a device-to-host
  * copy node costs 3-5 us of idle device before it (H200), a kernel node none.
  */
-void launchFinishEvaluation(const GraphStatus* status, GraphStatus* hostStatus, void* energyBuffer, bool energyIsDouble,
-                            cudaStream_t stream);
+void launchFinishEvaluation(GraphStatus* status, GraphStatus* hostStatus, void* energyBuffer, bool energyIsDouble, cudaStream_t stream);
 
 /**
  * Copies the status record (device) to hostStatus (pinned host memory mapped

@@ -13,9 +13,12 @@ namespace GraphPlugin {
 
 namespace {
 
-/** One warp: lane 0 adds the energy; the lanes copy the status record to mapped host memory word by word. */
-__global__ void finishEvaluationKernel(const GraphStatus* __restrict__ status, GraphStatus* hostStatus, void* energyBuffer,
-                                       int energyIsDouble) {
+/**
+ * One warp: lane 0 adds the energy to energyBuffer (when not null); the lanes copy the status record to mapped host memory
+ * word by word and, with clear, zero each word after copying it.
+ */
+__global__ void statusKernel(GraphStatus* __restrict__ status, GraphStatus* hostStatus, void* energyBuffer, int energyIsDouble,
+                             int clear) {
     static_assert(sizeof(GraphStatus) % sizeof(int) == 0, "the status record is copied in 4-byte words");
     constexpr int Words = sizeof(GraphStatus) / sizeof(int);
     if (threadIdx.x == 0 && energyBuffer != nullptr) {
@@ -25,15 +28,7 @@ __global__ void finishEvaluationKernel(const GraphStatus* __restrict__ status, G
         else
             ((float*) energyBuffer)[0] += (float) energy;
     }
-    const int* source = reinterpret_cast<const int*>(status);
-    volatile int* target = reinterpret_cast<volatile int*>(hostStatus);
-    for (int w = threadIdx.x; w < Words; w += blockDim.x)
-        target[w] = source[w];
-}
-
-/** One warp: copies the status record to mapped host memory word by word and, with clear, zeroes each word after. */
-__global__ void copyStatusKernel(GraphStatus* __restrict__ status, GraphStatus* hostStatus, int clear) {
-    constexpr int Words = sizeof(GraphStatus) / sizeof(int);
+    __syncwarp(); // lane 0 has read the energy before any lane clears it
     int* source = reinterpret_cast<int*>(status);
     volatile int* target = reinterpret_cast<volatile int*>(hostStatus);
     for (int w = threadIdx.x; w < Words; w += blockDim.x) {
@@ -46,12 +41,11 @@ __global__ void copyStatusKernel(GraphStatus* __restrict__ status, GraphStatus* 
 } // namespace
 
 void launchCopyStatus(GraphStatus* status, GraphStatus* hostStatus, bool clear, cudaStream_t stream) {
-    copyStatusKernel<<<1, 32, 0, stream>>>(status, hostStatus, clear ? 1 : 0);
+    statusKernel<<<1, 32, 0, stream>>>(status, hostStatus, nullptr, 0, clear ? 1 : 0);
 }
 
-void launchFinishEvaluation(const GraphStatus* status, GraphStatus* hostStatus, void* energyBuffer, bool energyIsDouble,
-                            cudaStream_t stream) {
-    finishEvaluationKernel<<<1, 32, 0, stream>>>(status, hostStatus, energyBuffer, energyIsDouble ? 1 : 0);
+void launchFinishEvaluation(GraphStatus* status, GraphStatus* hostStatus, void* energyBuffer, bool energyIsDouble, cudaStream_t stream) {
+    statusKernel<<<1, 32, 0, stream>>>(status, hostStatus, energyBuffer, energyIsDouble ? 1 : 0, 0);
 }
 
 } // namespace GraphPlugin
