@@ -723,8 +723,9 @@ private:
              chooseDenseTileRows(numCenters, fusedShape.width[1], numMultiprocessors, sizeof(real) == 4) != 8))
             return;
         fused = true;
-        if (fusedShape.clusterSize == 1)
-            configureFusedFitting<real>(maxFusedShared);
+        if (fusedShape.clusterSize == 1 && !configureFusedFitting<real>(maxFusedShared))
+            throw OpenMMException("GraphForce: the device refused " + std::to_string(maxFusedShared / 1024) +
+                                  " KB of shared memory for the fused fitting network; set CudaFusedNetwork to \"false\"");
         const GraphModel& m = *model;
         const int S = fusedShape.clusterSize;
         std::vector<FusedNetworkWeights<real>> groups(m.numTypes);

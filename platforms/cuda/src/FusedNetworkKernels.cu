@@ -66,8 +66,11 @@ __global__ void __launch_bounds__(FusedThreads)
     const int strideA = fusedPadded<real>(HM);
     real* input = shared + shape.inputOffset; // the descriptor, later its gradient
     const int strideD = fusedPadded<real>(D);
-    __shared__ unsigned long long barriers[FusedStages];
-    FusedWeightStream<real> weights(net, shape, shared + shape.stageOffset, barriers, withForces ? 2 * L : L);
+    // The stream's stages, then its mbarriers (dynamic shared memory: a static array would take the block past the
+    // device's limit when the layout uses all of it).
+    real* stages = shared + shape.stageOffset;
+    unsigned long long* barriers = reinterpret_cast<unsigned long long*>(stages + FusedStages * shape.stageElements);
+    FusedWeightStream<real> weights(net, shape, stages, barriers, withForces ? 2 * L : L);
     weights.start(); // the first slices load with the moments and the descriptor
 
     // The rows' moments (zero for the rows past the group's end: finite values that are never written out).
@@ -168,14 +171,19 @@ size_t fusedLayout(FusedNetworkShape& shape, int momentEntries, int realSize) {
     // A slice is 16 KB, or 4 rows of the widest B if more (the backward of the first layer: rows of the descriptor's width).
     shape.stageOffset = offset;
     shape.stageElements = std::max(16384 / realSize, 4 * std::max(widest, pad(shape.width[0])));
-    shape.totalElements = offset + FusedStages * shape.stageElements;
+    // Then FusedWeightStream's FusedStages mbarriers (8 bytes each; the stages end 16-byte aligned).
+    shape.totalElements = offset + FusedStages * shape.stageElements + FusedStages * 8 / realSize;
     return (size_t) shape.totalElements * realSize;
 }
 
-template <typename real> void configureFusedFitting(int maxSharedBytes) {
-    cudaFuncSetAttribute(fusedFittingKernel<real, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes);
-    cudaFuncSetAttribute(fusedFittingKernel<real, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes);
-    cudaFuncSetAttribute(fusedFittingKernel<real, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes);
+template <typename real> bool configureFusedFitting(int maxSharedBytes) {
+    bool ok = cudaFuncSetAttribute(fusedFittingKernel<real, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes) == cudaSuccess;
+    ok =
+        ok && cudaFuncSetAttribute(fusedFittingKernel<real, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes) == cudaSuccess;
+    ok = ok &&
+         cudaFuncSetAttribute(fusedFittingKernel<real, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes) == cudaSuccess;
+    cudaGetLastError(); // reported by the return value, not left for the next launch's check
+    return ok;
 }
 
 template <typename real>
@@ -198,7 +206,7 @@ void launchFusedFitting(const GraphModelParams<real>& model, const FusedNetworkS
 }
 
 #define GRAPH_INSTANTIATE_FUSED(real)                                                                                                      \
-    template void configureFusedFitting<real>(int);                                                                                        \
+    template bool configureFusedFitting<real>(int);                                                                                        \
     template void launchFusedFitting<real>(const GraphModelParams<real>&, const FusedNetworkShape&, const FusedNetworkWeights<real>*,      \
                                            const int*, const real*, real*, real*, GraphStatus*, bool, cudaStream_t);
 GRAPH_INSTANTIATE_FUSED(float)

@@ -292,8 +292,8 @@ struct FusedNetworkShape {
     // Shared memory, offsets in reals (each a multiple of fusedVector): moments [tileRows][fusedPadded(H M)], descriptor and
     // its gradient [tileRows][fusedPadded(width[0])], three buffers (a cluster: four) [tileRows][fusedPadded(max width)],
     // act'(z) of each layer [tileRows][clusterSlice(width[l + 1], clusterSize)], then one block: FusedStages weight slices
-    // of stageElements; a cluster: the block's resident weight slices, layer l's W^T at weightOffset[l] and its W at
-    // weightOffset[MaxFusedLayers + l].
+    // of stageElements and FusedStages mbarriers (8 bytes each); a cluster: the block's resident weight slices, layer l's W^T at
+    // weightOffset[l] and its W at weightOffset[MaxFusedLayers + l].
     int momentsOffset, inputOffset, bufferOffset[4], derivOffset[MaxFusedLayers], weightOffset[2 * MaxFusedLayers], stageOffset,
         stageElements, totalElements;
 };
@@ -327,8 +327,11 @@ void launchFusedFitting(const GraphModelParams<real>& model, const FusedNetworkS
                         const int* rowNodes, const real* moments, real* particleEnergy, real* gradMoments, GraphStatus* status,
                         bool withForces, cudaStream_t stream);
 
-/** Allows the fused kernels the device's largest shared memory per block (host only; not during a capture). */
-template <typename real> void configureFusedFitting(int maxSharedBytes);
+/**
+ * Allows the fused kernels maxSharedBytes of dynamic shared memory per block
+ * (host only; not during a capture); false when the device refuses.
+ */
+template <typename real> bool configureFusedFitting(int maxSharedBytes);
 
 /**
  * The fitting network of small batches with each tile's columns spread over
