@@ -43,16 +43,15 @@ namespace cg = cooperative_groups;
  */
 template <typename real, int R, typename Epilogue>
 __device__ inline void slicedProduct(const real* B, int K, int C, int ldb, const real* in, int inStride, Epilogue epilogue) {
-    ResidentWeights<real> weights{B};
     if (ldb <= 16)
-        tileProduct<real, R, 16, 1>(weights, K, C, ldb, in, inStride, epilogue);
+        streamedProduct<real, R, 16, 1, true>(B, K, C, ldb, in, inStride, nullptr, 0, epilogue);
     else if (ldb <= 32)
-        tileProduct<real, R, 32, 1>(weights, K, C, ldb, in, inStride, epilogue);
+        streamedProduct<real, R, 32, 1, true>(B, K, C, ldb, in, inStride, nullptr, 0, epilogue);
     else if constexpr (R <= 32) {
         if (ldb <= 64)
-            tileProduct<real, R, 64, 1>(weights, K, C, ldb, in, inStride, epilogue);
+            streamedProduct<real, R, 64, 1, true>(B, K, C, ldb, in, inStride, nullptr, 0, epilogue);
         else if constexpr (R <= 16)
-            tileProduct<real, R, 128, 1>(weights, K, C, ldb, in, inStride, epilogue);
+            streamedProduct<real, R, 128, 1, true>(B, K, C, ldb, in, inStride, nullptr, 0, epilogue);
     }
 }
 

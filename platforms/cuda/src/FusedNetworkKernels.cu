@@ -5,10 +5,9 @@
  * invariants' backward run one after another on the tile's rows; every
  * intermediate (descriptor, activations, act'(z), gradients) stays in shared
  * memory and only the moments come in and dE/dA goes out.  The weights stream
- * through shared memory in slices of consecutive rows, all products' slices
- * as one sequence with three in flight (FusedWeightStream.cuh), from copies
- * laid out so that a slice is one contiguous block: W^T for the forward
- * products, W for the backward ones.
+ * through shared memory in slices of consecutive rows (cp.async, three slices
+ * in flight), from copies laid out so that a slice is one contiguous block:
+ * W^T for the forward products, W for the backward ones.
  *
  * Every value is formed by the same operations in the same order as in the
  * per-layer kernels (NetworkDeviceFunctions.cuh; dense products sum k in order
@@ -28,31 +27,31 @@ namespace {
 constexpr int ColumnThreads = 128; ///< thread t computes columns t % 128 (+ 128 j) of rows t / 128 (+ 2 i)
 
 /**
- * tileProduct with the fewest columns per thread that cover C (<= MaxFusedWidth; with 16-row tiles <= 512, which the
- * host ensures: their sums of 8 rows would not fit in registers beyond 4 columns), B the stream's next product.
+ * streamedProduct with the fewest columns per thread that cover C (<= MaxFusedWidth; with 16-row tiles <= 512, which
+ * the host ensures: their sums of 8 rows would not fit in registers beyond 4 columns).
  */
 template <typename real, int R, typename Epilogue>
-__device__ inline void product(FusedWeightStream<real>& weights, int K, int C, int ldb, const real* in, int inStride, Epilogue epilogue) {
+__device__ inline void product(const real* __restrict__ B, int K, int C, int ldb, const real* in, int inStride, real* stage,
+                               int stageElements, Epilogue epilogue) {
     if (C <= ColumnThreads)
-        tileProduct<real, R, ColumnThreads, 1>(weights, K, C, ldb, in, inStride, epilogue);
+        streamedProduct<real, R, ColumnThreads, 1>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
     else if (C <= 2 * ColumnThreads)
-        tileProduct<real, R, ColumnThreads, 2>(weights, K, C, ldb, in, inStride, epilogue);
+        streamedProduct<real, R, ColumnThreads, 2>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
     else if (C <= 4 * ColumnThreads || R == 16)
-        tileProduct<real, R, ColumnThreads, 4>(weights, K, C, ldb, in, inStride, epilogue);
+        streamedProduct<real, R, ColumnThreads, 4>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
     else if constexpr (R < 16) {
         if (C <= 8 * ColumnThreads)
-            tileProduct<real, R, ColumnThreads, 8>(weights, K, C, ldb, in, inStride, epilogue);
+            streamedProduct<real, R, ColumnThreads, 8>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
         else
-            tileProduct<real, R, ColumnThreads, 16>(weights, K, C, ldb, in, inStride, epilogue);
+            streamedProduct<real, R, ColumnThreads, 16>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
     }
 }
 
 template <typename real, int R>
 __global__ void __launch_bounds__(FusedThreads)
-    fusedFittingKernel(GraphModelParams<real> model, const __grid_constant__ FusedNetworkShape shape,
-                       const FusedNetworkWeights<real>* __restrict__ groups, const int* __restrict__ rowNodes,
-                       const real* __restrict__ moments, real* __restrict__ particleEnergy, real* __restrict__ gradMoments,
-                       GraphStatus* status, int withForces) {
+    fusedFittingKernel(GraphModelParams<real> model, FusedNetworkShape shape, const FusedNetworkWeights<real>* __restrict__ groups,
+                       const int* __restrict__ rowNodes, const real* __restrict__ moments, real* __restrict__ particleEnergy,
+                       real* __restrict__ gradMoments, GraphStatus* status, int withForces) {
     extern __shared__ __align__(16) unsigned char sharedBytes[];
     real* shared = reinterpret_cast<real*>(sharedBytes);
     const int H = (model.lMax + 1) * (model.lMax + 1), HM = H * model.numChannels;
@@ -66,12 +65,7 @@ __global__ void __launch_bounds__(FusedThreads)
     const int strideA = fusedPadded<real>(HM);
     real* input = shared + shape.inputOffset; // the descriptor, later its gradient
     const int strideD = fusedPadded<real>(D);
-    // The stream's stages, then its mbarriers (dynamic shared memory: a static array would take the block past the
-    // device's limit when the layout uses all of it).
-    real* stages = shared + shape.stageOffset;
-    unsigned long long* barriers = reinterpret_cast<unsigned long long*>(stages + FusedStages * shape.stageElements);
-    FusedWeightStream<real> weights(net, shape, stages, barriers, withForces ? 2 * L : L);
-    weights.start(); // the first slices load with the moments and the descriptor
+    real* stage = shared + shape.stageOffset;
 
     // The rows' moments (zero for the rows past the group's end: finite values that are never written out).
     loadTileMoments<real, R>(moments, rowNodes + rowBase, rows, HM, A, strideA, threadIdx.x, FusedThreads);
@@ -92,7 +86,7 @@ __global__ void __launch_bounds__(FusedThreads)
         const bool residual = shape.residual[l] != 0;
         const real* __restrict__ bias = net.bias[l];
         const real* __restrict__ timestep = net.timestep[l];
-        product<real, R>(weights, K, C, strideOut, h, strideH, [&](int r, int c, real acc) {
+        product<real, R>(net.forward[l], K, C, strideOut, h, strideH, stage, shape.stageElements, [&](int r, int c, real acc) {
             out[r * strideOut + c] = denseForwardValue(shape.activation, residual, acc, bias[c], residual ? timestep[c] : real(0),
                                                        residual ? h[r * strideH + c] : real(0), &deriv[r * strideOut + c]);
         });
@@ -127,7 +121,7 @@ __global__ void __launch_bounds__(FusedThreads)
         gBuffer = 1 - gBuffer;
         real* target = l == 0 ? input : shared + shape.bufferOffset[gBuffer];
         const int strideK = l == 0 ? strideD : fusedPadded<real>(K);
-        product<real, R>(weights, N, K, fusedPadded<real>(K), dz, strideN, [&](int r, int c, real acc) {
+        product<real, R>(net.backward[l], N, K, fusedPadded<real>(K), dz, strideN, stage, shape.stageElements, [&](int r, int c, real acc) {
             target[r * strideK + c] = denseInputGradient(residual, acc, residual ? g[r * strideN + c] : real(0));
         });
         g = target;
@@ -171,8 +165,7 @@ size_t fusedLayout(FusedNetworkShape& shape, int momentEntries, int realSize) {
     // A slice is 16 KB, or 4 rows of the widest B if more (the backward of the first layer: rows of the descriptor's width).
     shape.stageOffset = offset;
     shape.stageElements = std::max(16384 / realSize, 4 * std::max(widest, pad(shape.width[0])));
-    // Then FusedWeightStream's FusedStages mbarriers (8 bytes each; the stages end 16-byte aligned).
-    shape.totalElements = offset + FusedStages * shape.stageElements + FusedStages * 8 / realSize;
+    shape.totalElements = offset + FusedStages * shape.stageElements;
     return (size_t) shape.totalElements * realSize;
 }
 

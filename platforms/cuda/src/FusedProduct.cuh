@@ -2,40 +2,61 @@
  * The dense product of the fused fitting networks (FusedNetworkKernels.cu,
  * one block per tile of rows; ClusterNetworkKernels.cu, a cluster of blocks
  * per tile, each with a slice of the columns): a tile's rows times a weight
- * matrix in shared memory, k summed in order 0..K-1 with fma
+ * matrix streamed through shared memory, k summed in order 0..K-1 with fma
  * as in the per-layer kernels, so that the results are bitwise theirs.
  */
 
 #ifndef GRAPH_FUSED_PRODUCT_CUH
 #define GRAPH_FUSED_PRODUCT_CUH
 
-#include "FusedWeightStream.cuh"
 #include "GraphKernelLaunch.h"
+#include <cuda_pipeline.h>
 
 namespace GraphPlugin {
 
 /**
  * out(r, c) = sum_k in[r][k] B[k][c] for the tile's R rows and C columns, k in
- * order 0..K-1 (fma), handed to epilogue(r, c, sum) for r < R, c < C.  B
- * ([K][ldb], ldb a multiple of the 16-byte vector, rows padded with zeros)
- * comes from `weights` in slices: a FusedWeightStream (the next product of
- * the block's stream) or ResidentWeights (already in shared memory, one
- * slice).  `in` is shared [R][inStride].  CT threads share a row: thread t
- * holds CPT x R / (FusedThreads / CT) sums, columns t % CT + CT j of rows
+ * order 0..K-1 (fma), handed to epilogue(r, c, sum) for r < R, c < C.  B is
+ * global [K][ldb] (ldb a multiple of the 16-byte vector, rows padded with
+ * zeros), streamed through `stage` (FusedStages slices of sliceRows rows);
+ * `in` is shared [R][inStride].  CT threads share a row: thread t holds
+ * CPT x R / (FusedThreads / CT) sums, columns t % CT + CT j of rows
  * t / CT + (FusedThreads / CT) i; a warp's lanes share their rows (broadcast
  * reads of `in`) and read consecutive columns of B.  Begins and ends with the
- * block synchronised.
+ * block synchronised.  Resident: B is already in shared memory (all K rows;
+ * `stage` unused), read in place as one slice.
  */
-template <typename real, int R, int CT, int CPT, typename Weights, typename Epilogue>
-__device__ inline void tileProduct(Weights& weights, int K, int C, int ldb, const real* in, int inStride, Epilogue epilogue) {
-    constexpr int RS = FusedThreads / CT, RPT = R / RS; // RS: rows between a thread's rows
+template <typename real, int R, int CT, int CPT, bool Resident = false, typename Epilogue>
+__device__ inline void streamedProduct(const real* __restrict__ B, int K, int C, int ldb, const real* in, int inStride, real* stage,
+                                       int stageElements, Epilogue epilogue) {
+    constexpr int V = fusedVector<real>(), RS = FusedThreads / CT, RPT = R / RS; // RS: rows between a thread's rows
     static_assert(RPT >= 1 && R % RS == 0, "a tile's rows must cover the threads");
     const int c0 = threadIdx.x % CT, r0 = threadIdx.x / CT;
-    const int sliceRows = weights.sliceRows(K, ldb);
-    const int numSlices = (K + sliceRows - 1) / sliceRows;
+    // Rows of B per slice: a multiple of 4 (aligned 4-k reads of `in`), at least 4 (the host sizes the stages for it), at
+    // most 64 rows of 128 columns' worth (more rows of narrower B).
+    const int sliceRows = Resident ? K : max(4, min(64 * 128 / CT, stageElements / ldb) / 4 * 4);
+    const int numSlices = Resident ? 1 : (K + sliceRows - 1) / sliceRows;
+    auto issue = [&](int s) {
+        if (s < numSlices) {
+            const int first = s * sliceRows, count = min(sliceRows, K - first);
+            const real* src = B + (size_t) first * ldb;
+            real* dst = stage + (s % FusedStages) * stageElements;
+            for (int e = threadIdx.x * V; e < count * ldb; e += FusedThreads * V)
+                __pipeline_memcpy_async(dst + e, src + e, 16);
+        }
+        __pipeline_commit();
+    };
     real acc[CPT][RPT] = {};
+    if constexpr (!Resident)
+        for (int s = 0; s < FusedStages - 1; s++)
+            issue(s);
     for (int s = 0; s < numSlices; s++) {
-        const real* b = weights.acquire(s);
+        if constexpr (!Resident) {
+            __pipeline_wait_prior(FusedStages - 2); // slice s has landed (this thread's copies) ...
+            __syncthreads();                        // ... everyone's; and the stage of slice s - 1 is free
+            issue(s + FusedStages - 1);
+        }
+        const real* b = Resident ? B : stage + (s % FusedStages) * stageElements;
         const int k0 = s * sliceRows, count = min(sliceRows, K - k0);
         auto step = [&](int kk, const real(&a)[RPT]) {
             real bv[CPT];

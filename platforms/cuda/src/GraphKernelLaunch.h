@@ -292,8 +292,8 @@ struct FusedNetworkShape {
     // Shared memory, offsets in reals (each a multiple of fusedVector): moments [tileRows][fusedPadded(H M)], descriptor and
     // its gradient [tileRows][fusedPadded(width[0])], three buffers (a cluster: four) [tileRows][fusedPadded(max width)],
     // act'(z) of each layer [tileRows][clusterSlice(width[l + 1], clusterSize)], then one block: FusedStages weight slices
-    // of stageElements and FusedStages mbarriers (8 bytes each); a cluster: the block's resident weight slices, layer l's W^T at
-    // weightOffset[l] and its W at weightOffset[MaxFusedLayers + l].
+    // of stageElements; a cluster: the block's resident weight slices, layer l's W^T at weightOffset[l] and its W at
+    // weightOffset[MaxFusedLayers + l].
     int momentsOffset, inputOffset, bufferOffset[4], derivOffset[MaxFusedLayers], weightOffset[2 * MaxFusedLayers], stageOffset,
         stageElements, totalElements;
 };
