@@ -15,14 +15,22 @@
  *   method    cp.async 16-byte copies by all threads ("cp.async"), or one
  *             bulk copy per slice through the tensor memory accelerator
  *             ("bulk", cp.async.bulk with an mbarrier), or plain 16-byte
- *             loads into registers ("ld").
+ *             loads into registers ("ld"), or ("multicast S") clusters of S
+ *             blocks sharing one stream: block r of a cluster copies part r
+ *             of each slice with cp.async.bulk .multicast::cluster into the
+ *             shared memory of all S blocks, so L2 is read once per cluster
+ *             while every block still receives every byte.  Whether that is
+ *             faster tells whether the limit of "bulk" is on the L2 side
+ *             (requests per line, slice bandwidth) or in each
+ *             multiprocessor's intake (bench/NOTES.md v14).
  *
- * Build and run on a GPU machine (sm_90):
- *   nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/stream_probe bench/device/stream_probe.cu && /tmp/stream_probe
+ * Build and run on a GPU machine (sm_90a: multicast is an sm_90a feature):
+ *   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o /tmp/stream_probe bench/device/stream_probe.cu && /tmp/stream_probe
  * Prints one line per case: bytes per clock per multiprocessor (the clock
  * from the device attribute, so an approximation) and TB/s in all.
  */
 
+#include <cooperative_groups.h>
 #include <cstdio>
 #include <cstdlib>
 #include <cuda_pipeline.h>
@@ -160,6 +168,79 @@ __global__ void __launch_bounds__(Threads) bulkKernel(const float4* __restrict__
         sink[blockIdx.x] = sum;
 }
 
+/**
+ * Clusters of S blocks sharing one stream (TMA multicast): for each slice,
+ * block r of the cluster issues bytes [r q, (r + 1) q) (q = SliceBytes / S)
+ * to the same offset in every block of the cluster; each block's `full`
+ * mbarrier of the stage expects the whole slice.  A stage is refilled only
+ * when all S blocks have read it: each block, once past a slice, arrives on
+ * the stage's `empty` mbarrier (S arrivals) of every block of the cluster,
+ * and a block waits on its own before it issues into the stage again.
+ */
+__global__ void __launch_bounds__(Threads) multicastKernel(const float4* __restrict__ source, int numSlices, int copies, int stages,
+                                                           float* sink) {
+    namespace cg = cooperative_groups;
+    extern __shared__ __align__(128) float4 multicastRing[];
+    float4* ring = multicastRing;
+    __shared__ __align__(8) unsigned long long full[MaxStages], empty[MaxStages];
+    cg::cluster_group cluster = cg::this_cluster();
+    const int S = (int) cluster.num_blocks(), rank = (int) cluster.block_rank();
+    const float4* base = source + (size_t) ((blockIdx.x / S) % copies) * numSlices * SliceVectors;
+    if (threadIdx.x == 0)
+        for (int b = 0; b < stages; b++) {
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(sharedAddress(&full[b])));
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(sharedAddress(&empty[b])), "r"(S));
+        }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    cluster.sync(); // every block's barriers initialised before anyone copies into it
+    const int partBytes = SliceBytes / S, partVectors = SliceVectors / S;
+    const unsigned short mask = (unsigned short) ((1u << S) - 1);
+    auto wait = [](unsigned barrier, unsigned parity) {
+        unsigned done = 0;
+        while (!done)
+            asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                         : "=r"(done)
+                         : "r"(barrier), "r"(parity)
+                         : "memory");
+    };
+    auto issue = [&](int s) {
+        if (threadIdx.x == 0 && s < numSlices) {
+            const int b = s % stages;
+            if (s >= stages) // every block has read this stage's previous slice
+                wait(sharedAddress(&empty[b]), ((s / stages) - 1) & 1);
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sharedAddress(&full[b])), "r"(SliceBytes)
+                         : "memory");
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;" ::"r"(
+                             sharedAddress(ring + b * SliceVectors + rank * partVectors)),
+                         "l"(base + (size_t) s * SliceVectors + rank * partVectors), "r"(partBytes), "r"(sharedAddress(&full[b])),
+                         "h"(mask)
+                         : "memory");
+        }
+    };
+    auto release = [&](int s) { // this block has read slice s: tell every block of the cluster
+        if (threadIdx.x == 0 && s >= 0 && s + stages < numSlices)
+            for (int q = 0; q < S; q++) {
+                unsigned remote;
+                asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(sharedAddress(&empty[s % stages])), "r"(q));
+                asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+            }
+    };
+    float sum = 0;
+    for (int s = 0; s < stages - 1; s++)
+        issue(s);
+    for (int s = 0; s < numSlices; s++) {
+        const int b = s % stages;
+        wait(sharedAddress(&full[b]), (s / stages) & 1);
+        __syncthreads(); // everyone is past slice s - 1
+        release(s - 1);
+        issue(s + stages - 1);
+        sum += touch(ring + b * SliceVectors);
+    }
+    cluster.sync(); // no block leaves while another may still copy into it or arrive on its barriers
+    if (sum == 12345.0f)
+        sink[blockIdx.x] = sum;
+}
+
 } // namespace
 
 int main() {
@@ -215,6 +296,29 @@ int main() {
                     bulkKernel<<<blocks, Threads, (size_t) stages * SliceBytes>>>(source, numSlices, copies, stages, sink);
                 });
             report("ld", blocks, copies, 0, 0, [&] { loadKernel<<<blocks, Threads>>>(source, numSlices, copies, sink); });
+        }
+    CHECK(cudaFuncSetAttribute(multicastKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MaxStages * SliceBytes));
+    for (int S : {1, 2, 4, 8})
+        for (int stages : {2, 4, 8}) {
+            const int blocks = numSMs / S * S;
+            cudaLaunchAttribute attribute;
+            attribute.id = cudaLaunchAttributeClusterDimension;
+            attribute.val.clusterDim.x = S;
+            attribute.val.clusterDim.y = 1;
+            attribute.val.clusterDim.z = 1;
+            cudaLaunchConfig_t config = {};
+            config.gridDim = dim3(S);
+            config.blockDim = dim3(Threads);
+            config.dynamicSmemBytes = (size_t) stages * SliceBytes;
+            config.attrs = &attribute;
+            config.numAttrs = 1;
+            int active = 0;
+            CHECK(cudaOccupancyMaxActiveClusters(&active, multicastKernel, &config));
+            config.gridDim = dim3(blocks);
+            char name[32];
+            std::snprintf(name, sizeof(name), "mcast %d", S);
+            std::printf("(clusters of %d: %d at once, %d launched)\n", S, active, blocks / S);
+            report(name, blocks, 1, stages, 0, [&] { CHECK(cudaLaunchKernelEx(&config, multicastKernel, (const float4*) source, numSlices, 1, stages, sink)); });
         }
     CHECK(cudaFree(source));
     CHECK(cudaFree(sink));
