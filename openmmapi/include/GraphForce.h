@@ -47,7 +47,8 @@ class GraphModel;
  *    coincident or non-finite positions are still handled in the same step)
  *    and learns of a bad energy or force at the next evaluation, which then
  *    throws, naming the particle; so the host's work of a step overlaps the
- *    device's, and the bad forces have been used for one step.  "false": as
+ *    device's (13 us less per step at 512 particles of the small grade on an
+ *    H200), and the bad forces have been used for one step.  "false": as
  *    "deferred" on CUDA but the energy and forces are not checked (the
  *    Reference platforms do not check either; a PyTorch model on CUDA always
  *    checks); for benchmarks.
@@ -86,10 +87,10 @@ class GraphModel;
  *    holding only that slice of the weights (a thread-block cluster,
  *    compute capability 9.0 and later; tiles of 16, 32 or 64 rows).  "1" is
  *    one block per tile of 4, 8 or 16 rows that streams all the weights,
- *    and what "auto" takes (clusters were slower when first measured, with
- *    the weights streamed per layer: 76.1 us for 8 blocks, 114.6 us for 16,
- *    against 36.6 us for one block per tile at 512 particles of the small
- *    grade on an H200).  A size that cannot run (no
+ *    and what "auto" takes (clusters are slower: at 512 particles of the
+ *    small grade on an H200 the GraphForce's kernels take 103.6-132.6 us a
+ *    step with clusters of 4, 8 or 16 blocks against 71.7 us with one block
+ *    per tile; docs/cuda-platform.md says why).  A size that cannot run (no
  *    clusters, a slice of more than 128 columns, too little shared memory)
  *    is an OpenMMException when CudaFusedNetwork is "true" and a kernel per
  *    layer when it is "auto".  Results are bitwise the same for every value.
