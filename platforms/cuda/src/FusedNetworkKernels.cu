@@ -170,11 +170,9 @@ size_t fusedLayout(FusedNetworkShape& shape, int momentEntries, int realSize) {
 }
 
 template <typename real> bool configureFusedFitting(int maxSharedBytes) {
-    bool ok = cudaFuncSetAttribute(fusedFittingKernel<real, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes) == cudaSuccess;
-    ok =
-        ok && cudaFuncSetAttribute(fusedFittingKernel<real, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes) == cudaSuccess;
-    ok = ok &&
-         cudaFuncSetAttribute(fusedFittingKernel<real, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes) == cudaSuccess;
+    bool ok = true;
+    for (auto kernel : {fusedFittingKernel<real, 4>, fusedFittingKernel<real, 8>, fusedFittingKernel<real, 16>})
+        ok = ok && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes) == cudaSuccess;
     cudaGetLastError(); // reported by the return value, not left for the next launch's check
     return ok;
 }
