@@ -26,6 +26,7 @@
  *   nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/cluster_probe bench/device/cluster_probe.cu && /tmp/cluster_probe
  */
 
+#include "probe_mbarrier.cuh"
 #include <cooperative_groups.h>
 #include <cstdint>
 #include <cstdio>
@@ -53,10 +54,6 @@ constexpr int BufferFloats = Threads * Values * MaxCluster; ///< one stage's val
 enum Method { Sync = 0, SyncOnly = 1, Relaxed = 2, StAsync = 3 };
 const char* methodName[] = {"sync", "sync-only", "relaxed", "st.async"};
 
-__device__ inline unsigned sharedAddress(const void* p) {
-    return (unsigned) __cvta_generic_to_shared(p);
-}
-
 /**
  * `stages` stages of the chosen method; out gets a sum of what arrived (so
  * that nothing is optimised away).  Two buffers of BufferFloats in dynamic
@@ -69,7 +66,7 @@ __global__ void __launch_bounds__(Threads) probeKernel(int method, int stages, f
     const int S = (int) cluster.num_blocks(), rank = (int) cluster.block_rank();
     if (threadIdx.x == 0)
         for (int b = 0; b < 2; b++)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(sharedAddress(&barriers[b])));
+            initBarrier(sharedAddress(&barriers[b]), 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     cluster.sync(); // every block started, the barriers initialised
     float sum = 0;
@@ -105,12 +102,7 @@ __global__ void __launch_bounds__(Threads) probeKernel(int method, int stages, f
                                  : "memory");
             }
             const unsigned parity = (k / 2) & 1;
-            unsigned done = 0;
-            while (!done)
-                asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-                             : "=r"(done)
-                             : "r"(barrier), "r"(parity)
-                             : "memory");
+            waitParity(barrier, parity);
         }
         // Read a value another block wrote (in the "kernel's" pattern the next stage's product reads them all).
         if (method == Sync || method == StAsync)

@@ -30,6 +30,7 @@
  * from the device attribute, so an approximation) and TB/s in all.
  */
 
+#include "probe_mbarrier.cuh"
 #include <cooperative_groups.h>
 #include <cstdio>
 #include <cstdlib>
@@ -119,10 +120,6 @@ __global__ void __launch_bounds__(Threads) loadKernel(const float4* __restrict__
         sink[blockIdx.x] = sum;
 }
 
-__device__ inline unsigned sharedAddress(const void* p) {
-    return (unsigned) __cvta_generic_to_shared(p);
-}
-
 /**
  * The tensor memory accelerator: thread 0 issues one bulk copy of 16 KB per
  * slice, completing on the slice's mbarrier; `stages` slices in the ring.
@@ -134,7 +131,7 @@ __global__ void __launch_bounds__(Threads) bulkKernel(const float4* __restrict__
     const float4* base = source + (size_t) (blockIdx.x % copies) * numSlices * SliceVectors;
     if (threadIdx.x == 0)
         for (int b = 0; b < stages; b++)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(sharedAddress(&barrier[b])));
+            initBarrier(sharedAddress(&barrier[b]), 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     __syncthreads();
     auto issue = [&](int s) {
@@ -154,12 +151,7 @@ __global__ void __launch_bounds__(Threads) bulkKernel(const float4* __restrict__
     for (int s = 0; s < numSlices; s++) {
         const int b = s % stages;
         const unsigned parity = (s / stages) & 1;
-        unsigned done = 0;
-        while (!done)
-            asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-                         : "=r"(done)
-                         : "r"(sharedAddress(&barrier[b])), "r"(parity)
-                         : "memory");
+        waitParity(sharedAddress(&barrier[b]), parity);
         __syncthreads(); // everyone is past slice s - 1: its stage may be refilled
         issue(s + stages - 1);
         sum += touch(ring + b * SliceVectors);
@@ -188,26 +180,18 @@ __global__ void __launch_bounds__(Threads) multicastKernel(const float4* __restr
     const float4* base = source + (size_t) ((blockIdx.x / S) % copies) * numSlices * SliceVectors;
     if (threadIdx.x == 0)
         for (int b = 0; b < stages; b++) {
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(sharedAddress(&full[b])));
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(sharedAddress(&empty[b])), "r"(S));
+            initBarrier(sharedAddress(&full[b]), 1);
+            initBarrier(sharedAddress(&empty[b]), S);
         }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     cluster.sync(); // every block's barriers initialised before anyone copies into it
     const int partBytes = SliceBytes / S, partVectors = SliceVectors / S;
     const unsigned short mask = (unsigned short) ((1u << S) - 1);
-    auto wait = [](unsigned barrier, unsigned parity) {
-        unsigned done = 0;
-        while (!done)
-            asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-                         : "=r"(done)
-                         : "r"(barrier), "r"(parity)
-                         : "memory");
-    };
     auto issue = [&](int s) {
         if (threadIdx.x == 0 && s < numSlices) {
             const int b = s % stages;
             if (s >= stages) // every block has read this stage's previous slice
-                wait(sharedAddress(&empty[b]), ((s / stages) - 1) & 1);
+                waitParity<true>(sharedAddress(&empty[b]), ((s / stages) - 1) & 1);
             asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sharedAddress(&full[b])), "r"(SliceBytes)
                          : "memory");
             asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;" ::"r"(
@@ -230,7 +214,7 @@ __global__ void __launch_bounds__(Threads) multicastKernel(const float4* __restr
         issue(s);
     for (int s = 0; s < numSlices; s++) {
         const int b = s % stages;
-        wait(sharedAddress(&full[b]), (s / stages) & 1);
+        waitParity<true>(sharedAddress(&full[b]), (s / stages) & 1);
         __syncthreads(); // everyone is past slice s - 1
         release(s - 1);
         issue(s + stages - 1);
