@@ -94,6 +94,14 @@ class GraphModel;
  *    clusters, a slice of more than 128 columns, too little shared memory)
  *    is an OpenMMException when CudaFusedNetwork is "true" and a kernel per
  *    layer when it is "auto".  Results are bitwise the same for every value.
+ *  - "CudaFusedTileRows": "auto" (default), "4", "8", "16", "32" or "64".
+ *    CUDA platform only, when the fitting network is fused: the rows of a
+ *    tile.  One block per tile takes 4, 8 or 16 (16 only for layers of at
+ *    most 512 units), a cluster 16, 32 or 64; "auto" chooses from the
+ *    device and the system (docs/cuda-platform.md).  A value that cannot
+ *    run is an OpenMMException when CudaFusedNetwork is "true" and a kernel
+ *    per layer when it is "auto".  For tuning on other devices; results are
+ *    bitwise the same for every value.
  *  - "CudaNeighborSearch": "auto" (default), "cells" or "allpairs".  CUDA
  *    platform only: how the rows of the neighbour graph find their
  *    candidates.  "cells" bins the particles into a cell grid at least one

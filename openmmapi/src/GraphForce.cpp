@@ -12,8 +12,9 @@ namespace {
 
 const std::map<std::string, std::string>& propertyDefaults() {
     static const std::map<std::string, std::string> defaults = {
-        {"CheckFinite", "true"}, {"CudaChunkRows", "auto"},      {"CudaFusedCluster", "auto"}, {"CudaFusedNetwork", "auto"},
-        {"CudaGraph", "auto"},   {"CudaNeighborSearch", "auto"}, {"Domains", "single"},        {"TorchCudaContext", "auto"}};
+        {"CheckFinite", "true"},        {"CudaChunkRows", "auto"},     {"CudaFusedCluster", "auto"},
+        {"CudaFusedNetwork", "auto"},   {"CudaFusedTileRows", "auto"}, {"CudaGraph", "auto"},
+        {"CudaNeighborSearch", "auto"}, {"Domains", "single"},         {"TorchCudaContext", "auto"}};
     return defaults;
 }
 
@@ -145,6 +146,10 @@ void GraphForce::setProperty(const std::string& key, const std::string& value) {
             "GraphForce: property CudaFusedCluster must be \"auto\", \"1\", \"2\", \"4\", \"8\" or \"16\" (blocks per tile "
             "of the fused network), found \"" +
             value + "\"");
+    if (key == "CudaFusedTileRows" && value != "auto" && value != "4" && value != "8" && value != "16" && value != "32" && value != "64")
+        throw OpenMMException("GraphForce: property CudaFusedTileRows must be \"auto\", \"4\", \"8\", \"16\", \"32\" or \"64\" (rows per "
+                              "tile of the fused network), found \"" +
+                              value + "\"");
     if (key == "CudaNeighborSearch" && value != "auto" && value != "cells" && value != "allpairs")
         throw OpenMMException("GraphForce: property CudaNeighborSearch must be \"auto\", \"cells\" or \"allpairs\", found \"" + value +
                               "\"");

@@ -280,6 +280,12 @@ def test_properties(modelBytes):
     assert force.getProperty("CudaFusedCluster") == "auto"
     with pytest.raises(openmm.OpenMMException, match="CudaFusedCluster must be .* found \"12\""):
         force.setProperty("CudaFusedCluster", "12")
+    assert force.getProperty("CudaFusedTileRows") == "auto"
+    for bad in ["2", "12", "128", "0", "-4", "eight"]:
+        with pytest.raises(openmm.OpenMMException, match=f"CudaFusedTileRows must be .* found \"{bad}\""):
+            force.setProperty("CudaFusedTileRows", bad)
+    force.setProperty("CudaFusedTileRows", "8")
+    assert force.getProperty("CudaFusedTileRows") == "8"
     force.setProperty("CudaNeighborSearch", "cells")
     assert force.getProperty("CudaNeighborSearch") == "cells"
 

@@ -10,6 +10,34 @@
 using namespace GraphPlugin;
 using namespace OpenMM;
 
+namespace {
+
+/** A whole-number property ("auto" or digits, validated by GraphForce::setProperty); 0 for "auto". */
+int wholeOrAuto(const GraphForce& force, const std::string& key) {
+    const std::string value = force.getProperty(key);
+    return value == "auto" ? 0 : std::stoi(value);
+}
+
+/** The GraphForce's CUDA properties (validated by GraphForce::setProperty). */
+CudaGraphOptions cudaGraphOptions(const GraphForce& force) {
+    CudaGraphOptions options;
+    const std::string graph = force.getProperty("CudaGraph");
+    options.graphMode = graph == "true" ? CudaGraphMode::Required : graph == "false" ? CudaGraphMode::Off : CudaGraphMode::Auto;
+    options.maxChunkRows = wholeOrAuto(force, "CudaChunkRows");
+    options.search = parseNeighborSearch(force.getProperty("CudaNeighborSearch"));
+    const std::string fused = force.getProperty("CudaFusedNetwork");
+    options.fusedNetwork = fused == "true" ? CudaFusedNetwork::Required : fused == "false" ? CudaFusedNetwork::Off : CudaFusedNetwork::Auto;
+    options.fusedCluster = wholeOrAuto(force, "CudaFusedCluster");
+    options.fusedTileRows = wholeOrAuto(force, "CudaFusedTileRows");
+    const std::string finite = force.getProperty("CheckFinite");
+    options.statusCheck = finite == "deferred" ? CudaStatusCheck::Deferred
+                          : finite == "false"  ? CudaStatusCheck::Off
+                                               : CudaStatusCheck::Current;
+    return options;
+}
+
+} // namespace
+
 void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce& force) {
     model = force.getModel();
     if (force.getProperty("Domains") == "mpi") {
@@ -25,10 +53,6 @@ void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce
     types.resize(n);
     for (int i = 0; i < n; i++)
         force.getParticleParameters(i, particles[i], types[i]);
-    const std::string graph = force.getProperty("CudaGraph");
-    const CudaGraphMode mode = graph == "true" ? CudaGraphMode::Required : graph == "false" ? CudaGraphMode::Off : CudaGraphMode::Auto;
-    const std::string chunk = force.getProperty("CudaChunkRows");
-    const int chunkRows = chunk == "auto" ? 0 : std::stoi(chunk); // validated by setProperty
     std::vector<int> first, count;
     centerShares(n, numDomains, first, count);
     firstCenter = first[domainIndex];
@@ -45,19 +69,7 @@ void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce
     domain.rankSums = domains != nullptr;
     domain.exchange = exchange;
     domain.domainIndex = domainIndex;
-    const std::string fused = force.getProperty("CudaFusedNetwork");
-    const CudaFusedNetwork fusion = fused == "true"    ? CudaFusedNetwork::Required
-                                    : fused == "false" ? CudaFusedNetwork::Off
-                                                       : CudaFusedNetwork::Auto;
-    const std::string cluster = force.getProperty("CudaFusedCluster");
-    const int fusedCluster = cluster == "auto" ? 0 : std::stoi(cluster); // validated by setProperty
-    const std::string finite = force.getProperty("CheckFinite");
-    const CudaStatusCheck statusCheck = finite == "deferred" ? CudaStatusCheck::Deferred
-                                        : finite == "false"  ? CudaStatusCheck::Off
-                                                             : CudaStatusCheck::Current;
-    pipeline =
-        createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), mode, chunkRows,
-                                parseNeighborSearch(force.getProperty("CudaNeighborSearch")), fusion, fusedCluster, statusCheck, domain);
+    pipeline = createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), cudaGraphOptions(force), domain);
     // The status of an evaluation is read where OpenMM reads its own neighbour-list
     // count: in finishComputation, after every force has been enqueued.
     postComputation = std::make_shared<PostComputationState>();

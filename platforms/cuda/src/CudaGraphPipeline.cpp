@@ -31,10 +31,9 @@ struct DeviceNetworks {
 template <typename real> class CudaGraphPipeline : public CudaGraphPipelineBase {
 public:
     CudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles,
-                      const std::vector<int>& types, bool periodic, int numSystemParticles, CudaGraphMode graphMode, int maxChunkRows,
-                      CudaNeighborSearch search, CudaFusedNetwork fusedNetwork, int fusedCluster, CudaStatusCheck statusCheck,
+                      const std::vector<int>& types, bool periodic, int numSystemParticles, const CudaGraphOptions& options,
                       const CudaGraphDomain& domain)
-        : cu(cu), model(model), n((int) particles.size()), periodic(periodic), graphMode(graphMode) {
+        : cu(cu), model(model), n((int) particles.size()), periodic(periodic), graphMode(options.graphMode) {
         firstCenter = domain.firstCenter;
         numCenters = domain.numCenters < 0 ? n : domain.numCenters;
         if (firstCenter < 0 || numCenters < 0 || firstCenter + numCenters > n)
@@ -45,15 +44,15 @@ public:
             throw OpenMMException("GraphForce: internal error: a model with an interaction block is split without an exchange");
         if (exchange != nullptr) {
             // The exchange waits on other contexts' events and copies between contexts: not captured into a graph.
-            if (graphMode == CudaGraphMode::Required)
+            if (options.graphMode == CudaGraphMode::Required)
                 throw OpenMMException("GraphForce: CudaGraph is \"true\", but a model with an interaction block split over several "
                                       "devices exchanges node features between them, which is not captured into CUDA graphs; set "
                                       "CudaGraph to \"auto\" or \"false\", or use one device");
-            this->graphMode = CudaGraphMode::Off;
+            graphMode = CudaGraphMode::Off;
         }
         rankSums = domain.rankSums;
         // Only the whole system on one device reads its status early: the domains' and ranks' sums need the whole record.
-        this->statusCheck = !rankSums && numCenters == n && n > 0 ? statusCheck : CudaStatusCheck::Current;
+        statusCheck = !rankSums && numCenters == n && n > 0 ? options.statusCheck : CudaStatusCheck::Current;
         ContextSelector selector(cu);
         GRAPH_CU_CHECK(cuDeviceGetAttribute(&numMultiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cu.getDevice()));
         const GraphModel& m = *model;
@@ -95,7 +94,7 @@ public:
 
         // Particles and their graph.
         graph.reset(new CudaNeighborGraph(cu, particles, numSystemParticles, m.cutoff, periodic, firstCenter, numCenters,
-                                          domain.orderContext, search));
+                                          domain.orderContext, options.search));
         typeArray.reset(CudaArray::create<int>(cu, std::max(1, n), "graphTypes"));
         nodesByType.reset(CudaArray::create<int>(cu, std::max(1, numCenters), "graphNodesByType")); // this domain's centers only
         setTypes(types);
@@ -129,9 +128,9 @@ public:
         }
         gradWidth = widest;
         rowElements += 2 * (size_t) gradWidth;
-        chunkRows = chooseChunkRows(std::max(1, numCenters), rowElements * sizeof(real), maxChunkRows);
+        chunkRows = chooseChunkRows(std::max(1, numCenters), rowElements * sizeof(real), options.maxChunkRows);
         numChunks = (numCenters + chunkRows - 1) / chunkRows;
-        setUpFusedNetwork(fusedNetwork, fusedCluster);
+        setUpFusedNetwork(options.fusedNetwork, options.fusedCluster, options.fusedTileRows);
         if (!fused) { // the fused kernel keeps all of these in shared memory
             const size_t c1 = chunkRows;
             fittingInput.reset(CudaArray::create<real>(cu, c1 * fittingInputSize, "graphFittingInput"));
@@ -576,9 +575,10 @@ private:
      * size, tile rows and layout when it can.  `cluster` is the
      * CudaFusedCluster property: blocks per tile, 0 for automatic
      * (FusedAutoCluster where the device has thread-block clusters and the
-     * network suits them, else 1).
+     * network suits them, else 1); `tileRows` the CudaFusedTileRows property:
+     * rows per tile, 0 for automatic.
      */
-    std::string fusedNetworkObstacle(int cluster) {
+    std::string fusedNetworkObstacle(int cluster, int tileRows) {
         const GraphModel& m = *model;
         if (m.numInteractions != 0)
             return "the model has an interaction block (only the fitting network of a model without one is fused)";
@@ -609,10 +609,14 @@ private:
                    std::to_string(cu.getComputeCapability()) + ") has no thread-block clusters (compute capability 9.0 and later)";
         const int blocks = cluster != 0 ? cluster : hasClusters ? FusedAutoCluster : 1;
         if (blocks > 1) {
-            const std::string why = clusterTilesObstacle(blocks);
+            const std::string why = clusterTilesObstacle(blocks, tileRows);
             if (why.empty() || cluster != 0)
                 return why;
         }
+        if (tileRows != 0 && tileRows != 4 && tileRows != 8 && tileRows != 16)
+            return "CudaFusedTileRows is " + std::to_string(tileRows) +
+                   ", but one block per tile (CudaFusedCluster 1) takes tiles of 4, 8 or 16 rows; set CudaFusedTileRows to one of "
+                   "these or to \"auto\", or CudaFusedCluster to 2 or more";
         // One block per tile (fusedFittingKernel): every block streams all the weights from L2, and that stream bounds the
         // kernel (bench/NOTES.md v11-v12): the fewest rows per tile (4, 8, 16) that still give at most one block per
         // multiprocessor, so the weights stream once per multiprocessor; 16 only for layers and descriptors of at most 512
@@ -623,6 +627,19 @@ private:
         for (int l = 1; l <= fitting.numHidden; l++)
             widestLayer = std::max(widestLayer, fusedShape.width[l]);
         const int mostRows = std::max(fusedShape.width[0], widestLayer) <= 512 ? 16 : 8;
+        if (tileRows != 0) { // CudaFusedTileRows
+            if (tileRows > mostRows)
+                return "CudaFusedTileRows is 16, but tiles of 16 rows take layers and descriptors of at most 512 entries (this "
+                       "network has " +
+                       std::to_string(std::max(fusedShape.width[0], widestLayer)) + "); set CudaFusedTileRows to 4, 8 or \"auto\"";
+            fusedShape.tileRows = tileRows;
+            const size_t bytes = fusedLayout(fusedShape, H * M, sizeof(real));
+            if (bytes > (size_t) maxFusedShared)
+                return "CudaFusedTileRows is " + std::to_string(tileRows) + ", but a tile of " + std::to_string(tileRows) + " rows needs " +
+                       std::to_string(bytes / 1024) + " KB of shared memory, more than the device's " +
+                       std::to_string(maxFusedShared / 1024) + " KB per block; set CudaFusedTileRows to fewer rows or to \"auto\"";
+            return "";
+        }
         int rows = 4;
         while (rows < mostRows && (numCenters + rows - 1) / rows > numMultiprocessors)
             rows *= 2;
@@ -645,9 +662,9 @@ private:
      * rows within 8 rows a thread (rows x slice <= 2,048) and the shared
      * memory of a block: the ones that take the fewest waves of clusters the
      * device runs at once (cudaOccupancyMaxActiveClusters), then the fewest
-     * rows.
+     * rows; only `tileRows` rows unless 0 (the CudaFusedTileRows property).
      */
-    std::string clusterTilesObstacle(int S) {
+    std::string clusterTilesObstacle(int S, int tileRows) {
         fusedShape.clusterSize = S;
         if (!clusterFittingCompiled<real>())
             return "the plugin holds no code for compute capability 9.0 or later (CMAKE_CUDA_ARCHITECTURES), which clusters need";
@@ -662,10 +679,14 @@ private:
                    std::to_string(widestWidth) + " to each block (at most 128); set CudaFusedCluster to 16 or to 1";
         const int columnThreads = widestSlice <= 16 ? 16 : widestSlice <= 32 ? 32 : widestSlice <= 64 ? 64 : 128;
         const int mostRows = std::min(64, 2048 / columnThreads);
+        if (tileRows != 0 && (tileRows < 16 || tileRows > mostRows))
+            return "CudaFusedTileRows is " + std::to_string(tileRows) + ", but a cluster of " + std::to_string(S) +
+                   " blocks with slices of " + std::to_string(widestSlice) + " columns takes tiles of 16 to " + std::to_string(mostRows) +
+                   " rows; set CudaFusedTileRows to one of these or to \"auto\"";
         int bestRows = 0;
         long long bestWaves = 0;
         std::string why;
-        for (int rows = 16; rows <= mostRows; rows *= 2) {
+        for (int rows = tileRows != 0 ? tileRows : 16; rows <= (tileRows != 0 ? tileRows : mostRows); rows *= 2) {
             fusedShape.tileRows = rows;
             const size_t bytes = clusterLayout(fusedShape, H * M, sizeof(real));
             if (bytes > (size_t) maxFusedShared) {
@@ -702,11 +723,11 @@ private:
      * property) and, if so, uploads its weights in the fused kernel's layout:
      * per type and hidden layer, W^T [in][padded out] and W [out][padded in].
      */
-    void setUpFusedNetwork(CudaFusedNetwork mode, int cluster) {
+    void setUpFusedNetwork(CudaFusedNetwork mode, int cluster, int tileRows) {
         fused = false;
         if (mode == CudaFusedNetwork::Off || numCenters == 0)
             return;
-        const std::string obstacle = fusedNetworkObstacle(cluster);
+        const std::string obstacle = fusedNetworkObstacle(cluster, tileRows);
         if (!obstacle.empty()) {
             if (mode == CudaFusedNetwork::Required)
                 throw OpenMMException("GraphForce: CudaFusedNetwork is \"true\" but " + obstacle +
@@ -982,11 +1003,11 @@ private:
     static constexpr size_t FusedAutoWeights = 131072;
     /**
      * CudaFusedCluster "auto": blocks per tile where the device has clusters.
-     * 1: on an H200 at small 512 (bench/NOTES.md v13) clusters of 8 blocks
-     * took 76.1 us and of 16 blocks 114.6 us against 36.6 us for one block per
-     * tile (fusedFittingKernel), with the weights streamed per layer; the
-     * resident weights since are not measured yet.  Clusters run only when
-     * asked for.
+     * 1: on an H200 at small 512 (bench/NOTES.md v13-v14) clusters of 4, 8
+     * and 16 blocks with resident weight slices took 103.6-132.6 us of
+     * GraphForce kernels per step against 71.7 us with one block per tile
+     * (fusedFittingKernel); their stores of the activations into the other
+     * blocks cost 1.9-5.4 us a stage.  Clusters run only when asked for.
      */
     static constexpr int FusedAutoCluster = 1;
     std::vector<std::unique_ptr<CudaArray>> fusedWeights; ///< per type and hidden layer: W^T, W (FusedNetworkWeights)
@@ -1009,17 +1030,12 @@ private:
 
 } // namespace
 
-std::unique_ptr<CudaGraphPipelineBase>
-GraphPlugin::createCudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles,
-                                     const std::vector<int>& types, bool periodic, int numSystemParticles, CudaGraphMode graphMode,
-                                     int maxChunkRows, CudaNeighborSearch search, CudaFusedNetwork fusedNetwork, int fusedCluster,
-                                     CudaStatusCheck statusCheck, const CudaGraphDomain& domain) {
-    if (cu.getUseDoublePrecision()) {
-        auto pipeline = new CudaGraphPipeline<double>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows,
-                                                      search, fusedNetwork, fusedCluster, statusCheck, domain);
-        return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
-    }
-    auto pipeline = new CudaGraphPipeline<float>(cu, model, particles, types, periodic, numSystemParticles, graphMode, maxChunkRows, search,
-                                                 fusedNetwork, fusedCluster, statusCheck, domain);
-    return std::unique_ptr<CudaGraphPipelineBase>(pipeline);
+std::unique_ptr<CudaGraphPipelineBase> GraphPlugin::createCudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model,
+                                                                            const std::vector<int>& particles,
+                                                                            const std::vector<int>& types, bool periodic,
+                                                                            int numSystemParticles, const CudaGraphOptions& options,
+                                                                            const CudaGraphDomain& domain) {
+    if (cu.getUseDoublePrecision())
+        return std::make_unique<CudaGraphPipeline<double>>(cu, model, particles, types, periodic, numSystemParticles, options, domain);
+    return std::make_unique<CudaGraphPipeline<float>>(cu, model, particles, types, periodic, numSystemParticles, options, domain);
 }

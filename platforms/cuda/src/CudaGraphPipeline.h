@@ -37,6 +37,21 @@ enum class CudaFusedNetwork { Off, Auto, Required };
 enum class CudaStatusCheck { Current, Deferred, Off };
 
 /**
+ * The GraphForce properties that choose how the CUDA pipeline runs; none
+ * changes a result.
+ */
+struct CudaGraphOptions {
+    CudaGraphMode graphMode = CudaGraphMode::Auto;          ///< CudaGraph
+    int maxChunkRows = 0;                                   ///< CudaChunkRows: the most rows per chunk of the node stage, 0 for automatic
+    CudaNeighborSearch search = CudaNeighborSearch::Auto;   ///< CudaNeighborSearch
+    CudaFusedNetwork fusedNetwork = CudaFusedNetwork::Auto; ///< CudaFusedNetwork
+    int fusedCluster = 0;                                   ///< CudaFusedCluster: blocks per tile of the fused network, 0 for automatic
+    int fusedTileRows = 0;                                  ///< CudaFusedTileRows: rows per tile of the fused network, 0 for automatic
+    /** CheckFinite (treated as Current wherever the domain is not the whole system on one device) */
+    CudaStatusCheck statusCheck = CudaStatusCheck::Current;
+};
+
+/**
  * The share of one device when a Context spans several GPUs: the pipeline
  * evaluates the energies of the centers [firstCenter, firstCenter +
  * numCenters) (force order; their rows reach every particle) and adds their
@@ -139,19 +154,12 @@ inline void centerShares(int n, int numDomains, std::vector<int>& first, std::ve
  * @param particles  [n] System index of each particle of the force
  * @param types      [n] model type of each particle
  * @param periodic   whether the force uses the periodic box
- * @param graphMode  the CudaGraph property
- * @param maxChunkRows the CudaChunkRows property: the most rows per chunk of the node stage, 0 for automatic
- * @param search     the CudaNeighborSearch property
- * @param fusedNetwork the CudaFusedNetwork property
- * @param fusedCluster the CudaFusedCluster property: blocks per tile of the fused network, 0 for automatic
- * @param statusCheck the CheckFinite property (Current wherever the domain is not the whole system on one device)
+ * @param options    the GraphForce's CUDA properties
  * @param domain     this device's share (all centers by default); a model with an interaction block needs domain.exchange to be split
  */
 std::unique_ptr<CudaGraphPipelineBase> createCudaGraphPipeline(OpenMM::CudaContext& cu, std::shared_ptr<const GraphModel> model,
                                                                const std::vector<int>& particles, const std::vector<int>& types,
-                                                               bool periodic, int numSystemParticles, CudaGraphMode graphMode,
-                                                               int maxChunkRows, CudaNeighborSearch search, CudaFusedNetwork fusedNetwork,
-                                                               int fusedCluster, CudaStatusCheck statusCheck,
+                                                               bool periodic, int numSystemParticles, const CudaGraphOptions& options,
                                                                const CudaGraphDomain& domain = CudaGraphDomain());
 
 } // namespace GraphPlugin

@@ -317,6 +317,18 @@ TEST(CudaGraphForce, FusedNetworkGivesBitwiseIdenticalTrajectories) {
         SCOPED_TRACE("CudaFusedCluster " + cluster);
         expectSameTrajectories(layered, propertyTrajectory({{"CudaFusedNetwork", "true"}, {"CudaFusedCluster", cluster}}, 0));
     }
+    // Every tile size the property allows, one block per tile (4, 8, 16 rows: partial tiles) and, where the device has
+    // clusters, clusters of 8 blocks (16, 32, 64 rows).
+    for (const char* rows : {"4", "8", "16"}) {
+        SCOPED_TRACE(std::string("CudaFusedTileRows ") + rows);
+        expectSameTrajectories(layered, propertyTrajectory({{"CudaFusedNetwork", "true"}, {"CudaFusedTileRows", rows}}, 0));
+    }
+    if (deviceHasClusters())
+        for (const char* rows : {"16", "32", "64"}) {
+            SCOPED_TRACE(std::string("CudaFusedCluster 8, CudaFusedTileRows ") + rows);
+            expectSameTrajectories(
+                layered, propertyTrajectory({{"CudaFusedNetwork", "true"}, {"CudaFusedCluster", "8"}, {"CudaFusedTileRows", rows}}, 0));
+        }
 }
 
 /**
@@ -451,6 +463,11 @@ TEST(CudaGraphForce, FusedNetworkThatCannotBeFusedIsExplained) {
     wideCluster.fittingWidths = {1100};
     expectRefused(wideCluster, "CudaFusedCluster", "8",
                   deviceHasClusters() ? "columns of a layer of 1100" : "has no thread-block clusters");
+    // Tile sizes that one block per tile does not take, and 16-row tiles of layers wider than 512 units.
+    expectRefused(GraphTest::ModelOptions(), "CudaFusedTileRows", "32", "takes tiles of 4, 8 or 16 rows");
+    GraphTest::ModelOptions wideRows;
+    wideRows.fittingWidths = {600};
+    expectRefused(wideRows, "CudaFusedTileRows", "16", "at most 512 entries");
 }
 
 TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
@@ -467,4 +484,8 @@ TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
         EXPECT_THROW(force->setProperty("CudaFusedCluster", bad), OpenMMException) << bad;
     force->setProperty("CudaFusedCluster", "16");
     EXPECT_EQ("16", force->getProperty("CudaFusedCluster"));
+    for (const char* bad : {"0", "2", "12", "128", "", "auto4"})
+        EXPECT_THROW(force->setProperty("CudaFusedTileRows", bad), OpenMMException) << bad;
+    force->setProperty("CudaFusedTileRows", "64");
+    EXPECT_EQ("64", force->getProperty("CudaFusedTileRows"));
 }
