@@ -615,8 +615,8 @@ private:
         }
         if (tileRows != 0 && tileRows != 4 && tileRows != 8 && tileRows != 16)
             return "CudaFusedTileRows is " + std::to_string(tileRows) +
-                   ", but one block per tile (CudaFusedCluster 1) takes tiles of 4, 8 or 16 rows; set CudaFusedTileRows to one of "
-                   "these or to \"auto\", or CudaFusedCluster to 2 or more";
+                   ", which one block per tile (CudaFusedCluster 1) does not take (4, 8 or 16 rows); set CudaFusedTileRows to one "
+                   "of these or to \"auto\", or CudaFusedCluster to 2 or more";
         // One block per tile (fusedFittingKernel): every block streams all the weights from L2, and that stream bounds the
         // kernel (bench/NOTES.md v11-v12): the fewest rows per tile (4, 8, 16) that still give at most one block per
         // multiprocessor, so the weights stream once per multiprocessor; 16 only for layers and descriptors of at most 512
@@ -629,13 +629,13 @@ private:
         const int mostRows = std::max(fusedShape.width[0], widestLayer) <= 512 ? 16 : 8;
         if (tileRows != 0) { // CudaFusedTileRows
             if (tileRows > mostRows)
-                return "CudaFusedTileRows is 16, but tiles of 16 rows take layers and descriptors of at most 512 entries (this "
+                return "CudaFusedTileRows is 16, and tiles of 16 rows take layers and descriptors of at most 512 entries (this "
                        "network has " +
                        std::to_string(std::max(fusedShape.width[0], widestLayer)) + "); set CudaFusedTileRows to 4, 8 or \"auto\"";
             fusedShape.tileRows = tileRows;
             const size_t bytes = fusedLayout(fusedShape, H * M, sizeof(real));
             if (bytes > (size_t) maxFusedShared)
-                return "CudaFusedTileRows is " + std::to_string(tileRows) + ", but a tile of " + std::to_string(tileRows) + " rows needs " +
+                return "CudaFusedTileRows is " + std::to_string(tileRows) + ", and a tile of " + std::to_string(tileRows) + " rows needs " +
                        std::to_string(bytes / 1024) + " KB of shared memory, more than the device's " +
                        std::to_string(maxFusedShared / 1024) + " KB per block; set CudaFusedTileRows to fewer rows or to \"auto\"";
             return "";
@@ -680,7 +680,7 @@ private:
         const int columnThreads = widestSlice <= 16 ? 16 : widestSlice <= 32 ? 32 : widestSlice <= 64 ? 64 : 128;
         const int mostRows = std::min(64, 2048 / columnThreads);
         if (tileRows != 0 && (tileRows < 16 || tileRows > mostRows))
-            return "CudaFusedTileRows is " + std::to_string(tileRows) + ", but a cluster of " + std::to_string(S) +
+            return "CudaFusedTileRows is " + std::to_string(tileRows) + ", and a cluster of " + std::to_string(S) +
                    " blocks with slices of " + std::to_string(widestSlice) + " columns takes tiles of 16 to " + std::to_string(mostRows) +
                    " rows; set CudaFusedTileRows to one of these or to \"auto\"";
         int bestRows = 0;

@@ -464,7 +464,7 @@ TEST(CudaGraphForce, FusedNetworkThatCannotBeFusedIsExplained) {
     expectRefused(wideCluster, "CudaFusedCluster", "8",
                   deviceHasClusters() ? "columns of a layer of 1100" : "has no thread-block clusters");
     // Tile sizes that one block per tile does not take, and 16-row tiles of layers wider than 512 units.
-    expectRefused(GraphTest::ModelOptions(), "CudaFusedTileRows", "32", "takes tiles of 4, 8 or 16 rows");
+    expectRefused(GraphTest::ModelOptions(), "CudaFusedTileRows", "32", "does not take (4, 8 or 16 rows)");
     GraphTest::ModelOptions wideRows;
     wideRows.fittingWidths = {600};
     expectRefused(wideRows, "CudaFusedTileRows", "16", "at most 512 entries");
