@@ -38,7 +38,7 @@ if has py || has profile || has bench || has timeline || has extra; then
         -Cbuild-dir=/tmp/graph-py > "$OUT/pip.log" 2>&1 || { tail -30 "$OUT/pip.log"; exit 1; }
 fi
 if has py; then
-    python3 -m pytest -m gpu -q -p no:cacheprovider -rs ${PYTEST_ARGS:-} > "$OUT/pytest-gpu.log" 2>&1; rc=$?
+    python3 -m pytest -m gpu -q -p no:cacheprovider -rs --durations=25 ${PYTEST_ARGS:-} > "$OUT/pytest-gpu.log" 2>&1; rc=$?
     [ $rc -eq 0 ] || [ $rc -eq 5 ] || status=1
     grep -E "FAILED|ERROR|SKIPPED" "$OUT/pytest-gpu.log" | head -30
     tail -3 "$OUT/pytest-gpu.log"
