@@ -96,8 +96,9 @@ class GraphModel;
  *    layer when it is "auto".  Results are bitwise the same for every value.
  *  - "CudaFusedTileRows": "auto" (default), "4", "8", "16", "32" or "64".
  *    CUDA platform only, when the fitting network is fused: the rows of a
- *    tile.  One block per tile takes 4, 8 or 16 (16 only for layers of at
- *    most 512 units), a cluster 16, 32 or 64; "auto" chooses from the
+ *    tile.  One block per tile takes 4, 8 or 16 (16 only for layers and
+ *    descriptors of at most 512 entries), a cluster 16, 32 or 64 (at most
+ *    2,048 / threads a row); "auto" chooses from the
  *    device and the system (docs/cuda-platform.md).  A value that cannot
  *    run is an OpenMMException when CudaFusedNetwork is "true" and a kernel
  *    per layer when it is "auto".  For tuning on other devices; results are

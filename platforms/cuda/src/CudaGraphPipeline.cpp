@@ -615,8 +615,9 @@ private:
         }
         if (tileRows != 0 && tileRows != 4 && tileRows != 8 && tileRows != 16)
             return "CudaFusedTileRows is " + std::to_string(tileRows) +
-                   ", which one block per tile (CudaFusedCluster 1) does not take (4, 8 or 16 rows); set CudaFusedTileRows to one "
-                   "of these or to \"auto\", or CudaFusedCluster to 2 or more";
+                   ", which one block per tile (CudaFusedCluster 1 or \"auto\") does not take (4, 8 or 16 rows); set "
+                   "CudaFusedTileRows to one of these or to \"auto\"" +
+                   (hasClusters ? ", or CudaFusedCluster to 2 or more" : "");
         // One block per tile (fusedFittingKernel): every block streams all the weights from L2, and that stream bounds the
         // kernel (bench/NOTES.md v11-v12): the fewest rows per tile (4, 8, 16) that still give at most one block per
         // multiprocessor, so the weights stream once per multiprocessor; 16 only for layers and descriptors of at most 512
@@ -629,7 +630,8 @@ private:
         const int mostRows = std::max(fusedShape.width[0], widestLayer) <= 512 ? 16 : 8;
         if (tileRows != 0) { // CudaFusedTileRows
             if (tileRows > mostRows)
-                return "CudaFusedTileRows is 16, and tiles of 16 rows take layers and descriptors of at most 512 entries (this "
+                return "CudaFusedTileRows is " + std::to_string(tileRows) + ", and tiles of " + std::to_string(tileRows) +
+                       " rows take layers and descriptors of at most 512 entries (this "
                        "network has " +
                        std::to_string(std::max(fusedShape.width[0], widestLayer)) + "); set CudaFusedTileRows to 4, 8 or \"auto\"";
             fusedShape.tileRows = tileRows;
@@ -693,14 +695,16 @@ private:
                 if (why.empty())
                     why = "a tile of " + std::to_string(rows) + " rows over a cluster of " + std::to_string(S) + " blocks needs " +
                           std::to_string(bytes / 1024) + " KB of shared memory per block (with the block's slices of the weights), " +
-                          "more than the device's " + std::to_string(maxFusedShared / 1024) + " KB; set CudaFusedCluster to a larger size";
+                          "more than the device's " + std::to_string(maxFusedShared / 1024) + " KB; set CudaFusedCluster to a larger size" +
+                          (tileRows != 0 ? " or CudaFusedTileRows to fewer rows or to \"auto\"" : "");
                 break;
             }
             const int active = configureClusterFitting<real>(fusedShape, maxFusedShared);
             if (active < 1) {
                 if (why.empty())
                     why = "the device cannot run a cluster of " + std::to_string(S) + " blocks with " + std::to_string(bytes / 1024) +
-                          " KB of shared memory each; set CudaFusedCluster to a smaller size";
+                          " KB of shared memory each; set CudaFusedCluster to a smaller size" +
+                          (tileRows != 0 ? " or CudaFusedTileRows to fewer rows or to \"auto\"" : "");
                 continue;
             }
             // Tiles: at most one partial tile per type beyond the whole ones.

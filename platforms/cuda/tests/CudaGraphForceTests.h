@@ -431,13 +431,12 @@ TEST(CudaGraphForce, EdgeScanShapesMatchReference) {
 /** CudaFusedNetwork "true" where the network cannot be fused is an error that says why; "auto" falls back. */
 TEST(CudaGraphForce, FusedNetworkThatCannotBeFusedIsExplained) {
     Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 37);
-    auto expectRefused = [&](const GraphTest::ModelOptions& options, const std::string& key, const std::string& value,
-                             const std::string& reason) {
+    auto expectRefused = [&](const GraphTest::ModelOptions& options, const Properties& properties, const std::string& reason) {
         GraphForce* force;
         std::unique_ptr<System> system(makeSystem(config, options, &force));
         force->setProperty("CudaFusedNetwork", "true");
-        if (!key.empty())
-            force->setProperty(key, value);
+        for (const auto& property : properties)
+            force->setProperty(property.first, property.second);
         VerletIntegrator integrator(0.001);
         try {
             Context context(*system, integrator, testPlatform(), testPlatformProperties());
@@ -453,21 +452,24 @@ TEST(CudaGraphForce, FusedNetworkThatCannotBeFusedIsExplained) {
     };
     GraphTest::ModelOptions interaction;
     interaction.numInteractions = 1;
-    expectRefused(interaction, "", "", "interaction block");
-    expectRefused(GraphTest::ModelOptions(), "CudaChunkRows", "37", "chunks");
+    expectRefused(interaction, {}, "interaction block");
+    expectRefused(GraphTest::ModelOptions(), {{"CudaChunkRows", "37"}}, "chunks");
     GraphTest::ModelOptions wide;
     wide.fittingWidths = {16, 2100};
-    expectRefused(wide, "", "", "2100 entries");
+    expectRefused(wide, {}, "2100 entries");
     // A cluster whose blocks would each hold more than 128 columns of a layer (1,100 units over 8 blocks: 138).
     GraphTest::ModelOptions wideCluster;
     wideCluster.fittingWidths = {1100};
-    expectRefused(wideCluster, "CudaFusedCluster", "8",
+    expectRefused(wideCluster, {{"CudaFusedCluster", "8"}},
                   deviceHasClusters() ? "columns of a layer of 1100" : "has no thread-block clusters");
     // Tile sizes that one block per tile does not take, and 16-row tiles of layers wider than 512 units.
-    expectRefused(GraphTest::ModelOptions(), "CudaFusedTileRows", "32", "does not take (4, 8 or 16 rows)");
+    expectRefused(GraphTest::ModelOptions(), {{"CudaFusedTileRows", "32"}}, "does not take (4, 8 or 16 rows)");
     GraphTest::ModelOptions wideRows;
     wideRows.fittingWidths = {600};
-    expectRefused(wideRows, "CudaFusedTileRows", "16", "at most 512 entries");
+    expectRefused(wideRows, {{"CudaFusedTileRows", "16"}}, "at most 512 entries");
+    // A cluster's tiles are 16 rows or more (slices of 4 columns in clusters of 8: up to 64).
+    if (deviceHasClusters())
+        expectRefused(GraphTest::ModelOptions(), {{"CudaFusedCluster", "8"}, {"CudaFusedTileRows", "4"}}, "takes tiles of 16 to 64 rows");
 }
 
 TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
