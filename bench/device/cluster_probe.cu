@@ -26,21 +26,13 @@
  *   nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/cluster_probe bench/device/cluster_probe.cu && /tmp/cluster_probe
  */
 
-#include "probe_mbarrier.cuh"
+#include "probe_common.cuh"
 #include <cooperative_groups.h>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cuda_runtime.h>
 
-#define CHECK(call)                                                                                                                        \
-    do {                                                                                                                                   \
-        cudaError_t error_ = (call);                                                                                                       \
-        if (error_ != cudaSuccess) {                                                                                                       \
-            std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(error_));                                       \
-            std::exit(1);                                                                                                                  \
-        }                                                                                                                                  \
-    } while (0)
 
 namespace cg = cooperative_groups;
 

@@ -30,7 +30,7 @@
  * from the device attribute, so an approximation) and TB/s in all.
  */
 
-#include "probe_mbarrier.cuh"
+#include "probe_common.cuh"
 #include <cooperative_groups.h>
 #include <cstdio>
 #include <cstdlib>
@@ -38,14 +38,6 @@
 #include <cuda_runtime.h>
 #include <vector>
 
-#define CHECK(call)                                                                                                                        \
-    do {                                                                                                                                   \
-        cudaError_t error_ = (call);                                                                                                       \
-        if (error_ != cudaSuccess) {                                                                                                       \
-            std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(error_));                                       \
-            std::exit(1);                                                                                                                  \
-        }                                                                                                                                  \
-    } while (0)
 
 namespace {
 

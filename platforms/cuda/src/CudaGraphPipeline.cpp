@@ -628,31 +628,30 @@ private:
         for (int l = 1; l <= fitting.numHidden; l++)
             widestLayer = std::max(widestLayer, fusedShape.width[l]);
         const int mostRows = std::max(fusedShape.width[0], widestLayer) <= 512 ? 16 : 8;
-        if (tileRows != 0) { // CudaFusedTileRows
-            if (tileRows > mostRows)
-                return "CudaFusedTileRows is " + std::to_string(tileRows) + ", and tiles of " + std::to_string(tileRows) +
-                       " rows take layers and descriptors of at most 512 entries (this "
-                       "network has " +
-                       std::to_string(std::max(fusedShape.width[0], widestLayer)) + "); set CudaFusedTileRows to 4, 8 or \"auto\"";
-            fusedShape.tileRows = tileRows;
-            const size_t bytes = fusedLayout(fusedShape, H * M, sizeof(real));
-            if (bytes > (size_t) maxFusedShared)
-                return "CudaFusedTileRows is " + std::to_string(tileRows) + ", and a tile of " + std::to_string(tileRows) + " rows needs " +
-                       std::to_string(bytes / 1024) + " KB of shared memory, more than the device's " +
-                       std::to_string(maxFusedShared / 1024) + " KB per block; set CudaFusedTileRows to fewer rows or to \"auto\"";
-            return "";
+        if (tileRows > mostRows) // CudaFusedTileRows 16
+            return "CudaFusedTileRows is " + std::to_string(tileRows) + ", and tiles of " + std::to_string(tileRows) +
+                   " rows take layers and descriptors of at most 512 entries (this network has " +
+                   std::to_string(std::max(fusedShape.width[0], widestLayer)) + "); set CudaFusedTileRows to 4, 8 or \"auto\"";
+        int rows = tileRows; // CudaFusedTileRows, or the fewest rows that fill the device
+        if (rows == 0) {
+            rows = 4;
+            while (rows < mostRows && (numCenters + rows - 1) / rows > numMultiprocessors)
+                rows *= 2;
         }
-        int rows = 4;
-        while (rows < mostRows && (numCenters + rows - 1) / rows > numMultiprocessors)
-            rows *= 2;
-        for (; rows >= 4; rows /= 2) {
+        for (;; rows /= 2) {
             fusedShape.tileRows = rows;
-            if (fusedLayout(fusedShape, H * M, sizeof(real)) <= (size_t) maxFusedShared)
+            const size_t bytes = fusedLayout(fusedShape, H * M, sizeof(real));
+            if (bytes <= (size_t) maxFusedShared)
                 return "";
+            const std::string tooBig = "a tile of " + std::to_string(rows) + " rows needs " + std::to_string(bytes / 1024) +
+                                       " KB of shared memory, more than the device's " + std::to_string(maxFusedShared / 1024) +
+                                       " KB per block";
+            if (tileRows != 0)
+                return "CudaFusedTileRows is " + std::to_string(tileRows) + ", and " + tooBig +
+                       "; set CudaFusedTileRows to fewer rows or to \"auto\"";
+            if (rows == 4)
+                return tooBig;
         }
-        fusedShape.tileRows = 4;
-        return "a tile of 4 rows needs " + std::to_string(fusedLayout(fusedShape, H * M, sizeof(real)) / 1024) +
-               " KB of shared memory, more than the device's " + std::to_string(maxFusedShared / 1024) + " KB per block";
     }
 
     /**

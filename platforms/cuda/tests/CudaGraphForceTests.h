@@ -347,14 +347,22 @@ std::vector<Result> propertyResults(const GraphTest::ModelOptions& options, cons
 }
 
 /**
- * The fused network of wider models, bitwise against a kernel per layer, in
- * one block per tile: three types, no l-sum (a 512-entry descriptor: four columns per thread in
- * the last backward product), SiLU, 1,500 particles (the last tile of each
- * type partial); hidden widths 200, 200 (residual) and 40 (two columns per
- * thread, padded rows: tiles of 16 rows on a device of 94 to 187
- * multiprocessors, such as an H200, in single and mixed precision), then
- * 600 and 40 (eight columns per thread: tiles of 8 rows there).
+ * The fused-network tests' wider models: three types, l_max 1, M_axis 8, no
+ * l-sum (a descriptor of 2 x 8 x numChannels entries), SiLU, the given
+ * channels and hidden widths.
  */
+GraphTest::ModelOptions wideFusedModel(int numChannels, const std::vector<int>& fittingWidths) {
+    GraphTest::ModelOptions options;
+    options.numTypes = 3;
+    options.lMax = 1;
+    options.numChannels = numChannels;
+    options.numAxis = 8;
+    options.lSum = false;
+    options.fittingWidths = fittingWidths;
+    options.activation = "silu";
+    return options;
+}
+
 /**
  * The fused network over clusters of 8 and 16 blocks, bitwise against a
  * kernel per layer, on a model whose slices are not all whole vectors:
@@ -367,14 +375,7 @@ std::vector<Result> propertyResults(const GraphTest::ModelOptions& options, cons
 TEST(CudaGraphForce, ClusterFusedNetworkGivesBitwiseIdenticalResults) {
     if (!deviceHasClusters())
         GTEST_SKIP() << "the device has no thread-block clusters";
-    GraphTest::ModelOptions options;
-    options.numTypes = 3;
-    options.lMax = 1;
-    options.numChannels = 16;
-    options.numAxis = 8;
-    options.lSum = false;
-    options.fittingWidths = {120, 120, 40};
-    options.activation = "silu";
+    const GraphTest::ModelOptions options = wideFusedModel(16, {120, 120, 40});
     Configuration config = makeConfiguration(Geometry::Cubic, 1500, 3, 41);
     const std::vector<Result> layered = propertyResults(options, config, {{"CudaFusedNetwork", "false"}}, 5);
     for (const char* cluster : {"8", "16"}) {
@@ -383,16 +384,19 @@ TEST(CudaGraphForce, ClusterFusedNetworkGivesBitwiseIdenticalResults) {
     }
 }
 
+/**
+ * The fused network of wider models, bitwise against a kernel per layer, in
+ * one block per tile (wideFusedModel with 32 channels: a 512-entry
+ * descriptor, four columns per thread in the last backward product),
+ * 1,500 particles (the last tile of each
+ * type partial); hidden widths 200, 200 (residual) and 40 (two columns per
+ * thread, padded rows: tiles of 16 rows on a device of 94 to 187
+ * multiprocessors, such as an H200, in single and mixed precision), then
+ * 600 and 40 (eight columns per thread: tiles of 8 rows there).
+ */
 TEST(CudaGraphForce, FusedNetworkOfWideModelGivesBitwiseIdenticalResults) {
     for (const std::vector<int>& widths : {std::vector<int>{200, 200, 40}, std::vector<int>{600, 40}}) {
-        GraphTest::ModelOptions options;
-        options.numTypes = 3;
-        options.lMax = 1;
-        options.numChannels = 32;
-        options.numAxis = 8;
-        options.lSum = false;
-        options.fittingWidths = widths;
-        options.activation = "silu";
+        const GraphTest::ModelOptions options = wideFusedModel(32, widths);
         Configuration config = makeConfiguration(Geometry::Cubic, 1500, 3, 36);
         std::vector<Result> layered = propertyResults(options, config, {{"CudaFusedNetwork", "false"}}, 5);
         std::vector<Result> fused = propertyResults(options, config, {{"CudaFusedNetwork", "true"}}, 5);

@@ -1,11 +1,25 @@
 /**
- * The mbarrier operations shared by the device probes (stream_probe.cu,
- * cluster_probe.cu): sm_90 PTX, shared-memory addresses as 32-bit
- * shared-window offsets.
+ * What the device probes (stream_probe.cu, cluster_probe.cu) share: CHECK
+ * for CUDA runtime calls, and the mbarrier operations (sm_90 PTX,
+ * shared-memory addresses as 32-bit shared-window offsets).
  */
 
-#ifndef PROBE_MBARRIER_CUH
-#define PROBE_MBARRIER_CUH
+#ifndef PROBE_COMMON_CUH
+#define PROBE_COMMON_CUH
+
+#include <cstdio>
+#include <cstdlib>
+#include <cuda_runtime.h>
+
+/** Exits with the file, line and CUDA error when a runtime call fails. */
+#define CHECK(call)                                                                                                                        \
+    do {                                                                                                                                   \
+        cudaError_t error_ = (call);                                                                                                       \
+        if (error_ != cudaSuccess) {                                                                                                       \
+            std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(error_));                                       \
+            std::exit(1);                                                                                                                  \
+        }                                                                                                                                  \
+    } while (0)
 
 /** The shared-window address of p (shared memory). */
 __device__ inline unsigned sharedAddress(const void* p) {
