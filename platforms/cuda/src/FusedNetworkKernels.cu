@@ -27,27 +27,33 @@ namespace {
 constexpr int ColumnThreads = 128; ///< thread t computes columns t % 128 (+ 128 j) of rows t / 128 (+ 2 i)
 
 /**
- * streamedProduct with the fewest columns per thread that cover C (<= MaxFusedWidth; with 16-row tiles <= 512, which
- * the host ensures: their sums of 8 rows would not fit in registers beyond 4 columns).
+ * streamedProduct with the fewest columns per thread that cover C.  MaxCPT (1, 2, 4 or 16: fusedColumnsPerThread of the
+ * network's widest layer) bounds the variants compiled into a kernel: the unused wider ones would make its code several
+ * times larger (instruction-cache misses were 29% of its stall samples with all five) and raise its register count.  With
+ * 16-row tiles C <= 512, which the host ensures: their sums of 8 rows would not fit in registers beyond 4 columns.
  */
-template <typename real, int R, typename Epilogue>
+template <typename real, int R, int MaxCPT, typename Epilogue>
 __device__ inline void product(const real* __restrict__ B, int K, int C, int ldb, const real* in, int inStride, real* stage,
                                int stageElements, Epilogue epilogue) {
-    if (C <= ColumnThreads)
+    if constexpr (MaxCPT == 1)
         streamedProduct<real, R, ColumnThreads, 1>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+    else if (C <= ColumnThreads)
+        streamedProduct<real, R, ColumnThreads, 1>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+    else if constexpr (MaxCPT == 2)
+        streamedProduct<real, R, ColumnThreads, 2>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
     else if (C <= 2 * ColumnThreads)
         streamedProduct<real, R, ColumnThreads, 2>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
-    else if (C <= 4 * ColumnThreads || R == 16)
+    else if constexpr (MaxCPT == 4 || R == 16)
         streamedProduct<real, R, ColumnThreads, 4>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
-    else if constexpr (R < 16) {
-        if (C <= 8 * ColumnThreads)
-            streamedProduct<real, R, ColumnThreads, 8>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
-        else
-            streamedProduct<real, R, ColumnThreads, 16>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
-    }
+    else if (C <= 4 * ColumnThreads)
+        streamedProduct<real, R, ColumnThreads, 4>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+    else if (C <= 8 * ColumnThreads)
+        streamedProduct<real, R, ColumnThreads, 8>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+    else
+        streamedProduct<real, R, ColumnThreads, 16>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
 }
 
-template <typename real, int R>
+template <typename real, int R, int MaxCPT>
 __global__ void __launch_bounds__(FusedThreads)
     fusedFittingKernel(GraphModelParams<real> model, FusedNetworkShape shape, const FusedNetworkWeights<real>* __restrict__ groups,
                        const int* __restrict__ rowNodes, const real* __restrict__ moments, real* __restrict__ particleEnergy,
@@ -86,7 +92,7 @@ __global__ void __launch_bounds__(FusedThreads)
         const bool residual = shape.residual[l] != 0;
         const real* __restrict__ bias = net.bias[l];
         const real* __restrict__ timestep = net.timestep[l];
-        product<real, R>(net.forward[l], K, C, strideOut, h, strideH, stage, shape.stageElements, [&](int r, int c, real acc) {
+        product<real, R, MaxCPT>(net.forward[l], K, C, strideOut, h, strideH, stage, shape.stageElements, [&](int r, int c, real acc) {
             out[r * strideOut + c] = denseForwardValue(shape.activation, residual, acc, bias[c], residual ? timestep[c] : real(0),
                                                        residual ? h[r * strideH + c] : real(0), &deriv[r * strideOut + c]);
         });
@@ -121,9 +127,10 @@ __global__ void __launch_bounds__(FusedThreads)
         gBuffer = 1 - gBuffer;
         real* target = l == 0 ? input : shared + shape.bufferOffset[gBuffer];
         const int strideK = l == 0 ? strideD : fusedPadded<real>(K);
-        product<real, R>(net.backward[l], N, K, fusedPadded<real>(K), dz, strideN, stage, shape.stageElements, [&](int r, int c, real acc) {
-            target[r * strideK + c] = denseInputGradient(residual, acc, residual ? g[r * strideN + c] : real(0));
-        });
+        product<real, R, MaxCPT>(net.backward[l], N, K, fusedPadded<real>(K), dz, strideN, stage, shape.stageElements,
+                                 [&](int r, int c, real acc) {
+                                     target[r * strideK + c] = denseInputGradient(residual, acc, residual ? g[r * strideN + c] : real(0));
+                                 });
         g = target;
     }
 
@@ -169,10 +176,36 @@ size_t fusedLayout(FusedNetworkShape& shape, int momentEntries, int realSize) {
     return (size_t) shape.totalElements * realSize;
 }
 
+namespace {
+
+/** The kernel for tiles of `rows` rows whose widest layer needs `columns` columns per thread (fusedColumnsPerThread). */
+template <typename real> auto fusedKernel(int rows, int columns) {
+    using Kernel = decltype(&fusedFittingKernel<real, 4, 1>);
+    static constexpr Kernel kernels[3][4] = {
+        {fusedFittingKernel<real, 4, 1>, fusedFittingKernel<real, 4, 2>, fusedFittingKernel<real, 4, 4>, fusedFittingKernel<real, 4, 16>},
+        {fusedFittingKernel<real, 8, 1>, fusedFittingKernel<real, 8, 2>, fusedFittingKernel<real, 8, 4>, fusedFittingKernel<real, 8, 16>},
+        {fusedFittingKernel<real, 16, 1>, fusedFittingKernel<real, 16, 2>, fusedFittingKernel<real, 16, 4>,
+         fusedFittingKernel<real, 16, 4>}};
+    return kernels[rows == 4 ? 0 : rows == 8 ? 1 : 2][columns == 1 ? 0 : columns == 2 ? 1 : columns == 4 ? 2 : 3];
+}
+
+/** Columns per thread that the widest layer (or the descriptor, the backward's widest output) of `shape` needs: 1, 2, 4 or 16. */
+int fusedColumnsPerThread(const FusedNetworkShape& shape) {
+    int widest = 0;
+    for (int l = 0; l <= shape.numLayers; l++)
+        widest = std::max(widest, shape.width[l]);
+    const int columns = (widest + ColumnThreads - 1) / ColumnThreads;
+    return columns <= 1 ? 1 : columns <= 2 ? 2 : columns <= 4 ? 4 : 16;
+}
+
+} // namespace
+
 template <typename real> bool configureFusedFitting(int maxSharedBytes) {
     bool ok = true;
-    for (auto kernel : {fusedFittingKernel<real, 4>, fusedFittingKernel<real, 8>, fusedFittingKernel<real, 16>})
-        ok = ok && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes) == cudaSuccess;
+    for (int rows : {4, 8, 16})
+        for (int columns : {1, 2, 4, 16})
+            ok = ok && cudaFuncSetAttribute(fusedKernel<real>(rows, columns), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            maxSharedBytes) == cudaSuccess;
     cudaGetLastError(); // reported by the return value, not left for the next launch's check
     return ok;
 }
@@ -185,15 +218,8 @@ void launchFusedFitting(const GraphModelParams<real>& model, const FusedNetworkS
     if (blocks == 0)
         return;
     const size_t bytes = (size_t) shape.totalElements * sizeof(real);
-    if (shape.tileRows == 4)
-        fusedFittingKernel<real, 4><<<blocks, FusedThreads, bytes, stream>>>(model, shape, groups, rowNodes, moments, particleEnergy,
-                                                                             gradMoments, status, withForces ? 1 : 0);
-    else if (shape.tileRows == 8)
-        fusedFittingKernel<real, 8><<<blocks, FusedThreads, bytes, stream>>>(model, shape, groups, rowNodes, moments, particleEnergy,
-                                                                             gradMoments, status, withForces ? 1 : 0);
-    else
-        fusedFittingKernel<real, 16><<<blocks, FusedThreads, bytes, stream>>>(model, shape, groups, rowNodes, moments, particleEnergy,
-                                                                              gradMoments, status, withForces ? 1 : 0);
+    fusedKernel<real>(shape.tileRows, fusedColumnsPerThread(shape))<<<blocks, FusedThreads, bytes, stream>>>(
+        model, shape, groups, rowNodes, moments, particleEnergy, gradMoments, status, withForces ? 1 : 0);
 }
 
 #define GRAPH_INSTANTIATE_FUSED(real)                                                                                                      \
