@@ -758,12 +758,21 @@ private:
             for (int l = 0; l < fitting.numHidden; l++) {
                 const DenseLayer& layer = m.fitting[t].hidden[l];
                 const int K = layer.numInputs, N = layer.numOutputs, qN = clusterSlice<real>(N, S), qK = clusterSlice<real>(K, S);
-                // Block b's slice of W^T: [K][qN] of output columns [b qN, (b + 1) qN); of W: [N][qK] of input columns.
-                std::vector<double> forward((size_t) S * K * qN, 0.0), backward((size_t) S * N * qK, 0.0);
+                // One block (S = 1): W^T and W in k-groups (fusedGroupedIndex, [ceil(K / G)][qN][G] and [ceil(N / G)][qK][G]).
+                // A cluster: block b's slice of W^T, [K][qN] of output columns [b qN, (b + 1) qN); of W, [N][qK] of input columns.
+                const int G = fusedVector<real>(), rowsK = (K + G - 1) / G * G, rowsN = (N + G - 1) / G * G;
+                std::vector<double> forward((size_t) S * rowsK * qN, 0.0), backward((size_t) S * rowsN * qK, 0.0);
                 for (int c = 0; c < N; c++)
                     for (int k = 0; k < K; k++) {
-                        forward[((size_t) (c / qN) * K + k) * qN + c % qN] = layer.weight[(size_t) c * K + k];
-                        backward[((size_t) (k / qK) * N + c) * qK + k % qK] = layer.weight[(size_t) c * K + k];
+                        const double w = layer.weight[(size_t) c * K + k];
+                        if (S == 1) {
+                            forward[fusedGroupedIndex(k, c, qN, G)] = w;
+                            backward[fusedGroupedIndex(c, k, qK, G)] = w;
+                        }
+                        else {
+                            forward[((size_t) (c / qN) * K + k) * qN + c % qN] = w;
+                            backward[((size_t) (k / qK) * N + c) * qK + k % qK] = w;
+                        }
                     }
                 fusedWeights.push_back(upload(forward, "graphFusedForward"));
                 g.forward[l] = pointer<real>(fusedWeights.back());

@@ -16,16 +16,118 @@ namespace GraphPlugin {
 
 /**
  * out(r, c) = sum_k in[r][k] B[k][c] for the tile's R rows and C columns, k in
- * order 0..K-1 (fma), handed to epilogue(r, c, sum) for r < R, c < C.  B is
- * global [K][ldb] (ldb a multiple of the 16-byte vector, rows padded with
- * zeros), streamed through `stage` (FusedStages slices of sliceRows rows);
- * `in` is shared [R][inStride].  CT threads share a row: thread t holds
+ * order 0..K-1 (fma), handed to epilogue(r, c, sum) for r < R, c < C.  `in` is
+ * shared [R][inStride].  CT threads share a row: thread t holds
  * CPT x R / (FusedThreads / CT) sums, columns t % CT + CT j of rows
  * t / CT + (FusedThreads / CT) i; a warp's lanes share their rows (broadcast
  * reads of `in`) and read consecutive columns of B.  Begins and ends with the
- * block synchronised.  Resident: B is already in shared memory (all K rows;
- * `stage` unused), read in place as one slice.
+ * block synchronised.
+ *
+ * Streamed (Resident false): B is global in k-groups, [ceil(K / G)][ldb][G]
+ * with G = fusedVector<real>() (fusedGroupedIndex; ldb a multiple of G,
+ * padding zero), streamed through `stage` (FusedStages slices of sliceRows
+ * rows, a multiple of G, so that a slice is one contiguous block); a thread
+ * reads G consecutive k of a column with one 16-byte load.
+ * Resident: B is already in shared memory, [K][ldb] (all K rows; `stage`
+ * unused), read in place as one slice.
  */
+/** The G = fusedVector<real>() values at p (16-byte aligned shared memory) in one load. */
+template <typename real> __device__ inline void loadVector(const real* p, real (&v)[fusedVector<real>()]) {
+    if constexpr (sizeof(real) == 4) {
+        const float4 q = *reinterpret_cast<const float4*>(p);
+        v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    }
+    else {
+        const double2 q = *reinterpret_cast<const double2*>(p);
+        v[0] = q.x, v[1] = q.y;
+    }
+}
+
+/**
+ * acc[j][i] += sum over the slice's `count` k of a(i, k) b(k, j), k in order, for a slice b of the k-grouped layout (G k
+ * of a column in one load) and a = the thread's rows of the tile (a(i, k) = in[RS i inStride + k], 16-byte aligned).
+ * Columns past C read column C - 1 (a valid address; those sums are never used), so the loop has no predicates.
+ */
+template <typename real, int RPT, int CPT, int CT, int RS>
+__device__ inline void groupedSlice(const real* b, int ldb, int C, int c0, const real* a, int inStride, int count, real (&acc)[CPT][RPT]) {
+    constexpr int G = fusedVector<real>();
+    const real* column[CPT];
+#pragma unroll
+    for (int j = 0; j < CPT; j++)
+        column[j] = b + min(c0 + j * CT, C - 1) * G;
+    const real* row[RPT];
+#pragma unroll
+    for (int i = 0; i < RPT; i++)
+        row[i] = a + RS * i * inStride;
+    const int groupStride = ldb * G;
+    auto group = [&](int g, int n) { // k = g G .. g G + n - 1
+        real av[RPT][G], bv[CPT][G];
+#pragma unroll
+        for (int i = 0; i < RPT; i++)
+            loadVector(row[i] + g * G, av[i]);
+#pragma unroll
+        for (int j = 0; j < CPT; j++)
+            loadVector(column[j] + g * groupStride, bv[j]);
+#pragma unroll
+        for (int x = 0; x < G; x++)
+            if (x < n)
+#pragma unroll
+                for (int j = 0; j < CPT; j++)
+#pragma unroll
+                    for (int i = 0; i < RPT; i++)
+                        acc[j][i] = fma(av[i][x], bv[j][x], acc[j][i]);
+    };
+    const int groups = count / G;
+    for (int g = 0; g < groups; g++)
+        group(g, G);
+    if (count % G != 0) // the last slice's partial group (K not a multiple of G); B's padding is never read as a term
+        group(groups, count % G);
+}
+
+/**
+ * The same sums for a slice in the plain layout b [k][ldb] (the cluster kernel's resident weights): one load per k and
+ * column, `in` read G k at a time.
+ */
+template <typename real, int RPT, int CPT, int CT, int RS>
+__device__ inline void residentSlice(const real* b, int ldb, int C, int c0, const real* a, int inStride, int count, real (&acc)[CPT][RPT]) {
+    auto step = [&](int kk, const real(&av)[RPT]) {
+        real bv[CPT];
+#pragma unroll
+        for (int j = 0; j < CPT; j++) {
+            const int c = c0 + j * CT;
+            bv[j] = c < C ? b[kk * ldb + c] : real(0);
+        }
+#pragma unroll
+        for (int j = 0; j < CPT; j++)
+#pragma unroll
+            for (int i = 0; i < RPT; i++)
+                acc[j][i] = fma(av[i], bv[j], acc[j][i]);
+    };
+    constexpr int G = fusedVector<real>();
+    int kk = 0;
+    for (; kk + G <= count; kk += G) {
+        real a4[RPT][G];
+#pragma unroll
+        for (int i = 0; i < RPT; i++)
+            loadVector(a + RS * i * inStride + kk, a4[i]);
+#pragma unroll
+        for (int x = 0; x < G; x++) {
+            real av[RPT];
+#pragma unroll
+            for (int i = 0; i < RPT; i++)
+                av[i] = a4[i][x];
+            step(kk + x, av);
+        }
+    }
+    for (; kk < count; kk++) {
+        real av[RPT];
+#pragma unroll
+        for (int i = 0; i < RPT; i++)
+            av[i] = a[RS * i * inStride + kk];
+        step(kk, av);
+    }
+}
+
 template <typename real, int R, int CT, int CPT, bool Resident = false, typename Epilogue>
 __device__ inline void streamedProduct(const real* __restrict__ B, int K, int C, int ldb, const real* in, int inStride, real* stage,
                                        int stageElements, Epilogue epilogue) {
@@ -38,7 +140,7 @@ __device__ inline void streamedProduct(const real* __restrict__ B, int K, int C,
     const int numSlices = Resident ? 1 : (K + sliceRows - 1) / sliceRows;
     auto issue = [&](int s) {
         if (s < numSlices) {
-            const int first = s * sliceRows, count = min(sliceRows, K - first);
+            const int first = s * sliceRows, count = (min(sliceRows, K - first) + V - 1) / V * V; // whole k-groups
             const real* src = B + (size_t) first * ldb;
             real* dst = stage + (s % FusedStages) * stageElements;
             for (int e = threadIdx.x * V; e < count * ldb; e += FusedThreads * V)
@@ -58,50 +160,10 @@ __device__ inline void streamedProduct(const real* __restrict__ B, int K, int C,
         }
         const real* b = Resident ? B : stage + (s % FusedStages) * stageElements;
         const int k0 = s * sliceRows, count = min(sliceRows, K - k0);
-        auto step = [&](int kk, const real(&a)[RPT]) {
-            real bv[CPT];
-#pragma unroll
-            for (int j = 0; j < CPT; j++) {
-                const int c = c0 + j * CT;
-                bv[j] = c < C ? b[kk * ldb + c] : real(0);
-            }
-#pragma unroll
-            for (int j = 0; j < CPT; j++)
-#pragma unroll
-                for (int i = 0; i < RPT; i++)
-                    acc[j][i] = fma(a[i], bv[j], acc[j][i]);
-        };
-        int kk = 0;
-        for (; kk + 4 <= count; kk += 4) {
-            real a4[RPT][4];
-#pragma unroll
-            for (int i = 0; i < RPT; i++) {
-                const real* row = in + (r0 + RS * i) * inStride + k0 + kk;
-                if constexpr (sizeof(real) == 4) {
-                    const float4 v = *reinterpret_cast<const float4*>(row);
-                    a4[i][0] = v.x, a4[i][1] = v.y, a4[i][2] = v.z, a4[i][3] = v.w;
-                }
-                else {
-                    const double2 v0 = *reinterpret_cast<const double2*>(row), v1 = *reinterpret_cast<const double2*>(row + 2);
-                    a4[i][0] = v0.x, a4[i][1] = v0.y, a4[i][2] = v1.x, a4[i][3] = v1.y;
-                }
-            }
-#pragma unroll
-            for (int x = 0; x < 4; x++) {
-                real a[RPT];
-#pragma unroll
-                for (int i = 0; i < RPT; i++)
-                    a[i] = a4[i][x];
-                step(kk + x, a);
-            }
-        }
-        for (; kk < count; kk++) {
-            real a[RPT];
-#pragma unroll
-            for (int i = 0; i < RPT; i++)
-                a[i] = in[(r0 + RS * i) * inStride + k0 + kk];
-            step(kk, a);
-        }
+        if constexpr (Resident)
+            residentSlice<real, RPT, CPT, CT, RS>(b, ldb, C, c0, in + r0 * inStride + k0, inStride, count, acc);
+        else
+            groupedSlice<real, RPT, CPT, CT, RS>(b, ldb, C, c0, in + r0 * inStride + k0, inStride, count, acc);
     }
 #pragma unroll
     for (int j = 0; j < CPT; j++) {

@@ -247,6 +247,15 @@ template <typename real> GRAPH_HOST_DEVICE constexpr int fusedPadded(int width) 
 }
 
 /**
+ * The entry (k, c) of a matrix [K][ldb] in the k-grouped layout of the one-block
+ * fused kernel's weights (FusedProduct.cuh): [ceil(K / G)][ldb][G], the G
+ * consecutive k of a column together, G = fusedVector<real>().
+ */
+GRAPH_HOST_DEVICE constexpr size_t fusedGroupedIndex(int k, int c, int ldb, int G) {
+    return ((size_t) (k / G) * ldb + c) * G + k % G;
+}
+
+/**
  * Columns of a layer of `width` units that each block of a cluster of S
  * blocks computes (ClusterNetworkKernels.cu): ceil(width / S) rounded up to
  * the 16-byte vector; block b holds [b q, min(width, (b + 1) q)), possibly
@@ -258,14 +267,15 @@ template <typename real> GRAPH_HOST_DEVICE constexpr int clusterSlice(int width,
 
 /**
  * The fitting network of one type for the fused kernels (device memory).
- * Both weight copies are split by column into the S = clusterSize blocks'
- * slices (clusterSlice: q columns, zero-padded), each slice contiguous, so
- * that a run of a slice's rows is one aligned block (S = 1: the whole
- * matrix, rows padded to 16 bytes).
+ * One block (S = 1): both weight copies whole, rows padded to 16 bytes, in
+ * k-groups (fusedGroupedIndex, rows rounded up to G with zeros), so that a
+ * run of G-aligned rows is one aligned block.  A cluster (S = clusterSize):
+ * split by column into the S blocks' slices (clusterSlice: q columns,
+ * zero-padded), each slice contiguous, [K][q].
  */
 template <typename real> struct FusedNetworkWeights {
-    const real* forward[MaxFusedLayers];  ///< hidden layer l: W^T, [S][numInputs][clusterSlice(numOutputs, S)]
-    const real* backward[MaxFusedLayers]; ///< hidden layer l: W, [S][numOutputs][clusterSlice(numInputs, S)]
+    const real* forward[MaxFusedLayers];  ///< hidden layer l: W^T, [numInputs][numOutputs] laid out as above
+    const real* backward[MaxFusedLayers]; ///< hidden layer l: W, [numOutputs][numInputs] laid out as above
     const real* bias[MaxFusedLayers];     ///< [numOutputs]
     const real* timestep[MaxFusedLayers]; ///< [numOutputs], residual layers only
     const real* outputWeight;             ///< [width of the last hidden layer]
