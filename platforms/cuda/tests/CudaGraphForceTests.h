@@ -392,10 +392,13 @@ TEST(CudaGraphForce, ClusterFusedNetworkGivesBitwiseIdenticalResults) {
  * type partial); hidden widths 200, 200 (residual) and 40 (two columns per
  * thread, padded rows: tiles of 16 rows on a device of 94 to 187
  * multiprocessors, such as an H200, in single and mixed precision), then
- * 600 and 40 (eight columns per thread: tiles of 8 rows there).
+ * 600 and 40 (eight columns per thread: tiles of 8 rows there), then 30, 30
+ * (residual) and 7: sums over 30 and 7 inputs end in a partial k-group of
+ * the streamed weights (FusedProduct.cuh: groups of 4 floats or 2 doubles).
  */
 TEST(CudaGraphForce, FusedNetworkOfWideModelGivesBitwiseIdenticalResults) {
-    for (const std::vector<int>& widths : {std::vector<int>{200, 200, 40}, std::vector<int>{600, 40}}) {
+    for (const std::vector<int>& widths : {std::vector<int>{200, 200, 40}, std::vector<int>{600, 40}, std::vector<int>{30, 30, 7}}) {
+        SCOPED_TRACE("hidden widths " + std::to_string(widths[0]) + ", " + std::to_string(widths[1]) + "...");
         const GraphTest::ModelOptions options = wideFusedModel(32, widths);
         Configuration config = makeConfiguration(Geometry::Cubic, 1500, 3, 36);
         std::vector<Result> layered = propertyResults(options, config, {{"CudaFusedNetwork", "false"}}, 5);
