@@ -14,23 +14,6 @@
 
 namespace GraphPlugin {
 
-/**
- * out(r, c) = sum_k in[r][k] B[k][c] for the tile's R rows and C columns, k in
- * order 0..K-1 (fma), handed to epilogue(r, c, sum) for r < R, c < C.  `in` is
- * shared [R][inStride].  CT threads share a row: thread t holds
- * CPT x R / (FusedThreads / CT) sums, columns t % CT + CT j of rows
- * t / CT + (FusedThreads / CT) i; a warp's lanes share their rows (broadcast
- * reads of `in`) and read consecutive columns of B.  Begins and ends with the
- * block synchronised.
- *
- * Streamed (Resident false): B is global in k-groups, [ceil(K / G)][ldb][G]
- * with G = fusedVector<real>() (fusedGroupedIndex; ldb a multiple of G,
- * padding zero), streamed through `stage` (FusedStages slices of sliceRows
- * rows, a multiple of G, so that a slice is one contiguous block); a thread
- * reads G consecutive k of a column with one 16-byte load.
- * Resident: B is already in shared memory, [K][ldb] (all K rows; `stage`
- * unused), read in place as one slice.
- */
 /** The G = fusedVector<real>() values at p (16-byte aligned shared memory) in one load. */
 template <typename real> __device__ inline void loadVector(const real* p, real (&v)[fusedVector<real>()]) {
     if constexpr (sizeof(real) == 4) {
@@ -128,6 +111,23 @@ __device__ inline void residentSlice(const real* b, int ldb, int C, int c0, cons
     }
 }
 
+/**
+ * out(r, c) = sum_k in[r][k] B[k][c] for the tile's R rows and C columns, k in
+ * order 0..K-1 (fma), handed to epilogue(r, c, sum) for r < R, c < C.  `in` is
+ * shared [R][inStride].  CT threads share a row: thread t holds
+ * CPT x R / (FusedThreads / CT) sums, columns t % CT + CT j of rows
+ * t / CT + (FusedThreads / CT) i; a warp's lanes share their rows (broadcast
+ * reads of `in`) and read consecutive columns of B.  Begins and ends with the
+ * block synchronised.
+ *
+ * Streamed (Resident false): B is global in k-groups, [ceil(K / G)][ldb][G]
+ * with G = fusedVector<real>() (fusedGroupedIndex; ldb a multiple of G,
+ * padding zero), streamed through `stage` (FusedStages slices of sliceRows
+ * rows, a multiple of G, so that a slice is one contiguous block); a thread
+ * reads G consecutive k of a column with one 16-byte load.
+ * Resident: B is already in shared memory, [K][ldb] (all K rows; `stage`
+ * unused), read in place as one slice.
+ */
 template <typename real, int R, int CT, int CPT, bool Resident = false, typename Epilogue>
 __device__ inline void streamedProduct(const real* __restrict__ B, int K, int C, int ldb, const real* in, int inStride, real* stage,
                                        int stageElements, Epilogue epilogue) {
