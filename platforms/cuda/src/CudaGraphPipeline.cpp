@@ -624,14 +624,12 @@ private:
         // entries (a thread's sums of 8 rows and up to 4 columns stay in registers). Fewer rows when the tile does not fit
         // in shared memory.
         fusedShape.clusterSize = 1;
-        int widestLayer = 0;
-        for (int l = 1; l <= fitting.numHidden; l++)
-            widestLayer = std::max(widestLayer, fusedShape.width[l]);
-        const int mostRows = std::max(fusedShape.width[0], widestLayer) <= 512 ? 16 : 8;
+        const int widest = fusedWidestWidth(fusedShape);
+        const int mostRows = widest <= 512 ? 16 : 8;
         if (tileRows > mostRows) // CudaFusedTileRows 16
             return "CudaFusedTileRows is " + std::to_string(tileRows) + ", and tiles of " + std::to_string(tileRows) +
-                   " rows take layers and descriptors of at most 512 entries (this network has " +
-                   std::to_string(std::max(fusedShape.width[0], widestLayer)) + "); set CudaFusedTileRows to 4, 8 or \"auto\"";
+                   " rows take layers and descriptors of at most 512 entries (this network has " + std::to_string(widest) +
+                   "); set CudaFusedTileRows to 4, 8 or \"auto\"";
         int rows = tileRows; // CudaFusedTileRows, or the fewest rows that fill the device
         if (rows == 0) {
             rows = 4;
@@ -669,12 +667,7 @@ private:
         fusedShape.clusterSize = S;
         if (!clusterFittingCompiled<real>())
             return "the plugin holds no code for compute capability 9.0 or later (CMAKE_CUDA_ARCHITECTURES), which clusters need";
-        int widestSlice = 0, widestWidth = 0;
-        for (int l = 0; l <= fusedShape.numLayers; l++)
-            if (clusterSlice<real>(fusedShape.width[l], S) > widestSlice) {
-                widestSlice = clusterSlice<real>(fusedShape.width[l], S);
-                widestWidth = fusedShape.width[l];
-            }
+        const int widestWidth = fusedWidestWidth(fusedShape), widestSlice = clusterSlice<real>(widestWidth, S); // slices grow with width
         if (widestSlice > 128)
             return "a cluster of " + std::to_string(S) + " blocks leaves " + std::to_string(widestSlice) + " columns of a layer of " +
                    std::to_string(widestWidth) + " to each block (at most 128); set CudaFusedCluster to 16 or to 1";

@@ -191,10 +191,7 @@ template <typename real> auto fusedKernel(int rows, int columns) {
 
 /** Columns per thread that the widest layer (or the descriptor, the backward's widest output) of `shape` needs: 1, 2, 4 or 16. */
 int fusedColumnsPerThread(const FusedNetworkShape& shape) {
-    int widest = 0;
-    for (int l = 0; l <= shape.numLayers; l++)
-        widest = std::max(widest, shape.width[l]);
-    const int columns = (widest + ColumnThreads - 1) / ColumnThreads;
+    const int columns = (fusedWidestWidth(shape) + ColumnThreads - 1) / ColumnThreads;
     return columns <= 1 ? 1 : columns <= 2 ? 2 : columns <= 4 ? 4 : 16;
 }
 

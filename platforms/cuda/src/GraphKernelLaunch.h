@@ -308,6 +308,14 @@ struct FusedNetworkShape {
         stageElements, totalElements;
 };
 
+/** The most entries of any layer of `shape`'s network, the descriptor (width[0]) included: what bounds a thread's columns. */
+inline int fusedWidestWidth(const FusedNetworkShape& shape) {
+    int widest = 0;
+    for (int l = 0; l <= shape.numLayers; l++)
+        widest = widest > shape.width[l] ? widest : shape.width[l];
+    return widest;
+}
+
 /**
  * Fills the layout of `shape` (widths set) for tileRows rows and H M moment
  * entries per row of `real`s of realSize bytes; returns its bytes.
