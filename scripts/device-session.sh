@@ -17,6 +17,8 @@
 #   timeline GPU timelines of real steps (bench/device/timeline.sh; TIMELINE_CASES, grade:n ..., default "small:512 small:10296")
 #   extra    bash each script of $EXTRA_SCRIPT (space-separated; after the rest; the package is installed)
 # "all" = test,py,bench (the default).
+# A call that builds returns the package as $OUT/pkg.tgz; copied to .device/pkg.tgz (carried with .device) it spares later
+# calls without `test` the build while the sources are the same (checked by a hash).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 parts="${1:-all}"
@@ -33,10 +35,34 @@ install_package() {
     python3 -m pip install -q --upgrade --no-build-isolation --no-deps --no-index --target "$SITE" . -Ccmake.define.OPENMM_DIR="$OPENMM_LIBS" \
         -Cbuild-dir=/tmp/graph-py "$@" > "$OUT/pip.log" 2>&1 || { tail -30 "$OUT/pip.log"; exit 1; }
 }
+# The built package travels back as $OUT/pkg.tgz (with a hash of the sources it was built from); a later call that carries
+# it as .device/pkg.tgz and has no `test` part unpacks it instead of compiling, when the sources still match (about 150 s
+# of device time a call).
+source_hash() {
+    find openmmapi platforms serialization wrappers python/openmmgraph python/CMakeLists.txt CMakeLists.txt pyproject.toml \
+        -type f ! -name '*.pyc' ! -name '_graphforce*' ! -name graphforce.py ! -path 'python/openmmgraph/lib/*' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1
+}
+SRC_HASH=$(source_hash)
+pack_package() {
+    echo "$SRC_HASH" > "$SITE/openmmgraph/source-hash.txt"
+    (cd "$SITE" && tar czf "$OUT/pkg.tgz" openmmgraph openmm_graph-*.dist-info $(ls bin/openmm-graph 2>/dev/null))
+}
+reuse_package() {
+    [ -f .device/pkg.tgz ] || return 1
+    tar xzf .device/pkg.tgz -C "$SITE" || return 1
+    if [ "$(cat "$SITE/openmmgraph/source-hash.txt" 2>/dev/null)" = "$SRC_HASH" ]; then
+        echo "package: unpacked from .device/pkg.tgz (built from these sources)"
+        return 0
+    fi
+    echo "package: .device/pkg.tgz was built from other sources; building"
+    rm -rf "$SITE"/openmmgraph "$SITE"/openmm_graph-*.dist-info
+    return 1
+}
 if has test; then
     if python_parts; then
         BUILD=/tmp/graph-py
         install_package -Ccmake.define.GRAPH_BUILD_TESTS=ON -Ccmake.define.GTEST_ROOT="$PWD/.device/gtest"
+        pack_package
     else
         BUILD=/tmp/graph-build
         cmake -S . -B "$BUILD" -G Ninja -DOPENMM_DIR="$OPENMM_LIBS" -DGRAPH_BUILD_PYTHON=OFF -DGTEST_ROOT="$PWD/.device/gtest" \
@@ -45,7 +71,7 @@ if has test; then
     ctest --test-dir "$BUILD" --output-on-failure -j 4 > "$OUT/ctest.log" 2>&1 || status=1
     grep -E "tests passed|Passed|Failed|\*\*\*" "$OUT/ctest.log" | tail -20
 elif python_parts; then
-    install_package
+    reuse_package || { install_package; pack_package; }
 fi
 if has py; then
     python3 -m pytest -m gpu -q -p no:cacheprovider -rs --durations=25 ${PYTEST_ARGS:-} > "$OUT/pytest-gpu.log" 2>&1; rc=$?
@@ -89,6 +115,7 @@ if has extra; then
     done
 fi
 # The logs travel back as one archive (the device returns a limited number of files).
-(cd "$OUT" && tar czf /tmp/graph-logs.tgz --exclude=bench.json --exclude=bench.png . && find . -type f ! -name bench.json ! -name bench.png -delete \
+(cd "$OUT" && tar czf /tmp/graph-logs.tgz --exclude=bench.json --exclude=bench.png --exclude=pkg.tgz . \
+    && find . -type f ! -name bench.json ! -name bench.png ! -name pkg.tgz -delete \
     && mv /tmp/graph-logs.tgz logs.tgz)
 exit $status
