@@ -136,6 +136,9 @@ GraphBox<double> CudaNeighborGraph::currentBox() const {
         box.b[d] = v[1][d];
         box.c[d] = v[2][d];
     }
+    box.inverse[0] = 1 / box.a[0];
+    box.inverse[1] = 1 / box.b[1];
+    box.inverse[2] = 1 / box.c[2];
     box.periodic = periodic ? 1 : 0;
     return box;
 }

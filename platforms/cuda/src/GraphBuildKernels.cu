@@ -17,6 +17,12 @@ namespace GraphPlugin {
 namespace {
 
 constexpr int WarpsPerBlock = 4;
+/**
+ * The all-pairs kernel's block: 8 warps a row (two rounds of candidates at 512 particles, not four) and 4 lanes per entry
+ * of its rank sort (about 22 comparisons a lane for a row of 85, not 85); 4 blocks fit on a multiprocessor, so the
+ * 512 rows of the smallest standard case run in one wave on 128 or more multiprocessors.
+ */
+constexpr int AllPairsWarps = 8, AllPairsSplit = 4;
 
 template <typename posqType>
 __global__ void gatherPositionsKernel(const posqType* __restrict__ posq, const float4* __restrict__ posqCorrection,
@@ -176,20 +182,34 @@ __device__ inline bool acceptCandidate(int i, const real xi[3], int j, const rea
 /**
  * Rank sort of a collected row (entries in any order) by (key, index) into
  * neighbors[i][0, stored): each entry's rank is the number of entries before
- * it.  Entries first, first + stride, ... are this thread's.
+ * it.  Threads thread and thread + k threads (k = 0, 1, ...) of `threads` (a
+ * multiple of 32, all of them calling) rank entries thread / Split +
+ * k threads / Split, each entry counted by Split consecutive lanes (a
+ * power of two up to 32) over every Split-th other entry and their counts
+ * added with shuffles: more lanes per entry, a shorter loop.
  */
-__device__ inline void sortRow(const uint32_t* keys, const int* scratch, int stored, int i, int capacity, int* neighbors, int first,
-                               int stride) {
-    for (int e = first; e < stored; e += stride) {
-        const uint32_t key = keys[e];
-        const int j = scratch[e];
-        int rank = 0;
-        for (int f = 0; f < stored; f++) {
-            uint32_t otherKey = keys[f];
-            int other = scratch[f];
-            rank += (otherKey < key || (otherKey == key && other < j)) ? 1 : 0;
+template <int Split>
+__device__ inline void sortRow(const uint32_t* keys, const int* scratch, int stored, int i, int capacity, int* neighbors, int thread,
+                               int threads) {
+    const int sub = thread % Split, perPass = threads / Split;
+    for (int base = 0; base < stored; base += perPass) {
+        const int e = base + thread / Split;
+        const bool active = e < stored;
+        int rank = 0, j = 0;
+        if (active) {
+            const uint32_t key = keys[e];
+            j = scratch[e];
+            for (int f = sub; f < stored; f += Split) {
+                const uint32_t otherKey = keys[f];
+                const int other = scratch[f];
+                rank += (otherKey < key || (otherKey == key && other < j)) ? 1 : 0;
+            }
         }
-        neighbors[(size_t) i * capacity + rank] = j;
+#pragma unroll
+        for (int offset = 1; offset < Split; offset *= 2)
+            rank += __shfl_xor_sync(0xffffffff, rank, offset);
+        if (active && sub == 0)
+            neighbors[(size_t) i * capacity + rank] = j;
     }
 }
 
@@ -244,7 +264,7 @@ template <typename real> struct RowBuilder {
             atomicMax(&status->maxRowCount, count);
         const int stored = min(count, capacity);
         __syncwarp();
-        sortRow(keys, scratch, stored, i, capacity, neighbors, lane, 32);
+        sortRow<1>(keys, scratch, stored, i, capacity, neighbors, lane, 32);
         if (lane == 0)
             rowCount[i] = stored;
         __syncwarp(); // the scratch is rewritten by this warp's next row
@@ -294,13 +314,13 @@ __global__ void buildRowsKernel(const real* __restrict__ positions, int firstCen
  * The rows of small systems (n <= AllPairsLimit): one block per row, every
  * particle a candidate, offered in index order straight from the positions
  * (no cell grid, sort or indirection), the block's warps taking every
- * WarpsPerBlock-th batch of 32.  The warps append what they accept to the
+ * AllPairsWarps-th batch of 32.  The warps append what they accept to the
  * block's scratch (shared memory up to SharedRowCapacity, else global, one
  * row per block) in whatever order they come; the rank sort by (key, index)
  * then gives the same rows as buildRowsKernel.
  */
 template <typename real>
-__global__ void __launch_bounds__(32 * WarpsPerBlock)
+__global__ void __launch_bounds__(32 * AllPairsWarps, 4)
     buildRowsAllPairsKernel(const real* __restrict__ positions, int n, int firstCenter, int numCenters, GraphBox<real> box, real cutoff,
                             int capacity, int* __restrict__ unsortedScratch, uint32_t* __restrict__ keyScratch, int* __restrict__ neighbors,
                             int* __restrict__ rowCount, GraphStatus* status) {
@@ -344,7 +364,7 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
             atomicMax(&status->maxRowCount, total);
             rowCount[i] = stored;
         }
-        sortRow(keys, scratch, stored, i, capacity, neighbors, threadIdx.x, blockDim.x);
+        sortRow<AllPairsSplit>(keys, scratch, stored, i, capacity, neighbors, threadIdx.x, blockDim.x);
         __syncthreads(); // the scratch and the count are rewritten for the block's next row
     }
 }
@@ -408,7 +428,7 @@ void launchBuildRowsAllPairs(const double* positions, int n, int firstCenter, in
     // One row per block; global scratch (beyond SharedRowCapacity) holds scratchRows rows, one per block.
     const int blocks = std::min(numCenters, std::max(1, scratchRows));
     const size_t shared = capacity <= SharedRowCapacity ? (size_t) capacity * (sizeof(int) + sizeof(uint32_t)) : 0;
-    buildRowsAllPairsKernel<double><<<blocks, 32 * WarpsPerBlock, shared, stream>>>(
+    buildRowsAllPairsKernel<double><<<blocks, 32 * AllPairsWarps, shared, stream>>>(
         positions, n, firstCenter, numCenters, box, cutoff, capacity, unsortedScratch, keyScratch, neighbors, rowCount, status);
 }
 

@@ -32,17 +32,24 @@ __device__ inline long long realToFixedPoint(double x) {
     return __double2ll_rn(x * FixedPointScale);
 }
 
+/**
+ * d (nm) reduced to its minimum image in OpenMM's reduced triclinic box.  The image counts come from products with the
+ * box's inverse heights rather than divisions (three double divisions per pair were a visible part of the row build):
+ * the two can differ only where a component is within rounding of half the box's height, and such a pair is beyond the
+ * cut-off (less than half the smallest height, checked on the host) in either image, so the graph and every accepted
+ * edge vector are the same.
+ */
 template <typename real> __device__ inline void minimumImage(real d[3], const GraphBox<real>& box) {
     if (!box.periodic)
         return;
-    real s = floor(d[2] / box.c[2] + real(0.5));
+    real s = floor(d[2] * box.inverse[2] + real(0.5));
     d[0] -= s * box.c[0];
     d[1] -= s * box.c[1];
     d[2] -= s * box.c[2];
-    s = floor(d[1] / box.b[1] + real(0.5));
+    s = floor(d[1] * box.inverse[1] + real(0.5));
     d[0] -= s * box.b[0];
     d[1] -= s * box.b[1];
-    s = floor(d[0] / box.a[0] + real(0.5));
+    s = floor(d[0] * box.inverse[0] + real(0.5));
     d[0] -= s * box.a[0];
 }
 

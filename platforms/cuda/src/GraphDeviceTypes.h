@@ -19,7 +19,8 @@ struct alignas(16) GraphDouble4 {
 /** The periodic box (OpenMM's reduced triclinic form), nm; passed by value to kernels each step. */
 template <typename real> struct GraphBox {
     real a[3], b[3], c[3];
-    int periodic; ///< 0: open boundaries
+    real inverse[3]; ///< 1 / a[0], 1 / b[1], 1 / c[2] (nm^-1): the minimum image multiplies by them
+    int periodic;    ///< 0: open boundaries
 };
 
 /**
