@@ -26,6 +26,10 @@ parts="${1:-all}"
 has() { [[ ",$parts," == *",$1,"* ]]; }
 source scripts/device-env.sh
 
+# Which code ran: the digest of the plugin's sources (a device copy's git metadata can be stale, bench/NOTES.md v11);
+# `python3 bench/run_benchmarks.py --source-digest` prints the same for any checkout.
+python3 bench/run_benchmarks.py --source-digest > "$OUT/source-digest.txt" 2>&1 && echo "source digest: $(cat "$OUT/source-digest.txt")"
+
 status=0
 python_parts() { has py || has profile || has bench || has timeline || has extra; }
 # The package (pip, scikit-build-core) in /tmp/graph-py; with `test` also the C++ tests in the same build, so the plugin
