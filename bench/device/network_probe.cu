@@ -1,0 +1,324 @@
+/**
+ * Small-system fitting-network probe (bench/NOTES.md v16): the small grade's
+ * network (descriptor 256 -> 128 -> 128 -> 128, tanh, the last two residual
+ * with a timestep, linear energy output) with its input-gradient backward,
+ * for 512 rows, split over 128 blocks as 2D tiles (16 row groups of 32 rows
+ * x 8 column groups) instead of today's one block per 4 rows that streams
+ * every weight (fusedFittingKernel, 32.9 us at small 512 on an H200, v16).
+ * Each block's weight slice is at most 16 KB and its rows' inputs at most
+ * 32 KB a product, so no block takes in more than about 50 KB a product.
+ *
+ * Six phases (three forward products with their activation, three backward
+ * products of dE/dz with W^T; the energy with the first backward one), run
+ *
+ *   grid      as one cooperative kernel, grid.sync() between the phases;
+ *   graph     as six kernels, one per phase, replayed as a CUDA graph (what
+ *             the per-layer path does, without its other kernels).
+ *
+ * Each output sums k in order 0..K-1 with fma in both, so their results are
+ * bitwise equal (checked), and the first rows are checked against double on
+ * the host.  Prints the mean time of 200 evaluations of each.
+ *
+ *   nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o network_probe network_probe.cu
+ */
+
+#include "probe_common.cuh"
+
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace cg = cooperative_groups;
+
+namespace {
+
+constexpr int N = 512, L = 3, Threads = 256, Blocks = 128, RowTile = 32, RowGroups = N / RowTile, ColumnGroups = Blocks / RowGroups;
+/** The widths: descriptor 256, then 128, 128, 128. */
+__host__ __device__ constexpr int width(int l) {
+    return l == 0 ? 256 : 128;
+}
+constexpr int Phases = 2 * L;
+/** Shared floats: a row tile of at most 256 inputs (+4 padding) and a weight slice of at most 128 x 32 or 256 x 16. */
+constexpr int SharedFloats = RowTile * (256 + 4) + 4096;
+
+/** Device arrays, all [rows][width] row-major; weights [K][C]. */
+struct Net {
+    const float* W[L];
+    const float* bias[L];
+    const float* timestep[L]; ///< residual layers (K == C): h + timestep * tanh(z)
+    const float* outputWeight; ///< [width(L)]
+    float* h[L + 1];           ///< h[0] the input (descriptor), h[l + 1] layer l's output
+    float* deriv[L];           ///< d h[l + 1] / d z of layer l
+    float* g[L];               ///< g[l] = dE/dh[l] (g[L] is outputWeight, broadcast)
+    float* energy;             ///< [N]
+};
+
+__device__ inline bool residual(int l) {
+    return width(l) == width(l + 1);
+}
+
+/**
+ * Phase p of the evaluation for block b.  Forward p = l < L: h[l + 1] = act(h[l] W_l + b_l).  Backward p = 2 L - 1 - l:
+ * g[l] = (g[l + 1] * deriv[l]) W_l^T (+ g[l + 1] if residual); the first backward phase also writes the energies.
+ */
+__device__ void phase(const Net& net, int p, int b, float* shared) {
+    const bool forward = p < L;
+    const int l = forward ? p : 2 * L - 1 - p;
+    const int K = forward ? width(l) : width(l + 1); // the product's sum
+    const int C = forward ? width(l + 1) : width(l); // its outputs a row
+    const int CT = C / ColumnGroups, rowGroup = b / ColumnGroups, c0 = (b % ColumnGroups) * CT, r0 = rowGroup * RowTile;
+    const int strideA = K + 4;
+    float* A = shared;                       // [RowTile][K + 4]
+    float* B = shared + RowTile * (256 + 4); // [K][CT]
+    // The row tile's inputs: h[l], or dE/dz = g[l + 1] * deriv[l] for the backward.
+    for (int e = threadIdx.x; e < RowTile * K / 4; e += Threads) {
+        const int r = e / (K / 4), k = 4 * (e % (K / 4));
+        float4 v;
+        if (forward)
+            v = *reinterpret_cast<const float4*>(net.h[l] + (size_t) (r0 + r) * K + k);
+        else {
+            const float4 d = *reinterpret_cast<const float4*>(net.deriv[l] + (size_t) (r0 + r) * K + k);
+            const float4 g = l + 1 == L ? *reinterpret_cast<const float4*>(net.outputWeight + k)
+                                        : *reinterpret_cast<const float4*>(net.g[l + 1] + (size_t) (r0 + r) * K + k);
+            v = make_float4(g.x * d.x, g.y * d.y, g.z * d.z, g.w * d.w);
+        }
+        *reinterpret_cast<float4*>(A + r * strideA + k) = v;
+    }
+    // The weight slice: forward W_l[k][c0 + j]; backward W_l^T[n][c0 + j] = W_l[c0 + j][n].
+    for (int e = threadIdx.x; e < K * CT; e += Threads) {
+        const int k = e / CT, j = e % CT;
+        B[e] = forward ? net.W[l][(size_t) k * C + c0 + j] : net.W[l][(size_t) (c0 + j) * K + k];
+    }
+    if (!forward && l + 1 == L && b % ColumnGroups == 0 && threadIdx.x < RowTile) { // energies of the row tile
+        const int r = r0 + threadIdx.x;
+        float e = 0;
+        for (int c = 0; c < width(L); c++)
+            e = fmaf(net.h[L][(size_t) r * width(L) + c], net.outputWeight[c], e);
+        net.energy[r] = e;
+    }
+    __syncthreads();
+    const int j = threadIdx.x % CT, rowStep = Threads / CT;
+    for (int r = threadIdx.x / CT; r < RowTile; r += 2 * rowStep) { // two rows a pass: two independent sums
+        const int r2 = r + rowStep;
+        const bool second = r2 < RowTile;
+        float acc = 0, acc2 = 0;
+        const float* a = A + r * strideA;
+        const float* a2 = A + (second ? r2 : r) * strideA;
+#pragma unroll 8
+        for (int k = 0; k < K; k++) {
+            const float w = B[k * CT + j];
+            acc = fmaf(a[k], w, acc);
+            acc2 = fmaf(a2[k], w, acc2);
+        }
+        for (int x = 0; x < (second ? 2 : 1); x++) {
+            const int row = r0 + (x ? r2 : r), c = c0 + j;
+            const float sum = x ? acc2 : acc;
+            if (forward) {
+                const float z = sum + net.bias[l][c], t = tanhf(z);
+                const float ts = residual(l) ? net.timestep[l][c] : 1.0f;
+                net.h[l + 1][(size_t) row * C + c] = residual(l) ? net.h[l][(size_t) row * K + c] + ts * t : t;
+                net.deriv[l][(size_t) row * C + c] = ts * (1 - t * t);
+            }
+            else {
+                const float carry = residual(l) ? (l + 1 == L ? net.outputWeight[c] : net.g[l + 1][(size_t) row * K + c]) : 0.0f;
+                net.g[l][(size_t) row * C + c] = sum + carry;
+            }
+        }
+    }
+    __syncthreads(); // the block's shared memory is reused by its next phase
+}
+
+__global__ void __launch_bounds__(Threads) gridKernel(Net net) {
+    extern __shared__ __align__(16) float shared[];
+    cg::grid_group grid = cg::this_grid();
+    for (int p = 0; p < Phases; p++) {
+        phase(net, p, blockIdx.x, shared);
+        if (p + 1 < Phases) {
+            __threadfence();
+            grid.sync();
+        }
+    }
+}
+
+__global__ void __launch_bounds__(Threads) phaseKernel(Net net, int p) {
+    extern __shared__ __align__(16) float shared[];
+    phase(net, p, blockIdx.x, shared);
+}
+
+/** Host double reference of the energy and dE/dh[0] of row r. */
+void reference(const std::vector<std::vector<float>>& W, const std::vector<std::vector<float>>& bias,
+               const std::vector<std::vector<float>>& timestep, const std::vector<float>& wOut, const float* input, double& energy,
+               std::vector<double>& grad) {
+    std::vector<std::vector<double>> h(L + 1), d(L);
+    h[0].assign(input, input + width(0));
+    for (int l = 0; l < L; l++) {
+        const int K = width(l), C = width(l + 1);
+        const bool res = K == C;
+        h[l + 1].resize(C);
+        d[l].resize(C);
+        for (int c = 0; c < C; c++) {
+            double z = bias[l][c];
+            for (int k = 0; k < K; k++)
+                z += h[l][k] * W[l][(size_t) k * C + c];
+            const double t = std::tanh(z), ts = res ? timestep[l][c] : 1.0;
+            h[l + 1][c] = res ? h[l][c] + ts * t : t;
+            d[l][c] = ts * (1 - t * t);
+        }
+    }
+    energy = 0;
+    for (int c = 0; c < width(L); c++)
+        energy += h[L][c] * wOut[c];
+    std::vector<double> g(wOut.begin(), wOut.end());
+    for (int l = L - 1; l >= 0; l--) {
+        const int K = width(l), C = width(l + 1);
+        std::vector<double> next(K, 0.0);
+        for (int k = 0; k < K; k++) {
+            for (int c = 0; c < C; c++)
+                next[k] += g[c] * d[l][c] * W[l][(size_t) k * C + c];
+            if (K == C)
+                next[k] += g[k];
+        }
+        g = next;
+    }
+    grad = g;
+}
+
+} // namespace
+
+int main() {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    std::vector<std::vector<float>> W(L), bias(L), timestep(L);
+    for (int l = 0; l < L; l++) {
+        const float scale = 1.0f / std::sqrt((float) width(l));
+        W[l].resize((size_t) width(l) * width(l + 1));
+        for (float& x : W[l])
+            x = scale * uniform(rng);
+        bias[l].resize(width(l + 1));
+        timestep[l].resize(width(l + 1));
+        for (int c = 0; c < width(l + 1); c++)
+            bias[l][c] = 0.1f * uniform(rng), timestep[l][c] = 0.1f + 0.05f * uniform(rng);
+    }
+    std::vector<float> wOut(width(L)), input((size_t) N * width(0));
+    for (float& x : wOut)
+        x = uniform(rng);
+    for (float& x : input)
+        x = uniform(rng);
+
+    auto upload = [](const std::vector<float>& v) {
+        float* p;
+        CHECK(cudaMalloc(&p, v.size() * sizeof(float)));
+        CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+        return p;
+    };
+    auto zeros = [](size_t count) {
+        float* p;
+        CHECK(cudaMalloc(&p, count * sizeof(float)));
+        CHECK(cudaMemset(p, 0, count * sizeof(float)));
+        return p;
+    };
+    Net nets[2];
+    for (Net& net : nets) {
+        for (int l = 0; l < L; l++) {
+            net.W[l] = upload(W[l]);
+            net.bias[l] = upload(bias[l]);
+            net.timestep[l] = upload(timestep[l]);
+            net.deriv[l] = zeros((size_t) N * width(l + 1));
+            net.g[l] = zeros((size_t) N * width(l));
+        }
+        net.outputWeight = upload(wOut);
+        net.h[0] = upload(input);
+        for (int l = 1; l <= L; l++)
+            net.h[l] = zeros((size_t) N * width(l));
+        net.energy = zeros(N);
+    }
+
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    const size_t sharedBytes = SharedFloats * sizeof(float);
+    CHECK(cudaFuncSetAttribute(gridKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) sharedBytes));
+    CHECK(cudaFuncSetAttribute(phaseKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) sharedBytes));
+    int perSM = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, gridKernel, Threads, sharedBytes));
+    std::printf("%s, %d SMs, cooperative launch %d, %d blocks of the grid kernel fit per SM; %d rows, %d blocks of %d threads, %zu shared bytes\n",
+                prop.name, prop.multiProcessorCount, prop.cooperativeLaunch, perSM, N, Blocks, Threads, sharedBytes);
+    if (!prop.cooperativeLaunch || perSM * prop.multiProcessorCount < Blocks) {
+        std::printf("the grid kernel cannot be co-resident here\n");
+        return 1;
+    }
+
+    cudaStream_t stream;
+    CHECK(cudaStreamCreate(&stream));
+    auto runGrid = [&] {
+        void* args[] = {&nets[0]};
+        CHECK(cudaLaunchCooperativeKernel((void*) gridKernel, Blocks, Threads, args, sharedBytes, stream));
+    };
+    cudaGraph_t graph;
+    cudaGraphExec_t graphExec;
+    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int p = 0; p < Phases; p++)
+        phaseKernel<<<Blocks, Threads, sharedBytes, stream>>>(nets[1], p);
+    CHECK(cudaStreamEndCapture(stream, &graph));
+    CHECK(cudaGraphInstantiate(&graphExec, graph, 0));
+    auto runGraph = [&] { CHECK(cudaGraphLaunch(graphExec, stream)); };
+
+    auto timeIt = [&](auto run) {
+        for (int i = 0; i < 20; i++)
+            run();
+        CHECK(cudaStreamSynchronize(stream));
+        cudaEvent_t start, stop;
+        CHECK(cudaEventCreate(&start));
+        CHECK(cudaEventCreate(&stop));
+        const int runs = 200;
+        CHECK(cudaEventRecord(start, stream));
+        for (int i = 0; i < runs; i++)
+            run();
+        CHECK(cudaEventRecord(stop, stream));
+        CHECK(cudaEventSynchronize(stop));
+        float ms = 0;
+        CHECK(cudaEventElapsedTime(&ms, start, stop));
+        return 1000.0f * ms / runs;
+    };
+    const float gridUs = timeIt(runGrid), graphUs = timeIt(runGraph);
+    std::printf("grid   (one cooperative kernel, 5 grid syncs)  %7.2f us an evaluation (back to back, launch included)\n", gridUs);
+    std::printf("graph  (six kernels in a CUDA graph)           %7.2f us an evaluation\n", graphUs);
+    // Each phase alone (its kernel in a graph of its own would need six graphs; plain back-to-back launches instead).
+    for (int p = 0; p < Phases; p++) {
+        const float us = timeIt([&] { phaseKernel<<<Blocks, Threads, sharedBytes, stream>>>(nets[1], p); });
+        std::printf("  phase %d (%s, layer %d) alone: %6.2f us a launch, back to back\n", p, p < L ? "forward" : "backward",
+                    p < L ? p : 2 * L - 1 - p, us);
+    }
+    CHECK(cudaStreamSynchronize(stream));
+    CHECK(cudaGetLastError());
+
+    // The two ways bitwise equal, and the first rows against double on the host.
+    std::vector<float> e[2], g0[2];
+    for (int v = 0; v < 2; v++) {
+        e[v].resize(N);
+        g0[v].resize((size_t) N * width(0));
+        CHECK(cudaMemcpy(e[v].data(), nets[v].energy, N * sizeof(float), cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(g0[v].data(), nets[v].g[0], g0[v].size() * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    const bool bitwise = std::memcmp(e[0].data(), e[1].data(), N * sizeof(float)) == 0 &&
+                         std::memcmp(g0[0].data(), g0[1].data(), g0[0].size() * sizeof(float)) == 0;
+    double worstE = 0, worstG = 0, largestG = 0;
+    for (int r = 0; r < 8; r++) {
+        double energy;
+        std::vector<double> grad;
+        reference(W, bias, timestep, wOut, input.data() + (size_t) r * width(0), energy, grad);
+        worstE = std::max(worstE, std::fabs(energy - e[0][r]) / std::max(1e-30, std::fabs(energy)));
+        for (int k = 0; k < width(0); k++) {
+            worstG = std::max(worstG, std::fabs(grad[k] - g0[0][(size_t) r * width(0) + k]));
+            largestG = std::max(largestG, std::fabs(grad[k]));
+        }
+    }
+    std::printf("grid and graph results bitwise equal: %s; against double (8 rows): energy rel. %.2e, dE/dh0 max |diff| / max |g| %.2e\n",
+                bitwise ? "yes" : "NO", worstE, worstG / largestG);
+    const bool ok = bitwise && worstE < 1e-4 && worstG / largestG < 1e-4;
+    std::printf(ok ? "results agree\n" : "RESULTS DIFFER\n");
+    return ok ? 0 : 1;
+}
