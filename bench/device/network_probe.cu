@@ -49,7 +49,7 @@ constexpr int SharedFloats = RowTile * (256 + 4) + 4096;
 struct Net {
     const float* W[L];
     const float* bias[L];
-    const float* timestep[L]; ///< residual layers (K == C): h + timestep * tanh(z)
+    const float* timestep[L];  ///< residual layers (K == C): h + timestep * tanh(z)
     const float* outputWeight; ///< [width(L)]
     float* h[L + 1];           ///< h[0] the input (descriptor), h[l + 1] layer l's output
     float* deriv[L];           ///< d h[l + 1] / d z of layer l
@@ -244,8 +244,9 @@ int main() {
     CHECK(cudaFuncSetAttribute(phaseKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) sharedBytes));
     int perSM = 0;
     CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, gridKernel, Threads, sharedBytes));
-    std::printf("%s, %d SMs, cooperative launch %d, %d blocks of the grid kernel fit per SM; %d rows, %d blocks of %d threads, %zu shared bytes\n",
-                prop.name, prop.multiProcessorCount, prop.cooperativeLaunch, perSM, N, Blocks, Threads, sharedBytes);
+    std::printf(
+        "%s, %d SMs, cooperative launch %d, %d blocks of the grid kernel fit per SM; %d rows, %d blocks of %d threads, %zu shared bytes\n",
+        prop.name, prop.multiProcessorCount, prop.cooperativeLaunch, perSM, N, Blocks, Threads, sharedBytes);
     if (!prop.cooperativeLaunch || perSM * prop.multiProcessorCount < Blocks) {
         std::printf("the grid kernel cannot be co-resident here\n");
         return 1;
@@ -317,7 +318,8 @@ int main() {
             largestG = std::max(largestG, std::fabs(grad[k]));
         }
     }
-    std::printf("grid and graph results bitwise equal: %s; against double (8 rows): energy max |diff| / max |E| %.2e, dE/dh0 max |diff| / max |g| %.2e\n",
+    std::printf("grid and graph results bitwise equal: %s; against double (8 rows): energy max |diff| / max |E| %.2e, dE/dh0 max |diff| / "
+                "max |g| %.2e\n",
                 bitwise ? "yes" : "NO", worstE / largestE, worstG / largestG);
     const bool ok = bitwise && worstE / largestE < 1e-4 && worstG / largestG < 1e-4;
     std::printf(ok ? "results agree\n" : "RESULTS DIFFER\n");

@@ -113,9 +113,9 @@ __global__ void __launch_bounds__(256) scanL2(const float4* __restrict__ geo, co
  * channels a lane; 32 / LPE edges of the row at a time, in row order (so the lanes' knots rise along the warp).
  */
 template <int LPE, int WPB>
-__global__ void __launch_bounds__(32 * WPB) scanStationary(const float4* __restrict__ geo, const int* __restrict__ ntype,
-                                                           const int* __restrict__ centersOfType, const int* __restrict__ typeStart,
-                                                           const float* __restrict__ table, float* __restrict__ A) {
+__global__ void __launch_bounds__(32 * WPB)
+    scanStationary(const float4* __restrict__ geo, const int* __restrict__ ntype, const int* __restrict__ centersOfType,
+                   const int* __restrict__ typeStart, const float* __restrict__ table, float* __restrict__ A) {
     constexpr int CPL = SliceChannels / LPE, Slots = 32 / LPE;
     extern __shared__ __align__(16) float slice[]; // [tj][l][knot][3][4]
     const int ti = blockIdx.x / (2 * Slices), s = (blockIdx.x / 2) % Slices, half = blockIdx.x % 2;
@@ -277,10 +277,17 @@ int main(int argc, char** argv) {
             const double x = (g.x - R0) / DR;
             const int q = std::min(KI - 1, std::max(0, (int) std::floor(x)));
             const double t = x - q, t2 = t * t, t3 = t2 * t, t4 = t3 * t, t5 = t4 * t, dr = DR;
-            const double h[6] = {1 - 10 * t3 + 15 * t4 - 6 * t5, (t - 6 * t3 + 8 * t4 - 3 * t5) * dr,
-                                 0.5 * (t2 - 3 * t3 + 3 * t4 - t5) * dr * dr, 0.5 * (t3 - 2 * t4 + t5) * dr * dr,
-                                 (-4 * t3 + 7 * t4 - 3 * t5) * dr, 10 * t3 - 15 * t4 + 6 * t5};
-            const double Y[H] = {1, g.z, g.w, g.y, (double) g.y * g.z, (double) g.z * g.w, 3.0 * g.w * g.w - 1, (double) g.y * g.w,
+            const double h[6] = {
+                1 - 10 * t3 + 15 * t4 - 6 * t5,     (t - 6 * t3 + 8 * t4 - 3 * t5) * dr, 0.5 * (t2 - 3 * t3 + 3 * t4 - t5) * dr * dr,
+                0.5 * (t3 - 2 * t4 + t5) * dr * dr, (-4 * t3 + 7 * t4 - 3 * t5) * dr,    10 * t3 - 15 * t4 + 6 * t5};
+            const double Y[H] = {1,
+                                 g.z,
+                                 g.w,
+                                 g.y,
+                                 (double) g.y * g.z,
+                                 (double) g.z * g.w,
+                                 3.0 * g.w * g.w - 1,
+                                 (double) g.y * g.w,
                                  (double) g.y * g.y - (double) g.z * g.z};
             for (int l = 0; l < NL; l++)
                 for (int k = 0; k < M; k++) {
