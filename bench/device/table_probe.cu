@@ -69,6 +69,23 @@ __device__ inline float combine(float p0, float v0, float a0, float p1, float v1
     return p0 * h[0] + v0 * h[1] + a0 * h[2] + a1 * h[3] + v1 * h[4] + p1 * h[5];
 }
 
+/** Edge e of center i's row: returns the neighbour's type; q and h the knot interval and weights, Y the harmonics. */
+__device__ inline int edgeTerms(const float4* geo, const int* ntype, int i, int e, int& q, float h[6], float Y[H]) {
+    const float4 g = geo[(size_t) i * E + e];
+    basis(g.x, q, h);
+    harmonics(g.y, g.z, g.w, Y);
+    return ntype[(size_t) i * E + e];
+}
+
+/** acc[lm][v] += R[v] Y[lm] for the harmonics of degree l. */
+template <int V> __device__ inline void addTerms(float (&acc)[H][V], const float (&R)[V], const float Y[H], int l) {
+#pragma unroll
+    for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
+#pragma unroll
+        for (int v = 0; v < V; v++)
+            acc[lm][v] += R[v] * Y[lm];
+}
+
 /** Today's way: a warp per row, lane = channels 2 lane, 2 lane + 1; the table [T][T][NL][KN][3][M] read from global memory (L2). */
 __global__ void __launch_bounds__(256) scanL2(const float4* __restrict__ geo, const int* __restrict__ ntype, const int* __restrict__ types,
                                               const float* __restrict__ table, float* __restrict__ A, int n) {
@@ -79,12 +96,9 @@ __global__ void __launch_bounds__(256) scanL2(const float4* __restrict__ geo, co
     float acc[H][2] = {};
 #pragma unroll 2
     for (int e = 0; e < E; e++) {
-        const float4 g = geo[(size_t) i * E + e];
-        const int tj = ntype[(size_t) i * E + e];
         int q;
         float h[6], Y[H];
-        basis(g.x, q, h);
-        harmonics(g.y, g.z, g.w, Y);
+        const int tj = edgeTerms(geo, ntype, i, e, q, h, Y);
         const float* base = table + ((size_t) ((ti * T + tj) * NL) * KN + q) * 3 * M + 2 * lane;
 #pragma unroll
         for (int l = 0; l < NL; l++) {
@@ -95,11 +109,7 @@ __global__ void __launch_bounds__(256) scanL2(const float4* __restrict__ geo, co
                 k[c] = __ldg(reinterpret_cast<const float2*>(p + c * M));
             const float R[2] = {combine(k[0].x, k[1].x, k[2].x, k[3].x, k[4].x, k[5].x, h),
                                 combine(k[0].y, k[1].y, k[2].y, k[3].y, k[4].y, k[5].y, h)};
-#pragma unroll
-            for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
-#pragma unroll
-                for (int v = 0; v < 2; v++)
-                    acc[lm][v] += R[v] * Y[lm];
+            addTerms(acc, R, Y, l);
         }
     }
 #pragma unroll
@@ -130,13 +140,10 @@ __global__ void __launch_bounds__(32 * WPB)
     for (int w = 2 * warp + half; w < count; w += 2 * WPB) {
         const int i = centersOfType[first + w];
         float acc[H][CPL] = {};
-        for (int e = slot; e < E; e += Slots) { // E is the same for every row: the warp stays converged
-            const float4 g = geo[(size_t) i * E + e];
-            const int tj = ntype[(size_t) i * E + e];
+        for (int e = slot; e < E; e += Slots) { // lanes past the row's last edge idle; the warp meets again at the shuffles
             int q;
             float h[6], Y[H];
-            basis(g.x, q, h);
-            harmonics(g.y, g.z, g.w, Y);
+            const int tj = edgeTerms(geo, ntype, i, e, q, h, Y);
             const float* base = slice + ((tj * NL) * KN + q) * 3 * SliceChannels + part * CPL;
 #pragma unroll
             for (int l = 0; l < NL; l++) {
@@ -153,13 +160,11 @@ __global__ void __launch_bounds__(32 * WPB)
                         k[c][0] = x.x, k[c][1] = x.y;
                     }
                 }
+                float R[CPL];
 #pragma unroll
-                for (int v = 0; v < CPL; v++) {
-                    const float R = combine(k[0][v], k[1][v], k[2][v], k[3][v], k[4][v], k[5][v], h);
-#pragma unroll
-                    for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
-                        acc[lm][v] += R * Y[lm];
-                }
+                for (int v = 0; v < CPL; v++)
+                    R[v] = combine(k[0][v], k[1][v], k[2][v], k[3][v], k[4][v], k[5][v], h);
+                addTerms(acc, R, Y, l);
             }
         }
 #pragma unroll
