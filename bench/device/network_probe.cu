@@ -42,8 +42,8 @@ __host__ __device__ constexpr int width(int l) {
     return l == 0 ? 256 : 128;
 }
 constexpr int Phases = 2 * L;
-/** Shared floats: a row tile of at most 256 inputs (+4 padding) and a weight slice of at most 128 x 32 or 256 x 16. */
-constexpr int SharedFloats = RowTile * (256 + 4) + 4096;
+/** Shared floats: a row tile's inputs transposed, at most 256 x (32 + 4 padding), and a weight slice of at most 128 x 32 or 256 x 16. */
+constexpr int SharedFloats = 256 * (RowTile + 4) + 4096;
 
 /** Device arrays, all [rows][width] row-major; weights [K][C]. */
 struct Net {
@@ -62,36 +62,49 @@ __device__ inline bool residual(int l) {
 }
 
 /**
- * Phase p of the evaluation for block b.  Forward p = l < L: h[l + 1] = act(h[l] W_l + b_l).  Backward p = 2 L - 1 - l:
+ * Phase P of the evaluation for block b.  Forward P = l < L: h[l + 1] = act(h[l] W_l + b_l).  Backward P = 2 L - 1 - l:
  * g[l] = (g[l + 1] * deriv[l]) W_l^T (+ g[l + 1] if residual); the first backward phase also writes the energies.
+ *
+ * Every global load of the phase is issued before the first store into shared memory (v16's first version of this
+ * probe loaded and stored one element at a time, so a thread waited for up to 24 dependent L2 round trips a phase: the
+ * compiler may not move a generic-pointer load past a shared store).  The inputs are kept transposed, AT[k][row], so a
+ * thread reads its R rows of one k with one vector load.
  */
-__device__ void phase(const Net& net, int p, int b, float* shared) {
-    const bool forward = p < L;
-    const int l = forward ? p : 2 * L - 1 - p;
-    const int K = forward ? width(l) : width(l + 1); // the product's sum
-    const int C = forward ? width(l + 1) : width(l); // its outputs a row
-    const int CT = C / ColumnGroups, rowGroup = b / ColumnGroups, c0 = (b % ColumnGroups) * CT, r0 = rowGroup * RowTile;
-    const int strideA = K + 4;
-    float* A = shared;                       // [RowTile][K + 4]
-    float* B = shared + RowTile * (256 + 4); // [K][CT]
-    // The row tile's inputs: h[l], or dE/dz = g[l + 1] * deriv[l] for the backward.
-    for (int e = threadIdx.x; e < RowTile * K / 4; e += Threads) {
-        const int r = e / (K / 4), k = 4 * (e % (K / 4));
-        float4 v;
+template <int P> __device__ void phase(const Net& net, int b, float* shared) {
+    constexpr bool forward = P < L;
+    constexpr int l = forward ? P : 2 * L - 1 - P;
+    constexpr int K = forward ? width(l) : width(l + 1); // the product's sum
+    constexpr int C = forward ? width(l + 1) : width(l); // its outputs a row
+    constexpr int CT = C / ColumnGroups, R = RowTile * CT / Threads, SA = RowTile + 4;
+    constexpr int ALoads = RowTile * K / 4 / Threads, BLoads = K * CT / 4 / Threads;
+    static_assert(R == 2 || R == 4, "a thread's rows are one float2 or float4");
+    static_assert(ALoads * 4 * Threads == RowTile * K && BLoads * 4 * Threads == K * CT, "whole float4s per thread");
+    const int rowGroup = b / ColumnGroups, c0 = (b % ColumnGroups) * CT, r0 = rowGroup * RowTile;
+    float* AT = shared;                 // [K][SA]
+    float* B = shared + 256 * SA;       // [K][CT]
+    float4 a[ALoads], d[forward ? 1 : ALoads], w[BLoads];
+#pragma unroll
+    for (int i = 0; i < ALoads; i++) {
+        const int e = threadIdx.x + i * Threads, r = e / (K / 4), k = 4 * (e % (K / 4));
         if (forward)
-            v = *reinterpret_cast<const float4*>(net.h[l] + (size_t) (r0 + r) * K + k);
+            a[i] = *reinterpret_cast<const float4*>(net.h[l] + (size_t) (r0 + r) * K + k);
         else {
-            const float4 d = *reinterpret_cast<const float4*>(net.deriv[l] + (size_t) (r0 + r) * K + k);
-            const float4 g = l + 1 == L ? *reinterpret_cast<const float4*>(net.outputWeight + k)
-                                        : *reinterpret_cast<const float4*>(net.g[l + 1] + (size_t) (r0 + r) * K + k);
-            v = make_float4(g.x * d.x, g.y * d.y, g.z * d.z, g.w * d.w);
+            d[i] = *reinterpret_cast<const float4*>(net.deriv[l] + (size_t) (r0 + r) * K + k);
+            a[i] = l + 1 == L ? __ldg(reinterpret_cast<const float4*>(net.outputWeight + k))
+                              : *reinterpret_cast<const float4*>(net.g[l + 1] + (size_t) (r0 + r) * K + k);
         }
-        *reinterpret_cast<float4*>(A + r * strideA + k) = v;
     }
-    // The weight slice: forward W_l[k][c0 + j]; backward W_l^T[n][c0 + j] = W_l[c0 + j][n].
-    for (int e = threadIdx.x; e < K * CT; e += Threads) {
-        const int k = e / CT, j = e % CT;
-        B[e] = forward ? net.W[l][(size_t) k * C + c0 + j] : net.W[l][(size_t) (c0 + j) * K + k];
+#pragma unroll
+    for (int i = 0; i < BLoads; i++) {
+        const int e = threadIdx.x + i * Threads;
+        if (forward) { // W_l[k][c0 + 4 j4 ...]
+            const int k = e / (CT / 4), j4 = e % (CT / 4);
+            w[i] = __ldg(reinterpret_cast<const float4*>(net.W[l] + (size_t) k * C + c0 + 4 * j4));
+        }
+        else { // W_l^T[n][c0 + j] = W_l[c0 + j][n], four n at a time
+            const int j = e / (K / 4), n = 4 * (e % (K / 4));
+            w[i] = __ldg(reinterpret_cast<const float4*>(net.W[l] + (size_t) (c0 + j) * K + n));
+        }
     }
     if (!forward && l + 1 == L && b % ColumnGroups == 0 && threadIdx.x < RowTile) { // energies of the row tile
         const int r = r0 + threadIdx.x;
@@ -100,37 +113,92 @@ __device__ void phase(const Net& net, int p, int b, float* shared) {
             e = fmaf(net.h[L][(size_t) r * width(L) + c], net.outputWeight[c], e);
         net.energy[r] = e;
     }
-    __syncthreads();
-    const int j = threadIdx.x % CT, rowStep = Threads / CT;
-    for (int r = threadIdx.x / CT; r < RowTile; r += 2 * rowStep) { // two rows a pass: two independent sums
-        const int r2 = r + rowStep;
-        const bool second = r2 < RowTile;
-        float acc = 0, acc2 = 0;
-        const float* a = A + r * strideA;
-        const float* a2 = A + (second ? r2 : r) * strideA;
-#pragma unroll 8
-        for (int k = 0; k < K; k++) {
-            const float w = B[k * CT + j];
-            acc = fmaf(a[k], w, acc);
-            acc2 = fmaf(a2[k], w, acc2);
+#pragma unroll
+    for (int i = 0; i < ALoads; i++) {
+        const int e = threadIdx.x + i * Threads, r = e / (K / 4), k = 4 * (e % (K / 4));
+        float4 v = a[i];
+        if (!forward)
+            v = make_float4(v.x * d[i].x, v.y * d[i].y, v.z * d[i].z, v.w * d[i].w);
+        AT[(k + 0) * SA + r] = v.x;
+        AT[(k + 1) * SA + r] = v.y;
+        AT[(k + 2) * SA + r] = v.z;
+        AT[(k + 3) * SA + r] = v.w;
+    }
+#pragma unroll
+    for (int i = 0; i < BLoads; i++) {
+        const int e = threadIdx.x + i * Threads;
+        if (forward) {
+            const int k = e / (CT / 4), j4 = e % (CT / 4);
+            *reinterpret_cast<float4*>(B + k * CT + 4 * j4) = w[i];
         }
-        for (int x = 0; x < (second ? 2 : 1); x++) {
-            const int row = r0 + (x ? r2 : r), c = c0 + j;
-            const float sum = x ? acc2 : acc;
-            if (forward) {
-                const float z = sum + net.bias[l][c], t = tanhf(z);
-                const float ts = residual(l) ? net.timestep[l][c] : 1.0f;
-                net.h[l + 1][(size_t) row * C + c] = residual(l) ? __fmaf_rn(ts, t, net.h[l][(size_t) row * K + c]) : t;
-                net.deriv[l][(size_t) row * C + c] = ts * __fmaf_rn(-t, t, 1.0f);
-            }
-            else {
-                const float carry = residual(l) ? (l + 1 == L ? net.outputWeight[c] : net.g[l + 1][(size_t) row * K + c]) : 0.0f;
-                net.g[l][(size_t) row * C + c] = sum + carry;
-            }
+        else {
+            const int j = e / (K / 4), n = 4 * (e % (K / 4));
+            B[(n + 0) * CT + j] = w[i].x;
+            B[(n + 1) * CT + j] = w[i].y;
+            B[(n + 2) * CT + j] = w[i].z;
+            B[(n + 3) * CT + j] = w[i].w;
+        }
+    }
+    __syncthreads();
+    const int j = threadIdx.x % CT, rq = threadIdx.x / CT; // rows R rq .. R rq + R - 1, column c0 + j
+    float acc[R] = {};
+#pragma unroll 8
+    for (int k = 0; k < K; k++) {
+        const float wk = B[k * CT + j];
+        float x[R];
+        if constexpr (R == 2) {
+            const float2 v = *reinterpret_cast<const float2*>(AT + k * SA + R * rq);
+            x[0] = v.x, x[1] = v.y;
+        }
+        else {
+            const float4 v = *reinterpret_cast<const float4*>(AT + k * SA + R * rq);
+            x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+        }
+#pragma unroll
+        for (int x_ = 0; x_ < R; x_++)
+            acc[x_] = fmaf(x[x_], wk, acc[x_]);
+    }
+#pragma unroll
+    for (int x = 0; x < R; x++) {
+        const int row = r0 + R * rq + x, c = c0 + j;
+        const float sum = acc[x];
+        if (forward) {
+            const float z = sum + net.bias[l][c], t = tanhf(z);
+            const float ts = residual(l) ? net.timestep[l][c] : 1.0f;
+            net.h[l + 1][(size_t) row * C + c] = residual(l) ? __fmaf_rn(ts, t, net.h[l][(size_t) row * K + c]) : t;
+            net.deriv[l][(size_t) row * C + c] = ts * __fmaf_rn(-t, t, 1.0f);
+        }
+        else {
+            const float carry = residual(l) ? (l + 1 == L ? net.outputWeight[c] : net.g[l + 1][(size_t) row * K + c]) : 0.0f;
+            net.g[l][(size_t) row * C + c] = sum + carry;
         }
     }
     __syncthreads(); // the block's shared memory is reused by its next phase
 }
+
+/** Phase p (a run-time index) by its compile-time version. */
+__device__ inline void phase(const Net& net, int p, int b, float* shared) {
+    switch (p) {
+    case 0: phase<0>(net, b, shared); break;
+    case 1: phase<1>(net, b, shared); break;
+    case 2: phase<2>(net, b, shared); break;
+    case 3: phase<3>(net, b, shared); break;
+    case 4: phase<4>(net, b, shared); break;
+    default: phase<5>(net, b, shared); break;
+    }
+}
+
+/** The grid kernel's fixed cost: its five grid syncs and nothing else. */
+__global__ void __launch_bounds__(Threads) syncOnlyKernel() {
+    cg::grid_group grid = cg::this_grid();
+    for (int p = 0; p + 1 < Phases; p++) {
+        __threadfence();
+        grid.sync();
+    }
+}
+
+/** The graph's fixed cost: one empty kernel a phase. */
+__global__ void __launch_bounds__(Threads) emptyKernel() {}
 
 __global__ void __launch_bounds__(Threads) gridKernel(Net net) {
     extern __shared__ __align__(16) float shared[];
@@ -189,7 +257,8 @@ void reference(const std::vector<std::vector<float>>& W, const std::vector<std::
 
 } // namespace
 
-int main() {
+int main(int argc, char** argv) {
+    const int warmUp = argc > 1 ? std::atoi(argv[1]) : 20000; // evaluations before each timing (few under a profiler)
     std::mt19937 rng(11);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
     std::vector<std::vector<float>> W(L), bias(L), timestep(L);
@@ -268,7 +337,9 @@ int main() {
     auto runGraph = [&] { CHECK(cudaGraphLaunch(graphExec, stream)); };
 
     auto timeIt = [&](auto run) {
-        for (int i = 0; i < 20; i++)
+        // Warm up for about 300 ms of back-to-back work, so the clocks have left their idle state (a few ms of launches
+        // measured 5 us a phase for a phase whose loads and arithmetic need about 1.5 us).
+        for (int i = 0; i < warmUp; i++)
             run();
         CHECK(cudaStreamSynchronize(stream));
         cudaEvent_t start, stop;
@@ -287,6 +358,17 @@ int main() {
     const float gridUs = timeIt(runGrid), graphUs = timeIt(runGraph);
     std::printf("grid   (one cooperative kernel, 5 grid syncs)  %7.2f us an evaluation (back to back, launch included)\n", gridUs);
     std::printf("graph  (six kernels in a CUDA graph)           %7.2f us an evaluation\n", graphUs);
+    // The fixed costs: the grid kernel's launch and five syncs with no work; six empty kernels in a CUDA graph.
+    cudaGraph_t emptyGraph;
+    cudaGraphExec_t emptyExec;
+    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int p = 0; p < Phases; p++)
+        emptyKernel<<<Blocks, Threads, 0, stream>>>();
+    CHECK(cudaStreamEndCapture(stream, &emptyGraph));
+    CHECK(cudaGraphInstantiate(&emptyExec, emptyGraph, 0));
+    const float syncUs = timeIt([&] { CHECK(cudaLaunchCooperativeKernel((void*) syncOnlyKernel, Blocks, Threads, nullptr, 0, stream)); });
+    const float emptyUs = timeIt([&] { CHECK(cudaGraphLaunch(emptyExec, stream)); });
+    std::printf("fixed: grid kernel with 5 syncs and no work %7.2f us; six empty kernels in a graph %7.2f us\n", syncUs, emptyUs);
     // Each phase alone (its kernel in a graph of its own would need six graphs; plain back-to-back launches instead).
     for (int p = 0; p < Phases; p++) {
         const float us = timeIt([&] { phaseKernel<<<Blocks, Threads, sharedBytes, stream>>>(nets[1], p); });

@@ -132,6 +132,7 @@ public:
         numChunks = (numCenters + chunkRows - 1) / chunkRows;
         setUpFusedNetwork(options.fusedNetwork, options.fusedCluster, options.fusedTileRows);
         if (!fused) { // the fused kernel keeps all of these in shared memory
+            streamedWideTiles = configureDenseLayers<real>();
             const size_t c1 = chunkRows;
             fittingInput.reset(CudaArray::create<real>(cu, c1 * fittingInputSize, "graphFittingInput"));
             fittingInputGrad.reset(CudaArray::create<real>(cu, c1 * fittingInputSize, "graphFittingInputGrad"));
@@ -863,6 +864,7 @@ private:
         batch.chunkStart = begin;
         batch.tileRows = chooseDenseTileRows(clip(typeOffsets[batchTypes.back() + 1]) - clip(typeOffsets[batchTypes[0]]), columns,
                                              numMultiprocessors, sizeof(real) == 4);
+        batch.streamedWide = streamedWideTiles ? 1 : 0;
         batch.rowStart[0] = clip(typeOffsets[batchTypes[0]]);
         batch.tileStart[0] = 0;
         for (int g = 0; g < batch.numGroups; g++) {
@@ -994,6 +996,7 @@ private:
     std::unique_ptr<CudaArray> gradientScratch[2];
     std::vector<std::unique_ptr<CudaArray>> fittingActivations, fittingDerivatives, nodeActivations, nodeDerivatives;
     bool fused = false;           ///< the fitting network runs in the fused kernel (CudaFusedNetwork)
+    bool streamedWideTiles = false; ///< the per-layer network's 128 x 128 tiles stream k-slices (configureDenseLayers)
     FusedNetworkShape fusedShape{}; ///< its widths, tile rows and shared-memory layout
     int maxFusedShared = 0;       ///< the device's shared memory per block (opt-in), bytes
     /**

@@ -58,8 +58,8 @@ template <typename real> __device__ inline size_t rowIndex(const DenseBatch<real
 }
 
 /**
- * Where a block's output tile lies (blockIdx.x: its row tile in the batch,
- * blockIdx.y: its column tile): the group (type) of its rows, the first row
+ * Where a block's output tile lies (`tile`: its row tile in the batch,
+ * `colTile`: its column tile): the group (type) of its rows, the first row
  * and the group's end, the first column, and the group's weights and
  * timestep; aMap is the row map of A when A is read by node.
  */
@@ -68,11 +68,11 @@ template <typename real> struct DenseTileOrigin {
     const real* __restrict__ W;
     const real* __restrict__ timestep;
     const int* aMap;
-    __device__ DenseTileOrigin(const DenseBatch<real>& batch, int rows, int cols, const int* rowNodes, int aMapped) {
-        group = groupOfTile(batch, blockIdx.x);
-        rowBase = batch.rowStart[group] + (blockIdx.x - batch.tileStart[group]) * rows;
+    __device__ DenseTileOrigin(const DenseBatch<real>& batch, int rows, int cols, const int* rowNodes, int aMapped, int tile, int colTile) {
+        group = groupOfTile(batch, tile);
+        rowBase = batch.rowStart[group] + (tile - batch.tileStart[group]) * rows;
         rowEnd = batch.rowStart[group + 1];
-        colBase = blockIdx.y * cols;
+        colBase = colTile * cols;
         W = batch.weight[group];
         timestep = batch.timestep[group];
         aMap = aMapped ? rowNodes : nullptr;
@@ -96,6 +96,75 @@ __device__ inline void storeDenseOutput(const real* __restrict__ bias, const rea
                               residual ? A[a * aStride + col] : real(0), deriv ? &deriv[local * derivStride + col] : nullptr);
     else
         out[o * outStride + col] = denseInputGradient(residual != 0, acc, residual ? A[a * aStride + col] : real(0));
+}
+
+/**
+ * A thread's outputs in a tile of 16 RPT rows by 16 CPT columns (256 threads, 16 x 16): row x is tile row
+ * tileRowOf(x), column y tile column tileColOf(y).  With 8 per thread the rows (and columns) are two runs of 4 that
+ * lie 64 apart, so the shared-memory vector reads of a quarter warp are contiguous.
+ */
+template <int RPT> __device__ inline int tileRowOf(int x) {
+    const int ty = threadIdx.x / 16;
+    return RPT == 8 ? (x / 4) * 64 + ty * 4 + x % 4 : ty * RPT + x;
+}
+
+template <int CPT> __device__ inline int tileColOf(int y) {
+    const int tx = threadIdx.x % 16;
+    return CPT == 8 ? (y / 4) * 64 + tx * 4 + y % 4 : tx * CPT + y;
+}
+
+/**
+ * acc[x][y] += sum over the TileK k of a k-slice, k in order, from shared memory: As [TileK][16 RPT + SharedPad]
+ * (A transposed) and Bs [TileK][16 CPT + SharedPad].
+ */
+template <typename real, int RPT, int CPT, int TileK>
+__device__ inline void multiplyTileSlice(const real* As, const real* Bs, real acc[RPT][CPT]) {
+    constexpr int StrideA = 16 * RPT + SharedPad, StrideB = 16 * CPT + SharedPad;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+#pragma unroll
+    for (int kk = 0; kk < TileK; kk++) {
+        real a[RPT], b[CPT];
+        if constexpr (RPT == 8) {
+            loadShared<real, 4>(As + kk * StrideA + ty * 4, a);
+            loadShared<real, 4>(As + kk * StrideA + 64 + ty * 4, a + 4);
+        }
+        else
+            loadShared<real, RPT>(As + kk * StrideA + ty * RPT, a);
+        if constexpr (CPT == 8) {
+            loadShared<real, 4>(Bs + kk * StrideB + tx * 4, b);
+            loadShared<real, 4>(Bs + kk * StrideB + 64 + tx * 4, b + 4);
+        }
+        else
+            loadShared<real, CPT>(Bs + kk * StrideB + tx * CPT, b);
+#pragma unroll
+        for (int x = 0; x < RPT; x++)
+#pragma unroll
+            for (int y = 0; y < CPT; y++)
+                acc[x][y] = fma(a[x], b[y], acc[x][y]);
+    }
+}
+
+/** The epilogue of a thread's outputs (storeDenseOutput for each one inside the group's rows and the N columns). */
+template <typename real, bool Forward, int RPT, int CPT>
+__device__ inline void storeTile(const DenseBatch<real>& batch, const DenseTileOrigin<real>& origin, const int* rowNodes,
+                                 const real* __restrict__ A, int aStride, int N, int activation, int residual, real* __restrict__ deriv,
+                                 int derivStride, real* __restrict__ out, int outStride, int outMapped, const real acc[RPT][CPT]) {
+    const real* __restrict__ bias = batch.bias[origin.group];
+    const int* outMap = outMapped ? rowNodes : nullptr;
+#pragma unroll
+    for (int x = 0; x < RPT; x++) {
+        const int row = origin.rowBase + tileRowOf<RPT>(x);
+        if (row >= origin.rowEnd)
+            continue;
+        const size_t a = rowIndex(batch, origin.aMap, row), o = rowIndex(batch, outMap, row), local = row - batch.chunkStart;
+#pragma unroll
+        for (int y = 0; y < CPT; y++) {
+            const int col = origin.colBase + tileColOf<CPT>(y);
+            if (col < N)
+                storeDenseOutput<real, Forward>(bias, origin.timestep, A, aStride, activation, residual, deriv, derivStride, out, outStride,
+                                                a, o, local, col, acc[x][y]);
+        }
+    }
 }
 
 /**
@@ -126,8 +195,7 @@ __global__ void __launch_bounds__(256, RPT == 8 ? 2 : 1)
     // Padded by 4: 16-byte aligned vector reads in the inner loop, few bank conflicts on the transposed stores.
     __shared__ __align__(16) real As[2][TileK][Rows + SharedPad];
     __shared__ __align__(16) real Bs[2][TileK][Cols + SharedPad];
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-    const DenseTileOrigin<real> origin(batch, Rows, Cols, rowNodes, aMapped);
+    const DenseTileOrigin<real> origin(batch, Rows, Cols, rowNodes, aMapped, blockIdx.x, blockIdx.y);
     const int group = origin.group, rowBase = origin.rowBase, rowEnd = origin.rowEnd, colBase = origin.colBase;
     const real* __restrict__ W = origin.W;
     const real* __restrict__ timestep = origin.timestep;
@@ -186,9 +254,6 @@ __global__ void __launch_bounds__(256, RPT == 8 ? 2 : 1)
                 Bs[buffer][e / Cols][e % Cols] = bNext[m];
         }
     };
-    // Row x of this thread is tile row rowOf(x), column y is tile column colOf(y).
-    auto rowOf = [&](int x) { return RPT == 8 ? (x / 4) * 64 + ty * 4 + x % 4 : ty * RPT + x; };
-    auto colOf = [&](int y) { return CPT == 8 ? (y / 4) * 64 + tx * 4 + y % 4 : tx * CPT + y; };
     real acc[RPT][CPT] = {};
     load(0);
     store(0);
@@ -198,49 +263,15 @@ __global__ void __launch_bounds__(256, RPT == 8 ? 2 : 1)
         const bool more = k0 + TileK < K;
         if (more)
             load(k0 + TileK);
-#pragma unroll
-        for (int kk = 0; kk < TileK; kk++) {
-            real a[RPT], b[CPT];
-            if constexpr (RPT == 8) {
-                loadShared<real, 4>(&As[buffer][kk][ty * 4], a);
-                loadShared<real, 4>(&As[buffer][kk][64 + ty * 4], a + 4);
-            }
-            else
-                loadShared<real, RPT>(&As[buffer][kk][ty * RPT], a);
-            if constexpr (CPT == 8) {
-                loadShared<real, 4>(&Bs[buffer][kk][tx * 4], b);
-                loadShared<real, 4>(&Bs[buffer][kk][64 + tx * 4], b + 4);
-            }
-            else
-                loadShared<real, CPT>(&Bs[buffer][kk][tx * CPT], b);
-#pragma unroll
-            for (int x = 0; x < RPT; x++)
-#pragma unroll
-                for (int y = 0; y < CPT; y++)
-                    acc[x][y] = fma(a[x], b[y], acc[x][y]);
-        }
+        multiplyTileSlice<real, RPT, CPT, TileK>(&As[buffer][0][0], &Bs[buffer][0][0], acc);
         if (more) {
             store(1 - buffer);
             __syncthreads();
             buffer = 1 - buffer;
         }
     }
-    const real* __restrict__ bias = batch.bias[group];
-    const int* outMap = outMapped ? rowNodes : nullptr;
-#pragma unroll
-    for (int x = 0; x < RPT; x++) {
-        const int row = rowBase + rowOf(x);
-        if (row >= rowEnd)
-            continue;
-        const size_t a = rowIndex(batch, aMap, row), o = rowIndex(batch, outMap, row), local = row - batch.chunkStart;
-#pragma unroll
-        for (int y = 0; y < CPT; y++) {
-            const int col = colBase + colOf(y);
-            if (col < N)
-                storeDenseOutput<real, Forward>(bias, timestep, A, aStride, activation, residual, deriv, derivStride, out, outStride, a, o,
-                                                local, col, acc[x][y]);
-        }
-    }
+    storeTile<real, Forward, RPT, CPT>(batch, origin, rowNodes, A, aStride, N, activation, residual, deriv, derivStride, out, outStride,
+                                       outMapped, acc);
 }
 
 /**
@@ -286,7 +317,7 @@ __global__ void __launch_bounds__(SmallTile<real>::Threads)
     constexpr int Rows = Tile::Rows, Cols = Tile::Cols, Slice = Tile::Slice, Stages = Tile::Stages, Threads = Tile::Threads;
     constexpr int BStride = Tile::BStride;
     __shared__ __align__(16) Tile tile;
-    const DenseTileOrigin<real> origin(batch, Rows, Cols, rowNodes, aMapped);
+    const DenseTileOrigin<real> origin(batch, Rows, Cols, rowNodes, aMapped, blockIdx.x, blockIdx.y);
     const int group = origin.group, rowBase = origin.rowBase, rowEnd = origin.rowEnd, colBase = origin.colBase;
     const real* __restrict__ W = origin.W;
     const real* __restrict__ timestep = origin.timestep;
@@ -396,6 +427,123 @@ __global__ void __launch_bounds__(SmallTile<real>::Threads)
 }
 
 /**
+ * The 128 x 128 tiles of denseGemmKernel (same operands, epilogue, thread
+ * layout and order of the sums: C is bitwise the same) with k-slices of 16
+ * streamed through shared memory by asynchronous copies, Stages - 1 slices
+ * in flight, instead of prefetched through registers: the register kernel
+ * waits on its next slice's loads (v5: 3.7 of 8.6 cycles an instruction at
+ * medium 100,800), and its registers hold 8-deep slices at most.  A (and
+ * act'(z)) and the forward's W^T are copied 4 bytes at a time into the
+ * transposed layout [k][row]; the backward's W rows 16 bytes at a time when
+ * every group's weights are 16-byte aligned with ldw % 4 == 0 (`vectorB`).
+ * Backward: when a slice has landed each thread turns the A values it copied
+ * into dE/dz (denseOutputGradient, as the register kernel does on its loads)
+ * before the barrier.  One block per (row tile, column tile), the column
+ * tiles of a row tile next to each other (blockIdx.x = tile * colTiles +
+ * colTile), so a row tile's A is read from L2 by all its column tiles.
+ * Dynamic shared memory of denseStreamedBytes<real, Forward>() (over 48 KB:
+ * configureDenseLayers sets the attribute).
+ */
+template <typename real> struct StreamedTile {
+    static constexpr int Rows = 128, Cols = 128, TileK = 16, Stages = 3;
+    static constexpr int Stride = Rows + SharedPad; ///< of As, Ds and Bs rows (Cols == Rows)
+};
+
+template <typename real, bool Forward> constexpr size_t denseStreamedBytes() {
+    using Tile = StreamedTile<real>;
+    return (size_t) Tile::Stages * (Forward ? 2 : 3) * Tile::TileK * Tile::Stride * sizeof(real) + Tile::Rows * sizeof(int);
+}
+
+template <typename real, bool Forward>
+__global__ void __launch_bounds__(256, 2)
+    denseStreamedKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ A, int aStride, int aMapped,
+                        int K, int N, int ldw, int activation, int residual, real* __restrict__ deriv, int derivStride,
+                        real* __restrict__ out, int outStride, int outMapped, int vectorB) {
+    using Tile = StreamedTile<real>;
+    constexpr int Rows = Tile::Rows, Cols = Tile::Cols, TileK = Tile::TileK, Stages = Tile::Stages, Stride = Tile::Stride;
+    constexpr int ALoads = TileK * Rows / 256, BLoads = TileK * Cols / 256, StageSize = (Forward ? 2 : 3) * TileK * Stride;
+    extern __shared__ __align__(16) unsigned char streamedShared[];
+    real* shared = reinterpret_cast<real*>(streamedShared);
+    const int colTiles = (N + Cols - 1) / Cols;
+    const DenseTileOrigin<real> origin(batch, Rows, Cols, rowNodes, aMapped, blockIdx.x / colTiles, blockIdx.x % colTiles);
+    const int rowBase = origin.rowBase, colBase = origin.colBase;
+    const real* __restrict__ W = origin.W;
+    const bool withDeriv = !Forward && activation != GraphIdentity;
+    // This thread copies A(row, k0 + aK) of tile rows (threadIdx.x + 256 m) / TileK, as in denseGemmKernel; the rows' indices in A
+    // (-1: past the group's end) wait in shared memory after the stages (in registers they would spill).
+    const int aK = threadIdx.x % TileK, numSlices = (K + TileK - 1) / TileK;
+    int* aIndex = reinterpret_cast<int*>(shared + Stages * StageSize);
+    if (threadIdx.x < Rows) {
+        const int row = rowBase + threadIdx.x;
+        aIndex[threadIdx.x] = row < origin.rowEnd ? (int) rowIndex(batch, origin.aMap, row) : -1;
+    }
+    __syncthreads();
+    auto As = [&](int stage) { return shared + stage * StageSize; };
+    auto Bs = [&](int stage) { return shared + stage * StageSize + TileK * Stride; };
+    auto Ds = [&](int stage) { return shared + stage * StageSize + 2 * TileK * Stride; };
+    auto issue = [&](int s) {
+        if (s < numSlices) {
+            const int stage = s % Stages, k0 = s * TileK;
+            // Rolled: unrolled, the copies' addresses of every m stay live across the products and the registers spill.
+#pragma unroll 1
+            for (int m = 0; m < ALoads; m++) {
+                const int r = (threadIdx.x + 256 * m) / TileK, k = k0 + aK, index = aIndex[r], valid = index >= 0 && k < K ? 1 : 0;
+                copyAsync<real, 1>(As(stage) + aK * Stride + r, valid ? A + (size_t) index * aStride + k : A, valid);
+                if (withDeriv) {
+                    const size_t local = rowBase + r - batch.chunkStart;
+                    copyAsync<real, 1>(Ds(stage) + aK * Stride + r, valid ? deriv + local * derivStride + k : deriv, valid);
+                }
+            }
+            if (Forward) // B(k, c) = W[c][k]: consecutive threads read consecutive k
+#pragma unroll
+                for (int m = 0; m < BLoads; m++) {
+                    const int e = threadIdx.x + 256 * m, kk = e % TileK, cc = e / TileK, col = colBase + cc, k = k0 + kk;
+                    const int valid = col < N && k < K ? 1 : 0;
+                    copyAsync<real, 1>(Bs(stage) + kk * Stride + cc, valid ? W + (size_t) col * ldw + k : W, valid);
+                }
+            else if (vectorB) { // B(k, c) = W[k][c]: 16 bytes at a time along c
+                constexpr int V = 16 / sizeof(real);
+#pragma unroll
+                for (int m = 0; m < BLoads / V; m++) {
+                    const int e = threadIdx.x + 256 * m, kk = e / (Cols / V), cc = V * (e % (Cols / V)), col = colBase + cc, k = k0 + kk;
+                    const int valid = k < K ? max(0, min(V, N - col)) : 0;
+                    copyAsync<real, V>(Bs(stage) + kk * Stride + cc, valid > 0 ? W + (size_t) k * ldw + col : W, valid);
+                }
+            }
+            else
+#pragma unroll
+                for (int m = 0; m < BLoads; m++) {
+                    const int e = threadIdx.x + 256 * m, kk = e / Cols, cc = e % Cols, col = colBase + cc, k = k0 + kk;
+                    const int valid = col < N && k < K ? 1 : 0;
+                    copyAsync<real, 1>(Bs(stage) + kk * Stride + cc, valid ? W + (size_t) k * ldw + col : W, valid);
+                }
+        }
+        __pipeline_commit(); // also past the last slice, so that the wait below counts slices
+    };
+    real acc[8][8] = {};
+    for (int s = 0; s < Stages - 1; s++)
+        issue(s);
+    for (int s = 0; s < numSlices; s++) {
+        __pipeline_wait_prior(Stages - 2); // this thread's copies of slice s have landed
+        const int stage = s % Stages;
+        if (!Forward && (withDeriv || residual))
+#pragma unroll 1
+            for (int m = 0; m < ALoads; m++) {
+                const int r = (threadIdx.x + 256 * m) / TileK, k = s * TileK + aK;
+                real* a = As(stage) + aK * Stride + r;
+                if (aIndex[r] >= 0 && k < K)
+                    *a = denseOutputGradient(activation, residual != 0, *a, withDeriv ? Ds(stage)[aK * Stride + r] : real(1),
+                                             residual ? origin.timestep[k] : real(1));
+            }
+        __syncthreads(); // everyone's copies (and dE/dz); stage (s - 1) % Stages is free again
+        issue(s + Stages - 1);
+        multiplyTileSlice<real, 8, 8, TileK>(As(stage), Bs(stage), acc);
+    }
+    storeTile<real, Forward, 8, 8>(batch, origin, rowNodes, A, aStride, N, activation, residual, deriv, derivStride, out, outStride,
+                                   outMapped, acc);
+}
+
+/**
  * Whether denseSmallKernel may copy 16 bytes at a time: every row of A (and
  * of act'(z)) and of each group's weights starts 16-byte aligned.
  */
@@ -436,7 +584,15 @@ void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const
     else if (batch.tileRows == 32)
         GRAPH_GEMM(2, 4);
     else if constexpr (sizeof(real) == 4) {
-        if (batch.tileRows == 128)
+        if (batch.tileRows == 128 && batch.streamedWide) {
+            bool vectorB = !Forward && ldw % (16 / sizeof(real)) == 0; // the backward's W rows, 16 bytes at a time
+            for (int g = 0; g < batch.numGroups; g++)
+                vectorB = vectorB && reinterpret_cast<uintptr_t>(batch.weight[g]) % 16 == 0;
+            denseStreamedKernel<real, Forward><<<blocks.x * blocks.y, 256, denseStreamedBytes<real, Forward>(), stream>>>(
+                batch, rowNodes, A, aStride, aMapped ? 1 : 0, K, N, ldw, activation, residual ? 1 : 0, deriv, derivStride, out, outStride,
+                outMapped ? 1 : 0, vectorB ? 1 : 0);
+        }
+        else if (batch.tileRows == 128)
             GRAPH_GEMM(8, 8);
         else
             GRAPH_GEMM(4, 4);
@@ -476,6 +632,30 @@ __global__ void energyOutputKernel(DenseBatch<real> batch, const int* __restrict
 }
 
 } // namespace
+
+template <typename real> bool configureDenseLayers() {
+    if constexpr (sizeof(real) != 4)
+        return false; // 128 x 128 tiles are float only
+    else {
+        int device = 0, perBlock = 0, perMultiprocessor = 0;
+        if (cudaGetDevice(&device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&perBlock, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&perMultiprocessor, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess) {
+            cudaGetLastError();
+            return false;
+        }
+        // The backward's stages (the larger), two blocks a multiprocessor (1 KB of each block's shared memory is the system's).
+        const size_t bytes = denseStreamedBytes<real, false>();
+        if ((size_t) perBlock < bytes || (size_t) perMultiprocessor < 2 * (bytes + 1024))
+            return false;
+        const bool ok =
+            cudaFuncSetAttribute(denseStreamedKernel<real, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int) denseStreamedBytes<real, true>()) == cudaSuccess &&
+            cudaFuncSetAttribute(denseStreamedKernel<real, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) bytes) == cudaSuccess;
+        cudaGetLastError(); // reported by the return value, not left for the next launch's check
+        return ok;
+    }
+}
 
 int chooseDenseTileRows(int rows, int numOutputs, int numMultiprocessors, bool allowWide) {
     for (int tileRows : DenseTileRowChoices) {
@@ -525,6 +705,7 @@ void launchEnergyOutput(const DenseBatch<real>& batch, const int* rowNodes, cons
 }
 
 #define GRAPH_INSTANTIATE_DENSE(real)                                                                                                      \
+    template bool configureDenseLayers<real>();                                                                                            \
     template void launchDenseForward<real>(const DenseBatch<real>&, const int*, const real*, int, int, int, int, bool, real*, real*, int,  \
                                            bool, cudaStream_t);                                                                            \
     template void launchDenseBackward<real>(const DenseBatch<real>&, const int*, const real*, int, bool, const real*, int, int, int, int,  \

@@ -163,6 +163,7 @@ constexpr int MaxBatchedGroups = 16;
 template <typename real> struct DenseBatch {
     int numGroups;
     int tileRows;   ///< one of DenseTileRowChoices (chooseDenseTileRows)
+    int streamedWide; ///< 128-row tiles: 1 streams k-slices with asynchronous copies, 0 prefetches through registers (configureDenseLayers)
     int chunkStart; ///< the first row of the chunk: row r is at local index r - chunkStart of the chunk arrays
     int rowStart[MaxBatchedGroups + 1];
     int tileStart[MaxBatchedGroups + 1];
@@ -194,6 +195,18 @@ inline constexpr int denseTileColumns(int tileRows) {
  * never changes a result: every output element sums over k in the same order.
  */
 int chooseDenseTileRows(int rows, int numOutputs, int numMultiprocessors, bool allowWide);
+
+/**
+ * Whether the 128 x 128 tiles may stream their k-slices through shared
+ * memory with asynchronous copies on the current device (DenseBatch's
+ * streamedWide): three stages of 16-deep slices take 74 KB a block in the
+ * backward pass, so it needs the opt-in to more than 48 KB and room for two
+ * blocks a multiprocessor (compute capability 8.0 and 9.0; not 8.6 or 8.9,
+ * nor 7.5, nor double precision).  Sets the kernels' shared-memory attribute
+ * when it returns true; call it with the device current.  The choice never
+ * changes a result (the sums run in the same order).
+ */
+template <typename real> bool configureDenseLayers();
 
 /**
  * One dense layer for every group of the batch: z = W h + b; out = act(z)

@@ -2,13 +2,15 @@
 // this test as a static library) give bitwise the same layer outputs, act'(z) and input gradients
 // for every row tile they can be launched with: the 8 x 32 tiles streamed
 // through shared memory, the 16-, 32- and 64-row tiles and (float) the
-// 128 x 128 tiles.  The pipeline picks a tile from the batch's size and the
+// 128 x 128 tiles, both with k-slices prefetched through registers and
+// streamed by asynchronous copies (where configureDenseLayers allows it).  The pipeline picks a tile from the batch's size and the
 // device (chooseDenseTileRows); this is what makes the choice free.  Two
 // type groups of 37 and 50 rows (tiles cut across the group boundary), widths
 // that are not multiples of any tile or k-slice, residual and plain layers,
 // rows read and written through a node map.
 #include "GraphKernelLaunch.h"
 #include <algorithm>
+#include <cstdio>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <numeric>
@@ -77,10 +79,11 @@ public:
         gradOutput.reset(new Buffer<real>(randomValues<real>((size_t) Rows * S, rng, 1.0)));
     }
 
-    DenseBatch<real> batch(int tileRows) const {
+    DenseBatch<real> batch(int tileRows, bool streamed) const {
         DenseBatch<real> b{};
         b.numGroups = 2;
         b.tileRows = tileRows;
+        b.streamedWide = streamed ? 1 : 0;
         b.chunkStart = 0;
         const int rows[2] = {Rows0, Rows1};
         b.rowStart[0] = 0;
@@ -97,9 +100,9 @@ public:
     }
 
     /** Forward (z = W h + b, out, act'(z)) and backward (dE/dh from dE/d(out)) with one tile. */
-    LayerResult<real> run(int tileRows) const {
+    LayerResult<real> run(int tileRows, bool streamed = false) const {
         Buffer<real> output((size_t) Rows * S), derivative((size_t) Rows * S), gradInput((size_t) Rows * K);
-        const DenseBatch<real> b = batch(tileRows);
+        const DenseBatch<real> b = batch(tileRows, streamed);
         launchDenseForward<real>(b, rowNodes->data, input->data, K, K, N, activation, residual, derivative.data, output.data, S, byNode, 0);
         launchDenseBackward<real>(b, rowNodes->data, gradOutput->data, S, byNode, derivative.data, S, K, N, activation, residual,
                                   gradInput.data, K, 0);
@@ -128,9 +131,14 @@ void expectBitwiseEqual(const std::vector<real>& expected, const std::vector<rea
 template <typename real> void checkEveryTile() {
     if (!haveDevice())
         GTEST_SKIP() << "no CUDA device";
-    std::vector<int> tiles = {64, 32, 8};
+    // (rows, streamed): the 128 x 128 tiles both ways in float; the streamed ones only where the device takes them.
+    std::vector<std::pair<int, bool>> tiles = {{64, false}, {32, false}, {8, false}};
     if (sizeof(real) == 4)
-        tiles.push_back(128);
+        tiles.push_back({128, false});
+    if (configureDenseLayers<real>())
+        tiles.push_back({128, true});
+    else if (sizeof(real) == 4)
+        std::printf("this device cannot stream the 128 x 128 tiles (configureDenseLayers): only their register kernel is compared\n");
     struct Shape {
         int K, N;
         bool residual;
@@ -151,8 +159,9 @@ template <typename real> void checkEveryTile() {
         for (real v : expected.gradInput)
             nonzero = nonzero || v != 0;
         EXPECT_TRUE(nonzero); // the backward ran
-        for (int tileRows : tiles) {
-            const LayerResult<real> found = layer.run(tileRows);
+        for (auto [tileRows, streamed] : tiles) {
+            SCOPED_TRACE(streamed ? "streamed k-slices" : "k-slices through registers");
+            const LayerResult<real> found = layer.run(tileRows, streamed);
             expectBitwiseEqual(expected.output, found.output, "output", tileRows);
             if (s.activation != GraphIdentity)
                 expectBitwiseEqual(expected.derivative, found.derivative, "act'(z)", tileRows);
@@ -178,4 +187,22 @@ TEST(CudaDenseTiles, SmallBatchesGetTheStreamedTiles) {
     // 100,800 rows: the widest tile still fills the device.
     EXPECT_EQ(128, chooseDenseTileRows(100800, 240, 132, true));
     EXPECT_EQ(64, chooseDenseTileRows(100800, 240, 132, false));
+}
+
+TEST(CudaDenseTiles, WideTilesStreamWhereTheDeviceHasTheSharedMemory) {
+    if (!haveDevice())
+        GTEST_SKIP() << "no CUDA device";
+    int device = 0, major = 0, minor = 0;
+    CUDA_OK(cudaGetDevice(&device));
+    CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    CUDA_OK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    const int capability = 10 * major + minor;
+    EXPECT_FALSE(configureDenseLayers<double>()); // no 128 x 128 tiles in double
+    // Two blocks of 74.8 KB fit a multiprocessor of 8.0 (164 KB) and 9.0 (228 KB), not one of 7.5 (64 KB), 8.6 or 8.9 (100 KB).
+    if (capability == 80 || capability == 90)
+        EXPECT_TRUE(configureDenseLayers<float>()) << "compute capability " << capability;
+    else if (capability == 75 || capability == 86 || capability == 89)
+        EXPECT_FALSE(configureDenseLayers<float>()) << "compute capability " << capability;
+    else
+        std::printf("compute capability %d: configureDenseLayers<float>() gives %d\n", capability, (int) configureDenseLayers<float>());
 }
