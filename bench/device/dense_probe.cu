@@ -207,14 +207,17 @@ template <bool Forward, int TileK, int Stages, bool ColsFastest> __global__ void
                 for (int m = 0; m < BLoads; m++) {
                     const int e = threadIdx.x + Threads * m, kk = e % TileK, cc = e / TileK, col = colBase + cc, k = k0 + kk;
                     const bool valid = col < p.N && k < p.K;
-                    __pipeline_memcpy_async(Bs(stage) + kk * (Cols + Pad) + cc, p.W + (valid ? (size_t) col * p.ldw + k : 0), 4, valid ? 0 : 4);
+                    __pipeline_memcpy_async(Bs(stage) + kk * (Cols + Pad) + cc, p.W + (valid ? (size_t) col * p.ldw + k : 0), 4,
+                                            valid ? 0 : 4);
                 }
             else
 #pragma unroll
                 for (int m = 0; m < BLoads / 4; m++) { // N % 4 == 0 and ldw % 4 == 0 here (checked on the host)
-                    const int e = threadIdx.x + Threads * m, kk = e / (Cols / 4), cc = 4 * (e % (Cols / 4)), col = colBase + cc, k = k0 + kk;
+                    const int e = threadIdx.x + Threads * m, kk = e / (Cols / 4), cc = 4 * (e % (Cols / 4)), col = colBase + cc,
+                              k = k0 + kk;
                     const bool valid = col < p.N && k < p.K;
-                    __pipeline_memcpy_async(Bs(stage) + kk * (Cols + Pad) + cc, p.W + (valid ? (size_t) k * p.ldw + col : 0), 16, valid ? 0 : 16);
+                    __pipeline_memcpy_async(Bs(stage) + kk * (Cols + Pad) + cc, p.W + (valid ? (size_t) k * p.ldw + col : 0), 16,
+                                            valid ? 0 : 16);
                 }
         }
         __pipeline_commit();
@@ -252,8 +255,12 @@ template <int TileK, bool C> Variant regVariant(const char* name) {
     return {name, regKernel<true, TileK, C>, regKernel<false, TileK, C>, 0, 0, C};
 }
 template <int TileK, int S, bool C> Variant asyncVariant(const char* name) {
-    return {name, asyncKernel<true, TileK, S, C>, asyncKernel<false, TileK, S, C>, S * stageFloats<true, TileK>() * 4,
-            S * stageFloats<false, TileK>() * 4, C};
+    return {name,
+            asyncKernel<true, TileK, S, C>,
+            asyncKernel<false, TileK, S, C>,
+            S * stageFloats<true, TileK>() * 4,
+            S * stageFloats<false, TileK>() * 4,
+            C};
 }
 
 } // namespace
@@ -347,7 +354,7 @@ int main() {
         (forward ? v.forward : v.backward)<<<grid, Threads, forward ? v.forwardShared : v.backwardShared, stream>>>(p);
     };
     const double flops[2] = {2.0 * R * D * H, 2.0 * R * H * H}; // layer 0, layers 1 and 2 (each direction)
-    std::vector<float> reference0, reference1; // the plugin kernel's g[0] and h[3], for the bitwise check
+    std::vector<float> reference0, reference1;                  // the plugin kernel's g[0] and h[3], for the bitwise check
     bool allBitwise = true;
     cudaEvent_t start, stop;
     CHECK(cudaEventCreate(&start));
@@ -383,7 +390,8 @@ int main() {
         if (reference0.empty())
             reference0 = g0, reference1 = h3;
         else
-            bitwise = std::memcmp(g0.data(), reference0.data(), g0.size() * 4) == 0 && std::memcmp(h3.data(), reference1.data(), h3.size() * 4) == 0;
+            bitwise = std::memcmp(g0.data(), reference0.data(), g0.size() * 4) == 0 &&
+                      std::memcmp(h3.data(), reference1.data(), h3.size() * 4) == 0;
         allBitwise = allBitwise && bitwise;
         const double total = ms[0] + 2 * ms[1] + 2 * ms[2] + ms[3];
         const double work = 2 * (flops[0] + 2 * flops[1]);

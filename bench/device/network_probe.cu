@@ -80,8 +80,8 @@ template <int P> __device__ void phase(const Net& net, int b, float* shared) {
     static_assert(R == 2 || R == 4, "a thread's rows are one float2 or float4");
     static_assert(ALoads * 4 * Threads == RowTile * K && BLoads * 4 * Threads == K * CT, "whole float4s per thread");
     const int rowGroup = b / ColumnGroups, c0 = (b % ColumnGroups) * CT, r0 = rowGroup * RowTile;
-    float* AT = shared;                 // [K][SA]
-    float* B = shared + 256 * SA;       // [K][CT]
+    float* AT = shared;           // [K][SA]
+    float* B = shared + 256 * SA; // [K][CT]
     float4 a[ALoads], d[forward ? 1 : ALoads], w[BLoads];
 #pragma unroll
     for (int i = 0; i < ALoads; i++) {
@@ -179,12 +179,24 @@ template <int P> __device__ void phase(const Net& net, int b, float* shared) {
 /** Phase p (a run-time index) by its compile-time version. */
 __device__ inline void phase(const Net& net, int p, int b, float* shared) {
     switch (p) {
-    case 0: phase<0>(net, b, shared); break;
-    case 1: phase<1>(net, b, shared); break;
-    case 2: phase<2>(net, b, shared); break;
-    case 3: phase<3>(net, b, shared); break;
-    case 4: phase<4>(net, b, shared); break;
-    default: phase<5>(net, b, shared); break;
+    case 0:
+        phase<0>(net, b, shared);
+        break;
+    case 1:
+        phase<1>(net, b, shared);
+        break;
+    case 2:
+        phase<2>(net, b, shared);
+        break;
+    case 3:
+        phase<3>(net, b, shared);
+        break;
+    case 4:
+        phase<4>(net, b, shared);
+        break;
+    default:
+        phase<5>(net, b, shared);
+        break;
     }
 }
 

@@ -1,0 +1,136 @@
+/**
+ * The plugin's own dense-layer kernels (platforms/cuda/src/DenseLayerKernels.cu,
+ * through launchDenseForward / launchDenseBackward) at the medium grade's
+ * shape at 100,800 rows: four type groups of 25,200 rows, descriptor 1536 ->
+ * 240 -> 240 -> 240, tanh, the last two layers residual; the 128 x 128 tiles
+ * with k-slices through registers (streamedWide 0) and streamed by
+ * asynchronous copies (1, where configureDenseLayers allows it).  Prints each
+ * product's mean time (CUDA events, 10 launches after 3) and checks that both
+ * ways give bitwise the same results.  bench/device/dense_probe.cu times
+ * stripped copies of the same schemes; this one times what the plugin runs.
+ *
+ *   nvcc -O3 -std=c++17 --fmad=true -gencode arch=compute_90,code=sm_90 -Iplatforms/cuda/src \
+ *       -o dense_layers_bench bench/device/dense_layers_bench.cu platforms/cuda/src/DenseLayerKernels.cu
+ */
+
+#include "GraphKernelLaunch.h"
+#include "probe_common.cuh"
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+using namespace GraphPlugin;
+
+int main() {
+    constexpr int Groups = 4, GroupRows = 25200, R = Groups * GroupRows, D = 1536, H = 240, Layers = 3;
+    const int width[Layers + 1] = {D, H, H, H};
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    auto upload = [&](size_t n, float scale, float offset = 0) {
+        std::vector<float> v(n);
+        for (float& x : v)
+            x = offset + scale * uniform(rng);
+        float* p;
+        CHECK(cudaMalloc(&p, n * sizeof(float)));
+        CHECK(cudaMemcpy(p, v.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+        return p;
+    };
+    float *W[Layers][Groups], *bias[Layers][Groups], *timestep[Layers][Groups];
+    for (int l = 0; l < Layers; l++)
+        for (int g = 0; g < Groups; g++) {
+            W[l][g] = upload((size_t) width[l + 1] * width[l], 1.0f / std::sqrt((float) width[l]));
+            bias[l][g] = upload(width[l + 1], 0.1f);
+            timestep[l][g] = upload(width[l + 1], 0.05f, 0.1f);
+        }
+    float *h[Layers + 1], *deriv[Layers], *grad[Layers + 1];
+    h[0] = upload((size_t) R * D, 1.0f);
+    for (int l = 0; l < Layers; l++) {
+        h[l + 1] = upload((size_t) R * width[l + 1], 0.0f);
+        deriv[l] = upload((size_t) R * width[l + 1], 0.0f);
+        grad[l] = upload((size_t) R * width[l], 0.0f);
+    }
+    grad[Layers] = upload((size_t) R * H, 1.0f);
+    int* rowNodes; // the identity (the outputs are not written by node here)
+    {
+        std::vector<int> nodes(R);
+        for (int i = 0; i < R; i++)
+            nodes[i] = i;
+        CHECK(cudaMalloc(&rowNodes, R * sizeof(int)));
+        CHECK(cudaMemcpy(rowNodes, nodes.data(), R * sizeof(int), cudaMemcpyHostToDevice));
+    }
+    const bool streamable = configureDenseLayers<float>();
+    int numMultiprocessors = 0;
+    CHECK(cudaDeviceGetAttribute(&numMultiprocessors, cudaDevAttrMultiProcessorCount, 0));
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("%s: configureDenseLayers<float>() %s\n", prop.name, streamable ? "true" : "false");
+
+    auto batchOf = [&](int l, int columns, bool streamed) {
+        DenseBatch<float> b{};
+        b.numGroups = Groups;
+        b.chunkStart = 0;
+        b.tileRows = chooseDenseTileRows(R, columns, numMultiprocessors, true);
+        b.streamedWide = streamed ? 1 : 0;
+        for (int g = 0; g <= Groups; g++) {
+            b.rowStart[g] = g * GroupRows;
+            b.tileStart[g] = g * ((GroupRows + b.tileRows - 1) / b.tileRows);
+        }
+        for (int g = 0; g < Groups; g++) {
+            b.weight[g] = W[l][g];
+            b.bias[g] = bias[l][g];
+            b.timestep[g] = width[l] == width[l + 1] ? timestep[l][g] : nullptr;
+        }
+        return b;
+    };
+    auto forward = [&](int l, bool streamed) {
+        launchDenseForward<float>(batchOf(l, width[l + 1], streamed), rowNodes, h[l], width[l], width[l], width[l + 1], GraphTanh,
+                                  width[l] == width[l + 1], deriv[l], h[l + 1], width[l + 1], false, 0);
+    };
+    auto backward = [&](int l, bool streamed) {
+        launchDenseBackward<float>(batchOf(l, width[l], streamed), rowNodes, grad[l + 1], width[l + 1], false, deriv[l], width[l + 1],
+                                   width[l], width[l + 1], GraphTanh, width[l] == width[l + 1], grad[l], width[l], 0);
+    };
+    cudaEvent_t start, stop;
+    CHECK(cudaEventCreate(&start));
+    CHECK(cudaEventCreate(&stop));
+    auto timeIt = [&](auto run) {
+        for (int i = 0; i < 3; i++)
+            run();
+        CHECK(cudaEventRecord(start));
+        for (int i = 0; i < 10; i++)
+            run();
+        CHECK(cudaEventRecord(stop));
+        CHECK(cudaEventSynchronize(stop));
+        float ms;
+        CHECK(cudaEventElapsedTime(&ms, start, stop));
+        return ms / 10;
+    };
+    std::vector<float> results[2];
+    for (int streamed = 0; streamed <= (streamable ? 1 : 0); streamed++) {
+        float ms[2][Layers];
+        double total = 0;
+        for (int l = 0; l < Layers; l++) {
+            ms[0][l] = timeIt([&] { forward(l, streamed); });
+            ms[1][l] = timeIt([&] { backward(l, streamed); });
+            total += ms[0][l] + ms[1][l];
+        }
+        CHECK(cudaGetLastError());
+        std::printf("%s: forward %.3f %.3f %.3f ms, backward %.3f %.3f %.3f ms (layers 0 1 2), all %.3f ms\n",
+                    streamed ? "streamed (cp.async)" : "registers", ms[0][0], ms[0][1], ms[0][2], ms[1][0], ms[1][1], ms[1][2], total);
+        // One pass in order for the results: g[0] depends on every product.
+        for (int l = 0; l < Layers; l++)
+            forward(l, streamed);
+        for (int l = Layers - 1; l >= 0; l--)
+            backward(l, streamed);
+        CHECK(cudaDeviceSynchronize());
+        results[streamed].resize((size_t) R * D);
+        CHECK(cudaMemcpy(results[streamed].data(), grad[0], results[streamed].size() * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    if (streamable) {
+        const bool same = std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(float)) == 0;
+        std::printf("dE/dh0 of both ways bitwise equal: %s\n", same ? "yes" : "NO");
+        return same ? 0 : 1;
+    }
+    return 0;
+}
