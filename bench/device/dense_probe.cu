@@ -354,7 +354,7 @@ int main() {
         (forward ? v.forward : v.backward)<<<grid, Threads, forward ? v.forwardShared : v.backwardShared, stream>>>(p);
     };
     const double flops[2] = {2.0 * R * D * H, 2.0 * R * H * H}; // layer 0, layers 1 and 2 (each direction)
-    std::vector<float> reference0, reference1;                  // the plugin kernel's g[0] and h[3], for the bitwise check
+    std::vector<float> reference0, reference1; // the first variant's (the plugin's scheme) g[0] and h[3], for the bitwise check
     bool allBitwise = true;
     cudaEvent_t start, stop;
     CHECK(cudaEventCreate(&start));
@@ -396,7 +396,7 @@ int main() {
         const double total = ms[0] + 2 * ms[1] + 2 * ms[2] + ms[3];
         const double work = 2 * (flops[0] + 2 * flops[1]);
         std::printf("%-28s %9.3f %9.3f %9.3f %9.3f %9.3f  %5.1f%%  %s\n", v.name, ms[0], ms[1], ms[2], ms[3], total,
-                    100 * work / (total * 1e-3) / peak, bitwise ? "bitwise the plugin's" : "DIFFERS from the plugin's");
+                    100 * work / (total * 1e-3) / peak, bitwise ? "bitwise the first variant's" : "DIFFERS from the first variant's");
     }
     // Rows against double on the host (the last variant's results equal the plugin's when bitwise).
     double worstH = 0, largestH = 0, worstG = 0, largestG = 0;
