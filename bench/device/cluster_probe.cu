@@ -33,13 +33,12 @@
 #include <cstdlib>
 #include <cuda_runtime.h>
 
-
 namespace cg = cooperative_groups;
 
 namespace {
 
 constexpr int Threads = 256;
-constexpr int Values = 2;             ///< values a thread computes per stage (32 rows x 16 columns over 256 threads)
+constexpr int Values = 2; ///< values a thread computes per stage (32 rows x 16 columns over 256 threads)
 constexpr int MaxCluster = 16;
 constexpr int BufferFloats = Threads * Values * MaxCluster; ///< one stage's values from every block
 
@@ -156,8 +155,8 @@ int main() {
                     CHECK(cudaEventElapsedTime(&ms, start, stop));
                     microseconds[pass] = 1000.0 * ms / repeats;
                 }
-                std::printf("  %-10s kernel %7.2f us with %d stages, %6.2f with none: %6.3f us a stage\n", methodName[method], microseconds[1],
-                            stagesMeasured, microseconds[0], (microseconds[1] - microseconds[0]) / stagesMeasured);
+                std::printf("  %-10s kernel %7.2f us with %d stages, %6.2f with none: %6.3f us a stage\n", methodName[method],
+                            microseconds[1], stagesMeasured, microseconds[0], (microseconds[1] - microseconds[0]) / stagesMeasured);
             }
         }
     }

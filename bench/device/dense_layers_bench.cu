@@ -27,14 +27,11 @@ int main() {
     const int width[Layers + 1] = {D, H, H, H};
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-    auto upload = [&](size_t n, float scale, float offset = 0) {
+    auto upload = [&](size_t n, float scale, float offset = 0) { // offset + scale x uniform(-1, 1)
         std::vector<float> v(n);
         for (float& x : v)
             x = offset + scale * uniform(rng);
-        float* p;
-        CHECK(cudaMalloc(&p, n * sizeof(float)));
-        CHECK(cudaMemcpy(p, v.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-        return p;
+        return uploadFloats(v);
     };
     float *W[Layers][Groups], *bias[Layers][Groups], *timestep[Layers][Groups];
     for (int l = 0; l < Layers; l++)
@@ -46,9 +43,9 @@ int main() {
     float *h[Layers + 1], *deriv[Layers], *grad[Layers + 1];
     h[0] = upload((size_t) R * D, 1.0f);
     for (int l = 0; l < Layers; l++) {
-        h[l + 1] = upload((size_t) R * width[l + 1], 0.0f);
-        deriv[l] = upload((size_t) R * width[l + 1], 0.0f);
-        grad[l] = upload((size_t) R * width[l], 0.0f);
+        h[l + 1] = deviceZeros((size_t) R * width[l + 1]);
+        deriv[l] = deviceZeros((size_t) R * width[l + 1]);
+        grad[l] = deviceZeros((size_t) R * width[l]);
     }
     grad[Layers] = upload((size_t) R * H, 1.0f);
     int* rowNodes; // the identity (the outputs are not written by node here)

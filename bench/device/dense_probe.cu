@@ -275,18 +275,6 @@ int main() {
             x = scale * uniform(rng);
         return v;
     };
-    auto upload = [](const std::vector<float>& v) {
-        float* p;
-        CHECK(cudaMalloc(&p, v.size() * sizeof(float)));
-        CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
-        return p;
-    };
-    auto zeros = [](size_t n) {
-        float* p;
-        CHECK(cudaMalloc(&p, n * sizeof(float)));
-        CHECK(cudaMemset(p, 0, n * sizeof(float)));
-        return p;
-    };
     const int width[Layers + 1] = {D, H, H, H};
     std::vector<std::vector<float>> W(Layers), bias(Layers), timestep(Layers);
     float *dW[Layers], *dBias[Layers], *dTimestep[Layers], *h[Layers + 1], *deriv[Layers], *g[Layers + 1];
@@ -296,22 +284,22 @@ int main() {
         timestep[l] = randomVector(width[l + 1], 0.05f);
         for (float& t : timestep[l])
             t += 0.1f;
-        dW[l] = upload(W[l]);
-        dBias[l] = upload(bias[l]);
-        dTimestep[l] = upload(timestep[l]);
-        deriv[l] = zeros((size_t) R * width[l + 1]);
+        dW[l] = uploadFloats(W[l]);
+        dBias[l] = uploadFloats(bias[l]);
+        dTimestep[l] = uploadFloats(timestep[l]);
+        deriv[l] = deviceZeros((size_t) R * width[l + 1]);
     }
     const std::vector<float> input = randomVector((size_t) R * D, 1.0f), outputWeight = randomVector(H, 1.0f);
-    h[0] = upload(input);
+    h[0] = uploadFloats(input);
     for (int l = 1; l <= Layers; l++)
-        h[l] = zeros((size_t) R * width[l]);
+        h[l] = deviceZeros((size_t) R * width[l]);
     for (int l = 0; l < Layers; l++)
-        g[l] = zeros((size_t) R * width[l]);
+        g[l] = deviceZeros((size_t) R * width[l]);
     { // g[Layers] = the output weights on every row
         std::vector<float> top((size_t) R * H);
         for (int r = 0; r < R; r++)
             std::copy(outputWeight.begin(), outputWeight.end(), top.begin() + (size_t) r * H);
-        g[Layers] = upload(top);
+        g[Layers] = uploadFloats(top);
     }
 
     std::vector<Variant> variants = {

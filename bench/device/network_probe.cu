@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace cg = cooperative_groups;
@@ -177,27 +178,12 @@ template <int P> __device__ void phase(const Net& net, int b, float* shared) {
 }
 
 /** Phase p (a run-time index) by its compile-time version. */
+template <int... P> __device__ inline void phaseOf(const Net& net, int p, int b, float* shared, std::integer_sequence<int, P...>) {
+    ((p == P ? phase<P>(net, b, shared) : void()), ...);
+}
+
 __device__ inline void phase(const Net& net, int p, int b, float* shared) {
-    switch (p) {
-    case 0:
-        phase<0>(net, b, shared);
-        break;
-    case 1:
-        phase<1>(net, b, shared);
-        break;
-    case 2:
-        phase<2>(net, b, shared);
-        break;
-    case 3:
-        phase<3>(net, b, shared);
-        break;
-    case 4:
-        phase<4>(net, b, shared);
-        break;
-    default:
-        phase<5>(net, b, shared);
-        break;
-    }
+    phaseOf(net, p, b, shared, std::make_integer_sequence<int, Phases>());
 }
 
 /** The grid kernel's fixed cost: its five grid syncs and nothing else. */
@@ -290,32 +276,20 @@ int main(int argc, char** argv) {
     for (float& x : input)
         x = uniform(rng);
 
-    auto upload = [](const std::vector<float>& v) {
-        float* p;
-        CHECK(cudaMalloc(&p, v.size() * sizeof(float)));
-        CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
-        return p;
-    };
-    auto zeros = [](size_t count) {
-        float* p;
-        CHECK(cudaMalloc(&p, count * sizeof(float)));
-        CHECK(cudaMemset(p, 0, count * sizeof(float)));
-        return p;
-    };
     Net nets[2];
     for (Net& net : nets) {
         for (int l = 0; l < L; l++) {
-            net.W[l] = upload(W[l]);
-            net.bias[l] = upload(bias[l]);
-            net.timestep[l] = upload(timestep[l]);
-            net.deriv[l] = zeros((size_t) N * width(l + 1));
-            net.g[l] = zeros((size_t) N * width(l));
+            net.W[l] = uploadFloats(W[l]);
+            net.bias[l] = uploadFloats(bias[l]);
+            net.timestep[l] = uploadFloats(timestep[l]);
+            net.deriv[l] = deviceZeros((size_t) N * width(l + 1));
+            net.g[l] = deviceZeros((size_t) N * width(l));
         }
-        net.outputWeight = upload(wOut);
-        net.h[0] = upload(input);
+        net.outputWeight = uploadFloats(wOut);
+        net.h[0] = uploadFloats(input);
         for (int l = 1; l <= L; l++)
-            net.h[l] = zeros((size_t) N * width(l));
-        net.energy = zeros(N);
+            net.h[l] = deviceZeros((size_t) N * width(l));
+        net.energy = deviceZeros(N);
     }
 
     cudaDeviceProp prop;

@@ -10,16 +10,33 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cuda_runtime.h>
+#include <vector>
 
 /** Exits with the file, line and CUDA error when a runtime call fails. */
 #define CHECK(call)                                                                                                                        \
     do {                                                                                                                                   \
         cudaError_t error_ = (call);                                                                                                       \
         if (error_ != cudaSuccess) {                                                                                                       \
-            std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(error_));                                       \
+            std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(error_));                                           \
             std::exit(1);                                                                                                                  \
         }                                                                                                                                  \
     } while (0)
+
+/** A device copy of `values` (cudaMalloc'd; the probes never free it). */
+inline float* uploadFloats(const std::vector<float>& values) {
+    float* p;
+    CHECK(cudaMalloc(&p, values.size() * sizeof(float)));
+    CHECK(cudaMemcpy(p, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice));
+    return p;
+}
+
+/** `count` zeroed floats on the device. */
+inline float* deviceZeros(size_t count) {
+    float* p;
+    CHECK(cudaMalloc(&p, count * sizeof(float)));
+    CHECK(cudaMemset(p, 0, count * sizeof(float)));
+    return p;
+}
 
 /** The shared-window address of p (shared memory). */
 __device__ inline unsigned sharedAddress(const void* p) {
@@ -40,10 +57,11 @@ template <bool Cluster = false> __device__ inline void waitParity(unsigned barri
     unsigned done = 0;
     while (!done) {
         if constexpr (Cluster)
-            asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-                         : "=r"(done)
-                         : "r"(barrier), "r"(parity)
-                         : "memory");
+            asm volatile(
+                "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                : "=r"(done)
+                : "r"(barrier), "r"(parity)
+                : "memory");
         else
             asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
                          : "=r"(done)

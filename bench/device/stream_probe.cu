@@ -38,7 +38,6 @@
 #include <cuda_runtime.h>
 #include <vector>
 
-
 namespace {
 
 constexpr int Threads = 256;
@@ -57,8 +56,8 @@ __device__ inline float touch(const float4* slice) {
 }
 
 /** cp.async: every thread copies 16 bytes at a time; `stages` slices in the ring, stages - 1 in flight. */
-__global__ void __launch_bounds__(Threads) asyncKernel(const float4* __restrict__ source, int numSlices, int copies, int rotate, int stages,
-                                                       float* sink) {
+__global__ void __launch_bounds__(Threads)
+    asyncKernel(const float4* __restrict__ source, int numSlices, int copies, int rotate, int stages, float* sink) {
     extern __shared__ __align__(16) float4 asyncRing[];
     float4* ring = asyncRing;
     const float4* base = source + (size_t) (blockIdx.x % copies) * numSlices * SliceVectors;
@@ -80,11 +79,21 @@ __global__ void __launch_bounds__(Threads) asyncKernel(const float4* __restrict_
     for (int s = 0; s < numSlices; s++) {
         // Wait until slice s has landed: at most stages - 2 younger groups may still be pending.
         switch (stages) {
-        case 2: __pipeline_wait_prior(0); break;
-        case 3: __pipeline_wait_prior(1); break;
-        case 4: __pipeline_wait_prior(2); break;
-        case 6: __pipeline_wait_prior(4); break;
-        default: __pipeline_wait_prior(6); break;
+        case 2:
+            __pipeline_wait_prior(0);
+            break;
+        case 3:
+            __pipeline_wait_prior(1);
+            break;
+        case 4:
+            __pipeline_wait_prior(2);
+            break;
+        case 6:
+            __pipeline_wait_prior(4);
+            break;
+        default:
+            __pipeline_wait_prior(6);
+            break;
         }
         __syncthreads();
         issue(s + stages - 1);
@@ -116,7 +125,8 @@ __global__ void __launch_bounds__(Threads) loadKernel(const float4* __restrict__
  * The tensor memory accelerator: thread 0 issues one bulk copy of 16 KB per
  * slice, completing on the slice's mbarrier; `stages` slices in the ring.
  */
-__global__ void __launch_bounds__(Threads) bulkKernel(const float4* __restrict__ source, int numSlices, int copies, int stages, float* sink) {
+__global__ void __launch_bounds__(Threads)
+    bulkKernel(const float4* __restrict__ source, int numSlices, int copies, int stages, float* sink) {
     extern __shared__ __align__(128) float4 bulkRing[];
     float4* ring = bulkRing;
     __shared__ __align__(8) unsigned long long barrier[MaxStages];
@@ -161,8 +171,8 @@ __global__ void __launch_bounds__(Threads) bulkKernel(const float4* __restrict__
  * the stage's `empty` mbarrier (S arrivals) of every block of the cluster,
  * and a block waits on its own before it issues into the stage again.
  */
-__global__ void __launch_bounds__(Threads) multicastKernel(const float4* __restrict__ source, int numSlices, int copies, int stages,
-                                                           float* sink) {
+__global__ void __launch_bounds__(Threads)
+    multicastKernel(const float4* __restrict__ source, int numSlices, int copies, int stages, float* sink) {
     namespace cg = cooperative_groups;
     extern __shared__ __align__(128) float4 multicastRing[];
     float4* ring = multicastRing;
@@ -186,11 +196,11 @@ __global__ void __launch_bounds__(Threads) multicastKernel(const float4* __restr
                 waitParity<true>(sharedAddress(&empty[b]), ((s / stages) - 1) & 1);
             asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sharedAddress(&full[b])), "r"(SliceBytes)
                          : "memory");
-            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;" ::"r"(
-                             sharedAddress(ring + b * SliceVectors + rank * partVectors)),
-                         "l"(base + (size_t) s * SliceVectors + rank * partVectors), "r"(partBytes), "r"(sharedAddress(&full[b])),
-                         "h"(mask)
-                         : "memory");
+            asm volatile(
+                "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;" ::"r"(
+                    sharedAddress(ring + b * SliceVectors + rank * partVectors)),
+                "l"(base + (size_t) s * SliceVectors + rank * partVectors), "r"(partBytes), "r"(sharedAddress(&full[b])), "h"(mask)
+                : "memory");
         }
     };
     auto release = [&](int s) { // this block has read slice s: tell every block of the cluster
@@ -268,9 +278,8 @@ int main() {
                         asyncKernel<<<blocks, Threads, (size_t) stages * SliceBytes>>>(source, numSlices, copies, rotate, stages, sink);
                     });
             for (int stages : {2, 4, 8})
-                report("bulk", blocks, copies, stages, 0, [&] {
-                    bulkKernel<<<blocks, Threads, (size_t) stages * SliceBytes>>>(source, numSlices, copies, stages, sink);
-                });
+                report("bulk", blocks, copies, stages, 0,
+                       [&] { bulkKernel<<<blocks, Threads, (size_t) stages * SliceBytes>>>(source, numSlices, copies, stages, sink); });
             report("ld", blocks, copies, 0, 0, [&] { loadKernel<<<blocks, Threads>>>(source, numSlices, copies, sink); });
         }
     CHECK(cudaFuncSetAttribute(multicastKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MaxStages * SliceBytes));
@@ -294,7 +303,8 @@ int main() {
             char name[32];
             std::snprintf(name, sizeof(name), "mcast %d", S);
             std::printf("(clusters of %d: %d at once, %d launched)\n", S, active, blocks / S);
-            report(name, blocks, 1, stages, 0, [&] { CHECK(cudaLaunchKernelEx(&config, multicastKernel, (const float4*) source, numSlices, 1, stages, sink)); });
+            report(name, blocks, 1, stages, 0,
+                   [&] { CHECK(cudaLaunchKernelEx(&config, multicastKernel, (const float4*) source, numSlices, 1, stages, sink)); });
         }
     CHECK(cudaFree(source));
     CHECK(cudaFree(sink));
