@@ -265,7 +265,11 @@ template <int TileK, int S, bool C> Variant asyncVariant(const char* name) {
 
 } // namespace
 
-int main() {
+int main(int argc, char** argv) {
+    // --once: each product launched once, no warm-up (for Nsight Compute: variant v's products are launches 10 v .. 10 v + 9,
+    // its first-layer backward 10 v + 3).
+    const bool once = argc > 1 && std::strcmp(argv[1], "--once") == 0;
+    const int warmUps = once ? 0 : 3, timed = once ? 1 : 10;
     constexpr int R = 100800, D = 1536, H = 240, Layers = 3;
     std::mt19937 rng(5);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
@@ -350,19 +354,19 @@ int main() {
     std::printf("%-28s %9s %9s %9s %9s %9s  %s\n", "variant", "fwd0 ms", "fwd12 ms", "bwd12 ms", "bwd0 ms", "total ms", "of fp32 peak");
     for (const Variant& v : variants) {
         float ms[4] = {};
-        // Per product: 3 launches of warm-up, then 10 timed.
+        // Per product: 3 launches of warm-up, then 10 timed (--once: one).
         for (int which = 0; which < 4; which++) {
             const bool forward = which < 2;
             const int l = which == 0 || which == 3 ? 0 : 1;
-            for (int i = 0; i < 3; i++)
+            for (int i = 0; i < warmUps; i++)
                 launch(v, forward, l, 0);
             CHECK(cudaEventRecord(start));
-            for (int i = 0; i < 10; i++)
+            for (int i = 0; i < timed; i++)
                 launch(v, forward, l, 0);
             CHECK(cudaEventRecord(stop));
             CHECK(cudaEventSynchronize(stop));
             CHECK(cudaEventElapsedTime(&ms[which], start, stop));
-            ms[which] /= 10;
+            ms[which] /= timed;
         }
         CHECK(cudaGetLastError());
         // One whole evaluation in order, for the results.
