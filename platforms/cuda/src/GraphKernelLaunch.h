@@ -199,10 +199,11 @@ int chooseDenseTileRows(int rows, int numOutputs, int numMultiprocessors, bool a
 /**
  * Whether the 128 x 128 tiles may stream their k-slices through shared
  * memory with asynchronous copies on the current device (DenseBatch's
- * streamedWide): three stages of 16-deep slices take 74 KB a block in the
- * backward pass, so it needs the opt-in to more than 48 KB and room for two
- * blocks a multiprocessor (compute capability 8.0 and 9.0; not 8.6 or 8.9,
- * nor 7.5, nor double precision).  Sets the kernels' shared-memory attribute
+ * streamedWide): three stages of 16-deep slices and the rows' indices take
+ * 74.8 KB a block in the backward pass, so it needs the opt-in to more than
+ * 48 KB and room for two blocks a multiprocessor (164 KB or more: compute
+ * capability 8.0, 9.0 and 10.0; not 7.5, 8.6, 8.9 or 12.0, nor double
+ * precision).  Sets the kernels' shared-memory attribute
  * when it returns true; call it with the device current.  The choice never
  * changes a result (the sums run in the same order).
  */
