@@ -393,36 +393,13 @@ int main(int argc, char** argv) {
     // Rows against double on the host (the last variant's results equal the plugin's when bitwise).
     double worstH = 0, largestH = 0, worstG = 0, largestG = 0;
     for (int r : {0, 1, 12345, R - 1}) {
-        std::vector<std::vector<double>> hh(Layers + 1), dd(Layers);
-        hh[0].assign(input.begin() + (size_t) r * D, input.begin() + (size_t) (r + 1) * D);
-        for (int l = 0; l < Layers; l++) {
-            const int K = width[l], C = width[l + 1];
-            hh[l + 1].resize(C);
-            dd[l].resize(C);
-            for (int c = 0; c < C; c++) {
-                double z = bias[l][c];
-                for (int k = 0; k < K; k++)
-                    z += hh[l][k] * W[l][(size_t) c * K + k];
-                const double t = std::tanh(z);
-                hh[l + 1][c] = K == C ? hh[l][c] + timestep[l][c] * t : t;
-                dd[l][c] = (1 - t * t) * (K == C ? timestep[l][c] : 1.0);
-            }
-        }
-        std::vector<double> gg(outputWeight.begin(), outputWeight.end());
-        for (int l = Layers - 1; l >= 0; l--) {
-            const int K = width[l], C = width[l + 1];
-            std::vector<double> next(K, 0.0);
-            for (int k = 0; k < K; k++) {
-                for (int c = 0; c < C; c++)
-                    next[k] += gg[c] * dd[l][c] * W[l][(size_t) c * K + k];
-                if (K == C)
-                    next[k] += gg[k];
-            }
-            gg = next;
-        }
+        const ReferenceRow row = referenceNetwork(
+            {D, H, H, H}, [&](int l, int k, int c) { return W[l][(size_t) c * width[l] + k]; }, bias, timestep, outputWeight,
+            input.data() + (size_t) r * D);
+        const std::vector<double>&hLast = row.last, &gg = row.gradient;
         for (int c = 0; c < H; c++) {
-            worstH = std::max(worstH, std::fabs(hh[Layers][c] - reference1[(size_t) r * H + c]));
-            largestH = std::max(largestH, std::fabs(hh[Layers][c]));
+            worstH = std::max(worstH, std::fabs(hLast[c] - reference1[(size_t) r * H + c]));
+            largestH = std::max(largestH, std::fabs(hLast[c]));
         }
         for (int k = 0; k < D; k++) {
             worstG = std::max(worstG, std::fabs(gg[k] - reference0[(size_t) r * D + k]));

@@ -215,44 +215,6 @@ __global__ void __launch_bounds__(Threads) phaseKernel(Net net, int p) {
     phase(net, p, blockIdx.x, shared);
 }
 
-/** Host double reference of the energy and dE/dh[0] of row r. */
-void reference(const std::vector<std::vector<float>>& W, const std::vector<std::vector<float>>& bias,
-               const std::vector<std::vector<float>>& timestep, const std::vector<float>& wOut, const float* input, double& energy,
-               std::vector<double>& grad) {
-    std::vector<std::vector<double>> h(L + 1), d(L);
-    h[0].assign(input, input + width(0));
-    for (int l = 0; l < L; l++) {
-        const int K = width(l), C = width(l + 1);
-        const bool res = K == C;
-        h[l + 1].resize(C);
-        d[l].resize(C);
-        for (int c = 0; c < C; c++) {
-            double z = bias[l][c];
-            for (int k = 0; k < K; k++)
-                z += h[l][k] * W[l][(size_t) k * C + c];
-            const double t = std::tanh(z), ts = res ? timestep[l][c] : 1.0;
-            h[l + 1][c] = res ? h[l][c] + ts * t : t;
-            d[l][c] = ts * (1 - t * t);
-        }
-    }
-    energy = 0;
-    for (int c = 0; c < width(L); c++)
-        energy += h[L][c] * wOut[c];
-    std::vector<double> g(wOut.begin(), wOut.end());
-    for (int l = L - 1; l >= 0; l--) {
-        const int K = width(l), C = width(l + 1);
-        std::vector<double> next(K, 0.0);
-        for (int k = 0; k < K; k++) {
-            for (int c = 0; c < C; c++)
-                next[k] += g[c] * d[l][c] * W[l][(size_t) k * C + c];
-            if (K == C)
-                next[k] += g[k];
-        }
-        g = next;
-    }
-    grad = g;
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
@@ -376,9 +338,11 @@ int main(int argc, char** argv) {
                          std::memcmp(g0[0].data(), g0[1].data(), g0[0].size() * sizeof(float)) == 0;
     double worstE = 0, largestE = 0, worstG = 0, largestG = 0; // errors relative to the largest value (an energy can be near 0)
     for (int r = 0; r < 8; r++) {
-        double energy;
-        std::vector<double> grad;
-        reference(W, bias, timestep, wOut, input.data() + (size_t) r * width(0), energy, grad);
+        const ReferenceRow row = referenceNetwork(
+            {width(0), width(1), width(2), width(3)}, [&](int l, int k, int c) { return W[l][(size_t) k * width(l + 1) + c]; }, bias,
+            timestep, wOut, input.data() + (size_t) r * width(0));
+        const double energy = row.energy;
+        const std::vector<double>& grad = row.gradient;
         worstE = std::max(worstE, std::fabs(energy - e[0][r]));
         largestE = std::max(largestE, std::fabs(energy));
         for (int k = 0; k < width(0); k++) {

@@ -7,6 +7,7 @@
 #ifndef PROBE_COMMON_CUH
 #define PROBE_COMMON_CUH
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cuda_runtime.h>
@@ -36,6 +37,57 @@ inline float* deviceZeros(size_t count) {
     CHECK(cudaMalloc(&p, count * sizeof(float)));
     CHECK(cudaMemset(p, 0, count * sizeof(float)));
     return p;
+}
+
+/** What referenceNetwork computes for one row, in double precision. */
+struct ReferenceRow {
+    double energy;                ///< h_L . outputWeight
+    std::vector<double> last;     ///< h_L
+    std::vector<double> gradient; ///< dE/dh_0
+};
+
+/**
+ * The probes' network on the host in double precision, for one row: widths width[0..L], weight(l, k, c) the weight of
+ * layer l from input k to output c (each probe keeps its own layout), tanh, layers of equal widths residual with a
+ * timestep (h + timestep tanh(z)), energy h_L . outputWeight; and its input-gradient backward.
+ */
+template <typename Weight>
+ReferenceRow referenceNetwork(const std::vector<int>& width, Weight weight, const std::vector<std::vector<float>>& bias,
+                              const std::vector<std::vector<float>>& timestep, const std::vector<float>& outputWeight, const float* input) {
+    const int L = (int) width.size() - 1;
+    std::vector<std::vector<double>> h(L + 1), d(L);
+    h[0].assign(input, input + width[0]);
+    for (int l = 0; l < L; l++) {
+        const int K = width[l], C = width[l + 1];
+        const bool residual = K == C;
+        h[l + 1].resize(C);
+        d[l].resize(C);
+        for (int c = 0; c < C; c++) {
+            double z = bias[l][c];
+            for (int k = 0; k < K; k++)
+                z += h[l][k] * weight(l, k, c);
+            const double t = std::tanh(z), ts = residual ? timestep[l][c] : 1.0;
+            h[l + 1][c] = residual ? h[l][c] + ts * t : t;
+            d[l][c] = ts * (1 - t * t);
+        }
+    }
+    ReferenceRow row{0.0, h[L], {}};
+    for (int c = 0; c < width[L]; c++)
+        row.energy += h[L][c] * outputWeight[c];
+    std::vector<double> g(outputWeight.begin(), outputWeight.end());
+    for (int l = L - 1; l >= 0; l--) {
+        const int K = width[l], C = width[l + 1];
+        std::vector<double> next(K, 0.0);
+        for (int k = 0; k < K; k++) {
+            for (int c = 0; c < C; c++)
+                next[k] += g[c] * d[l][c] * weight(l, k, c);
+            if (K == C)
+                next[k] += g[k];
+        }
+        g = next;
+    }
+    row.gradient = g;
+    return row;
 }
 
 /** The shared-window address of p (shared memory). */

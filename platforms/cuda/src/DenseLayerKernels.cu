@@ -543,6 +543,18 @@ __global__ void __launch_bounds__(256, 2)
                                    outMapped, acc);
 }
 
+inline bool aligned16(const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+/** Whether every row of each group's weights (ldw `real`s apart) starts 16-byte aligned. */
+template <typename real> bool weightRowsAligned16(const DenseBatch<real>& batch, int ldw) {
+    bool ok = ldw % (16 / sizeof(real)) == 0;
+    for (int g = 0; g < batch.numGroups; g++)
+        ok = ok && aligned16(batch.weight[g]);
+    return ok;
+}
+
 /**
  * Whether denseSmallKernel may copy 16 bytes at a time: every row of A (and
  * of act'(z)) and of each group's weights starts 16-byte aligned.
@@ -551,15 +563,12 @@ template <typename real>
 bool smallTileVectorCopies(const DenseBatch<real>& batch, const real* A, int aStride, int ldw, const real* deriv, int derivStride,
                            bool forward, bool withDeriv, bool residual) {
     constexpr int V = SmallTile<real>::Vector;
-    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    bool ok = aligned(A) && aStride % V == 0 && ldw % V == 0;
+    bool ok = aligned16(A) && aStride % V == 0 && weightRowsAligned16(batch, ldw);
     if (!forward && withDeriv)
-        ok = ok && aligned(deriv) && derivStride % V == 0;
-    for (int g = 0; g < batch.numGroups; g++) {
-        ok = ok && aligned(batch.weight[g]);
-        if (!forward && residual)
-            ok = ok && aligned(batch.timestep[g]);
-    }
+        ok = ok && aligned16(deriv) && derivStride % V == 0;
+    if (!forward && residual)
+        for (int g = 0; g < batch.numGroups; g++)
+            ok = ok && aligned16(batch.timestep[g]);
     return ok;
 }
 
@@ -585,9 +594,7 @@ void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const
         GRAPH_GEMM(2, 4);
     else if constexpr (sizeof(real) == 4) {
         if (batch.tileRows == 128 && batch.streamedWide) {
-            bool vectorB = !Forward && ldw % (16 / sizeof(real)) == 0; // the backward's W rows, 16 bytes at a time
-            for (int g = 0; g < batch.numGroups; g++)
-                vectorB = vectorB && reinterpret_cast<uintptr_t>(batch.weight[g]) % 16 == 0;
+            const bool vectorB = !Forward && weightRowsAligned16(batch, ldw); // the backward's W rows, 16 bytes at a time
             denseStreamedKernel<real, Forward><<<blocks.x * blocks.y, 256, denseStreamedBytes<real, Forward>(), stream>>>(
                 batch, rowNodes, A, aStride, aMapped ? 1 : 0, K, N, ldw, activation, residual ? 1 : 0, deriv, derivStride, out, outStride,
                 outMapped ? 1 : 0, vectorB ? 1 : 0);
