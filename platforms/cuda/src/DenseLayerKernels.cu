@@ -593,8 +593,10 @@ void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const
     else if (batch.tileRows == 32)
         GRAPH_GEMM(2, 4);
     else if constexpr (sizeof(real) == 4) {
-        if (batch.tileRows == 128 && batch.streamedWide) {
-            const bool vectorB = !Forward && weightRowsAligned16(batch, ldw); // the backward's W rows, 16 bytes at a time
+        // The backward pass only: streamed, the forward of medium 100,800's first layer took 2.36 ms against 2.25 through
+        // registers, its backward 3.31 against 3.71 (bench/NOTES.md v17, dense_layers_bench).
+        if (batch.tileRows == 128 && batch.streamedWide && !Forward) {
+            const bool vectorB = weightRowsAligned16(batch, ldw); // the backward's W rows, 16 bytes at a time
             denseStreamedKernel<real, Forward><<<blocks.x * blocks.y, 256, denseStreamedBytes<real, Forward>(), stream>>>(
                 batch, rowNodes, A, aStride, aMapped ? 1 : 0, K, N, ldw, activation, residual ? 1 : 0, deriv, derivStride, out, outStride,
                 outMapped ? 1 : 0, vectorB ? 1 : 0);
