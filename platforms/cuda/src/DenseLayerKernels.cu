@@ -454,44 +454,67 @@ template <typename real, bool Forward> constexpr size_t denseStreamedBytes() {
     return (size_t) Tile::Stages * (Forward ? 2 : 3) * Tile::TileK * Tile::Stride * sizeof(real) + Tile::Rows * sizeof(int);
 }
 
-template <typename real, bool Forward>
+template <typename real, bool Forward, bool Mapped>
 __global__ void __launch_bounds__(256, 2)
-    denseStreamedKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ A, int aStride, int aMapped,
-                        int K, int N, int ldw, int activation, int residual, real* __restrict__ deriv, int derivStride,
-                        real* __restrict__ out, int outStride, int outMapped, int vectorB) {
+    denseStreamedKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ A, int aStride, int K, int N,
+                        int ldw, int activation, int residual, real* __restrict__ deriv, int derivStride, real* __restrict__ out,
+                        int outStride, int outMapped, int vectorB) {
     using Tile = StreamedTile<real>;
     constexpr int Rows = Tile::Rows, Cols = Tile::Cols, TileK = Tile::TileK, Stages = Tile::Stages, Stride = Tile::Stride;
     constexpr int ALoads = TileK * Rows / 256, BLoads = TileK * Cols / 256, StageSize = (Forward ? 2 : 3) * TileK * Stride;
+    static_assert(!(Forward && Mapped), "the forward pass reads A by row");
     extern __shared__ __align__(16) unsigned char streamedShared[];
     real* shared = reinterpret_cast<real*>(streamedShared);
     const int colTiles = (N + Cols - 1) / Cols;
-    const DenseTileOrigin<real> origin(batch, Rows, Cols, rowNodes, aMapped, blockIdx.x / colTiles, blockIdx.x % colTiles);
+    const DenseTileOrigin<real> origin(batch, Rows, Cols, rowNodes, Mapped ? 1 : 0, blockIdx.x / colTiles, blockIdx.x % colTiles);
     const int rowBase = origin.rowBase, colBase = origin.colBase;
     const real* __restrict__ W = origin.W;
     const bool withDeriv = !Forward && activation != GraphIdentity;
-    // This thread copies A(row, k0 + aK) of tile rows (threadIdx.x + 256 m) / TileK, as in denseGemmKernel; the rows' indices in A
-    // (-1: past the group's end) wait in shared memory after the stages (in registers they would spill).
-    const int aK = threadIdx.x % TileK, numSlices = (K + TileK - 1) / TileK;
+    // This thread copies A(row, k0 + aK) (and act'(z)) of tile rows r0 + RowStep m, m < ALoads, as in denseGemmKernel.
+    constexpr int RowStep = 256 / TileK;
+    const int aK = threadIdx.x % TileK, r0 = threadIdx.x / TileK, numSlices = (K + TileK - 1) / TileK;
+    const int rowsHere = min(Rows, origin.rowEnd - rowBase); // tile rows inside the group
+    // act'(z) is read by row; so is A but for the node network's first backward product (Mapped: A by node).  Read by row,
+    // a thread's copies are a base address plus multiples of RowStep rows; by node, the rows' indices in A (-1: past the
+    // group's end) wait in shared memory after the stages (in registers they would spill).
     int* aIndex = reinterpret_cast<int*>(shared + Stages * StageSize);
-    if (threadIdx.x < Rows) {
-        const int row = rowBase + threadIdx.x;
-        aIndex[threadIdx.x] = row < origin.rowEnd ? (int) rowIndex(batch, origin.aMap, row) : -1;
-    }
-    __syncthreads();
+    if (Mapped && threadIdx.x < Rows)
+        aIndex[threadIdx.x] = threadIdx.x < rowsHere ? (int) rowIndex(batch, origin.aMap, rowBase + threadIdx.x) : -1;
+    if (Mapped)
+        __syncthreads();
+    const size_t firstLocal = (size_t) (rowBase - batch.chunkStart + r0); // this thread's first row in the chunk arrays
+    const real* aFirst = Mapped ? A : A + firstLocal * aStride + aK;
+    const real* dFirst = withDeriv ? deriv + firstLocal * derivStride + aK : deriv;
     auto As = [&](int stage) { return shared + stage * StageSize; };
     auto Bs = [&](int stage) { return shared + stage * StageSize + TileK * Stride; };
     auto Ds = [&](int stage) { return shared + stage * StageSize + 2 * TileK * Stride; };
     auto issue = [&](int s) {
         if (s < numSlices) {
-            const int stage = s % Stages, k0 = s * TileK;
-            // Rolled: unrolled, the copies' addresses of every m stay live across the products and the registers spill.
+            const int stage = s % Stages, k0 = s * TileK, k = k0 + aK;
+            // Each address from the last, opaque to the compiler: otherwise it keeps all eight (or their offsets) live across
+            // the products, and they spill.
+            real* target = As(stage) + aK * Stride + r0;
+            if (Mapped)
 #pragma unroll 1
-            for (int m = 0; m < ALoads; m++) {
-                const int r = (threadIdx.x + 256 * m) / TileK, k = k0 + aK, index = aIndex[r], valid = index >= 0 && k < K ? 1 : 0;
-                copyAsync<real, 1>(As(stage) + aK * Stride + r, valid ? A + (size_t) index * aStride + k : A, valid);
-                if (withDeriv) {
-                    const size_t local = rowBase + r - batch.chunkStart;
-                    copyAsync<real, 1>(Ds(stage) + aK * Stride + r, valid ? deriv + local * derivStride + k : deriv, valid);
+                for (int m = 0; m < ALoads; m++) {
+                    const int index = aIndex[r0 + RowStep * m], valid = index >= 0 && k < K ? 1 : 0;
+                    copyAsync<real, 1>(target + RowStep * m, valid ? A + (size_t) index * aStride + k : A, valid);
+                }
+            else {
+                const real* a = opaque(aFirst) + k0;
+#pragma unroll
+                for (int m = 0; m < ALoads; m++, a = opaque(a + RowStep * aStride)) {
+                    const int valid = k < K && r0 + RowStep * m < rowsHere ? 1 : 0;
+                    copyAsync<real, 1>(target + RowStep * m, valid ? a : A, valid);
+                }
+            }
+            if (withDeriv) {
+                const real* d = opaque(dFirst) + k0;
+                target = Ds(stage) + aK * Stride + r0;
+#pragma unroll
+                for (int m = 0; m < ALoads; m++, d = opaque(d + RowStep * derivStride)) {
+                    const int valid = k < K && r0 + RowStep * m < rowsHere ? 1 : 0;
+                    copyAsync<real, 1>(target + RowStep * m, valid ? d : deriv, valid);
                 }
             }
             if (Forward) // B(k, c) = W[c][k]: consecutive threads read consecutive k
@@ -501,12 +524,12 @@ __global__ void __launch_bounds__(256, 2)
                     const int valid = col < N && k < K ? 1 : 0;
                     copyAsync<real, 1>(Bs(stage) + kk * Stride + cc, valid ? W + (size_t) col * ldw + k : W, valid);
                 }
-            else if (vectorB) { // B(k, c) = W[k][c]: 16 bytes at a time along c
+            else if (vectorB) { // B(k, c) = W[k][c]: 16 bytes at a time along c; ldw = N here, so N % V == 0 (weightRowsAligned16)
                 constexpr int V = 16 / sizeof(real);
 #pragma unroll
                 for (int m = 0; m < BLoads / V; m++) {
                     const int e = threadIdx.x + 256 * m, kk = e / (Cols / V), cc = V * (e % (Cols / V)), col = colBase + cc, k = k0 + kk;
-                    const int valid = k < K ? max(0, min(V, N - col)) : 0;
+                    const int valid = k < K && col < N ? V : 0;
                     copyAsync<real, V>(Bs(stage) + kk * Stride + cc, valid > 0 ? W + (size_t) k * ldw + col : W, valid);
                 }
             }
@@ -526,15 +549,17 @@ __global__ void __launch_bounds__(256, 2)
     for (int s = 0; s < numSlices; s++) {
         __pipeline_wait_prior(Stages - 2); // this thread's copies of slice s have landed
         const int stage = s % Stages;
-        if (!Forward && (withDeriv || residual))
-#pragma unroll 1
-            for (int m = 0; m < ALoads; m++) {
-                const int r = (threadIdx.x + 256 * m) / TileK, k = s * TileK + aK;
-                real* a = As(stage) + aK * Stride + r;
-                if (aIndex[r] >= 0 && k < K)
-                    *a = denseOutputGradient(activation, residual != 0, *a, withDeriv ? Ds(stage)[aK * Stride + r] : real(1),
-                                             residual ? origin.timestep[k] : real(1));
-            }
+        // dE/dz of the values this thread copied.  Rows past the group's end hold zeros (or whatever this makes of them): a row
+        // of A feeds only the same row of the output, and those are never stored.
+        const int k = s * TileK + aK;
+        if (!Forward && (withDeriv || residual) && k < K) {
+            const real t = residual ? origin.timestep[k] : real(1);
+            real* a = As(stage) + aK * Stride + r0;
+            const real* d = Ds(stage) + aK * Stride + r0;
+#pragma unroll
+            for (int m = 0; m < ALoads; m++)
+                a[RowStep * m] = denseOutputGradient(activation, residual != 0, a[RowStep * m], withDeriv ? d[RowStep * m] : real(1), t);
+        }
         __syncthreads(); // everyone's copies (and dE/dz); stage (s - 1) % Stages is free again
         issue(s + Stages - 1);
         multiplyTileSlice<real, 8, 8, TileK>(As(stage), Bs(stage), acc);
@@ -597,9 +622,10 @@ void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const
         // registers, its backward 3.31 against 3.71 (bench/NOTES.md v17, dense_layers_bench).
         if (batch.tileRows == 128 && batch.streamedWide && !Forward) {
             const bool vectorB = weightRowsAligned16(batch, ldw); // the backward's W rows, 16 bytes at a time
-            denseStreamedKernel<real, Forward><<<blocks.x * blocks.y, 256, denseStreamedBytes<real, Forward>(), stream>>>(
-                batch, rowNodes, A, aStride, aMapped ? 1 : 0, K, N, ldw, activation, residual ? 1 : 0, deriv, derivStride, out, outStride,
-                outMapped ? 1 : 0, vectorB ? 1 : 0);
+            auto kernel = aMapped ? denseStreamedKernel<real, Forward, !Forward> : denseStreamedKernel<real, Forward, false>;
+            kernel<<<blocks.x * blocks.y, 256, denseStreamedBytes<real, Forward>(), stream>>>(
+                batch, rowNodes, A, aStride, K, N, ldw, activation, residual ? 1 : 0, deriv, derivStride, out, outStride, outMapped ? 1 : 0,
+                vectorB ? 1 : 0);
         }
         else if (batch.tileRows == 128)
             GRAPH_GEMM(8, 8);
@@ -657,10 +683,12 @@ template <typename real> bool configureDenseLayers() {
         const size_t bytes = denseStreamedBytes<real, false>();
         if ((size_t) perBlock < bytes || (size_t) perMultiprocessor < 2 * (bytes + 1024))
             return false;
-        const bool ok =
-            cudaFuncSetAttribute(denseStreamedKernel<real, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int) denseStreamedBytes<real, true>()) == cudaSuccess &&
-            cudaFuncSetAttribute(denseStreamedKernel<real, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) bytes) == cudaSuccess;
+        const bool ok = cudaFuncSetAttribute(denseStreamedKernel<real, true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int) denseStreamedBytes<real, true>()) == cudaSuccess &&
+                        cudaFuncSetAttribute(denseStreamedKernel<real, false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int) bytes) == cudaSuccess &&
+                        cudaFuncSetAttribute(denseStreamedKernel<real, false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int) bytes) == cudaSuccess;
         cudaGetLastError(); // reported by the return value, not left for the next launch's check
         return ok;
     }
