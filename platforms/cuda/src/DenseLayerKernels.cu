@@ -618,10 +618,10 @@ void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const
     else if (batch.tileRows == 32)
         GRAPH_GEMM(2, 4);
     else if constexpr (sizeof(real) == 4) {
-        // The backward pass only: streamed, the forward of medium 100,800's first layer took 2.36 ms against 2.25 through
-        // registers, its backward 3.31 against 3.71 (bench/NOTES.md v17, dense_layers_bench).
-        if (batch.tileRows == 128 && batch.streamedWide && !Forward) {
-            const bool vectorB = weightRowsAligned16(batch, ldw); // the backward's W rows, 16 bytes at a time
+        // Both passes streamed where the device has the shared memory: at medium 100,800 the first layer's forward takes
+        // 2.07 ms against 2.25 through registers, its backward 2.31 against 3.67 (bench/NOTES.md v18, dense_layers_bench).
+        if (batch.tileRows == 128 && batch.streamedWide) {
+            const bool vectorB = !Forward && weightRowsAligned16(batch, ldw); // the backward's W rows, 16 bytes at a time
             auto kernel = aMapped ? denseStreamedKernel<real, Forward, !Forward> : denseStreamedKernel<real, Forward, false>;
             kernel<<<blocks.x * blocks.y, 256, denseStreamedBytes<real, Forward>(), stream>>>(
                 batch, rowNodes, A, aStride, K, N, ldw, activation, residual ? 1 : 0, deriv, derivStride, out, outStride, outMapped ? 1 : 0,
