@@ -524,7 +524,7 @@ __global__ void __launch_bounds__(256, 2)
                     const int valid = col < N && k < K ? 1 : 0;
                     copyAsync<real, 1>(Bs(stage) + kk * Stride + cc, valid ? W + (size_t) col * ldw + k : W, valid);
                 }
-            else if (vectorB) { // B(k, c) = W[k][c]: 16 bytes at a time along c; ldw = N here, so N % V == 0 (weightRowsAligned16)
+            else if (vectorB) { // B(k, c) = W[k][c]: 16 bytes at a time along c; ldw = N % V == 0 (launchGemm)
                 constexpr int V = 16 / sizeof(real);
 #pragma unroll
                 for (int m = 0; m < BLoads / V; m++) {
@@ -621,7 +621,8 @@ void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const
         // Both passes streamed where the device has the shared memory: at medium 100,800 the first layer's forward takes
         // 2.07 ms against 2.25 through registers, its backward 2.31 against 3.67 (bench/NOTES.md v18, dense_layers_bench).
         if (batch.tileRows == 128 && batch.streamedWide) {
-            const bool vectorB = !Forward && weightRowsAligned16(batch, ldw); // the backward's W rows, 16 bytes at a time
+            // The backward's W rows 16 bytes at a time, whole vectors only (the kernel copies no partial vector): ldw == N there.
+            const bool vectorB = !Forward && ldw == N && weightRowsAligned16(batch, ldw);
             auto kernel = aMapped ? denseStreamedKernel<real, Forward, !Forward> : denseStreamedKernel<real, Forward, false>;
             kernel<<<blocks.x * blocks.y, 256, denseStreamedBytes<real, Forward>(), stream>>>(
                 batch, rowNodes, A, aStride, K, N, ldw, activation, residual ? 1 : 0, deriv, derivStride, out, outStride, outMapped ? 1 : 0,
