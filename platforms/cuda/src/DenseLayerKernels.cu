@@ -620,7 +620,8 @@ void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const
     else if constexpr (sizeof(real) == 4) {
         // Both passes streamed where the device has the shared memory: at medium 100,800 the first layer's forward takes
         // 2.07 ms against 2.25 through registers, its backward 2.31 against 3.67 (bench/NOTES.md v18, dense_layers_bench).
-        if (batch.tileRows == 128 && batch.streamedWide) {
+        // (A read by node happens only in a backward product; a forward one would take the register kernel.)
+        if (batch.tileRows == 128 && batch.streamedWide && !(Forward && aMapped)) {
             // The backward's W rows 16 bytes at a time, whole vectors only (the kernel copies no partial vector): ldw == N there.
             const bool vectorB = !Forward && ldw == N && weightRowsAligned16(batch, ldw);
             auto kernel = aMapped ? denseStreamedKernel<real, Forward, !Forward> : denseStreamedKernel<real, Forward, false>;
