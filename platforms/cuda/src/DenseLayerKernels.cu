@@ -435,7 +435,8 @@ __global__ void __launch_bounds__(SmallTile<real>::Threads)
  * medium 100,800), and its registers hold 8-deep slices at most.  A (and
  * act'(z)) and the forward's W^T are copied 4 bytes at a time into the
  * transposed layout [k][row]; the backward's W rows 16 bytes at a time when
- * every group's weights are 16-byte aligned with ldw % 4 == 0 (`vectorB`).
+ * every group's weights are 16-byte aligned with ldw == N and N % 4 == 0
+ * (`vectorB`, whole vectors only).
  * Backward: when a slice has landed each thread turns the A values it copied
  * into dE/dz (denseOutputGradient, as the register kernel does on its loads)
  * before the barrier.  One block per (row tile, column tile), the column

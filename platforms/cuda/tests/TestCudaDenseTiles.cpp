@@ -5,9 +5,11 @@
 // 128 x 128 tiles, both with k-slices prefetched through registers and
 // streamed by asynchronous copies (where configureDenseLayers allows it).  The pipeline picks a tile from the batch's size and the
 // device (chooseDenseTileRows); this is what makes the choice free.  Two
-// type groups of 37 and 50 rows (tiles cut across the group boundary), widths
-// that are not multiples of any tile or k-slice, residual and plain layers,
-// rows read and written through a node map.
+// type groups of 37 and 50 rows (tiles cut across the group boundary), or of
+// 150 and 60 rows in a chunk that starts at row 23 (whole 128-row tiles, and
+// chunk arrays indexed from the chunk's start), widths that are not multiples
+// of any tile or k-slice, residual and plain layers, rows read and written
+// through a node map.
 #include "GraphKernelLaunch.h"
 #include <algorithm>
 #include <cstdio>
@@ -61,22 +63,26 @@ template <typename real> struct LayerResult { std::vector<real> output, derivati
 
 template <typename real> class DenseLayerCase {
 public:
-    static constexpr int Rows0 = 37, Rows1 = 50, Rows = Rows0 + Rows1;
-
-    /** outPad: extra columns in the rows of the output-side arrays (out, act'(z), dE/d(out)): their stride is N + outPad. */
-    DenseLayerCase(int K, int N, bool residual, int activation, bool byNode, int outPad)
-        : K(K), N(N), S(N + outPad), residual(residual), activation(activation), byNode(byNode), rng(K * 131 + N + (residual ? 7 : 0)) {
+    /**
+     * outPad: extra columns in the rows of the output-side arrays (out, act'(z), dE/d(out)): their stride is N + outPad.
+     * The chunk is rows chunkStart .. chunkStart + rows0 + rows1 - 1 of the type-sorted node list (groups of rows0 and
+     * rows1 rows); the node list has chunkStart + rows0 + rows1 nodes, arrays by node that many rows, chunk arrays
+     * rows0 + rows1.
+     */
+    DenseLayerCase(int K, int N, bool residual, int activation, bool byNode, int outPad, int rows0 = 37, int rows1 = 50, int chunkStart = 0)
+        : K(K), N(N), S(N + outPad), Rows0(rows0), Rows1(rows1), Rows(rows0 + rows1), ChunkStart(chunkStart), residual(residual),
+          activation(activation), byNode(byNode), rng(K * 131 + N + (residual ? 7 : 0) + rows0) {
         for (int g = 0; g < 2; g++) {
             weights.emplace_back(new Buffer<real>(randomValues<real>((size_t) N * K, rng, 1.0 / std::sqrt((double) K))));
             biases.emplace_back(new Buffer<real>(randomValues<real>(N, rng, 0.5)));
             timesteps.emplace_back(new Buffer<real>(randomValues<real>(N, rng, 0.3)));
         }
-        std::vector<int> nodes(Rows);
+        std::vector<int> nodes(ChunkStart + Rows);
         std::iota(nodes.begin(), nodes.end(), 0);
         std::shuffle(nodes.begin(), nodes.end(), rng);
         rowNodes.reset(new Buffer<int>(nodes));
         input.reset(new Buffer<real>(randomValues<real>((size_t) Rows * K, rng, 1.5)));
-        gradOutput.reset(new Buffer<real>(randomValues<real>((size_t) Rows * S, rng, 1.0)));
+        gradOutput.reset(new Buffer<real>(randomValues<real>((size_t) byNodeRows() * S, rng, 1.0)));
     }
 
     DenseBatch<real> batch(int tileRows, bool streamed) const {
@@ -84,9 +90,9 @@ public:
         b.numGroups = 2;
         b.tileRows = tileRows;
         b.streamedWide = streamed ? 1 : 0;
-        b.chunkStart = 0;
+        b.chunkStart = ChunkStart;
         const int rows[2] = {Rows0, Rows1};
-        b.rowStart[0] = 0;
+        b.rowStart[0] = ChunkStart;
         b.tileStart[0] = 0;
         for (int g = 0; g < 2; g++) {
             b.rowStart[g + 1] = b.rowStart[g] + rows[g];
@@ -101,7 +107,7 @@ public:
 
     /** Forward (z = W h + b, out, act'(z)) and backward (dE/dh from dE/d(out)) with one tile. */
     LayerResult<real> run(int tileRows, bool streamed = false) const {
-        Buffer<real> output((size_t) Rows * S), derivative((size_t) Rows * S), gradInput((size_t) Rows * K);
+        Buffer<real> output((size_t) byNodeRows() * S), derivative((size_t) Rows * S), gradInput((size_t) Rows * K);
         const DenseBatch<real> b = batch(tileRows, streamed);
         launchDenseForward<real>(b, rowNodes->data, input->data, K, K, N, activation, residual, derivative.data, output.data, S, byNode, 0);
         launchDenseBackward<real>(b, rowNodes->data, gradOutput->data, S, byNode, derivative.data, S, K, N, activation, residual,
@@ -111,7 +117,12 @@ public:
     }
 
 private:
-    int K, N, S;
+    /** Rows of the arrays that may be read or written by node (out, dE/d(out)): every node when they are. */
+    int byNodeRows() const {
+        return byNode ? ChunkStart + Rows : Rows;
+    }
+
+    int K, N, S, Rows0, Rows1, Rows, ChunkStart;
     bool residual;
     int activation;
     bool byNode;
@@ -145,15 +156,22 @@ template <typename real> void checkEveryTile() {
         int activation;
         bool byNode;
         int outPad;
+        int rows0 = 37, rows1 = 50, chunkStart = 0;
     };
     // 100 inputs: not a multiple of any k-slice; 70 outputs: not a multiple of 32, 64 or 128 columns.  72 inputs, 70 outputs
-    // in rows of 72: the backward pass's 16-byte copies end with a partial one (70 = 17 x 4 + 2) in float.
-    for (const Shape& s : {Shape{100, 70, false, GraphTanh, false, 0}, Shape{70, 70, true, GraphTanh, false, 0},
-                           Shape{70, 70, true, GraphSilu, false, 0}, Shape{136, 40, false, GraphIdentity, true, 0},
-                           Shape{256, 128, false, GraphTanh, false, 0}, Shape{72, 70, false, GraphTanh, false, 2}}) {
+    // in rows of 72: the output-side arrays' rows are padded.  Groups of 150 and 60 rows from row 23: a whole 128-row tile
+    // (every copy of the streamed kernel's threads reads a row), chunk arrays that start at the chunk's first row, and a
+    // backward product that reads dE/d(out) by node with act'(z) and a timestep (the streamed kernel's Mapped variant).
+    for (const Shape& s :
+         {Shape{100, 70, false, GraphTanh, false, 0}, Shape{70, 70, true, GraphTanh, false, 0}, Shape{70, 70, true, GraphSilu, false, 0},
+          Shape{136, 40, false, GraphIdentity, true, 0}, Shape{256, 128, false, GraphTanh, false, 0},
+          Shape{72, 70, false, GraphTanh, false, 2}, Shape{100, 70, false, GraphTanh, false, 0, 150, 60, 23},
+          Shape{70, 70, true, GraphTanh, true, 0, 150, 60, 23}, Shape{136, 40, false, GraphIdentity, true, 2, 150, 60, 23}}) {
         SCOPED_TRACE("K " + std::to_string(s.K) + ", N " + std::to_string(s.N) + ", stride " + std::to_string(s.N + s.outPad) +
-                     (s.residual ? ", residual" : "") + (s.byNode ? ", by node" : "") + ", activation " + std::to_string(s.activation));
-        DenseLayerCase<real> layer(s.K, s.N, s.residual, s.activation, s.byNode, s.outPad);
+                     (s.residual ? ", residual" : "") + (s.byNode ? ", by node" : "") + ", activation " + std::to_string(s.activation) +
+                     ", groups of " + std::to_string(s.rows0) + " and " + std::to_string(s.rows1) + " rows from row " +
+                     std::to_string(s.chunkStart));
+        DenseLayerCase<real> layer(s.K, s.N, s.residual, s.activation, s.byNode, s.outPad, s.rows0, s.rows1, s.chunkStart);
         const LayerResult<real> expected = layer.run(16);
         bool nonzero = false;
         for (real v : expected.gradInput)
