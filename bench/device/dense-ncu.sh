@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Nsight Compute (full set, source counters) on medium 100,800's first-layer backward (K 240, N 1536) in four kernels: the
 # stripped probe's register and cp.async schemes (dense_probe.cu, variants 0 and 5) and the plugin's own two
-# (dense_layers_bench.cu), to find why the plugin's take 3.71 and 3.31 ms where the probe's take 3.04 and 2.23
-# (bench/NOTES.md v17).  For scripts/device-session.sh's `extra` (about a minute):
+# (dense_layers_bench.cu), side by side: in v18 (bench/NOTES.md) it found why the plugin's took 3.71 and 3.31 ms where the
+# probe's took 3.04 and 2.23 (the streamed kernel's copy loops, since rewritten).  For scripts/device-session.sh's `extra`
+# (about a minute):
 #   EXTRA_SCRIPT=bench/device/dense-ncu.sh bash scripts/device-session.sh extra
 set -uo pipefail
 cd "$(dirname "$0")/../.."

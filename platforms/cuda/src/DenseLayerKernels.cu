@@ -491,21 +491,21 @@ __global__ void __launch_bounds__(256, 2)
     auto Ds = [&](int stage) { return shared + stage * StageSize + 2 * TileK * Stride; };
     auto issue = [&](int s) {
         if (s < numSlices) {
-            const int stage = s % Stages, k0 = s * TileK, k = k0 + aK;
+            const int stage = s % Stages, k0 = s * TileK, kA = k0 + aK; // kA: the k of this thread's A copies
             // Each address from the last, opaque to the compiler: otherwise it keeps all eight (or their offsets) live across
             // the products, and they spill.
             real* target = As(stage) + aK * Stride + r0;
             if (Mapped)
 #pragma unroll 1
                 for (int m = 0; m < ALoads; m++) {
-                    const int index = aIndex[r0 + RowStep * m], valid = index >= 0 && k < K ? 1 : 0;
-                    copyAsync<real, 1>(target + RowStep * m, valid ? A + (size_t) index * aStride + k : A, valid);
+                    const int index = aIndex[r0 + RowStep * m], valid = index >= 0 && kA < K ? 1 : 0;
+                    copyAsync<real, 1>(target + RowStep * m, valid ? A + (size_t) index * aStride + kA : A, valid);
                 }
             else {
                 const real* a = opaque(aFirst) + k0;
 #pragma unroll
                 for (int m = 0; m < ALoads; m++, a = opaque(a + RowStep * aStride)) {
-                    const int valid = k < K && r0 + RowStep * m < rowsHere ? 1 : 0;
+                    const int valid = kA < K && r0 + RowStep * m < rowsHere ? 1 : 0;
                     copyAsync<real, 1>(target + RowStep * m, valid ? a : A, valid);
                 }
             }
@@ -514,7 +514,7 @@ __global__ void __launch_bounds__(256, 2)
                 target = Ds(stage) + aK * Stride + r0;
 #pragma unroll
                 for (int m = 0; m < ALoads; m++, d = opaque(d + RowStep * derivStride)) {
-                    const int valid = k < K && r0 + RowStep * m < rowsHere ? 1 : 0;
+                    const int valid = kA < K && r0 + RowStep * m < rowsHere ? 1 : 0;
                     copyAsync<real, 1>(target + RowStep * m, valid ? d : deriv, valid);
                 }
             }
@@ -552,9 +552,9 @@ __global__ void __launch_bounds__(256, 2)
         const int stage = s % Stages;
         // dE/dz of the values this thread copied.  Rows past the group's end hold zeros (or whatever this makes of them): a row
         // of A feeds only the same row of the output, and those are never stored.
-        const int k = s * TileK + aK;
-        if (!Forward && (withDeriv || residual) && k < K) {
-            const real t = residual ? origin.timestep[k] : real(1);
+        const int kA = s * TileK + aK;
+        if (!Forward && (withDeriv || residual) && kA < K) {
+            const real t = residual ? origin.timestep[kA] : real(1);
             real* a = As(stage) + aK * Stride + r0;
             const real* d = Ds(stage) + aK * Stride + r0;
 #pragma unroll
