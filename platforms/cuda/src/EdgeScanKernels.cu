@@ -310,9 +310,10 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
 
 /**
  * Invariants, one block per row (grid-stride over rows): X_i and A_i are
- * staged in shared memory ([2][H][M] reals), then the block's threads write
- * the row's descriptor entries in flat order (coalesced).  32-bit index
- * arithmetic per row (a 64-bit division per element cost more than the sums).
+ * staged in shared memory ([2][H][M] reals; A_i not again when it is X_i),
+ * then the block's threads write the row's descriptor entries in flat order
+ * (coalesced), each thread its entries' (l, k, k') by additions
+ * (DescriptorIndex) instead of three integer divisions an entry.
  */
 template <typename real>
 __global__ void invariantsKernel(GraphModelParams<real> model, const real* __restrict__ X, const real* __restrict__ A,
@@ -320,54 +321,85 @@ __global__ void invariantsKernel(GraphModelParams<real> model, const real* __res
     extern __shared__ unsigned char sharedBytes[];
     const int M = model.numChannels, H = (model.lMax + 1) * (model.lMax + 1);
     const int size = model.descriptorSize;
+    const bool same = X == A;
     real* Xs = reinterpret_cast<real*>(sharedBytes);
-    real* As = Xs + H * M;
+    real* As = same ? Xs : Xs + H * M;
+    const DescriptorIndex first(threadIdx.x, blockDim.x, M, model.numAxis);
     for (int row = blockIdx.x; row < numRows; row += gridDim.x) {
         const int i = rowNodes[row];
         for (int x = threadIdx.x; x < H * M; x += blockDim.x) {
             Xs[x] = X[(size_t) i * H * M + x];
-            As[x] = A[(size_t) i * H * M + x];
+            if (!same)
+                As[x] = A[(size_t) i * H * M + x];
         }
         __syncthreads();
-        for (int flat = threadIdx.x; flat < size; flat += blockDim.x)
-            out[(size_t) row * outStride + outOffset + flat] = invariantValue(model, Xs, As, flat);
+        DescriptorIndex index = first;
+        for (int flat = threadIdx.x; flat < size; flat += blockDim.x, index.advance())
+            out[(size_t) row * outStride + outOffset + flat] = invariantValueAt(model, Xs, As, index.l, index.k, index.kp);
         __syncthreads();
     }
 }
 
 /**
- * The invariants' backward, one block per row like the forward: X_i and A_i
- * staged in shared memory, then one thread per (lm, k) of dX and dA (the
- * row's descriptor gradient, up to 3 M^2 reals, is read through L1).
+ * The invariants' backward, one block per row like the forward, X_i and A_i
+ * staged in shared memory; the row's descriptor gradient (up to 3 M^2 reals)
+ * is read through L1.  Two passes: every entry x = [lm][k] adds
+ * gx = invariantGradientX, and the entries with k < M_axis (H M_axis of them,
+ * taken by consecutive threads instead of a few lanes of each warp) then add
+ * ga = invariantGradientA: per entry the same sums in the same order as
+ * invariantGradient, so dA (and dX) are bitwise those of the fused kernel.
+ * When X is A the first pass keeps (previous + gx) of the k < M_axis entries
+ * in shared memory (where A_i would be) for the second.
  */
 template <typename real>
 __global__ void invariantsBackwardKernel(GraphModelParams<real> model, const real* __restrict__ X, const real* __restrict__ A,
                                          const int* __restrict__ rowNodes, int numRows, const real* __restrict__ gradIn, int gradStride,
                                          int gradOffset, real* __restrict__ gradX, real* __restrict__ gradA, int accumulate) {
     extern __shared__ unsigned char sharedBytes[];
-    const int M = model.numChannels, H = (model.lMax + 1) * (model.lMax + 1);
+    const int M = model.numChannels, H = (model.lMax + 1) * (model.lMax + 1), Maxis = model.numAxis;
     const bool same = X == A;
     real* Xs = reinterpret_cast<real*>(sharedBytes);
-    real* As = Xs + H * M;
+    real* As = same ? Xs : Xs + H * M;
+    real* partial = Xs + H * M; // [H][M_axis] when same (M_axis <= M)
+    const int stepK = blockDim.x % M, stepLm = blockDim.x / M;
     for (int row = blockIdx.x; row < numRows; row += gridDim.x) {
         const int i = rowNodes[row];
         const real* g = gradIn + (size_t) row * gradStride + gradOffset;
         for (int x = threadIdx.x; x < H * M; x += blockDim.x) {
             Xs[x] = X[(size_t) i * H * M + x];
-            As[x] = A[(size_t) i * H * M + x];
+            if (!same)
+                As[x] = A[(size_t) i * H * M + x];
         }
         __syncthreads();
+        int lm = threadIdx.x / M, k = threadIdx.x % M;
         for (int x = threadIdx.x; x < H * M; x += blockDim.x) {
-            real gx, ga;
-            invariantGradient(model, Xs, As, g, x, gx, ga);
+            const real gx = invariantGradientX(model, As, g, lm, k);
             const size_t out = (size_t) i * H * M + x;
             if (same) {
-                gradA[out] = (accumulate ? gradA[out] : real(0)) + gx + ga;
+                const real sum = (accumulate ? gradA[out] : real(0)) + gx;
+                if (k < Maxis)
+                    partial[lm * Maxis + k] = sum;
+                else
+                    gradA[out] = sum + real(0); // + ga, which is 0 here
             }
             else {
                 gradX[out] = (accumulate ? gradX[out] : real(0)) + gx;
-                gradA[out] = (accumulate ? gradA[out] : real(0)) + ga;
+                if (k >= Maxis)
+                    gradA[out] = (accumulate ? gradA[out] : real(0)) + real(0);
             }
+            k += stepK;
+            lm += stepLm;
+            if (k >= M) {
+                k -= M;
+                lm++;
+            }
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < H * Maxis; e += blockDim.x) {
+            const int elm = e / Maxis, ek = e % Maxis;
+            const real ga = invariantGradientA(model, Xs, g, elm, ek);
+            const size_t out = (size_t) i * H * M + elm * M + ek;
+            gradA[out] = (same ? partial[e] : accumulate ? gradA[out] : real(0)) + ga;
         }
         __syncthreads();
     }

@@ -100,20 +100,58 @@ __device__ inline void addParticleEnergy(GraphStatus* status, int node, double e
 }
 
 /**
- * Invariant `flat` (= [l][k][k'] or, with the l-sum, [k][k']) of one center:
- * sum over l and m of X[lm][k] A[lm][k'] (X, A: the center's [H][M]).
+ * Invariant (l, k, k') of one center: sum over m (and over l with the l-sum,
+ * where `l` is ignored) of X[lm][k] A[lm][k'] (X, A: the center's [H][M]).
  */
+template <typename real>
+__device__ inline real invariantValueAt(const GraphModelParams<real>& model, const real* X, const real* A, int l, int k, int kp) {
+    const int M = model.numChannels;
+    const int lFirst = model.descriptorLSum ? 0 : l;
+    const int lLast = model.descriptorLSum ? model.lMax : l;
+    real sum = 0;
+    for (int ll = lFirst; ll <= lLast; ll++)
+        for (int lm = ll * ll; lm < (ll + 1) * (ll + 1); lm++)
+            sum += X[lm * M + k] * A[lm * M + kp];
+    return sum;
+}
+
+/**
+ * The (l, k, k') of descriptor entries flat = (l M + k) M_axis + k' (l = 0 with
+ * the l-sum), for a thread that walks flat = first, first + step, ...: the
+ * divisions once, then additions with carries.
+ */
+struct DescriptorIndex {
+    int l, k, kp;             ///< of the current entry
+    int stepL, stepK, stepKp; ///< of `step`
+    int M, Maxis;
+    __device__ DescriptorIndex(int first, int step, int M, int Maxis) : M(M), Maxis(Maxis) {
+        kp = first % Maxis;
+        k = (first / Maxis) % M;
+        l = first / (M * Maxis);
+        stepKp = step % Maxis;
+        stepK = (step / Maxis) % M;
+        stepL = step / (M * Maxis);
+    }
+    __device__ void advance() {
+        kp += stepKp;
+        k += stepK;
+        l += stepL;
+        if (kp >= Maxis) {
+            kp -= Maxis;
+            k++;
+        }
+        if (k >= M) {
+            k -= M;
+            l++;
+        }
+    }
+};
+
+/** Invariant `flat` (= [l][k][k'] or, with the l-sum, [k][k']) of one center (invariantValueAt). */
 template <typename real>
 __device__ inline real invariantValue(const GraphModelParams<real>& model, const real* X, const real* A, int flat) {
     const int M = model.numChannels, Maxis = model.numAxis;
-    const int kp = flat % Maxis, k = (flat / Maxis) % M;
-    const int lFirst = model.descriptorLSum ? 0 : flat / (M * Maxis);
-    const int lLast = model.descriptorLSum ? model.lMax : lFirst;
-    real sum = 0;
-    for (int l = lFirst; l <= lLast; l++)
-        for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
-            sum += X[lm * M + k] * A[lm * M + kp];
-    return sum;
+    return invariantValueAt(model, X, A, flat / (M * Maxis), (flat / Maxis) % M, flat % Maxis);
 }
 
 /** dD[l][k][k'] from the gradient array (same flat index as the invariants). */
@@ -127,22 +165,34 @@ __device__ inline real descriptorGradient(const GraphModelParams<real>& model, c
 /**
  * The invariants' backward for entry x = [lm][k] of one center, from its
  * descriptor gradient g: gx = sum_k' dD[l][k][k'] A[lm][k'] (channel k as the
- * first factor) and ga = sum_k dD[l][k][k'] X[lm][k] with k' = k < M_axis
- * (as the second factor; 0 otherwise).
+ * first factor; invariantGradientX) and ga = sum_k dD[l][k][k'] X[lm][k] with
+ * k' = k < M_axis (as the second factor, invariantGradientA; 0 otherwise).
  */
+template <typename real>
+__device__ inline real invariantGradientX(const GraphModelParams<real>& model, const real* A, const real* g, int lm, int k) {
+    const int M = model.numChannels, Maxis = model.numAxis, l = degreeOf(lm);
+    real gx = 0;
+    for (int kp = 0; kp < Maxis; kp++)
+        gx += descriptorGradient(model, g, l, k, kp) * A[lm * M + kp];
+    return gx;
+}
+
+template <typename real>
+__device__ inline real invariantGradientA(const GraphModelParams<real>& model, const real* X, const real* g, int lm, int k) {
+    const int M = model.numChannels, l = degreeOf(lm);
+    real ga = 0;
+    for (int kk = 0; kk < M; kk++)
+        ga += descriptorGradient(model, g, l, kk, k) * X[lm * M + kk];
+    return ga;
+}
+
 template <typename real>
 __device__ inline void invariantGradient(const GraphModelParams<real>& model, const real* X, const real* A, const real* g, int x, real& gx,
                                          real& ga) {
     const int M = model.numChannels, Maxis = model.numAxis;
     const int lm = x / M, k = x % M;
-    const int l = degreeOf(lm);
-    gx = 0;
-    for (int kp = 0; kp < Maxis; kp++)
-        gx += descriptorGradient(model, g, l, k, kp) * A[lm * M + kp];
-    ga = 0;
-    if (k < Maxis)
-        for (int kk = 0; kk < M; kk++)
-            ga += descriptorGradient(model, g, l, kk, k) * X[lm * M + kk];
+    gx = invariantGradientX(model, A, g, lm, k);
+    ga = k < Maxis ? invariantGradientA(model, X, g, lm, k) : real(0);
 }
 
 } // namespace GraphPlugin
