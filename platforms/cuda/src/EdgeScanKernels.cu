@@ -12,6 +12,7 @@
 #include "GraphKernelLaunch.h"
 #include "NetworkDeviceFunctions.cuh"
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 namespace GraphPlugin {
@@ -309,71 +310,118 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
 }
 
 /**
- * Invariants, one block per row (grid-stride over rows): X_i and A_i are
- * staged in shared memory ([2][H][M] reals; A_i not again when it is X_i),
- * then the block's threads write the row's descriptor entries in flat order
- * (coalesced), each thread its entries' (l, k, k') by additions
- * (DescriptorIndex) instead of three integer divisions an entry.
+ * Copies a rows x cols matrix, contiguous at src (global memory, read-only for the kernel), into dst (shared memory) with
+ * rows ld apart (ld >= cols: padding keeps the column reads of the invariants' backward off one bank).  The block's
+ * threads take consecutive elements, by 16-byte vectors (float4, double2) where cols is a multiple of them and src is
+ * aligned to them, else one by one.  No barrier.
  */
-template <typename real>
+template <typename real> __device__ inline void stageRows(const real* __restrict__ src, int rows, int cols, real* dst, int ld) {
+    constexpr int VV = 16 / sizeof(real);
+    const bool vectors = cols % VV == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0;
+    const int width = vectors ? VV : 1, perRow = cols / width; // elements of a copy, copies a row
+    int r = threadIdx.x / perRow, c = threadIdx.x % perRow * width;
+    const int stepR = blockDim.x / perRow, stepC = blockDim.x % perRow * width;
+    for (int v = threadIdx.x; v < rows * perRow; v += blockDim.x) {
+        if (vectors) {
+            real value[VV];
+            loadChannels<real, VV>(src + (size_t) v * VV, value);
+#pragma unroll
+            for (int e = 0; e < VV; e++)
+                dst[r * ld + c + e] = value[e];
+        }
+        else
+            dst[r * ld + c] = __ldg(src + v);
+        r += stepR;
+        c += stepC;
+        if (c >= cols) {
+            c -= cols;
+            r++;
+        }
+    }
+}
+
+/**
+ * Invariants, one block per row (grid-stride over rows): X_i and A_i are staged in shared memory ([H][M] reals each; A_i
+ * not again when it is X_i), then each thread takes pairs p = k M_axis + k' (p = threadIdx.x, + blockDim.x, ...; (k, k')
+ * by additions) and writes the pair's entry of every degree, [l][p], or its one l-summed entry, [p]: stores of
+ * consecutive threads are consecutive.  The m sums are unrolled (LMAX is l_max) and each is invariantSum in the order of
+ * invariantValueAt, so the entries are bitwise those of the fused kernel.
+ */
+template <typename real, int LMAX>
 __global__ void invariantsKernel(GraphModelParams<real> model, const real* __restrict__ X, const real* __restrict__ A,
                                  const int* __restrict__ rowNodes, int numRows, real* __restrict__ out, int outStride, int outOffset) {
+    constexpr int H = (LMAX + 1) * (LMAX + 1);
     extern __shared__ unsigned char sharedBytes[];
-    const int M = model.numChannels, H = (model.lMax + 1) * (model.lMax + 1);
-    const int size = model.descriptorSize;
+    const int M = model.numChannels, Maxis = model.numAxis, pairs = M * Maxis;
     const bool same = X == A;
     real* Xs = reinterpret_cast<real*>(sharedBytes);
     real* As = same ? Xs : Xs + H * M;
-    const DescriptorIndex first(threadIdx.x, blockDim.x, M, model.numAxis);
+    const int firstK = threadIdx.x / Maxis, firstKp = threadIdx.x % Maxis;
+    const int stepK = blockDim.x / Maxis, stepKp = blockDim.x % Maxis;
     for (int row = blockIdx.x; row < numRows; row += gridDim.x) {
         const int i = rowNodes[row];
-        for (int x = threadIdx.x; x < H * M; x += blockDim.x) {
-            Xs[x] = X[(size_t) i * H * M + x];
-            if (!same)
-                As[x] = A[(size_t) i * H * M + x];
-        }
+        stageRows(X + (size_t) i * H * M, H, M, Xs, M);
+        if (!same)
+            stageRows(A + (size_t) i * H * M, H, M, As, M);
         __syncthreads();
-        DescriptorIndex index = first;
-        for (int flat = threadIdx.x; flat < size; flat += blockDim.x, index.advance())
-            out[(size_t) row * outStride + outOffset + flat] = invariantValueAt(model, Xs, As, index.l, index.k, index.kp);
+        real* o = out + (size_t) row * outStride + outOffset;
+        int k = firstK, kp = firstKp;
+        for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+            if (model.descriptorLSum)
+                o[p] = invariantSum(Xs, As, M, 0, H, k, kp);
+            else
+#pragma unroll
+                for (int l = 0; l <= LMAX; l++)
+                    o[l * pairs + p] = invariantSum(Xs, As, M, l * l, (l + 1) * (l + 1), k, kp);
+            k += stepK;
+            kp += stepKp;
+            if (kp >= Maxis) {
+                kp -= Maxis;
+                k++;
+            }
+        }
         __syncthreads();
     }
 }
 
 /**
- * The invariants' backward, one block per row like the forward, X_i and A_i
- * staged in shared memory; the row's descriptor gradient (up to 3 M^2 reals)
- * is read through L1.  Two passes: every entry x = [lm][k] adds
- * gx = invariantGradientX, and the entries with k < M_axis (H M_axis of them,
- * taken by consecutive threads instead of a few lanes of each warp) then add
- * ga = invariantGradientA: per entry the same sums in the same order as
- * invariantGradient, so dA (and dX) are bitwise those of the fused kernel.
- * When X is A the first pass keeps (previous + gx) of the k < M_axis entries
- * in shared memory (where A_i would be) for the second.
+ * The invariants' backward, one block per row like the forward.  X_i and A_i are staged in shared memory with rows
+ * M + 1 apart, and, with StageG, the row's descriptor gradient too, with its [l][k] rows of M_axis entries an odd number
+ * of reals apart (invariantsBackwardShared); without StageG (a gradient row beyond the shared memory the launch allows)
+ * it is read through L1.  Two passes: every entry x = [lm][k] adds gx (invariantGradientXSum), then the H M_axis entries
+ * with k < M_axis add ga (invariantGradientASum) on consecutive threads: per entry the same sums in the same order as
+ * invariantGradient, so dA (and dX) are bitwise those of the fused kernel.  When X is A the first pass keeps
+ * (previous + gx) of the k < M_axis entries in shared memory (where A_i would be) for the second.
  */
-template <typename real>
+template <typename real, int LMAX, bool StageG>
 __global__ void invariantsBackwardKernel(GraphModelParams<real> model, const real* __restrict__ X, const real* __restrict__ A,
                                          const int* __restrict__ rowNodes, int numRows, const real* __restrict__ gradIn, int gradStride,
                                          int gradOffset, real* __restrict__ gradX, real* __restrict__ gradA, int accumulate) {
+    constexpr int H = (LMAX + 1) * (LMAX + 1);
     extern __shared__ unsigned char sharedBytes[];
-    const int M = model.numChannels, H = (model.lMax + 1) * (model.lMax + 1), Maxis = model.numAxis;
+    const int M = model.numChannels, Maxis = model.numAxis, ld = M + 1;
+    const int gld = StageG ? Maxis | 1 : Maxis;             // between the gradient's [l][k] rows
+    const int gDegree = model.descriptorLSum ? 0 : M * gld; // between its degrees
+    const int gRows = (model.descriptorLSum ? 1 : LMAX + 1) * M;
     const bool same = X == A;
     real* Xs = reinterpret_cast<real*>(sharedBytes);
-    real* As = same ? Xs : Xs + H * M;
-    real* partial = Xs + H * M; // [H][M_axis] when same (M_axis <= M)
+    real* As = same ? Xs : Xs + H * ld;
+    real* partial = Xs + H * ld; // [H][M_axis] when same (M_axis <= M)
+    real* gs = Xs + 2 * H * ld;
     const int stepK = blockDim.x % M, stepLm = blockDim.x / M;
     for (int row = blockIdx.x; row < numRows; row += gridDim.x) {
         const int i = rowNodes[row];
-        const real* g = gradIn + (size_t) row * gradStride + gradOffset;
-        for (int x = threadIdx.x; x < H * M; x += blockDim.x) {
-            Xs[x] = X[(size_t) i * H * M + x];
-            if (!same)
-                As[x] = A[(size_t) i * H * M + x];
-        }
+        const real* gRow = gradIn + (size_t) row * gradStride + gradOffset;
+        stageRows(X + (size_t) i * H * M, H, M, Xs, ld);
+        if (!same)
+            stageRows(A + (size_t) i * H * M, H, M, As, ld);
+        if (StageG)
+            stageRows(gRow, gRows, Maxis, gs, gld);
+        const real* g = StageG ? gs : gRow;
         __syncthreads();
         int lm = threadIdx.x / M, k = threadIdx.x % M;
         for (int x = threadIdx.x; x < H * M; x += blockDim.x) {
-            const real gx = invariantGradientX(model, As, g, lm, k);
+            const real gx = invariantGradientXSum(g + degreeOf(lm) * gDegree + k * gld, As + lm * ld, Maxis);
             const size_t out = (size_t) i * H * M + x;
             if (same) {
                 const real sum = (accumulate ? gradA[out] : real(0)) + gx;
@@ -397,7 +445,7 @@ __global__ void invariantsBackwardKernel(GraphModelParams<real> model, const rea
         __syncthreads();
         for (int e = threadIdx.x; e < H * Maxis; e += blockDim.x) {
             const int elm = e / Maxis, ek = e % Maxis;
-            const real ga = invariantGradientA(model, Xs, g, elm, ek);
+            const real ga = invariantGradientASum(g + degreeOf(elm) * gDegree + ek, gld, Xs + elm * ld, M);
             const size_t out = (size_t) i * H * M + elm * M + ek;
             gradA[out] = (same ? partial[e] : accumulate ? gradA[out] : real(0)) + ga;
         }
@@ -699,18 +747,39 @@ void launchInvariants(const GraphModelParams<real>& model, const real* X, const 
                       int outStride, int outOffset, cudaStream_t stream) {
     const size_t shared = sizeof(real) * 2 * (model.lMax + 1) * (model.lMax + 1) * model.numChannels;
     if (numRows > 0)
-        invariantsKernel<real><<<rowBlocks(numRows), 128, shared, stream>>>(model, X, A, rowNodes, numRows, out, outStride, outOffset);
+        dispatchLMax(model.lMax, [&](auto l) {
+            invariantsKernel<real, decltype(l)::value>
+                <<<rowBlocks(numRows), 128, shared, stream>>>(model, X, A, rowNodes, numRows, out, outStride, outOffset);
+        });
 }
+
+/**
+ * Shared memory of the invariants' backward: X_i and A_i ([H][M + 1] each), with `stageGradient` also the descriptor
+ * gradient ((L + 1 or 1) M rows of M_axis | 1 reals).
+ */
+template <typename real> size_t invariantsBackwardShared(const GraphModelParams<real>& model, bool stageGradient) {
+    const int H = (model.lMax + 1) * (model.lMax + 1), M = model.numChannels;
+    const int gradientRows = (model.descriptorLSum ? 1 : model.lMax + 1) * M;
+    return sizeof(real) * (2 * H * (M + 1) + (stageGradient ? gradientRows * (model.numAxis | 1) : 0));
+}
+
+/** The gradient is staged where the block still fits in the shared memory every launch has without opting in (48 KB). */
+constexpr size_t InvariantsBackwardSharedLimit = 48 * 1024;
 
 template <typename real>
 void launchInvariantsBackward(const GraphModelParams<real>& model, const real* X, const real* A, const int* rowNodes, int numRows,
                               const real* gradIn, int gradStride, int gradOffset, real* gradX, real* gradA, bool accumulate,
                               cudaStream_t stream) {
-    const int H = (model.lMax + 1) * (model.lMax + 1);
-    const size_t shared = sizeof(real) * 2 * H * model.numChannels;
-    if (numRows > 0)
-        invariantsBackwardKernel<real><<<rowBlocks(numRows), 128, shared, stream>>>(model, X, A, rowNodes, numRows, gradIn, gradStride,
-                                                                                    gradOffset, gradX, gradA, accumulate ? 1 : 0);
+    if (numRows == 0)
+        return;
+    const bool stage = invariantsBackwardShared(model, true) <= InvariantsBackwardSharedLimit;
+    const size_t shared = invariantsBackwardShared(model, stage);
+    dispatchLMax(model.lMax, [&](auto l) {
+        constexpr int L = decltype(l)::value;
+        auto kernel = stage ? invariantsBackwardKernel<real, L, true> : invariantsBackwardKernel<real, L, false>;
+        kernel<<<rowBlocks(numRows), 128, shared, stream>>>(model, X, A, rowNodes, numRows, gradIn, gradStride, gradOffset, gradX, gradA,
+                                                            accumulate ? 1 : 0);
+    });
 }
 
 template <typename real>

@@ -100,52 +100,27 @@ __device__ inline void addParticleEnergy(GraphStatus* status, int node, double e
 }
 
 /**
+ * sum over lm in [lmBegin, lmEnd), in order, of X[lm ld + k] A[lm ld + k'] (X, A: a center's [H][M] moments, rows ld apart):
+ * the m (and, with the l-sum, l) sum of one invariant.  Unrolled where the bounds are compile-time constants.
+ */
+template <typename real> __device__ inline real invariantSum(const real* X, const real* A, int ld, int lmBegin, int lmEnd, int k, int kp) {
+    real sum = 0;
+#pragma unroll
+    for (int lm = lmBegin; lm < lmEnd; lm++)
+        sum += X[lm * ld + k] * A[lm * ld + kp];
+    return sum;
+}
+
+/**
  * Invariant (l, k, k') of one center: sum over m (and over l with the l-sum,
  * where `l` is ignored) of X[lm][k] A[lm][k'] (X, A: the center's [H][M]).
  */
 template <typename real>
 __device__ inline real invariantValueAt(const GraphModelParams<real>& model, const real* X, const real* A, int l, int k, int kp) {
-    const int M = model.numChannels;
     const int lFirst = model.descriptorLSum ? 0 : l;
     const int lLast = model.descriptorLSum ? model.lMax : l;
-    real sum = 0;
-    for (int ll = lFirst; ll <= lLast; ll++)
-        for (int lm = ll * ll; lm < (ll + 1) * (ll + 1); lm++)
-            sum += X[lm * M + k] * A[lm * M + kp];
-    return sum;
+    return invariantSum(X, A, model.numChannels, lFirst * lFirst, (lLast + 1) * (lLast + 1), k, kp);
 }
-
-/**
- * The (l, k, k') of descriptor entries flat = (l M + k) M_axis + k' (l = 0 with
- * the l-sum), for a thread that walks flat = first, first + step, ...: the
- * divisions once, then additions with carries.
- */
-struct DescriptorIndex {
-    int l, k, kp;             ///< of the current entry
-    int stepL, stepK, stepKp; ///< of `step`
-    int M, Maxis;
-    __device__ DescriptorIndex(int first, int step, int M, int Maxis) : M(M), Maxis(Maxis) {
-        kp = first % Maxis;
-        k = (first / Maxis) % M;
-        l = first / (M * Maxis);
-        stepKp = step % Maxis;
-        stepK = (step / Maxis) % M;
-        stepL = step / (M * Maxis);
-    }
-    __device__ void advance() {
-        kp += stepKp;
-        k += stepK;
-        l += stepL;
-        if (kp >= Maxis) {
-            kp -= Maxis;
-            k++;
-        }
-        if (k >= M) {
-            k -= M;
-            l++;
-        }
-    }
-};
 
 /** Invariant `flat` (= [l][k][k'] or, with the l-sum, [k][k']) of one center (invariantValueAt). */
 template <typename real>
@@ -154,12 +129,25 @@ __device__ inline real invariantValue(const GraphModelParams<real>& model, const
     return invariantValueAt(model, X, A, flat / (M * Maxis), (flat / Maxis) % M, flat % Maxis);
 }
 
-/** dD[l][k][k'] from the gradient array (same flat index as the invariants). */
-template <typename real>
-__device__ inline real descriptorGradient(const GraphModelParams<real>& model, const real* g, int l, int k, int kp) {
-    const int M = model.numChannels, Maxis = model.numAxis;
-    const int base = model.descriptorLSum ? 0 : l * M * Maxis;
-    return g[base + k * Maxis + kp];
+/** dD[l] (rows [k] of M_axis entries) within the descriptor gradient g (the same flat index as the invariants). */
+template <typename real> __device__ inline const real* descriptorGradientOf(const GraphModelParams<real>& model, const real* g, int l) {
+    return g + (model.descriptorLSum ? 0 : l * model.numChannels * model.numAxis);
+}
+
+/** gx = sum over k' < M_axis, in order, of g[k'] a[k'] (g: dD[l][k][.], a: A[lm][.]). */
+template <typename real> __device__ inline real invariantGradientXSum(const real* g, const real* a, int Maxis) {
+    real gx = 0;
+    for (int kp = 0; kp < Maxis; kp++)
+        gx += g[kp] * a[kp];
+    return gx;
+}
+
+/** ga = sum over kk < M, in order, of g[kk gStride] x[kk] (g: &dD[l][0][k'] with rows gStride apart, x: X[lm][.]). */
+template <typename real> __device__ inline real invariantGradientASum(const real* g, int gStride, const real* x, int M) {
+    real ga = 0;
+    for (int kk = 0; kk < M; kk++)
+        ga += g[kk * gStride] * x[kk];
+    return ga;
 }
 
 /**
@@ -170,20 +158,14 @@ __device__ inline real descriptorGradient(const GraphModelParams<real>& model, c
  */
 template <typename real>
 __device__ inline real invariantGradientX(const GraphModelParams<real>& model, const real* A, const real* g, int lm, int k) {
-    const int M = model.numChannels, Maxis = model.numAxis, l = degreeOf(lm);
-    real gx = 0;
-    for (int kp = 0; kp < Maxis; kp++)
-        gx += descriptorGradient(model, g, l, k, kp) * A[lm * M + kp];
-    return gx;
+    const int M = model.numChannels, Maxis = model.numAxis;
+    return invariantGradientXSum(descriptorGradientOf(model, g, degreeOf(lm)) + k * Maxis, A + lm * M, Maxis);
 }
 
 template <typename real>
 __device__ inline real invariantGradientA(const GraphModelParams<real>& model, const real* X, const real* g, int lm, int k) {
-    const int M = model.numChannels, l = degreeOf(lm);
-    real ga = 0;
-    for (int kk = 0; kk < M; kk++)
-        ga += descriptorGradient(model, g, l, kk, k) * X[lm * M + kk];
-    return ga;
+    const int M = model.numChannels, Maxis = model.numAxis;
+    return invariantGradientASum(descriptorGradientOf(model, g, degreeOf(lm)) + k, Maxis, X + lm * M, M);
 }
 
 template <typename real>

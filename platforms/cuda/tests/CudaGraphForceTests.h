@@ -435,6 +435,47 @@ TEST(CudaGraphForce, EdgeScanShapesMatchReference) {
     }
 }
 
+/**
+ * The per-layer path's invariant kernels (EdgeScanKernels.cu) across shapes, against the Reference platform, and bitwise
+ * against the fused kernel where the network can be fused: moments staged by 16-byte vectors and one by one (M a
+ * multiple of 4 or not), the descriptor gradient staged by vectors or one by one (M_axis a multiple of 4 or not) with
+ * rows an odd number of reals apart (M_axis even: padded; odd: as is), or read from global memory where a block would
+ * need more than 48 KB of shared memory (M 128, M_axis 40, l_max 2 per degree; the large grade's M_axis 16 too in
+ * double precision), M_axis = M, per degree and l-summed, l_max 0 to 2, and the interaction block (X != A, sums added
+ * to earlier ones).
+ */
+TEST(CudaGraphForce, InvariantShapesMatchReference) {
+    struct Shape {
+        int channels, axis, lMax;
+        bool lSum;
+        int interactions;
+    };
+    const std::vector<Shape> shapes = {{64, 8, 2, false, 0}, {45, 7, 2, false, 0},   {12, 12, 0, true, 0},  {32, 8, 1, true, 0},
+                                       {20, 6, 1, false, 1}, {128, 16, 2, false, 1}, {128, 40, 2, false, 1}};
+    for (size_t s = 0; s < shapes.size(); s++) {
+        const Shape& shape = shapes[s];
+        GraphTest::ModelOptions options;
+        options.numChannels = shape.channels;
+        options.numAxis = shape.axis;
+        options.lMax = shape.lMax;
+        options.lSum = shape.lSum;
+        options.numInteractions = shape.interactions;
+        options.intervals = 40;
+        options.seed = 60 + (unsigned) s;
+        SCOPED_TRACE("M " + std::to_string(shape.channels) + ", M_axis " + std::to_string(shape.axis) + ", l_max " +
+                     std::to_string(shape.lMax) + (shape.lSum ? ", l-summed" : ", per degree") +
+                     (shape.interactions ? ", interaction block" : ""));
+        Configuration config = makeConfiguration(Geometry::Cubic, 150, 2, 50 + (unsigned) s);
+        GraphForce* force;
+        std::unique_ptr<System> system(makeSystem(config, options, &force));
+        force->setProperty("CudaFusedNetwork", "false");
+        checkAgainstReference(*system, config.positions);
+        if (shape.interactions == 0)
+            expectSameTrajectories(propertyResults(options, config, {{"CudaFusedNetwork", "false"}}, 3),
+                                   propertyResults(options, config, {{"CudaFusedNetwork", "true"}}, 3));
+    }
+}
+
 /** CudaFusedNetwork "true" where the network cannot be fused is an error that says why; "auto" falls back. */
 TEST(CudaGraphForce, FusedNetworkThatCannotBeFusedIsExplained) {
     Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 37);
