@@ -442,7 +442,7 @@ TEST(CudaGraphForce, EdgeScanShapesMatchReference) {
  * rows an odd number of reals apart (M_axis even: padded; odd: as is), or read from global memory where a block would
  * need more than 48 KB of shared memory (M 128, M_axis 40, l_max 2 per degree; the large grade's M_axis 16 too in
  * double precision), M_axis = M, per degree and l-summed, l_max 0 to 2, and the interaction block (X != A, sums added
- * to earlier ones).
+ * to earlier ones).  In double precision the fused comparison is skipped where the fused kernel refuses the model.
  */
 TEST(CudaGraphForce, InvariantShapesMatchReference) {
     struct Shape {
@@ -470,9 +470,19 @@ TEST(CudaGraphForce, InvariantShapesMatchReference) {
         std::unique_ptr<System> system(makeSystem(config, options, &force));
         force->setProperty("CudaFusedNetwork", "false");
         checkAgainstReference(*system, config.positions);
-        if (shape.interactions == 0)
-            expectSameTrajectories(propertyResults(options, config, {{"CudaFusedNetwork", "false"}}, 3),
-                                   propertyResults(options, config, {{"CudaFusedNetwork", "true"}}, 3));
+        if (shape.interactions != 0)
+            continue;
+        // The fused kernel, where a tile fits in a block's shared memory (not the 1,536-entry descriptor in double
+        // precision: FusedNetworkThatCannotBeFusedIsExplained covers that refusal).
+        std::vector<Result> fused;
+        try {
+            fused = propertyResults(options, config, {{"CudaFusedNetwork", "true"}}, 3);
+        }
+        catch (const OpenMMException& error) {
+            ASSERT_NE(std::string(error.what()).find("shared memory"), std::string::npos) << error.what();
+            continue;
+        }
+        expectSameTrajectories(propertyResults(options, config, {{"CudaFusedNetwork", "false"}}, 3), fused);
     }
 }
 
