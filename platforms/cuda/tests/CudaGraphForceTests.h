@@ -442,7 +442,8 @@ TEST(CudaGraphForce, EdgeScanShapesMatchReference) {
  * rows an odd number of reals apart (M_axis even: padded; odd: as is), or read from global memory where a block would
  * need more than 48 KB of shared memory (M 128, M_axis 40, l_max 2 per degree; the large grade's M_axis 16 too in
  * double precision), M_axis = M, per degree and l-summed, l_max 0 to 2, and the interaction block (X != A, sums added
- * to earlier ones).  In double precision the fused comparison is skipped where the fused kernel refuses the model.
+ * to earlier ones).  16 x 8 per degree is the padded gradient compared bitwise in double precision too, where the fused
+ * kernel refuses the medium-shaped model.
  */
 TEST(CudaGraphForce, InvariantShapesMatchReference) {
     struct Shape {
@@ -450,8 +451,8 @@ TEST(CudaGraphForce, InvariantShapesMatchReference) {
         bool lSum;
         int interactions;
     };
-    const std::vector<Shape> shapes = {{64, 8, 2, false, 0}, {45, 7, 2, false, 0},   {12, 12, 0, true, 0},  {32, 8, 1, true, 0},
-                                       {20, 6, 1, false, 1}, {128, 16, 2, false, 1}, {128, 40, 2, false, 1}};
+    const std::vector<Shape> shapes = {{64, 8, 2, false, 0}, {16, 8, 2, false, 0}, {45, 7, 2, false, 0},   {12, 12, 0, true, 0},
+                                       {32, 8, 1, true, 0},  {20, 6, 1, false, 1}, {128, 16, 2, false, 1}, {128, 40, 2, false, 1}};
     for (size_t s = 0; s < shapes.size(); s++) {
         const Shape& shape = shapes[s];
         GraphTest::ModelOptions options;
@@ -472,14 +473,16 @@ TEST(CudaGraphForce, InvariantShapesMatchReference) {
         checkAgainstReference(*system, config.positions);
         if (shape.interactions != 0)
             continue;
-        // The fused kernel, where a tile fits in a block's shared memory (not the 1,536-entry descriptor in double
-        // precision: FusedNetworkThatCannotBeFusedIsExplained covers that refusal).
+        // The fused kernel takes every one of these models but the medium-shaped one (64 channels) in double precision,
+        // where a tile of 4 rows needs 260 KB of shared memory, more than a block has on the devices we know.
         std::vector<Result> fused;
         try {
             fused = propertyResults(options, config, {{"CudaFusedNetwork", "true"}}, 3);
         }
         catch (const OpenMMException& error) {
-            ASSERT_NE(std::string(error.what()).find("shared memory"), std::string::npos) << error.what();
+            const bool expected = std::string(GRAPH_TEST_PRECISION) == "double" && shape.channels == 64 &&
+                                  std::string(error.what()).find("rows needs") != std::string::npos;
+            ASSERT_TRUE(expected) << error.what();
             continue;
         }
         expectSameTrajectories(propertyResults(options, config, {{"CudaFusedNetwork", "false"}}, 3), fused);
