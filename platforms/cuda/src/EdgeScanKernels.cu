@@ -345,7 +345,7 @@ template <typename real> __device__ inline void stageRows(const real* __restrict
  * not again when it is X_i), then each thread takes pairs p = k M_axis + k' (p = threadIdx.x, + blockDim.x, ...; (k, k')
  * by additions) and writes the pair's entry of every degree, [l][p], or its one l-summed entry, [p]: stores of
  * consecutive threads are consecutive.  The m sums are unrolled (LMAX is l_max) and each is invariantSum in the order of
- * invariantValueAt, so the entries are bitwise those of the fused kernel.
+ * invariantValue, so the entries are bitwise those of the fused kernel.
  */
 template <typename real, int LMAX>
 __global__ void invariantsKernel(GraphModelParams<real> model, const real* __restrict__ X, const real* __restrict__ A,

@@ -112,21 +112,15 @@ template <typename real> __device__ inline real invariantSum(const real* X, cons
 }
 
 /**
- * Invariant (l, k, k') of one center: sum over m (and over l with the l-sum,
- * where `l` is ignored) of X[lm][k] A[lm][k'] (X, A: the center's [H][M]).
+ * Invariant `flat` (= [l][k][k'] or, with the l-sum, [k][k']) of one center: sum over m (and over l with the l-sum) of
+ * X[lm][k] A[lm][k'] (X, A: the center's [H][M]; invariantSum).
  */
-template <typename real>
-__device__ inline real invariantValueAt(const GraphModelParams<real>& model, const real* X, const real* A, int l, int k, int kp) {
-    const int lFirst = model.descriptorLSum ? 0 : l;
-    const int lLast = model.descriptorLSum ? model.lMax : l;
-    return invariantSum(X, A, model.numChannels, lFirst * lFirst, (lLast + 1) * (lLast + 1), k, kp);
-}
-
-/** Invariant `flat` (= [l][k][k'] or, with the l-sum, [k][k']) of one center (invariantValueAt). */
 template <typename real>
 __device__ inline real invariantValue(const GraphModelParams<real>& model, const real* X, const real* A, int flat) {
     const int M = model.numChannels, Maxis = model.numAxis;
-    return invariantValueAt(model, X, A, flat / (M * Maxis), (flat / Maxis) % M, flat % Maxis);
+    const int lFirst = model.descriptorLSum ? 0 : flat / (M * Maxis);
+    const int lLast = model.descriptorLSum ? model.lMax : lFirst;
+    return invariantSum(X, A, M, lFirst * lFirst, (lLast + 1) * (lLast + 1), (flat / Maxis) % M, flat % Maxis);
 }
 
 /** dD[l] (rows [k] of M_axis entries) within the descriptor gradient g (the same flat index as the invariants). */
@@ -153,28 +147,17 @@ template <typename real> __device__ inline real invariantGradientASum(const real
 /**
  * The invariants' backward for entry x = [lm][k] of one center, from its
  * descriptor gradient g: gx = sum_k' dD[l][k][k'] A[lm][k'] (channel k as the
- * first factor; invariantGradientX) and ga = sum_k dD[l][k][k'] X[lm][k] with
- * k' = k < M_axis (as the second factor, invariantGradientA; 0 otherwise).
+ * first factor; invariantGradientXSum) and ga = sum_k dD[l][k][k'] X[lm][k] with
+ * k' = k < M_axis (as the second factor, invariantGradientASum; 0 otherwise).
  */
-template <typename real>
-__device__ inline real invariantGradientX(const GraphModelParams<real>& model, const real* A, const real* g, int lm, int k) {
-    const int M = model.numChannels, Maxis = model.numAxis;
-    return invariantGradientXSum(descriptorGradientOf(model, g, degreeOf(lm)) + k * Maxis, A + lm * M, Maxis);
-}
-
-template <typename real>
-__device__ inline real invariantGradientA(const GraphModelParams<real>& model, const real* X, const real* g, int lm, int k) {
-    const int M = model.numChannels, Maxis = model.numAxis;
-    return invariantGradientASum(descriptorGradientOf(model, g, degreeOf(lm)) + k, Maxis, X + lm * M, M);
-}
-
 template <typename real>
 __device__ inline void invariantGradient(const GraphModelParams<real>& model, const real* X, const real* A, const real* g, int x, real& gx,
                                          real& ga) {
     const int M = model.numChannels, Maxis = model.numAxis;
     const int lm = x / M, k = x % M;
-    gx = invariantGradientX(model, A, g, lm, k);
-    ga = k < Maxis ? invariantGradientA(model, X, g, lm, k) : real(0);
+    const real* gl = descriptorGradientOf(model, g, degreeOf(lm));
+    gx = invariantGradientXSum(gl + k * Maxis, A + lm * M, Maxis);
+    ga = k < Maxis ? invariantGradientASum(gl + k, Maxis, X + lm * M, M) : real(0);
 }
 
 } // namespace GraphPlugin
