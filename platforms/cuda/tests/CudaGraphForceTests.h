@@ -347,6 +347,23 @@ std::vector<Result> propertyResults(const GraphTest::ModelOptions& options, cons
 }
 
 /**
+ * Rows from the cell grid and from all pairs are the same graph where the grid has 3 or more cells along every axis
+ * (1,000 particles: a warp's candidates come from 27 cells), in a cubic box, a triclinic one, and an open cluster (cells
+ * beyond the grid's edges skipped): bitwise the same trajectories.
+ */
+TEST(CudaGraphForce, CellSearchOfLargerSystemsMatchesAllPairs) {
+    GraphTest::ModelOptions options;
+    options.lMax = 2;
+    options.numInteractions = 1;
+    for (Geometry geometry : {Geometry::Cubic, Geometry::Triclinic, Geometry::Cluster}) {
+        SCOPED_TRACE(geometry == Geometry::Cubic ? "cubic" : geometry == Geometry::Triclinic ? "triclinic" : "cluster");
+        const Configuration config = makeConfiguration(geometry, 1000, 2, 44);
+        expectSameTrajectories(propertyResults(options, config, {{"CudaNeighborSearch", "cells"}}, 10),
+                               propertyResults(options, config, {{"CudaNeighborSearch", "allpairs"}}, 10));
+    }
+}
+
+/**
  * The fused-network tests' wider models: three types, l_max 1, M_axis 8, no
  * l-sum (a descriptor of 2 x 8 x numChannels entries), SiLU, the given
  * channels and hidden widths.
