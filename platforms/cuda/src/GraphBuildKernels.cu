@@ -149,14 +149,9 @@ __global__ void cellRangesKernel(const uint32_t* __restrict__ sortedCells, int n
     }
 }
 
-/** Cell offsets along one axis: {-1, 0, 1}, fewer when a periodic axis has fewer than 3 cells. */
-__device__ inline int axisOffsets(int numCells, bool periodic, int offsets[3]) {
-    if (!periodic || numCells >= 3) {
-        offsets[0] = -1, offsets[1] = 0, offsets[2] = 1;
-        return 3;
-    }
-    offsets[0] = 0, offsets[1] = 1;
-    return numCells == 2 ? 2 : 1;
+/** Neighbour cells along one axis: 3 (offsets -1, 0, 1), fewer (0, 1 or 0) when a periodic axis has fewer than 3 cells. */
+__device__ inline int axisCells(int numCells, bool periodic) {
+    return !periodic || numCells >= 3 ? 3 : numCells;
 }
 
 /** Rows up to this capacity are collected and sorted in shared memory (8 bytes per entry and warp); longer ones in global scratch. */
@@ -271,6 +266,50 @@ template <typename real> struct RowBuilder {
     }
 };
 
+/**
+ * A warp's candidates of one row: the particles of the (up to 27) cells around the center's, as one flat list.  Lane
+ * t < numCells holds cell t's range of the cell-sorted nodes (first, and the inclusive prefix sum of the sizes, `end`);
+ * candidate q (0 <= q < total) is found by a binary search over the lanes' `end`s with shuffles, so 32 candidates go
+ * out at once whatever the cells' sizes (a cell's 20-odd particles took a whole round before) and the cells' ranges
+ * are read once, all at the same time.  The order of the candidates does not matter: the rank sort orders the row.
+ */
+struct CellCandidates {
+    int first = 0; ///< this lane's cell: its first position in the cell-sorted nodes
+    int begin = 0; ///< its first candidate (the sizes of the lanes before it)
+    int end = 0;   ///< one past its last candidate
+    int total = 0; ///< the row's candidates
+
+    /** cellIndex: this lane's cell (-1: none). Called by all 32 lanes. */
+    __device__ CellCandidates(int cellIndex, const int* cellStart, const int* cellEnd) {
+        int size = 0;
+        if (cellIndex >= 0) {
+            first = cellStart[cellIndex];
+            size = cellEnd[cellIndex] - first;
+        }
+        const int lane = threadIdx.x & 31;
+        end = size;
+#pragma unroll
+        for (int offset = 1; offset < 32; offset *= 2) {
+            const int before = __shfl_up_sync(0xffffffff, end, offset);
+            if (lane >= offset)
+                end += before;
+        }
+        begin = end - size;
+        total = __shfl_sync(0xffffffff, end, 31);
+    }
+
+    /** Candidate q's position in the cell-sorted nodes (q < total; any value otherwise). Called by all 32 lanes. */
+    __device__ int position(int q) const {
+        int cell = 0; // the lanes whose end is <= q: the first lane past them holds q
+#pragma unroll
+        for (int step = 16; step > 0; step /= 2)
+            if (__shfl_sync(0xffffffff, end, cell + step - 1) <= q)
+                cell += step;
+        cell = min(cell, 31);
+        return __shfl_sync(0xffffffff, first, cell) + q - __shfl_sync(0xffffffff, begin, cell);
+    }
+};
+
 template <typename real>
 __global__ void buildRowsKernel(const real* __restrict__ positions, int firstCenter, int numCenters, GraphBox<real> box,
                                 const GraphGrid<real>* __restrict__ gridPtr, const int* __restrict__ sortedNodes,
@@ -281,31 +320,43 @@ __global__ void buildRowsKernel(const real* __restrict__ positions, int firstCen
     const int lane = threadIdx.x & 31;
     const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int numWarps = (gridDim.x * blockDim.x) >> 5;
+    // This lane's neighbour cell: offsets (o_x, o_y, o_z) - 1 (or o, along a periodic axis of 1 or 2 cells) with
+    // lane = (o_z n_y + o_y) n_x + o_x, as loops over z, y and x would take them.
+    int numAxisCells[3], offset[3];
+    for (int d = 0; d < 3; d++)
+        numAxisCells[d] = axisCells(grid.numCells[d], box.periodic);
+    const bool hasCell = lane < numAxisCells[0] * numAxisCells[1] * numAxisCells[2];
+    const int o[3] = {lane % numAxisCells[0], lane / numAxisCells[0] % numAxisCells[1], lane / (numAxisCells[0] * numAxisCells[1])};
+    for (int d = 0; d < 3; d++)
+        offset[d] = numAxisCells[d] == 3 ? o[d] - 1 : o[d];
     for (int b = warp; b < numCenters; b += numWarps) {
         RowBuilder<real> row(positions, firstCenter + b, cutoff, capacity, unsortedScratch, keyScratch);
         int cell[3];
         cellCoordinates(row.xi, box, grid, cell);
-        int offsets[3][3], numOffsets[3];
-        for (int d = 0; d < 3; d++)
-            numOffsets[d] = axisOffsets(grid.numCells[d], box.periodic, offsets[d]);
-        for (int oz = 0; oz < numOffsets[2]; oz++)
-            for (int oy = 0; oy < numOffsets[1]; oy++)
-                for (int ox = 0; ox < numOffsets[0]; ox++) {
-                    int c[3] = {cell[0] + offsets[0][ox], cell[1] + offsets[1][oy], cell[2] + offsets[2][oz]};
-                    bool skip = false;
-                    for (int d = 0; d < 3; d++) {
-                        if (box.periodic)
-                            c[d] = (c[d] + grid.numCells[d]) % grid.numCells[d];
-                        else if (c[d] < 0 || c[d] >= grid.numCells[d])
-                            skip = true;
-                    }
-                    if (skip)
-                        continue;
-                    int index = (c[2] * grid.numCells[1] + c[1]) * grid.numCells[0] + c[0];
-                    int start = cellStart[index], end = cellEnd[index];
-                    for (int base = start; base < end; base += 32)
-                        row.offer(base + lane < end ? sortedNodes[base + lane] : -1, positions, box, status);
-                }
+        int index = -1;
+        if (hasCell) {
+            int c[3] = {cell[0] + offset[0], cell[1] + offset[1], cell[2] + offset[2]};
+            bool skip = false;
+            for (int d = 0; d < 3; d++) {
+                if (box.periodic)
+                    c[d] = (c[d] + grid.numCells[d]) % grid.numCells[d];
+                else if (c[d] < 0 || c[d] >= grid.numCells[d])
+                    skip = true;
+            }
+            if (!skip)
+                index = (c[2] * grid.numCells[1] + c[1]) * grid.numCells[0] + c[0];
+        }
+        const CellCandidates candidates(index, cellStart, cellEnd);
+        // Each round's node index is loaded one round ahead, so its load overlaps the round before.
+        const int p0 = candidates.position(lane);
+        int next = lane < candidates.total ? sortedNodes[p0] : -1;
+        for (int base = 0; base < candidates.total; base += 32) {
+            const int j = next;
+            const int q = base + 32 + lane;
+            const int p = candidates.position(q);
+            next = q < candidates.total ? sortedNodes[p] : -1;
+            row.offer(j, positions, box, status);
+        }
         row.finish(neighbors, rowCount, status);
     }
 }

@@ -347,6 +347,28 @@ std::vector<Result> propertyResults(const GraphTest::ModelOptions& options, cons
 }
 
 /**
+ * Rows from the cell grid and from all pairs are the same graph for larger systems, in a cubic box, a triclinic one and
+ * an open cluster (cells beyond the grid's edges skipped): bitwise the same trajectories.  1,000 particles give 3 cells
+ * along each axis (periodic: the 27 neighbour cells are the whole box), 2,000 give 4 (the 27 are a part of it, so a wrong
+ * offset or wrap would show).
+ */
+TEST(CudaGraphForce, CellSearchOfLargerSystemsMatchesAllPairs) {
+    GraphTest::ModelOptions options;
+    options.lMax = 2;
+    options.numInteractions = 1;
+    for (int n : {1000, 2000})
+        for (Geometry geometry : {Geometry::Cubic, Geometry::Triclinic, Geometry::Cluster}) {
+            SCOPED_TRACE(std::to_string(n) + " particles, " +
+                         (geometry == Geometry::Cubic       ? "cubic"
+                          : geometry == Geometry::Triclinic ? "triclinic"
+                                                            : "cluster"));
+            const Configuration config = makeConfiguration(geometry, n, 2, 44);
+            expectSameTrajectories(propertyResults(options, config, {{"CudaNeighborSearch", "cells"}}, 10),
+                                   propertyResults(options, config, {{"CudaNeighborSearch", "allpairs"}}, 10));
+        }
+}
+
+/**
  * The fused-network tests' wider models: three types, l_max 1, M_axis 8, no
  * l-sum (a descriptor of 2 x 8 x numChannels entries), SiLU, the given
  * channels and hidden widths.
