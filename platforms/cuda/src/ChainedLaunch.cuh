@@ -9,11 +9,13 @@
  * a step) overlaps the end of the kernel before, and nothing reads a result early: every chained kernel waits before its
  * first memory access, and a kernel waits only once its predecessor has completed, which completed only after its own
  * predecessor, and so on (kernels launched the ordinary way, and other stream operations, keep full serialization).
- * Captured into CUDA graphs as programmatic edges.  Before 9.0 the attribute is not set and the device code is empty.
+ * Captured into CUDA graphs as programmatic edges between adjacent chained kernels.  Before 9.0 (the device, or the code
+ * built for it) the attribute is not set and the device code is empty.
  */
 
-#include <atomic>
 #include <cuda_runtime.h>
+#include <map>
+#include <mutex>
 #include <utility>
 
 namespace GraphPlugin {
@@ -26,34 +28,57 @@ __device__ inline void beginChainedKernel() {
 #endif
 }
 
-/** Whether the current device takes programmatic dependent launches (compute capability >= 9.0); cached per device. */
-inline bool chainedLaunchSupported() {
-    constexpr int MaxDevices = 64;
-    static std::atomic<int> known[MaxDevices] = {}; // 0: not asked yet, 1: no, 2: yes
-    int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= MaxDevices) {
-        cudaGetLastError(); // answered by the return value, not left for the next launch's check
-        return false;
-    }
-    int answer = known[device].load(std::memory_order_relaxed);
-    if (answer == 0) {
+/**
+ * Whether `kernel` may be launched as a programmatic dependent launch on the current device: compute capability 9.0 or
+ * later, and the kernel's code for it built for 9.0 or later (both its binary and its PTX version): a build for an
+ * older architecture that the driver compiles for a 9.0 device at load time has no griddepcontrol instructions, and
+ * the attribute would let its kernels read results early.  Asked once per kernel and device, then cached; `false` after
+ * a launch with the attribute was refused (launchChained).
+ */
+class ChainedLaunchSupport {
+public:
+    static bool get(const void* kernel) {
+        int device = 0;
+        if (cudaGetDevice(&device) != cudaSuccess)
+            return false; // the launch itself will report the error
+        std::lock_guard<std::mutex> lock(mutex());
+        const auto known = cache().find({kernel, device});
+        if (known != cache().end())
+            return known->second;
         int major = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-            cudaGetLastError();
-            return false;
-        }
-        answer = major >= 9 ? 2 : 1;
-        known[device].store(answer, std::memory_order_relaxed);
+        cudaFuncAttributes attributes = {};
+        const bool supported = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9 &&
+                               cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess && attributes.binaryVersion >= 90 &&
+                               attributes.ptxVersion >= 90;
+        cache()[{kernel, device}] = supported;
+        return supported;
     }
-    return answer == 2;
-}
+    static void refuse(const void* kernel) {
+        int device = 0;
+        if (cudaGetDevice(&device) != cudaSuccess)
+            return;
+        std::lock_guard<std::mutex> lock(mutex());
+        cache()[{kernel, device}] = false;
+    }
+
+private:
+    static std::mutex& mutex() {
+        static std::mutex m;
+        return m;
+    }
+    static std::map<std::pair<const void*, int>, bool>& cache() {
+        static std::map<std::pair<const void*, int>, bool> c;
+        return c;
+    }
+};
 
 /**
- * kernel<<<grid, block, shared, stream>>>(args...), as a programmatic dependent launch where the device supports it.
- * The kernel must begin with beginChainedKernel().  A launch error is left for cudaGetLastError, as with <<<>>>.
+ * kernel<<<grid, block, shared, stream>>>(args...), as a programmatic dependent launch where ChainedLaunchSupport says
+ * it may be (else, or if the driver refuses the attribute, an ordinary launch).  The kernel must begin with
+ * beginChainedKernel().  A launch error is left for cudaGetLastError, as with <<<>>>.
  */
 template <typename... Params, typename... Args>
-void launchChained(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream, Args&&... args) {
+void launchChained(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream, const Args&... args) {
     cudaLaunchAttribute attribute = {};
     attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attribute.val.programmaticStreamSerializationAllowed = 1;
@@ -62,11 +87,18 @@ void launchChained(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shar
     config.blockDim = block;
     config.dynamicSmemBytes = shared;
     config.stream = stream;
-    if (chainedLaunchSupported()) {
+    const void* key = reinterpret_cast<const void*>(kernel);
+    if (ChainedLaunchSupport::get(key)) {
         config.attrs = &attribute;
         config.numAttrs = 1;
+        if (cudaLaunchKernelEx(&config, kernel, args...) == cudaSuccess)
+            return;
+        cudaGetLastError(); // refused: launched again without the attribute, which reports any other error
+        ChainedLaunchSupport::refuse(key);
+        config.attrs = nullptr;
+        config.numAttrs = 0;
     }
-    cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+    cudaLaunchKernelEx(&config, kernel, args...);
 }
 
 } // namespace GraphPlugin
