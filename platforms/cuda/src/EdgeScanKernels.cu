@@ -9,6 +9,7 @@
  * integer atomics, which are order independent.
  */
 
+#include "ChainedLaunch.cuh"
 #include "GraphKernelLaunch.h"
 #include "NetworkDeviceFunctions.cuh"
 #include <algorithm>
@@ -262,6 +263,7 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
                   const double* __restrict__ positions, const int* __restrict__ types, int firstCenter, int numCenters,
                   GraphBox<double> box, const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity,
                   real* __restrict__ moments) {
+    beginChainedKernel();
     constexpr int H = (LMAX + 1) * (LMAX + 1), C = Shape::Channels, V = Shape::V;
     using Stage = EdgeStage<real, H, false>;
     extern __shared__ unsigned char sharedBytes[];
@@ -613,6 +615,7 @@ __global__ void __launch_bounds__(32 * MaxForceWarps, forceMinBlocks<real, LMAX,
                  const double* __restrict__ positions, const int* __restrict__ types, int firstCenter, int numCenters, GraphBox<double> box,
                  const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity, const int* __restrict__ slotOfNode,
                  long long* __restrict__ forceBuffer, int paddedAtoms, GraphStatus* status) {
+    beginChainedKernel();
     constexpr int H = (LMAX + 1) * (LMAX + 1);
     using Stage = EdgeStage<real, H, true>;
     extern __shared__ unsigned char sharedBytes[];
@@ -737,8 +740,9 @@ void launchMoments(const GraphModelParams<real>& model, const real* table, const
     dispatchEdgeShape<real>(model.lMax, model.numChannels, [&](auto l, auto shape) {
         const size_t shared = WarpsPerBlock * (stageBytes<real, decltype(l)::value, false>() +
                                                sizeof(real) * (model.lMax + 1) * (model.lMax + 1) * model.numChannels);
-        momentsKernel<real, decltype(l)::value, decltype(shape)><<<centerBlocks(numCenters), 32 * WarpsPerBlock, shared, stream>>>(
-            model, table, nodeWeights, positions, types, firstCenter, numCenters, box, neighbors, rowCount, capacity, moments);
+        launchChained(momentsKernel<real, decltype(l)::value, decltype(shape)>, centerBlocks(numCenters), 32 * WarpsPerBlock, shared,
+                      stream, model, table, nodeWeights, positions, types, firstCenter, numCenters, box, neighbors, rowCount, capacity,
+                      moments);
     });
 }
 
@@ -813,9 +817,9 @@ void launchForces(const GraphModelParams<real>& model, const real* gradA, const 
         // Vector shapes work on 32 / LPE edges at once: 4 warps per center are as many edges in flight as 8 of a lane per channel.
         const int most = decltype(shape)::V > 1 ? WarpsPerBlock : MaxForceWarps;
         const int warps = std::max(1, std::min({warpsPerCenter, most, (int) (48 * 1024 / stage)}));
-        forcesKernel<real, decltype(l)::value, decltype(shape)><<<centerBlocks(numCenters), 32 * warps, warps * stage, stream>>>(
-            model, gradA, gradB, phi, positions, types, firstCenter, numCenters, box, neighbors, rowCount, capacity, slotOfNode,
-            forceBuffer, paddedAtoms, status);
+        launchChained(forcesKernel<real, decltype(l)::value, decltype(shape)>, centerBlocks(numCenters), 32 * warps, warps * stage, stream,
+                      model, gradA, gradB, phi, positions, types, firstCenter, numCenters, box, neighbors, rowCount, capacity, slotOfNode,
+                      forceBuffer, paddedAtoms, status);
     });
 }
 

@@ -15,6 +15,7 @@
  * what changes is 9 kernel launches (and their gaps) per evaluation become one.
  */
 
+#include "ChainedLaunch.cuh"
 #include "FusedProduct.cuh"
 #include "FusedTileFunctions.cuh"
 #include "GraphKernelLaunch.h"
@@ -58,6 +59,7 @@ __global__ void __launch_bounds__(FusedThreads)
     fusedFittingKernel(GraphModelParams<real> model, FusedNetworkShape shape, const FusedNetworkWeights<real>* __restrict__ groups,
                        const int* __restrict__ rowNodes, const real* __restrict__ moments, real* __restrict__ particleEnergy,
                        real* __restrict__ gradMoments, GraphStatus* status, int withForces) {
+    beginChainedKernel();
     extern __shared__ __align__(16) unsigned char sharedBytes[];
     real* shared = reinterpret_cast<real*>(sharedBytes);
     const int H = (model.lMax + 1) * (model.lMax + 1), HM = H * model.numChannels;
@@ -215,8 +217,8 @@ void launchFusedFitting(const GraphModelParams<real>& model, const FusedNetworkS
     if (blocks == 0)
         return;
     const size_t bytes = (size_t) shape.totalElements * sizeof(real);
-    fusedKernel<real>(shape.tileRows, fusedColumnsPerThread(shape))<<<blocks, FusedThreads, bytes, stream>>>(
-        model, shape, groups, rowNodes, moments, particleEnergy, gradMoments, status, withForces ? 1 : 0);
+    launchChained(fusedKernel<real>(shape.tileRows, fusedColumnsPerThread(shape)), blocks, FusedThreads, bytes, stream, model, shape,
+                  groups, rowNodes, moments, particleEnergy, gradMoments, status, withForces ? 1 : 0);
 }
 
 #define GRAPH_INSTANTIATE_FUSED(real)                                                                                                      \

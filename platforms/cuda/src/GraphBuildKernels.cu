@@ -7,6 +7,7 @@
  * positions and force indices, never on OpenMM's atom order.
  */
 
+#include "ChainedLaunch.cuh"
 #include "GraphDeviceFunctions.cuh"
 #include "GraphKernelLaunch.h"
 #include <algorithm>
@@ -28,6 +29,7 @@ template <typename posqType>
 __global__ void gatherPositionsKernel(const posqType* __restrict__ posq, const float4* __restrict__ posqCorrection,
                                       const int* __restrict__ atomIndex, int numSlots, const int* __restrict__ nodeOfSystemParticle,
                                       double* __restrict__ positions, int* __restrict__ slotOfNode, GraphStatus* status) {
+    beginChainedKernel();
     for (int slot = blockIdx.x * blockDim.x + threadIdx.x; slot < numSlots; slot += gridDim.x * blockDim.x) {
         int node = nodeOfSystemParticle[atomIndex[slot]];
         if (node < 0)
@@ -62,6 +64,7 @@ template <typename real> __device__ inline void fractional(const real x[3], cons
 template <typename real>
 __global__ void gridSetupKernel(const real* __restrict__ positions, int n, GraphBox<real> box, real cutoff, int maxCells,
                                 GraphGrid<real>* grid) {
+    beginChainedKernel();
     __shared__ real low[3][256], high[3][256];
     real extent[3];
     if (box.periodic) {
@@ -129,6 +132,7 @@ __device__ inline void cellCoordinates(const real x[3], const GraphBox<real>& bo
 template <typename real>
 __global__ void cellKeysKernel(const real* __restrict__ positions, int n, GraphBox<real> box, const GraphGrid<real>* __restrict__ gridPtr,
                                uint32_t* __restrict__ cellOfNode, int* __restrict__ nodeIds) {
+    beginChainedKernel();
     const GraphGrid<real> grid = *gridPtr;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         real x[3] = {positions[3 * i], positions[3 * i + 1], positions[3 * i + 2]};
@@ -316,6 +320,7 @@ __global__ void buildRowsKernel(const real* __restrict__ positions, int firstCen
                                 const int* __restrict__ cellStart, const int* __restrict__ cellEnd, real cutoff, int capacity,
                                 int* __restrict__ unsortedScratch, uint32_t* __restrict__ keyScratch, int* __restrict__ neighbors,
                                 int* __restrict__ rowCount, GraphStatus* status) {
+    beginChainedKernel();
     const GraphGrid<real> grid = *gridPtr;
     const int lane = threadIdx.x & 31;
     const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -375,6 +380,7 @@ __global__ void __launch_bounds__(32 * AllPairsWarps, 4)
     buildRowsAllPairsKernel(const real* __restrict__ positions, int n, int firstCenter, int numCenters, GraphBox<real> box, real cutoff,
                             int capacity, int* __restrict__ unsortedScratch, uint32_t* __restrict__ keyScratch, int* __restrict__ neighbors,
                             int* __restrict__ rowCount, GraphStatus* status) {
+    beginChainedKernel();
     extern __shared__ unsigned char rowShared[];
     __shared__ int count;
     const int lane = threadIdx.x & 31;
@@ -429,13 +435,13 @@ int blocksFor(size_t work, int threads) {
 template <typename posqType>
 void launchGatherPositions(const posqType* posq, const float4* posqCorrection, const int* atomIndex, int numSlots,
                            const int* nodeOfSystemParticle, double* positions, int* slotOfNode, GraphStatus* status, cudaStream_t stream) {
-    gatherPositionsKernel<posqType><<<blocksFor(numSlots, 256), 256, 0, stream>>>(posq, posqCorrection, atomIndex, numSlots,
-                                                                                  nodeOfSystemParticle, positions, slotOfNode, status);
+    launchChained(gatherPositionsKernel<posqType>, blocksFor(numSlots, 256), 256, 0, stream, posq, posqCorrection, atomIndex, numSlots,
+                  nodeOfSystemParticle, positions, slotOfNode, status);
 }
 
 void launchGridSetup(const double* positions, int n, GraphBox<double> box, double cutoff, int maxCells, GraphGrid<double>* grid,
                      cudaStream_t stream) {
-    gridSetupKernel<double><<<1, 256, 0, stream>>>(positions, n, box, cutoff, maxCells, grid);
+    launchChained(gridSetupKernel<double>, 1, 256, 0, stream, positions, n, box, cutoff, maxCells, grid);
 }
 
 size_t getCellSortScratchBytes(int n, int maxCells) {
@@ -448,7 +454,7 @@ size_t getCellSortScratchBytes(int n, int maxCells) {
 void launchCellSort(const double* positions, int n, GraphBox<double> box, const GraphGrid<double>* grid, int maxCells, uint32_t* cellOfNode,
                     uint32_t* sortedCells, int* nodeIds, int* sortedNodes, int* cellStart, int* cellEnd, void* sortScratch,
                     size_t sortScratchBytes, cudaStream_t stream) {
-    cellKeysKernel<double><<<blocksFor(n, 256), 256, 0, stream>>>(positions, n, box, grid, cellOfNode, nodeIds);
+    launchChained(cellKeysKernel<double>, blocksFor(n, 256), 256, 0, stream, positions, n, box, grid, cellOfNode, nodeIds);
     int endBit = 1;
     while (endBit < 32 && (1ll << endBit) < (long long) maxCells)
         endBit++;
@@ -466,9 +472,9 @@ void launchBuildRows(const double* positions, int firstCenter, int numCenters, G
         return;
     const size_t warps = std::min<size_t>(numCenters, scratchRows);
     const size_t shared = capacity <= SharedRowCapacity ? (size_t) WarpsPerBlock * capacity * (sizeof(int) + sizeof(uint32_t)) : 0;
-    buildRowsKernel<double><<<(unsigned) ((warps + WarpsPerBlock - 1) / WarpsPerBlock), threads, shared, stream>>>(
-        positions, firstCenter, numCenters, box, grid, sortedNodes, cellStart, cellEnd, cutoff, capacity, unsortedScratch, keyScratch,
-        neighbors, rowCount, status);
+    launchChained(buildRowsKernel<double>, (unsigned) ((warps + WarpsPerBlock - 1) / WarpsPerBlock), threads, shared, stream, positions,
+                  firstCenter, numCenters, box, grid, sortedNodes, cellStart, cellEnd, cutoff, capacity, unsortedScratch, keyScratch,
+                  neighbors, rowCount, status);
 }
 
 void launchBuildRowsAllPairs(const double* positions, int n, int firstCenter, int numCenters, GraphBox<double> box, double cutoff,
@@ -479,8 +485,8 @@ void launchBuildRowsAllPairs(const double* positions, int n, int firstCenter, in
     // One row per block; global scratch (beyond SharedRowCapacity) holds scratchRows rows, one per block.
     const int blocks = std::min(numCenters, std::max(1, scratchRows));
     const size_t shared = capacity <= SharedRowCapacity ? (size_t) capacity * (sizeof(int) + sizeof(uint32_t)) : 0;
-    buildRowsAllPairsKernel<double><<<blocks, 32 * AllPairsWarps, shared, stream>>>(
-        positions, n, firstCenter, numCenters, box, cutoff, capacity, unsortedScratch, keyScratch, neighbors, rowCount, status);
+    launchChained(buildRowsAllPairsKernel<double>, blocks, 32 * AllPairsWarps, shared, stream, positions, n, firstCenter, numCenters, box,
+                  cutoff, capacity, unsortedScratch, keyScratch, neighbors, rowCount, status);
 }
 
 template void launchGatherPositions<float4>(const float4*, const float4*, const int*, int, const int*, double*, int*, GraphStatus*,

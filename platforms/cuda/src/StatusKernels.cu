@@ -6,6 +6,7 @@
  * (launchCopyStatus).
  */
 
+#include "ChainedLaunch.cuh"
 #include "GraphDeviceFunctions.cuh"
 #include "GraphKernelLaunch.h"
 
@@ -19,6 +20,7 @@ namespace {
  */
 __global__ void statusKernel(GraphStatus* __restrict__ status, GraphStatus* hostStatus, void* energyBuffer, int energyIsDouble,
                              int clear) {
+    beginChainedKernel();
     static_assert(sizeof(GraphStatus) % sizeof(int) == 0, "the status record is copied in 4-byte words");
     constexpr int Words = sizeof(GraphStatus) / sizeof(int);
     if (threadIdx.x == 0 && energyBuffer != nullptr) {
@@ -41,11 +43,11 @@ __global__ void statusKernel(GraphStatus* __restrict__ status, GraphStatus* host
 } // namespace
 
 void launchCopyStatus(GraphStatus* status, GraphStatus* hostStatus, bool clear, cudaStream_t stream) {
-    statusKernel<<<1, 32, 0, stream>>>(status, hostStatus, nullptr, 0, clear ? 1 : 0);
+    launchChained(statusKernel, 1, 32, 0, stream, status, hostStatus, nullptr, 0, clear ? 1 : 0);
 }
 
 void launchFinishEvaluation(GraphStatus* status, GraphStatus* hostStatus, void* energyBuffer, bool energyIsDouble, cudaStream_t stream) {
-    statusKernel<<<1, 32, 0, stream>>>(status, hostStatus, energyBuffer, energyIsDouble ? 1 : 0, 0);
+    launchChained(statusKernel, 1, 32, 0, stream, status, hostStatus, energyBuffer, energyIsDouble ? 1 : 0, 0);
 }
 
 } // namespace GraphPlugin
