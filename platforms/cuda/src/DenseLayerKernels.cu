@@ -475,6 +475,8 @@ __global__ void __launch_bounds__(256, 2)
     constexpr int RowStep = 256 / TileK;
     const int aK = threadIdx.x % TileK, r0 = threadIdx.x / TileK, numSlices = (K + TileK - 1) / TileK;
     const int rowsHere = min(Rows, origin.rowEnd - rowBase); // tile rows inside the group
+    // Whole tiles (every row in the group, every column below N, K a multiple of the slice) copy without checks.
+    const bool wholeA = rowsHere == Rows && K % TileK == 0, wholeB = colBase + Cols <= N && K % TileK == 0;
     // act'(z) is read by row; so is A but for the node network's first backward product (Mapped: A by node).  Read by row,
     // a thread's copies are a base address plus multiples of RowStep rows; by node, the rows' indices in A (-1: past the
     // group's end) wait in shared memory after the stages (in registers they would spill).
@@ -502,45 +504,66 @@ __global__ void __launch_bounds__(256, 2)
                     copyAsync<real, 1>(target + RowStep * m, valid ? A + (size_t) index * aStride + kA : A, valid);
                 }
             else {
-                const real* a = opaque(aFirst) + k0;
+                // Whole: every copy valid (compile-time), so no checks or selects; the same copies otherwise.
+                auto copyA = [&](auto whole) {
+                    const real* a = opaque(aFirst) + k0;
 #pragma unroll
-                for (int m = 0; m < ALoads; m++, a = opaque(a + RowStep * aStride)) {
-                    const int valid = kA < K && r0 + RowStep * m < rowsHere ? 1 : 0;
-                    copyAsync<real, 1>(target + RowStep * m, valid ? a : A, valid);
-                }
+                    for (int m = 0; m < ALoads; m++, a = opaque(a + RowStep * aStride)) {
+                        const int valid = decltype(whole)::value || (kA < K && r0 + RowStep * m < rowsHere) ? 1 : 0;
+                        copyAsync<real, 1>(target + RowStep * m, valid ? a : A, valid);
+                    }
+                };
+                if (wholeA)
+                    copyA(std::true_type());
+                else
+                    copyA(std::false_type());
             }
             if (withDeriv) {
-                const real* d = opaque(dFirst) + k0;
                 target = Ds(stage) + aK * Stride + r0;
+                auto copyD = [&](auto whole) {
+                    const real* d = opaque(dFirst) + k0;
 #pragma unroll
-                for (int m = 0; m < ALoads; m++, d = opaque(d + RowStep * derivStride)) {
-                    const int valid = kA < K && r0 + RowStep * m < rowsHere ? 1 : 0;
-                    copyAsync<real, 1>(target + RowStep * m, valid ? d : deriv, valid);
-                }
+                    for (int m = 0; m < ALoads; m++, d = opaque(d + RowStep * derivStride)) {
+                        const int valid = decltype(whole)::value || (kA < K && r0 + RowStep * m < rowsHere) ? 1 : 0;
+                        copyAsync<real, 1>(target + RowStep * m, valid ? d : deriv, valid);
+                    }
+                };
+                if (wholeA)
+                    copyD(std::true_type());
+                else
+                    copyD(std::false_type());
             }
-            if (Forward) // B(k, c) = W[c][k]: consecutive threads read consecutive k
+            auto copyB = [&](auto whole) {
+                constexpr bool Whole = decltype(whole)::value;
+                if (Forward) // B(k, c) = W[c][k]: consecutive threads read consecutive k
 #pragma unroll
-                for (int m = 0; m < BLoads; m++) {
-                    const int e = threadIdx.x + 256 * m, kk = e % TileK, cc = e / TileK, col = colBase + cc, k = k0 + kk;
-                    const int valid = col < N && k < K ? 1 : 0;
-                    copyAsync<real, 1>(Bs(stage) + kk * Stride + cc, valid ? W + (size_t) col * ldw + k : W, valid);
-                }
-            else if (vectorB) { // B(k, c) = W[k][c]: 16 bytes at a time along c; ldw = N % V == 0 (launchGemm)
-                constexpr int V = 16 / sizeof(real);
+                    for (int m = 0; m < BLoads; m++) {
+                        const int e = threadIdx.x + 256 * m, kk = e % TileK, cc = e / TileK, col = colBase + cc, k = k0 + kk;
+                        const int valid = Whole || (col < N && k < K) ? 1 : 0;
+                        copyAsync<real, 1>(Bs(stage) + kk * Stride + cc, valid ? W + (size_t) col * ldw + k : W, valid);
+                    }
+                else if (vectorB) { // B(k, c) = W[k][c]: 16 bytes at a time along c; ldw = N % V == 0 (launchGemm)
+                    constexpr int V = 16 / sizeof(real);
 #pragma unroll
-                for (int m = 0; m < BLoads / V; m++) {
-                    const int e = threadIdx.x + 256 * m, kk = e / (Cols / V), cc = V * (e % (Cols / V)), col = colBase + cc, k = k0 + kk;
-                    const int valid = k < K && col < N ? V : 0;
-                    copyAsync<real, V>(Bs(stage) + kk * Stride + cc, valid > 0 ? W + (size_t) k * ldw + col : W, valid);
+                    for (int m = 0; m < BLoads / V; m++) {
+                        const int e = threadIdx.x + 256 * m, kk = e / (Cols / V), cc = V * (e % (Cols / V)), col = colBase + cc,
+                                  k = k0 + kk;
+                        const int valid = Whole || (k < K && col < N) ? V : 0;
+                        copyAsync<real, V>(Bs(stage) + kk * Stride + cc, valid > 0 ? W + (size_t) k * ldw + col : W, valid);
+                    }
                 }
-            }
+                else
+#pragma unroll
+                    for (int m = 0; m < BLoads; m++) {
+                        const int e = threadIdx.x + 256 * m, kk = e / Cols, cc = e % Cols, col = colBase + cc, k = k0 + kk;
+                        const int valid = Whole || (col < N && k < K) ? 1 : 0;
+                        copyAsync<real, 1>(Bs(stage) + kk * Stride + cc, valid ? W + (size_t) k * ldw + col : W, valid);
+                    }
+            };
+            if (wholeB)
+                copyB(std::true_type());
             else
-#pragma unroll
-                for (int m = 0; m < BLoads; m++) {
-                    const int e = threadIdx.x + 256 * m, kk = e / Cols, cc = e % Cols, col = colBase + cc, k = k0 + kk;
-                    const int valid = col < N && k < K ? 1 : 0;
-                    copyAsync<real, 1>(Bs(stage) + kk * Stride + cc, valid ? W + (size_t) k * ldw + col : W, valid);
-                }
+                copyB(std::false_type());
         }
         __pipeline_commit(); // also past the last slice, so that the wait below counts slices
     };

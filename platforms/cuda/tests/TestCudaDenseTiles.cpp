@@ -8,8 +8,10 @@
 // type groups of 37 and 50 rows (tiles cut across the group boundary), or of
 // 150 and 60 rows in a chunk that starts at row 23 (whole 128-row tiles, and
 // chunk arrays indexed from the chunk's start), widths that are not multiples
-// of any tile or k-slice, residual and plain layers, rows read and written
-// through a node map.
+// of any tile or k-slice, and 256 x 128 on 150 rows (a whole 128 x 128 tile
+// with K a multiple of the slice: the streamed kernel's unchecked copies, in
+// both passes), residual and plain layers, rows read and written through a
+// node map.
 #include "GraphKernelLaunch.h"
 #include <algorithm>
 #include <cstdio>
@@ -166,7 +168,8 @@ template <typename real> void checkEveryTile() {
          {Shape{100, 70, false, GraphTanh, false, 0}, Shape{70, 70, true, GraphTanh, false, 0}, Shape{70, 70, true, GraphSilu, false, 0},
           Shape{136, 40, false, GraphIdentity, true, 0}, Shape{256, 128, false, GraphTanh, false, 0},
           Shape{72, 70, false, GraphTanh, false, 2}, Shape{100, 70, false, GraphTanh, false, 0, 150, 60, 23},
-          Shape{70, 70, true, GraphTanh, true, 0, 150, 60, 23}, Shape{136, 40, false, GraphIdentity, true, 2, 150, 60, 23}}) {
+          Shape{70, 70, true, GraphTanh, true, 0, 150, 60, 23}, Shape{136, 40, false, GraphIdentity, true, 2, 150, 60, 23},
+          Shape{256, 128, false, GraphTanh, false, 0, 150, 60, 23}}) {
         SCOPED_TRACE("K " + std::to_string(s.K) + ", N " + std::to_string(s.N) + ", stride " + std::to_string(s.N + s.outPad) +
                      (s.residual ? ", residual" : "") + (s.byNode ? ", by node" : "") + ", activation " + std::to_string(s.activation) +
                      ", groups of " + std::to_string(s.rows0) + " and " + std::to_string(s.rows1) + " rows from row " +
