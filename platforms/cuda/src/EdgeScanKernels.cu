@@ -193,16 +193,36 @@ __device__ inline void addEdgeMoments(const Stage* stage, int q, int sub, const 
     }
 }
 
+/** V consecutive values at p (shared memory, aligned to V values) in one vector load where V x sizeof(real) is 16 bytes. */
+template <typename real, int V> __device__ inline void loadSharedChannels(const real* p, real (&out)[V]) {
+    if constexpr (V == 4 && sizeof(real) == 4) {
+        const float4 x = *reinterpret_cast<const float4*>(p);
+        out[0] = x.x, out[1] = x.y, out[2] = x.z, out[3] = x.w;
+    }
+    else if constexpr (V == 2 && sizeof(real) == 8) {
+        const double2 x = *reinterpret_cast<const double2*>(p);
+        out[0] = x.x, out[1] = x.y;
+    }
+    else {
+#pragma unroll
+        for (int v = 0; v < V; v++)
+            out[v] = p[v];
+    }
+}
+
 /**
  * This lane's share (its channels, EdgeShape) of S_lm = sum_k G_lm,k R_l,k and
- * P_lm = sum_k G_lm,k R'_l,k for staged edge q of center i (type ti), over
- * `numTables` tables: table 0 the radial table with G = dE/dA (gradA), table 1
- * the interaction table, weighted by phi[j][k], with G = dE/dB (gradB), both
- * [node][H][M].  The per-edge body of forcesKernel, before edgeForce.
+ * P_lm = sum_k G_lm,k R'_l,k for staged edge q of center ti's row, over
+ * `numTables` tables: table 0 the radial table with G = dE/dA, table 1 the
+ * interaction table, weighted by phi[j][k], with G = dE/dB.  `grad` holds the
+ * center's G of every table, [numTables][H][M] in shared memory (staged once
+ * per center: read from global memory per edge, the center's 2.3 KB competed
+ * in L1 with the table's stream of 4.6 KB an edge).  The per-edge body of
+ * forcesKernel, before edgeForce.
  */
 template <typename real, int LMAX, typename Shape, typename Stage>
-__device__ inline void edgeGradientSums(const Stage* stage, int q, int sub, const GraphModelParams<real>& model, int i, int ti,
-                                        const real* gradA, const real* gradB, const real* phi, int numTables, real* S, real* P) {
+__device__ inline void edgeGradientSums(const Stage* stage, int q, int sub, const GraphModelParams<real>& model, int ti, const real* grad,
+                                        const real* phi, int numTables, real* S, real* P) {
     constexpr int H = (LMAX + 1) * (LMAX + 1), V = Shape::V;
     const int M = model.numChannels;
     const int j = stage->j[q], tj = stage->tj[q], interval = stage->interval[q];
@@ -217,7 +237,7 @@ __device__ inline void edgeGradientSums(const Stage* stage, int q, int sub, cons
         S[lm] = P[lm] = 0;
     for (int t = 0; t < numTables; t++) {
         const real* knots = tableKnot(t == 0 ? model.radialTable : model.interactionTable, model, ti, tj, 0, interval);
-        const real* G = (t == 0 ? gradA : gradB) + (size_t) i * H * M; // center i's [H][M]
+        const real* G = grad + t * H * M; // center i's [H][M] of table t, in shared memory
 #pragma unroll
         for (int x = 0; x < Shape::XPL; x++) {
             const int k0 = (sub + Shape::LPE * x) * V;
@@ -236,7 +256,7 @@ __device__ inline void edgeGradientSums(const Stage* stage, int q, int sub, cons
 #pragma unroll
                     for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
                         real g[V];
-                        loadChannels<real, V>(G + lm * M + k0, g);
+                        loadSharedChannels<real, V>(G + lm * M + k0, g);
 #pragma unroll
                         for (int v = 0; v < V; v++) {
                             S[lm] += g[v] * (value[v] * weight[v]);
@@ -620,12 +640,19 @@ __global__ void __launch_bounds__(32 * MaxForceWarps, forceMinBlocks<real, LMAX,
     using Stage = EdgeStage<real, H, true>;
     extern __shared__ unsigned char sharedBytes[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane % Shape::LPE;
+    static_assert(sizeof(Stage) % 16 == 0, "the staged gradient after the warps' stages is aligned for 16-byte loads");
     Stage* stage = reinterpret_cast<Stage*>(sharedBytes) + warp;
     const int numBlocks = model.numInteractions == 1 ? 2 : 1;
     const int numWarps = blockDim.x >> 5;
+    const int HM = H * model.numChannels;
+    real* grad = reinterpret_cast<real*>(sharedBytes + numWarps * sizeof(Stage)); // [numBlocks][H][M]: center i's dE/dA (and dE/dB)
     for (int b = blockIdx.x; b < numCenters; b += gridDim.x) {
         const int i = firstCenter + b;
         const int ti = types[i];
+        __syncthreads(); // the last center's gradient is no longer read
+        for (int x = threadIdx.x; x < numBlocks * HM; x += blockDim.x)
+            grad[x] = x < HM ? gradA[(size_t) i * HM + x] : gradB[(size_t) i * HM + x - HM];
+        __syncthreads();
         int first, last;
         rowChunk(rowCount[i], warp, numWarps, first, last);
         // This lane's component of F_i in fixed point, edge by edge: the sum does not depend on how the row is split over warps.
@@ -634,7 +661,7 @@ __global__ void __launch_bounds__(32 * MaxForceWarps, forceMinBlocks<real, LMAX,
             stage, lane, model, positions, types, i, neighbors, capacity, box, first, last, [&](int q, bool valid) {
                 real S[H] = {}, P[H] = {};
                 if (valid)
-                    edgeGradientSums<real, LMAX, Shape>(stage, q, sub, model, i, ti, gradA, gradB, phi, numBlocks, S, P);
+                    edgeGradientSums<real, LMAX, Shape>(stage, q, sub, model, ti, grad, phi, numBlocks, S, P);
                 const real u[3] = {stage->u[0][q], stage->u[1][q], stage->u[2][q]};
                 edgeForce<real, LMAX, Shape::LPE>(S, P, u, stage->invR[q], valid, sub, i, stage->j[q], model, status, slotOfNode,
                                                   forceBuffer, paddedAtoms, forceI);
@@ -812,14 +839,18 @@ void launchForces(const GraphModelParams<real>& model, const real* gradA, const 
     if (numCenters == 0)
         return;
     dispatchEdgeShape<real>(model.lMax, model.numChannels, [&](auto l, auto shape) {
-        // At most 48 KB of staged edges per block (the default limit of dynamic shared memory): 3.6 KB a warp in float for l_max = 2.
+        // At most 48 KB per block (the default limit of dynamic shared memory): the center's gradient (numTables x H x M reals,
+        // at most 18 KB: fp64, two tables, l_max 2, 128 channels) and the staged edges, 3.6 KB a warp in float for l_max = 2
+        // (3.4 KB in double), so every shape keeps its warps.
         const size_t stage = stageBytes<real, decltype(l)::value, true>();
+        const size_t gradient =
+            sizeof(real) * (model.numInteractions == 1 ? 2 : 1) * (model.lMax + 1) * (model.lMax + 1) * model.numChannels;
         // Vector shapes work on 32 / LPE edges at once: 4 warps per center are as many edges in flight as 8 of a lane per channel.
         const int most = decltype(shape)::V > 1 ? WarpsPerBlock : MaxForceWarps;
-        const int warps = std::max(1, std::min({warpsPerCenter, most, (int) (48 * 1024 / stage)}));
-        launchChained(forcesKernel<real, decltype(l)::value, decltype(shape)>, centerBlocks(numCenters), 32 * warps, warps * stage, stream,
-                      model, gradA, gradB, phi, positions, types, firstCenter, numCenters, box, neighbors, rowCount, capacity, slotOfNode,
-                      forceBuffer, paddedAtoms, status);
+        const int warps = std::max(1, std::min({warpsPerCenter, most, (int) ((48 * 1024 - gradient) / stage)}));
+        launchChained(forcesKernel<real, decltype(l)::value, decltype(shape)>, centerBlocks(numCenters), 32 * warps,
+                      warps * stage + gradient, stream, model, gradA, gradB, phi, positions, types, firstCenter, numCenters, box, neighbors,
+                      rowCount, capacity, slotOfNode, forceBuffer, paddedAtoms, status);
     });
 }
 
