@@ -19,30 +19,6 @@ namespace {
 
 constexpr int SharedPad = 4;
 
-/** W consecutive values from 16-byte aligned (W >= 4, or 8-byte for W = 2 floats) shared memory, as vector loads. */
-template <typename real, int W> __device__ inline void loadShared(const real* p, real out[W]) {
-    if constexpr (sizeof(real) == 4 && W == 4) {
-        const float4 v = *reinterpret_cast<const float4*>(p);
-        out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
-    }
-    else if constexpr (sizeof(real) == 4 && W == 2) {
-        const float2 v = *reinterpret_cast<const float2*>(p);
-        out[0] = v.x, out[1] = v.y;
-    }
-    else if constexpr (sizeof(real) == 8 && W % 2 == 0) {
-#pragma unroll
-        for (int x = 0; x < W; x += 2) {
-            const double2 v = *reinterpret_cast<const double2*>(p + x);
-            out[x] = v.x, out[x + 1] = v.y;
-        }
-    }
-    else {
-#pragma unroll
-        for (int x = 0; x < W; x++)
-            out[x] = p[x];
-    }
-}
-
 /** The group of a row tile, and of a row. */
 template <typename real> __device__ inline int groupOfTile(const DenseBatch<real>& batch, int tile) {
     return groupOf(batch.tileStart, batch.numGroups, tile);

@@ -193,23 +193,6 @@ __device__ inline void addEdgeMoments(const Stage* stage, int q, int sub, const 
     }
 }
 
-/** V consecutive values at p (shared memory, aligned to V values) in one vector load where V x sizeof(real) is 16 bytes. */
-template <typename real, int V> __device__ inline void loadSharedChannels(const real* p, real (&out)[V]) {
-    if constexpr (V == 4 && sizeof(real) == 4) {
-        const float4 x = *reinterpret_cast<const float4*>(p);
-        out[0] = x.x, out[1] = x.y, out[2] = x.z, out[3] = x.w;
-    }
-    else if constexpr (V == 2 && sizeof(real) == 8) {
-        const double2 x = *reinterpret_cast<const double2*>(p);
-        out[0] = x.x, out[1] = x.y;
-    }
-    else {
-#pragma unroll
-        for (int v = 0; v < V; v++)
-            out[v] = p[v];
-    }
-}
-
 /**
  * This lane's share (its channels, EdgeShape) of S_lm = sum_k G_lm,k R_l,k and
  * P_lm = sum_k G_lm,k R'_l,k for staged edge q of center ti's row, over
@@ -256,7 +239,7 @@ __device__ inline void edgeGradientSums(const Stage* stage, int q, int sub, cons
 #pragma unroll
                     for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
                         real g[V];
-                        loadSharedChannels<real, V>(G + lm * M + k0, g);
+                        loadShared<real, V>(G + lm * M + k0, g);
 #pragma unroll
                         for (int v = 0; v < V; v++) {
                             S[lm] += g[v] * (value[v] * weight[v]);

@@ -131,6 +131,33 @@ template <typename real> __device__ inline int tableStride(const GraphModelParam
     return (model.radialIntervals + 1) * 3 * model.numChannels;
 }
 
+/**
+ * out[x] = p[x], x < W, from shared memory: a float4 for W = 4 floats, a float2 for W = 2 floats, double2 pairs for an
+ * even W of doubles (p aligned to the vector), else W loads.
+ */
+template <typename real, int W> __device__ inline void loadShared(const real* p, real out[W]) {
+    if constexpr (sizeof(real) == 4 && W == 4) {
+        const float4 v = *reinterpret_cast<const float4*>(p);
+        out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+    }
+    else if constexpr (sizeof(real) == 4 && W == 2) {
+        const float2 v = *reinterpret_cast<const float2*>(p);
+        out[0] = v.x, out[1] = v.y;
+    }
+    else if constexpr (sizeof(real) == 8 && W % 2 == 0) {
+#pragma unroll
+        for (int x = 0; x < W; x += 2) {
+            const double2 v = *reinterpret_cast<const double2*>(p + x);
+            out[x] = v.x, out[x + 1] = v.y;
+        }
+    }
+    else {
+#pragma unroll
+        for (int x = 0; x < W; x++)
+            out[x] = p[x];
+    }
+}
+
 /** out[v] = p[v], v < V: one 16-byte load for float4 and double2 (p aligned to it), else V loads; read-only global memory. */
 template <typename real, int V> __device__ inline void loadChannels(const real* p, real (&out)[V]) {
     if constexpr (V == 4 && sizeof(real) == 4) {
