@@ -472,43 +472,34 @@ __global__ void __launch_bounds__(256, 2)
             const int stage = s % Stages, k0 = s * TileK, kA = k0 + aK; // kA: the k of this thread's A copies
             // Each address from the last, opaque to the compiler: otherwise it keeps all eight (or their offsets) live across
             // the products, and they spill.
-            real* target = As(stage) + aK * Stride + r0;
-            if (Mapped)
+            // A (or act'(z)) rows of this thread from `first`, `stride` apart, into `target`; whole: every copy valid
+            // (compile-time), so no checks or selects; the same copies otherwise.
+            auto copyRows = [&](auto whole, real* target, const real* first, int stride, const real* fallback) {
+                const real* a = opaque(first) + k0;
+#pragma unroll
+                for (int m = 0; m < ALoads; m++, a = opaque(a + RowStep * stride)) {
+                    const int valid = decltype(whole)::value || (kA < K && r0 + RowStep * m < rowsHere) ? 1 : 0;
+                    copyAsync<real, 1>(target + RowStep * m, valid ? a : fallback, valid);
+                }
+            };
+            auto copyTileRows = [&](real* target, const real* first, int stride, const real* fallback) {
+                if (wholeA)
+                    copyRows(std::true_type(), target, first, stride, fallback);
+                else
+                    copyRows(std::false_type(), target, first, stride, fallback);
+            };
+            if (Mapped) {
+                real* target = As(stage) + aK * Stride + r0;
 #pragma unroll 1
                 for (int m = 0; m < ALoads; m++) {
                     const int index = aIndex[r0 + RowStep * m], valid = index >= 0 && kA < K ? 1 : 0;
                     copyAsync<real, 1>(target + RowStep * m, valid ? A + (size_t) index * aStride + kA : A, valid);
                 }
-            else {
-                // Whole: every copy valid (compile-time), so no checks or selects; the same copies otherwise.
-                auto copyA = [&](auto whole) {
-                    const real* a = opaque(aFirst) + k0;
-#pragma unroll
-                    for (int m = 0; m < ALoads; m++, a = opaque(a + RowStep * aStride)) {
-                        const int valid = decltype(whole)::value || (kA < K && r0 + RowStep * m < rowsHere) ? 1 : 0;
-                        copyAsync<real, 1>(target + RowStep * m, valid ? a : A, valid);
-                    }
-                };
-                if (wholeA)
-                    copyA(std::true_type());
-                else
-                    copyA(std::false_type());
             }
-            if (withDeriv) {
-                target = Ds(stage) + aK * Stride + r0;
-                auto copyD = [&](auto whole) {
-                    const real* d = opaque(dFirst) + k0;
-#pragma unroll
-                    for (int m = 0; m < ALoads; m++, d = opaque(d + RowStep * derivStride)) {
-                        const int valid = decltype(whole)::value || (kA < K && r0 + RowStep * m < rowsHere) ? 1 : 0;
-                        copyAsync<real, 1>(target + RowStep * m, valid ? d : deriv, valid);
-                    }
-                };
-                if (wholeA)
-                    copyD(std::true_type());
-                else
-                    copyD(std::false_type());
-            }
+            else
+                copyTileRows(As(stage) + aK * Stride + r0, aFirst, aStride, A);
+            if (withDeriv)
+                copyTileRows(Ds(stage) + aK * Stride + r0, dFirst, derivStride, deriv);
             auto copyB = [&](auto whole) {
                 constexpr bool Whole = decltype(whole)::value;
                 if (Forward) // B(k, c) = W[c][k]: consecutive threads read consecutive k
