@@ -519,8 +519,9 @@ __global__ void __launch_bounds__(256, 2)
                         copyAsync<real, V>(Bs(stage) + kk * Stride + cc, valid > 0 ? W + (size_t) k * ldw + col : W, valid);
                     }
                 }
-                else
-#pragma unroll
+                else // unaligned weights (ldw != N or an odd base; the pipeline's products never are): rolled, so that the
+                     // compiler does not keep its copies' indices live across the products (they spilled, v21)
+#pragma unroll 1
                     for (int m = 0; m < BLoads; m++) {
                         const int e = threadIdx.x + 256 * m, kk = e / Cols, cc = e % Cols, col = colBase + cc, k = k0 + kk;
                         const int valid = Whole || (col < N && k < K) ? 1 : 0;
