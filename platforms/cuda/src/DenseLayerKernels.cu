@@ -19,6 +19,13 @@ namespace {
 
 constexpr int SharedPad = 4;
 
+// How deep the streamed 128 x 128 kernel unrolls its 16 k of a slice (16: all of them).  A build choice for
+// bench/device/dense-unroll-ab.sh, which times 16, 8 and 4 (a smaller loop for the instruction cache against more loop
+// overhead); results are bitwise the same whatever it is.
+#ifndef GRAPH_DENSE_SLICE_UNROLL
+#define GRAPH_DENSE_SLICE_UNROLL 16
+#endif
+
 /** The group of a row tile, and of a row. */
 template <typename real> __device__ inline int groupOfTile(const DenseBatch<real>& batch, int tile) {
     return groupOf(batch.tileStart, batch.numGroups, tile);
@@ -91,13 +98,14 @@ template <int CPT> __device__ inline int tileColOf(int y) {
 
 /**
  * acc[x][y] += sum over the TileK k of a k-slice, k in order, from shared memory: As [TileK][16 RPT + SharedPad]
- * (A transposed) and Bs [TileK][16 CPT + SharedPad].
+ * (A transposed) and Bs [TileK][16 CPT + SharedPad]; the loop over k unrolled Unroll deep (the order of the sums is the
+ * same whatever Unroll).
  */
-template <typename real, int RPT, int CPT, int TileK>
+template <typename real, int RPT, int CPT, int TileK, int Unroll = TileK>
 __device__ inline void multiplyTileSlice(const real* As, const real* Bs, real acc[RPT][CPT]) {
     constexpr int StrideA = 16 * RPT + SharedPad, StrideB = 16 * CPT + SharedPad;
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-#pragma unroll
+#pragma unroll Unroll
     for (int kk = 0; kk < TileK; kk++) {
         real a[RPT], b[CPT];
         if constexpr (RPT == 8) {
@@ -140,6 +148,43 @@ __device__ inline void storeTile(const DenseBatch<real>& batch, const DenseTileO
                 storeDenseOutput<real, Forward>(bias, origin.timestep, A, aStride, activation, residual, deriv, derivStride, out, outStride,
                                                 a, o, local, col, acc[x][y]);
         }
+    }
+}
+
+/**
+ * storeTile of the 128 x 128 tiles (8 x 8 outputs a thread) through shared memory, for residual layers, whose epilogue
+ * loads the residual source (and, forward, stores act'(z)) beside the output: each half of the tile (64 rows) goes to
+ * `staging` ([64][128 + SharedPad] `real`s of shared memory, free once the products are done), then thread t finishes
+ * column t % 128 of rows t / 128, t / 128 + 2, ..., so that a warp's loads and stores are 32 consecutive values of one row
+ * instead of runs of 4 values 64 apart, and the activation is a compile-time constant.  Each element goes through
+ * storeDenseOutput as in storeTile: bitwise the same outputs.  Begins and ends with a block barrier (every thread calls it).
+ */
+template <typename real, bool Forward, int Activation>
+__device__ inline void storeTileStaged(const DenseBatch<real>& batch, const DenseTileOrigin<real>& origin, const int* rowNodes,
+                                       const real* __restrict__ A, int aStride, int N, real* __restrict__ deriv, int derivStride,
+                                       real* __restrict__ out, int outStride, int outMapped, const real acc[8][8], real* staging) {
+    constexpr int Half = 64, Stride = 128 + SharedPad;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16, c = threadIdx.x % 128, col = origin.colBase + c;
+    const real* __restrict__ bias = batch.bias[origin.group];
+    const int* outMap = outMapped ? rowNodes : nullptr;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        __syncthreads(); // the stages (or the other half) are free
+#pragma unroll
+        for (int x = 0; x < 4; x++)
+#pragma unroll
+            for (int y = 0; y < 8; y++) // tileRowOf<8>(4 h + x) - 64 h, tileColOf<8>(y)
+                staging[(ty * 4 + x) * Stride + (y / 4) * 64 + tx * 4 + y % 4] = acc[4 * h + x][y];
+        __syncthreads();
+        if (col < N)
+#pragma unroll 8
+            for (int j = 0; j < Half / 2; j++) {
+                const int i = 2 * j + threadIdx.x / 128, row = origin.rowBase + h * Half + i;
+                if (row < origin.rowEnd)
+                    storeDenseOutput<real, Forward>(bias, origin.timestep, A, aStride, Activation, 1, deriv, derivStride, out, outStride,
+                                                    rowIndex(batch, origin.aMap, row), rowIndex(batch, outMap, row), row - batch.chunkStart,
+                                                    col, staging[i * Stride + c]);
+            }
     }
 }
 
@@ -419,8 +464,14 @@ __global__ void __launch_bounds__(SmallTile<real>::Threads)
  * tiles of a row tile next to each other (blockIdx.x = tile * colTiles +
  * colTile), so a row tile's A is read from L2 by all its column tiles.
  * Dynamic shared memory of denseStreamedBytes<real, Forward>() (over 48 KB:
- * configureDenseLayers sets the attribute).
+ * configureDenseLayers sets the attribute).  Staged: NotStaged, the
+ * epilogue is storeTile; else it goes through shared memory
+ * (storeTileStaged; launchGemm takes it for residual layers) with Staged the
+ * layer's activation as a compile-time constant (GraphIdentity backward,
+ * whose epilogue has none).
  */
+constexpr int NotStaged = -1;
+
 template <typename real> struct StreamedTile {
     static constexpr int Rows = 128, Cols = 128, TileK = 16, Stages = 3;
     static constexpr int Stride = Rows + SharedPad; ///< of As, Ds and Bs rows (Cols == Rows)
@@ -431,7 +482,7 @@ template <typename real, bool Forward> constexpr size_t denseStreamedBytes() {
     return (size_t) Tile::Stages * (Forward ? 2 : 3) * Tile::TileK * Tile::Stride * sizeof(real) + Tile::Rows * sizeof(int);
 }
 
-template <typename real, bool Forward, bool Mapped>
+template <typename real, bool Forward, bool Mapped, int Staged>
 __global__ void __launch_bounds__(256, 2)
     denseStreamedKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ A, int aStride, int K, int N,
                         int ldw, int activation, int residual, real* __restrict__ deriv, int derivStride, real* __restrict__ out,
@@ -440,6 +491,8 @@ __global__ void __launch_bounds__(256, 2)
     constexpr int Rows = Tile::Rows, Cols = Tile::Cols, TileK = Tile::TileK, Stages = Tile::Stages, Stride = Tile::Stride;
     constexpr int ALoads = TileK * Rows / 256, BLoads = TileK * Cols / 256, StageSize = (Forward ? 2 : 3) * TileK * Stride;
     static_assert(!(Forward && Mapped), "the forward pass reads A by row");
+    static_assert(!(Mapped && Staged != NotStaged), "the staged epilogue is for residual layers, whose A is read by row");
+    static_assert(64 * (Cols + SharedPad) <= Stages * StageSize, "storeTileStaged's half tile fits in the stages");
     extern __shared__ __align__(16) unsigned char streamedShared[];
     real* shared = reinterpret_cast<real*>(streamedShared);
     const int colTiles = (N + Cols - 1) / Cols;
@@ -554,10 +607,14 @@ __global__ void __launch_bounds__(256, 2)
         }
         __syncthreads(); // everyone's copies (and dE/dz); stage (s - 1) % Stages is free again
         issue(s + Stages - 1);
-        multiplyTileSlice<real, 8, 8, TileK>(As(stage), Bs(stage), acc);
+        multiplyTileSlice<real, 8, 8, TileK, GRAPH_DENSE_SLICE_UNROLL>(As(stage), Bs(stage), acc);
     }
-    storeTile<real, Forward, 8, 8>(batch, origin, rowNodes, A, aStride, N, activation, residual, deriv, derivStride, out, outStride,
-                                   outMapped, acc);
+    if constexpr (Staged != NotStaged) // residual layers (launchGemm)
+        storeTileStaged<real, Forward, Staged>(batch, origin, rowNodes, A, aStride, N, deriv, derivStride, out, outStride, outMapped, acc,
+                                               shared);
+    else
+        storeTile<real, Forward, 8, 8>(batch, origin, rowNodes, A, aStride, N, activation, residual, deriv, derivStride, out, outStride,
+                                       outMapped, acc);
 }
 
 inline bool aligned16(const void* p) {
@@ -616,7 +673,19 @@ void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const
         if (batch.tileRows == 128 && batch.streamedWide && !(Forward && aMapped)) {
             // The backward's W rows 16 bytes at a time, whole vectors only (the kernel copies no partial vector): ldw == N there.
             const bool vectorB = !Forward && ldw == N && weightRowsAligned16(batch, ldw);
-            auto kernel = aMapped ? denseStreamedKernel<real, Forward, !Forward> : denseStreamedKernel<real, Forward, false>;
+            // Residual layers (the hidden layers of equal width) finish their tiles through shared memory: at medium 100,800
+            // the 240-wide forward takes 0.433 ms against 0.565 with storeTile, the other layers lose by it (bench/NOTES.md v21).
+            auto kernel = denseStreamedKernel<real, Forward, false, NotStaged>;
+            if (aMapped)
+                kernel = denseStreamedKernel<real, Forward, !Forward, NotStaged>;
+            else if (residual) {
+                if constexpr (Forward)
+                    kernel = activation == GraphTanh   ? denseStreamedKernel<real, true, false, GraphTanh>
+                             : activation == GraphSilu ? denseStreamedKernel<real, true, false, GraphSilu>
+                                                       : denseStreamedKernel<real, true, false, GraphIdentity>;
+                else // no activation in the backward's epilogue
+                    kernel = denseStreamedKernel<real, false, false, GraphIdentity>;
+            }
             kernel<<<blocks.x * blocks.y, 256, denseStreamedBytes<real, Forward>(), stream>>>(
                 batch, rowNodes, A, aStride, K, N, ldw, activation, residual ? 1 : 0, deriv, derivStride, out, outStride, outMapped ? 1 : 0,
                 vectorB ? 1 : 0);
@@ -677,12 +746,17 @@ template <typename real> bool configureDenseLayers() {
         const size_t bytes = denseStreamedBytes<real, false>();
         if ((size_t) perBlock < bytes || (size_t) perMultiprocessor < 2 * (bytes + 1024))
             return false;
-        const bool ok = cudaFuncSetAttribute(denseStreamedKernel<real, true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int) denseStreamedBytes<real, true>()) == cudaSuccess &&
-                        cudaFuncSetAttribute(denseStreamedKernel<real, false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int) bytes) == cudaSuccess &&
-                        cudaFuncSetAttribute(denseStreamedKernel<real, false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int) bytes) == cudaSuccess;
+        auto allow = [](auto kernel, size_t size) {
+            return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) size) == cudaSuccess;
+        };
+        const size_t forwardBytes = denseStreamedBytes<real, true>();
+        const bool ok = allow(denseStreamedKernel<real, true, false, NotStaged>, forwardBytes) &&
+                        allow(denseStreamedKernel<real, true, false, GraphTanh>, forwardBytes) &&
+                        allow(denseStreamedKernel<real, true, false, GraphSilu>, forwardBytes) &&
+                        allow(denseStreamedKernel<real, true, false, GraphIdentity>, forwardBytes) &&
+                        allow(denseStreamedKernel<real, false, false, NotStaged>, bytes) &&
+                        allow(denseStreamedKernel<real, false, false, GraphIdentity>, bytes) &&
+                        allow(denseStreamedKernel<real, false, true, NotStaged>, bytes);
         cudaGetLastError(); // reported by the return value, not left for the next launch's check
         return ok;
     }

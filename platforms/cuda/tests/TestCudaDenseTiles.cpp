@@ -164,12 +164,15 @@ template <typename real> void checkEveryTile() {
     // in rows of 72: the output-side arrays' rows are padded.  Groups of 150 and 60 rows from row 23: a whole 128-row tile
     // (every copy of the streamed kernel's threads reads a row), chunk arrays that start at the chunk's first row, and a
     // backward product that reads dE/d(out) by node with act'(z) and a timestep (the streamed kernel's Mapped variant).
+    // 240 x 240 residual in padded rows on those groups: the hidden layers' shape (two column tiles, whole k-slices), whose
+    // 128 x 128 tiles finish through shared memory (storeTileStaged); 70 x 70 residual with the identity: its staged variant.
     for (const Shape& s :
          {Shape{100, 70, false, GraphTanh, false, 0}, Shape{70, 70, true, GraphTanh, false, 0}, Shape{70, 70, true, GraphSilu, false, 0},
           Shape{136, 40, false, GraphIdentity, true, 0}, Shape{256, 128, false, GraphTanh, false, 0},
           Shape{72, 70, false, GraphTanh, false, 2}, Shape{100, 70, false, GraphTanh, false, 0, 150, 60, 23},
           Shape{70, 70, true, GraphTanh, true, 0, 150, 60, 23}, Shape{136, 40, false, GraphIdentity, true, 2, 150, 60, 23},
-          Shape{256, 128, false, GraphTanh, false, 0, 150, 60, 23}}) {
+          Shape{256, 128, false, GraphTanh, false, 0, 150, 60, 23}, Shape{240, 240, true, GraphTanh, false, 2, 150, 60, 23},
+          Shape{70, 70, true, GraphIdentity, false, 0}}) {
         SCOPED_TRACE("K " + std::to_string(s.K) + ", N " + std::to_string(s.N) + ", stride " + std::to_string(s.N + s.outPad) +
                      (s.residual ? ", residual" : "") + (s.byNode ? ", by node" : "") + ", activation " + std::to_string(s.activation) +
                      ", groups of " + std::to_string(s.rows0) + " and " + std::to_string(s.rows1) + " rows from row " +
