@@ -466,9 +466,8 @@ __global__ void __launch_bounds__(SmallTile<real>::Threads)
  * Dynamic shared memory of denseStreamedBytes<real, Forward>() (over 48 KB:
  * configureDenseLayers sets the attribute).  Staged: NotStaged, the
  * epilogue is storeTile; else it goes through shared memory
- * (storeTileStaged; launchGemm takes it for residual layers) with Staged the
- * layer's activation as a compile-time constant (GraphIdentity backward,
- * whose epilogue has none).
+ * (storeTileStaged; launchGemm takes it for the forward products of residual
+ * layers) with Staged the layer's activation as a compile-time constant.
  */
 constexpr int NotStaged = -1;
 
@@ -673,18 +672,17 @@ void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const
         if (batch.tileRows == 128 && batch.streamedWide && !(Forward && aMapped)) {
             // The backward's W rows 16 bytes at a time, whole vectors only (the kernel copies no partial vector): ldw == N there.
             const bool vectorB = !Forward && ldw == N && weightRowsAligned16(batch, ldw);
-            // Residual layers (the hidden layers of equal width) finish their tiles through shared memory: at medium 100,800
-            // the 240-wide forward takes 0.433 ms against 0.565 with storeTile, the other layers lose by it (bench/NOTES.md v21).
+            // The forward products of residual layers (the hidden layers of equal width) finish their tiles through shared
+            // memory: at medium 100,800 the 240-wide forward takes 0.445 ms against 0.565 with storeTile; the first layer's
+            // forward (2.146 against 2.041) and the backward products (0.476 against 0.471) lose by it (bench/NOTES.md v21, v22).
             auto kernel = denseStreamedKernel<real, Forward, false, NotStaged>;
             if (aMapped)
                 kernel = denseStreamedKernel<real, Forward, !Forward, NotStaged>;
-            else if (residual) {
-                if constexpr (Forward)
+            else if constexpr (Forward) {
+                if (residual)
                     kernel = activation == GraphTanh   ? denseStreamedKernel<real, true, false, GraphTanh>
                              : activation == GraphSilu ? denseStreamedKernel<real, true, false, GraphSilu>
                                                        : denseStreamedKernel<real, true, false, GraphIdentity>;
-                else // no activation in the backward's epilogue
-                    kernel = denseStreamedKernel<real, false, false, GraphIdentity>;
             }
             kernel<<<blocks.x * blocks.y, 256, denseStreamedBytes<real, Forward>(), stream>>>(
                 batch, rowNodes, A, aStride, K, N, ldw, activation, residual ? 1 : 0, deriv, derivStride, out, outStride, outMapped ? 1 : 0,
@@ -755,7 +753,6 @@ template <typename real> bool configureDenseLayers() {
                         allow(denseStreamedKernel<real, true, false, GraphSilu>, forwardBytes) &&
                         allow(denseStreamedKernel<real, true, false, GraphIdentity>, forwardBytes) &&
                         allow(denseStreamedKernel<real, false, false, NotStaged>, bytes) &&
-                        allow(denseStreamedKernel<real, false, false, GraphIdentity>, bytes) &&
                         allow(denseStreamedKernel<real, false, true, NotStaged>, bytes);
         cudaGetLastError(); // reported by the return value, not left for the next launch's check
         return ok;

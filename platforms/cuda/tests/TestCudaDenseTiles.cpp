@@ -165,7 +165,8 @@ template <typename real> void checkEveryTile() {
     // (every copy of the streamed kernel's threads reads a row), chunk arrays that start at the chunk's first row, and a
     // backward product that reads dE/d(out) by node with act'(z) and a timestep (the streamed kernel's Mapped variant).
     // 240 x 240 residual in padded rows on those groups: the hidden layers' shape (two column tiles, whole k-slices), whose
-    // 128 x 128 tiles finish through shared memory (storeTileStaged); 70 x 70 residual with the identity: its staged variant.
+    // 128 x 128 forward tiles finish through shared memory (storeTileStaged); 70 x 70 residual with the identity: its staged
+    // variant.
     for (const Shape& s :
          {Shape{100, 70, false, GraphTanh, false, 0}, Shape{70, 70, true, GraphTanh, false, 0}, Shape{70, 70, true, GraphSilu, false, 0},
           Shape{136, 40, false, GraphIdentity, true, 0}, Shape{256, 128, false, GraphTanh, false, 0},
