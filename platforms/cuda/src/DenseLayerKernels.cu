@@ -128,11 +128,40 @@ __device__ inline void multiplyTileSlice(const real* As, const real* Bs, real ac
     }
 }
 
-/** The epilogue of a thread's outputs (storeDenseOutput for each one inside the group's rows and the N columns). */
+/** v = p[0..3], 16 bytes at a time (p 16-byte aligned). */
+template <typename real> __device__ inline void loadRun4(const real* __restrict__ p, real v[4]) {
+    if constexpr (sizeof(real) == 4) {
+        const float4 x = *reinterpret_cast<const float4*>(p);
+        v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+    }
+    else {
+        const double2 x = *reinterpret_cast<const double2*>(p), y = *reinterpret_cast<const double2*>(p + 2);
+        v[0] = x.x, v[1] = x.y, v[2] = y.x, v[3] = y.y;
+    }
+}
+
+/** p[0..3] = v, 16 bytes at a time (p 16-byte aligned). */
+template <typename real> __device__ inline void storeRun4(real* __restrict__ p, const real v[4]) {
+    if constexpr (sizeof(real) == 4)
+        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    else {
+        *reinterpret_cast<double2*>(p) = make_double2(v[0], v[1]);
+        *reinterpret_cast<double2*>(p + 2) = make_double2(v[2], v[3]);
+    }
+}
+
+/**
+ * The epilogue of a thread's outputs (storeDenseOutput for each one inside the group's rows and the N columns).  A
+ * thread's columns come in runs of 4 consecutive ones (tileColOf); with vectorOut (denseEpilogueVectors: every row of
+ * the arrays it touches starts 16-byte aligned) a run inside the N columns loads its residual source, bias and timestep
+ * and stores its outputs and act'(z) 16 bytes at a time, with the same arithmetic per element: bitwise the same.
+ */
 template <typename real, bool Forward, int RPT, int CPT>
 __device__ inline void storeTile(const DenseBatch<real>& batch, const DenseTileOrigin<real>& origin, const int* rowNodes,
                                  const real* __restrict__ A, int aStride, int N, int activation, int residual, real* __restrict__ deriv,
-                                 int derivStride, real* __restrict__ out, int outStride, int outMapped, const real acc[RPT][CPT]) {
+                                 int derivStride, real* __restrict__ out, int outStride, int outMapped, int vectorOut,
+                                 const real acc[RPT][CPT]) {
+    static_assert(CPT % 4 == 0, "a thread's columns come in runs of 4");
     const real* __restrict__ bias = batch.bias[origin.group];
     const int* outMap = outMapped ? rowNodes : nullptr;
 #pragma unroll
@@ -142,11 +171,36 @@ __device__ inline void storeTile(const DenseBatch<real>& batch, const DenseTileO
             continue;
         const size_t a = rowIndex(batch, origin.aMap, row), o = rowIndex(batch, outMap, row), local = row - batch.chunkStart;
 #pragma unroll
-        for (int y = 0; y < CPT; y++) {
-            const int col = origin.colBase + tileColOf<CPT>(y);
-            if (col < N)
-                storeDenseOutput<real, Forward>(bias, origin.timestep, A, aStride, activation, residual, deriv, derivStride, out, outStride,
-                                                a, o, local, col, acc[x][y]);
+        for (int y0 = 0; y0 < CPT; y0 += 4) {
+            const int col0 = origin.colBase + tileColOf<CPT>(y0); // the run: col0 .. col0 + 3
+            if (vectorOut && col0 + 4 <= N) {
+                real source[4] = {}, value[4], derivative[4];
+                if (residual)
+                    loadRun4(A + a * aStride + col0, source);
+                if (Forward) {
+                    real b[4], t[4] = {};
+                    loadRun4(bias + col0, b);
+                    if (residual)
+                        loadRun4(origin.timestep + col0, t);
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        value[j] = denseForwardValue(activation, residual != 0, acc[x][y0 + j], b[j], t[j], source[j],
+                                                     deriv ? &derivative[j] : nullptr);
+                    if (deriv)
+                        storeRun4(deriv + local * derivStride + col0, derivative);
+                }
+                else
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        value[j] = denseInputGradient(residual != 0, acc[x][y0 + j], source[j]);
+                storeRun4(out + o * outStride + col0, value);
+            }
+            else
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    if (col0 + j < N)
+                        storeDenseOutput<real, Forward>(bias, origin.timestep, A, aStride, activation, residual, deriv, derivStride, out,
+                                                        outStride, a, o, local, col0 + j, acc[x][y0 + j]);
         }
     }
 }
@@ -207,7 +261,7 @@ template <typename real, bool Forward, int RPT, int CPT>
 __global__ void __launch_bounds__(256, RPT == 8 ? 2 : 1)
     denseGemmKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ A, int aStride, int aMapped, int K,
                     int N, int ldw, int activation, int residual, real* __restrict__ deriv, int derivStride, real* __restrict__ out,
-                    int outStride, int outMapped) {
+                    int outStride, int outMapped, int vectorOut) {
     constexpr int Rows = 16 * RPT, Cols = 16 * CPT;
     // k-slices of 16; 8 for the 128 x 128 tiles (fewer prefetch registers: two blocks fit on a multiprocessor); 64 for
     // the 16-row tiles of small batches in float, whose time is the chain of k-slice loads.
@@ -292,7 +346,7 @@ __global__ void __launch_bounds__(256, RPT == 8 ? 2 : 1)
         }
     }
     storeTile<real, Forward, RPT, CPT>(batch, origin, rowNodes, A, aStride, N, activation, residual, deriv, derivStride, out, outStride,
-                                       outMapped, acc);
+                                       outMapped, vectorOut, acc);
 }
 
 /**
@@ -485,7 +539,7 @@ template <typename real, bool Forward, bool Mapped, int Staged>
 __global__ void __launch_bounds__(256, 2)
     denseStreamedKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ A, int aStride, int K, int N,
                         int ldw, int activation, int residual, real* __restrict__ deriv, int derivStride, real* __restrict__ out,
-                        int outStride, int outMapped, int vectorB) {
+                        int outStride, int outMapped, int vectorB, int vectorOut) {
     using Tile = StreamedTile<real>;
     constexpr int Rows = Tile::Rows, Cols = Tile::Cols, TileK = Tile::TileK, Stages = Tile::Stages, Stride = Tile::Stride;
     constexpr int ALoads = TileK * Rows / 256, BLoads = TileK * Cols / 256, StageSize = (Forward ? 2 : 3) * TileK * Stride;
@@ -613,7 +667,7 @@ __global__ void __launch_bounds__(256, 2)
                                                shared);
     else
         storeTile<real, Forward, 8, 8>(batch, origin, rowNodes, A, aStride, N, activation, residual, deriv, derivStride, out, outStride,
-                                       outMapped, acc);
+                                       outMapped, vectorOut, acc);
 }
 
 inline bool aligned16(const void* p) {
@@ -645,15 +699,35 @@ bool smallTileVectorCopies(const DenseBatch<real>& batch, const real* A, int aSt
     return ok;
 }
 
+/**
+ * Whether storeTile may load and store its runs of 4 outputs 16 bytes at a time: every row of the output, of the
+ * residual source and (forward) of act'(z) starts 16-byte aligned, and so do (forward) each group's bias and timestep.
+ */
+template <typename real>
+bool denseEpilogueVectors(const DenseBatch<real>& batch, bool forward, const real* A, int aStride, bool residual, const real* deriv,
+                          int derivStride, const real* out, int outStride) {
+    bool ok = aligned16(out) && outStride % 4 == 0;
+    if (residual)
+        ok = ok && aligned16(A) && aStride % 4 == 0;
+    if (forward) {
+        if (deriv)
+            ok = ok && aligned16(deriv) && derivStride % 4 == 0;
+        for (int g = 0; g < batch.numGroups; g++)
+            ok = ok && aligned16(batch.bias[g]) && (!residual || aligned16(batch.timestep[g]));
+    }
+    return ok;
+}
+
 /** Launches denseGemmKernel (denseSmallKernel for 8-row tiles) with the batch's tile. */
 template <typename real, bool Forward>
 void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const int* rowNodes, const real* A, int aStride, bool aMapped,
                 int K, int ldw, int activation, bool residual, real* deriv, int derivStride, real* out, int outStride, bool outMapped) {
     dim3 blocks(batch.tileStart[batch.numGroups], (N + denseTileColumns(batch.tileRows) - 1) / denseTileColumns(batch.tileRows));
+    const int vectorOut = denseEpilogueVectors(batch, Forward, A, aStride, residual, deriv, derivStride, out, outStride) ? 1 : 0;
 #define GRAPH_GEMM(RPT, CPT)                                                                                                               \
     denseGemmKernel<real, Forward, RPT, CPT><<<blocks, 256, 0, stream>>>(batch, rowNodes, A, aStride, aMapped ? 1 : 0, K, N, ldw,          \
                                                                          activation, residual ? 1 : 0, deriv, derivStride, out, outStride, \
-                                                                         outMapped ? 1 : 0)
+                                                                         outMapped ? 1 : 0, vectorOut)
     if (batch.tileRows == 8) {
         const bool vector =
             smallTileVectorCopies(batch, A, aStride, ldw, deriv, derivStride, Forward, activation != GraphIdentity, residual);
@@ -686,7 +760,7 @@ void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const
             }
             kernel<<<blocks.x * blocks.y, 256, denseStreamedBytes<real, Forward>(), stream>>>(
                 batch, rowNodes, A, aStride, K, N, ldw, activation, residual ? 1 : 0, deriv, derivStride, out, outStride, outMapped ? 1 : 0,
-                vectorB ? 1 : 0);
+                vectorB ? 1 : 0, vectorOut);
         }
         else if (batch.tileRows == 128)
             GRAPH_GEMM(8, 8);
