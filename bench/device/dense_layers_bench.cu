@@ -88,9 +88,23 @@ int main(int argc, char** argv) {
         launchDenseForward<float>(batchOf(l, width[l + 1], streamed), rowNodes, h[l], width[l], width[l], width[l + 1], GraphTanh,
                                   width[l] == width[l + 1], deriv[l], h[l + 1], width[l + 1], false, 0);
     };
+    // As the pipeline does: the product above a plain layer (layer 1's, above layer 0) multiplies its output by that
+    // layer's act'(z) (DenseBatch::gradScale), and the plain layer's product takes it as dE/dz (GraphIdentity).  Built with
+    // -DDENSE_BENCH_NO_GRAD_SCALE, layer 0's product forms dE/dz from act'(z) itself (as before session 21, and as a
+    // DenseLayerKernels.cu without gradScale needs).
+#ifdef DENSE_BENCH_NO_GRAD_SCALE
+    constexpr bool gradScale = false;
+#else
+    constexpr bool gradScale = true;
+#endif
     auto backward = [&](int l, bool streamed) {
-        launchDenseBackward<float>(batchOf(l, width[l], streamed), rowNodes, grad[l + 1], width[l + 1], false, deriv[l], width[l + 1],
-                                   width[l], width[l + 1], GraphTanh, width[l] == width[l + 1], grad[l], width[l], 0);
+        DenseBatch<float> b = batchOf(l, width[l], streamed);
+        if (gradScale && l == 1) {
+            b.gradScale = deriv[0];
+            b.gradScaleStride = width[1];
+        }
+        launchDenseBackward<float>(b, rowNodes, grad[l + 1], width[l + 1], false, deriv[l], width[l + 1], width[l], width[l + 1],
+                                   gradScale && l == 0 ? GraphIdentity : GraphTanh, width[l] == width[l + 1], grad[l], width[l], 0);
     };
     cudaEvent_t start, stop;
     CHECK(cudaEventCreate(&start));

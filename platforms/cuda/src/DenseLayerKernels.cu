@@ -19,13 +19,6 @@ namespace {
 
 constexpr int SharedPad = 4;
 
-// How deep the streamed 128 x 128 kernel unrolls its 16 k of a slice (16: all of them).  A build choice for
-// bench/device/dense-unroll-ab.sh, which times 16, 8 and 4 (a smaller loop for the instruction cache against more loop
-// overhead); results are bitwise the same whatever it is.
-#ifndef GRAPH_DENSE_SLICE_UNROLL
-#define GRAPH_DENSE_SLICE_UNROLL 16
-#endif
-
 /** The group of a row tile, and of a row. */
 template <typename real> __device__ inline int groupOfTile(const DenseBatch<real>& batch, int tile) {
     return groupOf(batch.tileStart, batch.numGroups, tile);
@@ -67,18 +60,21 @@ template <typename real> struct DenseTileOrigin {
  * from C = acc (see denseGemmKernel); a, o and local are the row's index in A,
  * in out and in the chunk (rowIndex):
  * forward:  z = C + bias; deriv = act'(z) (if deriv); out = act(z) (+ A-source + timestep * act(z) if residual)
- * backward: out = C (+ A-source if residual)
+ * backward: out = C (+ A-source if residual), times scale[local][col] when scale (DenseBatch::gradScale)
  */
 template <typename real, bool Forward>
 __device__ inline void storeDenseOutput(const real* __restrict__ bias, const real* __restrict__ timestep, const real* __restrict__ A,
                                         int aStride, int activation, int residual, real* __restrict__ deriv, int derivStride,
-                                        real* __restrict__ out, int outStride, size_t a, size_t o, size_t local, int col, real acc) {
+                                        const real* __restrict__ scale, int scaleStride, real* __restrict__ out, int outStride, size_t a,
+                                        size_t o, size_t local, int col, real acc) {
     if (Forward)
         out[o * outStride + col] =
             denseForwardValue(activation, residual != 0, acc, bias[col], residual ? timestep[col] : real(0),
                               residual ? A[a * aStride + col] : real(0), deriv ? &deriv[local * derivStride + col] : nullptr);
-    else
-        out[o * outStride + col] = denseInputGradient(residual != 0, acc, residual ? A[a * aStride + col] : real(0));
+    else {
+        const real value = denseInputGradient(residual != 0, acc, residual ? A[a * aStride + col] : real(0));
+        out[o * outStride + col] = scale ? value * scale[local * scaleStride + col] : value;
+    }
 }
 
 /**
@@ -98,14 +94,14 @@ template <int CPT> __device__ inline int tileColOf(int y) {
 
 /**
  * acc[x][y] += sum over the TileK k of a k-slice, k in order, from shared memory: As [TileK][16 RPT + SharedPad]
- * (A transposed) and Bs [TileK][16 CPT + SharedPad]; the loop over k unrolled Unroll deep (the order of the sums is the
- * same whatever Unroll).
+ * (A transposed) and Bs [TileK][16 CPT + SharedPad].  Fully unrolled: unrolled 8 or 4 deep, the streamed kernel's
+ * products took 2.12 ms against 1.98 for the first layer's forward at medium 100,800 (bench/NOTES.md v22).
  */
-template <typename real, int RPT, int CPT, int TileK, int Unroll = TileK>
+template <typename real, int RPT, int CPT, int TileK>
 __device__ inline void multiplyTileSlice(const real* As, const real* Bs, real acc[RPT][CPT]) {
     constexpr int StrideA = 16 * RPT + SharedPad, StrideB = 16 * CPT + SharedPad;
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-#pragma unroll Unroll
+#pragma unroll
     for (int kk = 0; kk < TileK; kk++) {
         real a[RPT], b[CPT];
         if constexpr (RPT == 8) {
@@ -189,18 +185,27 @@ __device__ inline void storeTile(const DenseBatch<real>& batch, const DenseTileO
                     if (deriv)
                         storeRun4(deriv + local * derivStride + col0, derivative);
                 }
-                else
+                else {
 #pragma unroll
                     for (int j = 0; j < 4; j++)
                         value[j] = denseInputGradient(residual != 0, acc[x][y0 + j], source[j]);
+                    if (batch.gradScale) {
+                        real scale[4];
+                        loadRun4(batch.gradScale + local * batch.gradScaleStride + col0, scale);
+#pragma unroll
+                        for (int j = 0; j < 4; j++)
+                            value[j] = value[j] * scale[j];
+                    }
+                }
                 storeRun4(out + o * outStride + col0, value);
             }
             else
 #pragma unroll
                 for (int j = 0; j < 4; j++)
                     if (col0 + j < N)
-                        storeDenseOutput<real, Forward>(bias, origin.timestep, A, aStride, activation, residual, deriv, derivStride, out,
-                                                        outStride, a, o, local, col0 + j, acc[x][y0 + j]);
+                        storeDenseOutput<real, Forward>(bias, origin.timestep, A, aStride, activation, residual, deriv, derivStride,
+                                                        batch.gradScale, batch.gradScaleStride, out, outStride, a, o, local, col0 + j,
+                                                        acc[x][y0 + j]);
         }
     }
 }
@@ -235,9 +240,9 @@ __device__ inline void storeTileStaged(const DenseBatch<real>& batch, const Dens
             for (int j = 0; j < Half / 2; j++) {
                 const int i = 2 * j + threadIdx.x / 128, row = origin.rowBase + h * Half + i;
                 if (row < origin.rowEnd)
-                    storeDenseOutput<real, Forward>(bias, origin.timestep, A, aStride, Activation, 1, deriv, derivStride, out, outStride,
-                                                    rowIndex(batch, origin.aMap, row), rowIndex(batch, outMap, row), row - batch.chunkStart,
-                                                    col, staging[i * Stride + c]);
+                    storeDenseOutput<real, Forward>(bias, origin.timestep, A, aStride, Activation, 1, deriv, derivStride, batch.gradScale,
+                                                    batch.gradScaleStride, out, outStride, rowIndex(batch, origin.aMap, row),
+                                                    rowIndex(batch, outMap, row), row - batch.chunkStart, col, staging[i * Stride + c]);
             }
     }
 }
@@ -494,11 +499,11 @@ __global__ void __launch_bounds__(SmallTile<real>::Threads)
         return;
     const size_t a = rowIndex(batch, aMap, row), o = rowIndex(batch, outMapped ? rowNodes : nullptr, row), local = row - batch.chunkStart;
     if (colBase + c < N)
-        storeDenseOutput<real, Forward>(batch.bias[group], timestep, A, aStride, activation, residual, deriv, derivStride, out, outStride,
-                                        a, o, local, colBase + c, acc0);
+        storeDenseOutput<real, Forward>(batch.bias[group], timestep, A, aStride, activation, residual, deriv, derivStride, batch.gradScale,
+                                        batch.gradScaleStride, out, outStride, a, o, local, colBase + c, acc0);
     if (colBase + c + 16 < N)
-        storeDenseOutput<real, Forward>(batch.bias[group], timestep, A, aStride, activation, residual, deriv, derivStride, out, outStride,
-                                        a, o, local, colBase + c + 16, acc1);
+        storeDenseOutput<real, Forward>(batch.bias[group], timestep, A, aStride, activation, residual, deriv, derivStride, batch.gradScale,
+                                        batch.gradScaleStride, out, outStride, a, o, local, colBase + c + 16, acc1);
 }
 
 /**
@@ -660,7 +665,7 @@ __global__ void __launch_bounds__(256, 2)
         }
         __syncthreads(); // everyone's copies (and dE/dz); stage (s - 1) % Stages is free again
         issue(s + Stages - 1);
-        multiplyTileSlice<real, 8, 8, TileK, GRAPH_DENSE_SLICE_UNROLL>(As(stage), Bs(stage), acc);
+        multiplyTileSlice<real, 8, 8, TileK>(As(stage), Bs(stage), acc);
     }
     if constexpr (Staged != NotStaged) // residual layers (launchGemm)
         storeTileStaged<real, Forward, Staged>(batch, origin, rowNodes, A, aStride, N, deriv, derivStride, out, outStride, outMapped, acc,
@@ -701,7 +706,8 @@ bool smallTileVectorCopies(const DenseBatch<real>& batch, const real* A, int aSt
 
 /**
  * Whether storeTile may load and store its runs of 4 outputs 16 bytes at a time: every row of the output, of the
- * residual source and (forward) of act'(z) starts 16-byte aligned, and so do (forward) each group's bias and timestep.
+ * residual source, (forward) of act'(z) and (backward) of gradScale starts 16-byte aligned, and so do (forward) each
+ * group's bias and timestep.
  */
 template <typename real>
 bool denseEpilogueVectors(const DenseBatch<real>& batch, bool forward, const real* A, int aStride, bool residual, const real* deriv,
@@ -715,6 +721,8 @@ bool denseEpilogueVectors(const DenseBatch<real>& batch, bool forward, const rea
         for (int g = 0; g < batch.numGroups; g++)
             ok = ok && aligned16(batch.bias[g]) && (!residual || aligned16(batch.timestep[g]));
     }
+    else if (batch.gradScale)
+        ok = ok && aligned16(batch.gradScale) && batch.gradScaleStride % 4 == 0;
     return ok;
 }
 

@@ -171,6 +171,10 @@ template <typename real> struct DenseBatch {
     const real* bias[MaxBatchedGroups];     ///< [numOutputs]
     const real* timestep[MaxBatchedGroups]; ///< [numOutputs] or nullptr
     real energyShift[MaxBatchedGroups];     ///< energy output only
+    /// Backward products only, when not null: the input gradient is multiplied by gradScale [local row][gradScaleStride]
+    /// (the act'(z) of the layer below, not residual), so that the layer below reads its dE/dz ready (launchDenseBackward).
+    const real* gradScale;
+    int gradScaleStride;
 };
 
 /**
@@ -227,7 +231,11 @@ void launchDenseForward(const DenseBatch<real>& batch, const int* rowNodes, cons
  * gradInput[local row][inStride] = W^T (dE/dz) (+ dE/d(out) if residual), with
  * dE/dz = dE/d(out) act'(z) (times the timestep if residual) formed on the
  * fly from the forward pass's derivative [local row][derivStride] (unused
- * for GraphIdentity).
+ * for GraphIdentity).  With batch.gradScale, gradInput is then multiplied by
+ * it element by element: given the act'(z) of a non-residual layer below,
+ * gradInput is that layer's dE/dz, and its backward product takes it with
+ * activation GraphIdentity (the same products in the same order: bitwise the
+ * same results, without a third operand stream in that product).
  */
 template <typename real>
 void launchDenseBackward(const DenseBatch<real>& batch, const int* rowNodes, const real* gradOutput, int gradStride, bool gradByNode,

@@ -11,7 +11,8 @@
 // of any tile or k-slice, and 256 x 128 on 150 rows (a whole 128 x 128 tile
 // with K a multiple of the slice: the streamed kernel's unchecked copies, in
 // both passes), residual and plain layers, rows read and written through a
-// node map.
+// node map; the backward also with DenseBatch::gradScale (its product with
+// the unscaled input gradient, bitwise).
 #include "GraphKernelLaunch.h"
 #include <algorithm>
 #include <cstdio>
@@ -60,8 +61,11 @@ template <typename real> std::vector<real> randomValues(size_t count, std::mt199
     return values;
 }
 
-/** Every buffer one layer's forward and backward write, downloaded. */
-template <typename real> struct LayerResult { std::vector<real> output, derivative, gradInput; };
+/**
+ * Every buffer one layer's forward and backward write, downloaded; scaledGradInput: the backward once more with
+ * DenseBatch::gradScale (DenseLayerCase::scale).
+ */
+template <typename real> struct LayerResult { std::vector<real> output, derivative, gradInput, scaledGradInput; };
 
 template <typename real> class DenseLayerCase {
 public:
@@ -85,6 +89,13 @@ public:
         rowNodes.reset(new Buffer<int>(nodes));
         input.reset(new Buffer<real>(randomValues<real>((size_t) Rows * K, rng, 1.5)));
         gradOutput.reset(new Buffer<real>(randomValues<real>((size_t) byNodeRows() * S, rng, 1.0)));
+        scaleValues = randomValues<real>((size_t) Rows * K, rng, 1.0);
+        scaleBuffer.reset(new Buffer<real>(scaleValues));
+    }
+
+    /** The gradScale of the second backward ([local row][K], the input gradient's layout). */
+    const std::vector<real>& scale() const {
+        return scaleValues;
     }
 
     DenseBatch<real> batch(int tileRows, bool streamed) const {
@@ -107,15 +118,21 @@ public:
         return b;
     }
 
-    /** Forward (z = W h + b, out, act'(z)) and backward (dE/dh from dE/d(out)) with one tile. */
+    /** Forward (z = W h + b, out, act'(z)) and backward (dE/dh from dE/d(out), then again with gradScale) with one tile. */
     LayerResult<real> run(int tileRows, bool streamed = false) const {
-        Buffer<real> output((size_t) byNodeRows() * S), derivative((size_t) Rows * S), gradInput((size_t) Rows * K);
+        Buffer<real> output((size_t) byNodeRows() * S), derivative((size_t) Rows * S), gradInput((size_t) Rows * K),
+            scaledGradInput((size_t) Rows * K);
         const DenseBatch<real> b = batch(tileRows, streamed);
         launchDenseForward<real>(b, rowNodes->data, input->data, K, K, N, activation, residual, derivative.data, output.data, S, byNode, 0);
         launchDenseBackward<real>(b, rowNodes->data, gradOutput->data, S, byNode, derivative.data, S, K, N, activation, residual,
                                   gradInput.data, K, 0);
+        DenseBatch<real> scaled = b;
+        scaled.gradScale = scaleBuffer->data;
+        scaled.gradScaleStride = K;
+        launchDenseBackward<real>(scaled, rowNodes->data, gradOutput->data, S, byNode, derivative.data, S, K, N, activation, residual,
+                                  scaledGradInput.data, K, 0);
         EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize());
-        return {output.download(), derivative.download(), gradInput.download()};
+        return {output.download(), derivative.download(), gradInput.download(), scaledGradInput.download()};
     }
 
 private:
@@ -131,7 +148,8 @@ private:
     mutable std::mt19937 rng;
     std::vector<std::unique_ptr<Buffer<real>>> weights, biases, timesteps;
     std::unique_ptr<Buffer<int>> rowNodes;
-    std::unique_ptr<Buffer<real>> input, gradOutput;
+    std::unique_ptr<Buffer<real>> input, gradOutput, scaleBuffer;
+    std::vector<real> scaleValues;
 };
 
 template <typename real>
@@ -139,6 +157,14 @@ void expectBitwiseEqual(const std::vector<real>& expected, const std::vector<rea
     ASSERT_EQ(expected.size(), found.size());
     for (size_t i = 0; i < expected.size(); i++)
         ASSERT_EQ(expected[i], found[i]) << what << " element " << i << ", tile of " << tileRows << " rows";
+}
+
+/** With gradScale, each input gradient comes out times its scale, as the layer below would form its dE/dz from it. */
+template <typename real> void expectScaledGradient(const DenseLayerCase<real>& layer, const LayerResult<real>& found, int tileRows) {
+    std::vector<real> scaled(found.gradInput.size());
+    for (size_t i = 0; i < scaled.size(); i++)
+        scaled[i] = found.gradInput[i] * layer.scale()[i];
+    expectBitwiseEqual(scaled, found.scaledGradInput, "input gradient with gradScale", tileRows);
 }
 
 template <typename real> void checkEveryTile() {
@@ -180,6 +206,7 @@ template <typename real> void checkEveryTile() {
                      std::to_string(s.chunkStart));
         DenseLayerCase<real> layer(s.K, s.N, s.residual, s.activation, s.byNode, s.outPad, s.rows0, s.rows1, s.chunkStart);
         const LayerResult<real> expected = layer.run(16);
+        expectScaledGradient(layer, expected, 16);
         bool nonzero = false;
         for (real v : expected.gradInput)
             nonzero = nonzero || v != 0;
@@ -191,6 +218,7 @@ template <typename real> void checkEveryTile() {
             if (s.activation != GraphIdentity)
                 expectBitwiseEqual(expected.derivative, found.derivative, "act'(z)", tileRows);
             expectBitwiseEqual(expected.gradInput, found.gradInput, "input gradient", tileRows);
+            expectScaledGradient(layer, found, tileRows);
         }
     }
 }
