@@ -148,9 +148,11 @@ template <typename real> __device__ inline void storeRun4(real* __restrict__ p, 
 
 /**
  * The epilogue of a thread's outputs (storeDenseOutput for each one inside the group's rows and the N columns).  A
- * thread's columns come in runs of 4 consecutive ones (tileColOf); with vectorOut (denseEpilogueVectors: every row of
- * the arrays it touches starts 16-byte aligned) a run inside the N columns loads its residual source, bias and timestep
- * and stores its outputs and act'(z) 16 bytes at a time, with the same arithmetic per element: bitwise the same.
+ * thread's columns come in runs of 4 consecutive ones (tileColOf); in a backward product with vectorOut
+ * (denseEpilogueVectors: every row of the arrays it touches starts 16-byte aligned) a run inside the N columns loads its
+ * residual source and gradScale and stores its outputs 16 bytes at a time, with the same arithmetic per element: bitwise
+ * the same.  Forward products store one value at a time: with 16-byte runs the first layer's forward took 2.13 ms
+ * against 2.03 at medium 100,800, where the backward products gained 0.04-0.09 ms each (bench/NOTES.md v22).
  */
 template <typename real, bool Forward, int RPT, int CPT>
 __device__ inline void storeTile(const DenseBatch<real>& batch, const DenseTileOrigin<real>& origin, const int* rowNodes,
@@ -166,36 +168,32 @@ __device__ inline void storeTile(const DenseBatch<real>& batch, const DenseTileO
         if (row >= origin.rowEnd)
             continue;
         const size_t a = rowIndex(batch, origin.aMap, row), o = rowIndex(batch, outMap, row), local = row - batch.chunkStart;
+        if constexpr (Forward) {
+#pragma unroll
+            for (int y = 0; y < CPT; y++) {
+                const int col = origin.colBase + tileColOf<CPT>(y);
+                if (col < N)
+                    storeDenseOutput<real, Forward>(bias, origin.timestep, A, aStride, activation, residual, deriv, derivStride, nullptr, 0,
+                                                    out, outStride, a, o, local, col, acc[x][y]);
+            }
+            continue;
+        }
 #pragma unroll
         for (int y0 = 0; y0 < CPT; y0 += 4) {
             const int col0 = origin.colBase + tileColOf<CPT>(y0); // the run: col0 .. col0 + 3
             if (vectorOut && col0 + 4 <= N) {
-                real source[4] = {}, value[4], derivative[4];
+                real source[4] = {}, value[4];
                 if (residual)
                     loadRun4(A + a * aStride + col0, source);
-                if (Forward) {
-                    real b[4], t[4] = {};
-                    loadRun4(bias + col0, b);
-                    if (residual)
-                        loadRun4(origin.timestep + col0, t);
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    value[j] = denseInputGradient(residual != 0, acc[x][y0 + j], source[j]);
+                if (batch.gradScale) {
+                    real scale[4];
+                    loadRun4(batch.gradScale + local * batch.gradScaleStride + col0, scale);
 #pragma unroll
                     for (int j = 0; j < 4; j++)
-                        value[j] = denseForwardValue(activation, residual != 0, acc[x][y0 + j], b[j], t[j], source[j],
-                                                     deriv ? &derivative[j] : nullptr);
-                    if (deriv)
-                        storeRun4(deriv + local * derivStride + col0, derivative);
-                }
-                else {
-#pragma unroll
-                    for (int j = 0; j < 4; j++)
-                        value[j] = denseInputGradient(residual != 0, acc[x][y0 + j], source[j]);
-                    if (batch.gradScale) {
-                        real scale[4];
-                        loadRun4(batch.gradScale + local * batch.gradScaleStride + col0, scale);
-#pragma unroll
-                        for (int j = 0; j < 4; j++)
-                            value[j] = value[j] * scale[j];
-                    }
+                        value[j] = value[j] * scale[j];
                 }
                 storeRun4(out + o * outStride + col0, value);
             }
@@ -705,23 +703,15 @@ bool smallTileVectorCopies(const DenseBatch<real>& batch, const real* A, int aSt
 }
 
 /**
- * Whether storeTile may load and store its runs of 4 outputs 16 bytes at a time: every row of the output, of the
- * residual source, (forward) of act'(z) and (backward) of gradScale starts 16-byte aligned, and so do (forward) each
- * group's bias and timestep.
+ * Whether storeTile may load and store the runs of 4 outputs of a backward product 16 bytes at a time: every row of
+ * the output, of the residual source and of gradScale starts 16-byte aligned.
  */
 template <typename real>
-bool denseEpilogueVectors(const DenseBatch<real>& batch, bool forward, const real* A, int aStride, bool residual, const real* deriv,
-                          int derivStride, const real* out, int outStride) {
+bool denseEpilogueVectors(const DenseBatch<real>& batch, const real* A, int aStride, bool residual, const real* out, int outStride) {
     bool ok = aligned16(out) && outStride % 4 == 0;
     if (residual)
         ok = ok && aligned16(A) && aStride % 4 == 0;
-    if (forward) {
-        if (deriv)
-            ok = ok && aligned16(deriv) && derivStride % 4 == 0;
-        for (int g = 0; g < batch.numGroups; g++)
-            ok = ok && aligned16(batch.bias[g]) && (!residual || aligned16(batch.timestep[g]));
-    }
-    else if (batch.gradScale)
+    if (batch.gradScale)
         ok = ok && aligned16(batch.gradScale) && batch.gradScaleStride % 4 == 0;
     return ok;
 }
@@ -731,7 +721,7 @@ template <typename real, bool Forward>
 void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const int* rowNodes, const real* A, int aStride, bool aMapped,
                 int K, int ldw, int activation, bool residual, real* deriv, int derivStride, real* out, int outStride, bool outMapped) {
     dim3 blocks(batch.tileStart[batch.numGroups], (N + denseTileColumns(batch.tileRows) - 1) / denseTileColumns(batch.tileRows));
-    const int vectorOut = denseEpilogueVectors(batch, Forward, A, aStride, residual, deriv, derivStride, out, outStride) ? 1 : 0;
+    const int vectorOut = !Forward && denseEpilogueVectors(batch, A, aStride, residual, out, outStride) ? 1 : 0;
 #define GRAPH_GEMM(RPT, CPT)                                                                                                               \
     denseGemmKernel<real, Forward, RPT, CPT><<<blocks, 256, 0, stream>>>(batch, rowNodes, A, aStride, aMapped ? 1 : 0, K, N, ldw,          \
                                                                          activation, residual ? 1 : 0, deriv, derivStride, out, outStride, \
