@@ -209,14 +209,14 @@ __device__ inline void storeTile(const DenseBatch<real>& batch, const DenseTileO
 }
 
 /**
- * storeTile of the 128 x 128 tiles (8 x 8 outputs a thread) through shared memory, for residual layers, whose epilogue
- * loads the residual source (and, forward, stores act'(z)) beside the output: each half of the tile (64 rows) goes to
+ * storeTile of a forward product's 128 x 128 tiles (8 x 8 outputs a thread) through shared memory, for residual layers,
+ * whose epilogue loads the residual source beside storing the output and act'(z): each half of the tile (64 rows) goes to
  * `staging` ([64][128 + SharedPad] `real`s of shared memory, free once the products are done), then thread t finishes
  * column t % 128 of rows t / 128, t / 128 + 2, ..., so that a warp's loads and stores are 32 consecutive values of one row
  * instead of runs of 4 values 64 apart, and the activation is a compile-time constant.  Each element goes through
- * storeDenseOutput as in storeTile: bitwise the same outputs.  Begins and ends with a block barrier (every thread calls it).
+ * storeDenseOutput as in storeTile: bitwise the same outputs.  Every thread of the block calls it (block barriers inside).
  */
-template <typename real, bool Forward, int Activation>
+template <typename real, int Activation>
 __device__ inline void storeTileStaged(const DenseBatch<real>& batch, const DenseTileOrigin<real>& origin, const int* rowNodes,
                                        const real* __restrict__ A, int aStride, int N, real* __restrict__ deriv, int derivStride,
                                        real* __restrict__ out, int outStride, int outMapped, const real acc[8][8], real* staging) {
@@ -238,9 +238,9 @@ __device__ inline void storeTileStaged(const DenseBatch<real>& batch, const Dens
             for (int j = 0; j < Half / 2; j++) {
                 const int i = 2 * j + threadIdx.x / 128, row = origin.rowBase + h * Half + i;
                 if (row < origin.rowEnd)
-                    storeDenseOutput<real, Forward>(bias, origin.timestep, A, aStride, Activation, 1, deriv, derivStride, batch.gradScale,
-                                                    batch.gradScaleStride, out, outStride, rowIndex(batch, origin.aMap, row),
-                                                    rowIndex(batch, outMap, row), row - batch.chunkStart, col, staging[i * Stride + c]);
+                    storeDenseOutput<real, true>(bias, origin.timestep, A, aStride, Activation, 1, deriv, derivStride, nullptr, 0, out,
+                                                 outStride, rowIndex(batch, origin.aMap, row), rowIndex(batch, outMap, row),
+                                                 row - batch.chunkStart, col, staging[i * Stride + c]);
             }
     }
 }
@@ -547,7 +547,7 @@ __global__ void __launch_bounds__(256, 2)
     constexpr int Rows = Tile::Rows, Cols = Tile::Cols, TileK = Tile::TileK, Stages = Tile::Stages, Stride = Tile::Stride;
     constexpr int ALoads = TileK * Rows / 256, BLoads = TileK * Cols / 256, StageSize = (Forward ? 2 : 3) * TileK * Stride;
     static_assert(!(Forward && Mapped), "the forward pass reads A by row");
-    static_assert(!(Mapped && Staged != NotStaged), "the staged epilogue is for residual layers, whose A is read by row");
+    static_assert(Staged == NotStaged || (Forward && !Mapped), "the staged epilogue is for forward products (of residual layers)");
     static_assert(64 * (Cols + SharedPad) <= Stages * StageSize, "storeTileStaged's half tile fits in the stages");
     extern __shared__ __align__(16) unsigned char streamedShared[];
     real* shared = reinterpret_cast<real*>(streamedShared);
@@ -665,8 +665,8 @@ __global__ void __launch_bounds__(256, 2)
         issue(s + Stages - 1);
         multiplyTileSlice<real, 8, 8, TileK>(As(stage), Bs(stage), acc);
     }
-    if constexpr (Staged != NotStaged) // residual layers (launchGemm)
-        storeTileStaged<real, Forward, Staged>(batch, origin, rowNodes, A, aStride, N, deriv, derivStride, out, outStride, outMapped, acc,
+    if constexpr (Staged != NotStaged) // forward products of residual layers (launchGemm)
+        storeTileStaged<real, Staged>(batch, origin, rowNodes, A, aStride, N, deriv, derivStride, out, outStride, outMapped, acc,
                                                shared);
     else
         storeTile<real, Forward, 8, 8>(batch, origin, rowNodes, A, aStride, N, activation, residual, deriv, derivStride, out, outStride,
