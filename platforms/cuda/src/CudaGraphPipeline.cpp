@@ -944,18 +944,19 @@ private:
                 }
                 return batch;
             };
-            bool gradIsDz = false; // whether grad holds dE/dz of the next layer down rather than dE/d(out)
             if (isNode) {
                 // phi = W_out h + b: dE/dh = W_out^T dE/dphi.
                 const DeviceLayer& out = networks.output[t0];
                 launchDenseBackward<real>(scaledFor(makeBatch(networks, -1, batchTypes, out.numInputs, chunk), H - 1), rowNodes,
                                           pointer<real>(nodeFeatureGrad), M, true, nullptr, 0, out.numInputs, out.numOutputs, GraphIdentity,
                                           false, grad, H > 0 ? networks.layerWidth[H - 1] : gradInputStride, stream);
-                gradIsDz = H > 0 && takesDz(H - 1);
             }
             int current = 0;
             for (int l = H - 1; l >= 0; l--) {
                 const DeviceLayer& layer = networks.hidden[t0][l];
+                // Whether grad holds layer l's dE/dz: the product before it scaled for it (the layer above's, or the node
+                // network's output layer's; the fitting network's last layer takes dE/dh = w from the energy output).
+                const bool gradIsDz = takesDz(l) && (l < H - 1 || isNode);
                 real* target;
                 int targetStride;
                 if (l == 0) {
@@ -972,7 +973,6 @@ private:
                                           layer.numInputs, layer.numOutputs, gradIsDz ? GraphIdentity : activation, layer.residual, target,
                                           targetStride, stream);
                 grad = target;
-                gradIsDz = l > 0 && takesDz(l - 1);
             }
         }
     }

@@ -105,44 +105,22 @@ __device__ inline void multiplyTileSlice(const real* As, const real* Bs, real ac
     for (int kk = 0; kk < TileK; kk++) {
         real a[RPT], b[CPT];
         if constexpr (RPT == 8) {
-            loadShared<real, 4>(As + kk * StrideA + ty * 4, a);
-            loadShared<real, 4>(As + kk * StrideA + 64 + ty * 4, a + 4);
+            loadVector<real, 4>(As + kk * StrideA + ty * 4, a);
+            loadVector<real, 4>(As + kk * StrideA + 64 + ty * 4, a + 4);
         }
         else
-            loadShared<real, RPT>(As + kk * StrideA + ty * RPT, a);
+            loadVector<real, RPT>(As + kk * StrideA + ty * RPT, a);
         if constexpr (CPT == 8) {
-            loadShared<real, 4>(Bs + kk * StrideB + tx * 4, b);
-            loadShared<real, 4>(Bs + kk * StrideB + 64 + tx * 4, b + 4);
+            loadVector<real, 4>(Bs + kk * StrideB + tx * 4, b);
+            loadVector<real, 4>(Bs + kk * StrideB + 64 + tx * 4, b + 4);
         }
         else
-            loadShared<real, CPT>(Bs + kk * StrideB + tx * CPT, b);
+            loadVector<real, CPT>(Bs + kk * StrideB + tx * CPT, b);
 #pragma unroll
         for (int x = 0; x < RPT; x++)
 #pragma unroll
             for (int y = 0; y < CPT; y++)
                 acc[x][y] = fma(a[x], b[y], acc[x][y]);
-    }
-}
-
-/** v = p[0..3], 16 bytes at a time (p 16-byte aligned). */
-template <typename real> __device__ inline void loadRun4(const real* __restrict__ p, real v[4]) {
-    if constexpr (sizeof(real) == 4) {
-        const float4 x = *reinterpret_cast<const float4*>(p);
-        v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
-    }
-    else {
-        const double2 x = *reinterpret_cast<const double2*>(p), y = *reinterpret_cast<const double2*>(p + 2);
-        v[0] = x.x, v[1] = x.y, v[2] = y.x, v[3] = y.y;
-    }
-}
-
-/** p[0..3] = v, 16 bytes at a time (p 16-byte aligned). */
-template <typename real> __device__ inline void storeRun4(real* __restrict__ p, const real v[4]) {
-    if constexpr (sizeof(real) == 4)
-        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-    else {
-        *reinterpret_cast<double2*>(p) = make_double2(v[0], v[1]);
-        *reinterpret_cast<double2*>(p + 2) = make_double2(v[2], v[3]);
     }
 }
 
@@ -176,35 +154,35 @@ __device__ inline void storeTile(const DenseBatch<real>& batch, const DenseTileO
                     storeDenseOutput<real, Forward>(bias, origin.timestep, A, aStride, activation, residual, deriv, derivStride, nullptr, 0,
                                                     out, outStride, a, o, local, col, acc[x][y]);
             }
-            continue;
         }
+        else
 #pragma unroll
-        for (int y0 = 0; y0 < CPT; y0 += 4) {
-            const int col0 = origin.colBase + tileColOf<CPT>(y0); // the run: col0 .. col0 + 3
-            if (vectorOut && col0 + 4 <= N) {
-                real source[4] = {}, value[4];
-                if (residual)
-                    loadRun4(A + a * aStride + col0, source);
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    value[j] = denseInputGradient(residual != 0, acc[x][y0 + j], source[j]);
-                if (batch.gradScale) {
-                    real scale[4];
-                    loadRun4(batch.gradScale + local * batch.gradScaleStride + col0, scale);
+            for (int y0 = 0; y0 < CPT; y0 += 4) {
+                const int col0 = origin.colBase + tileColOf<CPT>(y0); // the run: col0 .. col0 + 3
+                if (vectorOut && col0 + 4 <= N) {
+                    real source[4] = {}, value[4];
+                    if (residual)
+                        loadVector<real, 4>(A + a * aStride + col0, source);
 #pragma unroll
                     for (int j = 0; j < 4; j++)
-                        value[j] = value[j] * scale[j];
-                }
-                storeRun4(out + o * outStride + col0, value);
-            }
-            else
+                        value[j] = denseInputGradient(residual != 0, acc[x][y0 + j], source[j]);
+                    if (batch.gradScale) {
+                        real scale[4];
+                        loadVector<real, 4>(batch.gradScale + local * batch.gradScaleStride + col0, scale);
 #pragma unroll
-                for (int j = 0; j < 4; j++)
-                    if (col0 + j < N)
-                        storeDenseOutput<real, Forward>(bias, origin.timestep, A, aStride, activation, residual, deriv, derivStride,
-                                                        batch.gradScale, batch.gradScaleStride, out, outStride, a, o, local, col0 + j,
-                                                        acc[x][y0 + j]);
-        }
+                        for (int j = 0; j < 4; j++)
+                            value[j] = value[j] * scale[j];
+                    }
+                    storeVector<real, 4>(out + o * outStride + col0, value);
+                }
+                else
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        if (col0 + j < N)
+                            storeDenseOutput<real, Forward>(bias, origin.timestep, A, aStride, activation, residual, deriv, derivStride,
+                                                            batch.gradScale, batch.gradScaleStride, out, outStride, a, o, local, col0 + j,
+                                                            acc[x][y0 + j]);
+            }
     }
 }
 
@@ -468,10 +446,10 @@ __global__ void __launch_bounds__(SmallTile<real>::Threads)
         int kk = 0;
         for (; kk + 4 <= count; kk += 4) {
             real a4[4], b0[4], b1[4];
-            loadShared<real, 4>(a + kk, a4);
+            loadVector<real, 4>(a + kk, a4);
             if (Forward) {
-                loadShared<real, 4>(b + c * BStride + kk, b0);
-                loadShared<real, 4>(b + (c + 16) * BStride + kk, b1);
+                loadVector<real, 4>(b + c * BStride + kk, b0);
+                loadVector<real, 4>(b + (c + 16) * BStride + kk, b1);
             }
             else
 #pragma unroll

@@ -239,7 +239,7 @@ __device__ inline void edgeGradientSums(const Stage* stage, int q, int sub, cons
 #pragma unroll
                     for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
                         real g[V];
-                        loadShared<real, V>(G + lm * M + k0, g);
+                        loadVector<real, V>(G + lm * M + k0, g);
 #pragma unroll
                         for (int v = 0; v < V; v++) {
                             S[lm] += g[v] * (value[v] * weight[v]);

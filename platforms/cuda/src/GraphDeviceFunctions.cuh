@@ -132,10 +132,11 @@ template <typename real> __device__ inline int tableStride(const GraphModelParam
 }
 
 /**
- * out[x] = p[x], x < W, from shared memory: a float4 for W = 4 floats, a float2 for W = 2 floats, double2 pairs for an
- * even W of doubles (p aligned to the vector), else W loads.
+ * out[x] = p[x], x < W, by vector loads: a float4 for W = 4 floats, a float2 for W = 2 floats, double2 pairs for an even
+ * W of doubles (p aligned to the vector), else W loads.  Any memory space (shared memory in the products and the force
+ * scan, global memory in the dense epilogue); loadChannels is the read-only global form.
  */
-template <typename real, int W> __device__ inline void loadShared(const real* p, real out[W]) {
+template <typename real, int W> __device__ inline void loadVector(const real* p, real out[W]) {
     if constexpr (sizeof(real) == 4 && W == 4) {
         const float4 v = *reinterpret_cast<const float4*>(p);
         out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
@@ -155,6 +156,24 @@ template <typename real, int W> __device__ inline void loadShared(const real* p,
 #pragma unroll
         for (int x = 0; x < W; x++)
             out[x] = p[x];
+    }
+}
+
+/** p[x] = v[x], x < W, by vector stores: the layout of loadVector (p aligned to the vector). */
+template <typename real, int W> __device__ inline void storeVector(real* p, const real v[W]) {
+    if constexpr (sizeof(real) == 4 && W == 4)
+        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    else if constexpr (sizeof(real) == 4 && W == 2)
+        *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
+    else if constexpr (sizeof(real) == 8 && W % 2 == 0) {
+#pragma unroll
+        for (int x = 0; x < W; x += 2)
+            *reinterpret_cast<double2*>(p + x) = make_double2(v[x], v[x + 1]);
+    }
+    else {
+#pragma unroll
+        for (int x = 0; x < W; x++)
+            p[x] = v[x];
     }
 }
 
