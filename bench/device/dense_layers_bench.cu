@@ -4,7 +4,8 @@
  * shape at 100,800 rows: four type groups of 25,200 rows, descriptor 1536 ->
  * 240 -> 240 -> 240, tanh, the last two layers residual; the 128 x 128 tiles
  * with k-slices through registers (streamedWide 0) and streamed by
- * asynchronous copies (1, where configureDenseLayers allows it).  Prints each
+ * asynchronous copies (1, where configureDenseLayers allows it; the forward
+ * copies W^T from the transposed weights, DenseBatch::weightT).  Prints each
  * product's mean time (CUDA events, 10 launches after 3) and checks that both
  * ways give bitwise the same results.  bench/device/dense_probe.cu times
  * stripped copies of the same schemes; this one times what the plugin runs.
@@ -37,10 +38,19 @@ int main(int argc, char** argv) {
             x = offset + scale * uniform(rng);
         return uploadFloats(v);
     };
-    float *W[Layers][Groups], *bias[Layers][Groups], *timestep[Layers][Groups];
+    // W [out][in] and, as the pipeline uploads it in float, its transpose [in][out] (DenseBatch::weightT).
+    float *W[Layers][Groups], *WT[Layers][Groups], *bias[Layers][Groups], *timestep[Layers][Groups];
     for (int l = 0; l < Layers; l++)
         for (int g = 0; g < Groups; g++) {
-            W[l][g] = upload((size_t) width[l + 1] * width[l], 1.0f / std::sqrt((float) width[l]));
+            const int K = width[l], N = width[l + 1];
+            std::vector<float> w((size_t) N * K), wT((size_t) K * N);
+            for (float& x : w)
+                x = 1.0f / std::sqrt((float) K) * uniform(rng); // as upload(..., 1 / sqrt(K)) drew them before
+            for (int c = 0; c < N; c++)
+                for (int k = 0; k < K; k++)
+                    wT[(size_t) k * N + c] = w[(size_t) c * K + k];
+            W[l][g] = uploadFloats(w);
+            WT[l][g] = uploadFloats(wT);
             bias[l][g] = upload(width[l + 1], 0.1f);
             timestep[l][g] = upload(width[l + 1], 0.05f, 0.1f);
         }
@@ -79,6 +89,7 @@ int main(int argc, char** argv) {
         }
         for (int g = 0; g < Groups; g++) {
             b.weight[g] = W[l][g];
+            b.weightT[g] = WT[l][g];
             b.bias[g] = bias[l][g];
             b.timestep[g] = width[l] == width[l + 1] ? timestep[l][g] : nullptr;
         }

@@ -16,6 +16,7 @@ namespace {
 /** Device copy of one dense layer in `real`. */
 struct DeviceLayer {
     std::unique_ptr<CudaArray> weight, bias, timestep;
+    std::unique_ptr<CudaArray> weightT; ///< [numInputs][numOutputs] (DenseBatch::weightT), in float only (the 128 x 128 tiles)
     int numInputs = 0, numOutputs = 0;
     bool residual = false;
 };
@@ -536,6 +537,14 @@ private:
         device.numOutputs = layer.numOutputs;
         device.residual = layer.residual;
         device.weight = upload(layer.weight, name + "Weight");
+        if (sizeof(real) == 4) {
+            const int K = layer.numInputs, N = layer.numOutputs;
+            std::vector<double> transposed((size_t) K * N);
+            for (int c = 0; c < N; c++)
+                for (int k = 0; k < K; k++)
+                    transposed[(size_t) k * N + c] = layer.weight[(size_t) c * K + k];
+            device.weightT = upload(transposed, name + "WeightT");
+        }
         device.bias = upload(layer.bias, name + "Bias");
         if (layer.residual)
             device.timestep = upload(layer.timestep, name + "Timestep");
@@ -874,6 +883,7 @@ private:
             batch.rowStart[g + 1] = clip(typeOffsets[t + 1]);
             batch.tileStart[g + 1] = batch.tileStart[g] + (rows + batch.tileRows - 1) / batch.tileRows;
             batch.weight[g] = pointer<real>(l.weight);
+            batch.weightT[g] = pointer<real>(l.weightT);
             batch.bias[g] = pointer<real>(l.bias);
             batch.timestep[g] = l.residual ? pointer<real>(l.timestep) : nullptr;
             batch.energyShift[g] = (real) energyShift[t];

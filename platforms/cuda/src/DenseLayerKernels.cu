@@ -489,10 +489,12 @@ __global__ void __launch_bounds__(SmallTile<real>::Threads)
  * in flight, instead of prefetched through registers: the register kernel
  * waits on its next slice's loads (v5: 3.7 of 8.6 cycles an instruction at
  * medium 100,800), and its registers hold 8-deep slices at most.  A (and
- * act'(z)) and the forward's W^T are copied 4 bytes at a time into the
- * transposed layout [k][row]; the backward's W rows 16 bytes at a time when
- * every group's weights are 16-byte aligned with ldw == N and N % 4 == 0
- * (`vectorB`, whole vectors only).
+ * act'(z)) is copied 4 bytes at a time into the transposed layout [k][row].
+ * B is stored [k][c]: with `vectorB` its rows are copied 16 bytes at a time
+ * (whole vectors only) from W itself in the backward (every group's weights
+ * 16-byte aligned, ldw == N, N % 4 == 0) and from the transposed copy
+ * DenseBatch::weightT ([K][N], aligned the same way) in the forward; without
+ * it the forward reads W^T 4 bytes at a time (W[c][k], one address a copy).
  * Backward: when a slice has landed each thread turns the A values it copied
  * into dE/dz (denseOutputGradient, as the register kernel does on its loads)
  * before the barrier.  One block per (row tile, column tile), the column
@@ -533,6 +535,9 @@ __global__ void __launch_bounds__(256, 2)
     const DenseTileOrigin<real> origin(batch, Rows, Cols, rowNodes, Mapped ? 1 : 0, blockIdx.x / colTiles, blockIdx.x % colTiles);
     const int rowBase = origin.rowBase, colBase = origin.colBase;
     const real* __restrict__ W = origin.W;
+    // With vectorB, B(k, c) = rowsB[k * ldb + c]: the backward's W, or the forward's transposed copy of it ([K][N]).
+    const real* __restrict__ rowsB = Forward ? batch.weightT[origin.group] : W;
+    const int ldb = Forward ? N : ldw;
     const bool withDeriv = !Forward && activation != GraphIdentity;
     // This thread copies A(row, k0 + aK) (and act'(z)) of tile rows r0 + RowStep m, m < ALoads, as in denseGemmKernel.
     constexpr int RowStep = 256 / TileK;
@@ -589,21 +594,21 @@ __global__ void __launch_bounds__(256, 2)
                 copyTileRows(Ds(stage) + aK * Stride + r0, dFirst, derivStride, deriv);
             auto copyB = [&](auto whole) {
                 constexpr bool Whole = decltype(whole)::value;
-                if (Forward) // B(k, c) = W[c][k]: consecutive threads read consecutive k
+                if (Forward && !vectorB) // B(k, c) = W[c][k]: consecutive threads read consecutive k
 #pragma unroll
                     for (int m = 0; m < BLoads; m++) {
                         const int e = threadIdx.x + 256 * m, kk = e % TileK, cc = e / TileK, col = colBase + cc, k = k0 + kk;
                         const int valid = Whole || (col < N && k < K) ? 1 : 0;
                         copyAsync<real, 1>(Bs(stage) + kk * Stride + cc, valid ? W + (size_t) col * ldw + k : W, valid);
                     }
-                else if (vectorB) { // B(k, c) = W[k][c]: 16 bytes at a time along c; ldw = N % V == 0 (launchGemm)
+                else if (vectorB) { // B(k, c) = rowsB[k][c]: 16 bytes at a time along c; ldb = N, N % V == 0 (launchGemm)
                     constexpr int V = 16 / sizeof(real);
 #pragma unroll
                     for (int m = 0; m < BLoads / V; m++) {
                         const int e = threadIdx.x + 256 * m, kk = e / (Cols / V), cc = V * (e % (Cols / V)), col = colBase + cc,
                                   k = k0 + kk;
                         const int valid = Whole || (k < K && col < N) ? V : 0;
-                        copyAsync<real, V>(Bs(stage) + kk * Stride + cc, valid > 0 ? W + (size_t) k * ldw + col : W, valid);
+                        copyAsync<real, V>(Bs(stage) + kk * Stride + cc, valid > 0 ? rowsB + (size_t) k * ldb + col : rowsB, valid);
                     }
                 }
                 else // unaligned weights (ldw != N or an odd base; the pipeline's products never are): rolled, so that the
@@ -655,11 +660,11 @@ inline bool aligned16(const void* p) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-/** Whether every row of each group's weights (ldw `real`s apart) starts 16-byte aligned. */
-template <typename real> bool weightRowsAligned16(const DenseBatch<real>& batch, int ldw) {
-    bool ok = ldw % (16 / sizeof(real)) == 0;
+/** Whether every group has the matrix (DenseBatch::weight or weightT) and each of its rows (ld `real`s apart) starts 16-byte aligned. */
+template <typename real> bool rowsAligned16(const DenseBatch<real>& batch, const real* const (&matrices)[MaxBatchedGroups], int ld) {
+    bool ok = ld % (16 / sizeof(real)) == 0;
     for (int g = 0; g < batch.numGroups; g++)
-        ok = ok && aligned16(batch.weight[g]);
+        ok = ok && matrices[g] && aligned16(matrices[g]);
     return ok;
 }
 
@@ -671,7 +676,7 @@ template <typename real>
 bool smallTileVectorCopies(const DenseBatch<real>& batch, const real* A, int aStride, int ldw, const real* deriv, int derivStride,
                            bool forward, bool withDeriv, bool residual) {
     constexpr int V = SmallTile<real>::Vector;
-    bool ok = aligned16(A) && aStride % V == 0 && weightRowsAligned16(batch, ldw);
+    bool ok = aligned16(A) && aStride % V == 0 && rowsAligned16(batch, batch.weight, ldw);
     if (!forward && withDeriv)
         ok = ok && aligned16(deriv) && derivStride % V == 0;
     if (!forward && residual)
@@ -720,8 +725,10 @@ void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const
         // 2.07 ms against 2.25 through registers, its backward 2.31 against 3.67 (bench/NOTES.md v18, dense_layers_bench).
         // (A read by node happens only in a backward product; a forward one would take the register kernel.)
         if (batch.tileRows == 128 && batch.streamedWide && !(Forward && aMapped)) {
-            // The backward's W rows 16 bytes at a time, whole vectors only (the kernel copies no partial vector): ldw == N there.
-            const bool vectorB = !Forward && ldw == N && weightRowsAligned16(batch, ldw);
+            // B's rows 16 bytes at a time, whole vectors only (the kernel copies no partial vector): the backward's W (ldw == N
+            // there) or the forward's transposed copy ([K][N]).  At medium 100,800 the copies of W^T by 4 bytes took about 8% of
+            // the first layer's forward instructions (bench/NOTES.md v23).
+            const bool vectorB = Forward ? rowsAligned16(batch, batch.weightT, N) : ldw == N && rowsAligned16(batch, batch.weight, ldw);
             // The forward products of residual layers (the hidden layers of equal width) finish their tiles through shared
             // memory: at medium 100,800 the 240-wide forward takes 0.445 ms against 0.565 with storeTile; the first layer's
             // forward (2.146 against 2.041) and the backward products (0.476 against 0.471) lose by it (bench/NOTES.md v21, v22).

@@ -168,6 +168,9 @@ template <typename real> struct DenseBatch {
     int rowStart[MaxBatchedGroups + 1];
     int tileStart[MaxBatchedGroups + 1];
     const real* weight[MaxBatchedGroups];   ///< [numOutputs][numInputs]
+    /// The same weights transposed, [numInputs][numOutputs] (device memory), or nullptr: where every group has them with
+    /// 16-byte aligned rows, the streamed 128 x 128 forward tiles copy their k-slices of W^T 16 bytes at a time.
+    const real* weightT[MaxBatchedGroups];
     const real* bias[MaxBatchedGroups];     ///< [numOutputs]
     const real* timestep[MaxBatchedGroups]; ///< [numOutputs] or nullptr
     real energyShift[MaxBatchedGroups];     ///< energy output only

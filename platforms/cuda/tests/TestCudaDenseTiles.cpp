@@ -12,7 +12,9 @@
 // with K a multiple of the slice: the streamed kernel's unchecked copies, in
 // both passes), residual and plain layers, rows read and written through a
 // node map; the backward also with DenseBatch::gradScale (its product with
-// the unscaled input gradient, bitwise).
+// the unscaled input gradient, bitwise); the streamed 128 x 128 tiles also
+// with the transposed weights (DenseBatch::weightT: the forward's 16-byte
+// copies of W^T where N is a multiple of 4, 4-byte copies otherwise).
 #include "GraphKernelLaunch.h"
 #include <algorithm>
 #include <cstdio>
@@ -20,6 +22,8 @@
 #include <gtest/gtest.h>
 #include <numeric>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 using namespace GraphPlugin;
@@ -79,7 +83,13 @@ public:
         : K(K), N(N), S(N + outPad), Rows0(rows0), Rows1(rows1), Rows(rows0 + rows1), ChunkStart(chunkStart), residual(residual),
           activation(activation), byNode(byNode), rng(K * 131 + N + (residual ? 7 : 0) + rows0) {
         for (int g = 0; g < 2; g++) {
-            weights.emplace_back(new Buffer<real>(randomValues<real>((size_t) N * K, rng, 1.0 / std::sqrt((double) K))));
+            const std::vector<real> w = randomValues<real>((size_t) N * K, rng, 1.0 / std::sqrt((double) K)); // [N][K]
+            std::vector<real> wT((size_t) K * N);
+            for (int c = 0; c < N; c++)
+                for (int k = 0; k < K; k++)
+                    wT[(size_t) k * N + c] = w[(size_t) c * K + k];
+            weights.emplace_back(new Buffer<real>(w));
+            weightsT.emplace_back(new Buffer<real>(wT));
             biases.emplace_back(new Buffer<real>(randomValues<real>(N, rng, 0.5)));
             timesteps.emplace_back(new Buffer<real>(randomValues<real>(N, rng, 0.3)));
         }
@@ -98,7 +108,8 @@ public:
         return scaleValues;
     }
 
-    DenseBatch<real> batch(int tileRows, bool streamed) const {
+    /** transposed: with DenseBatch::weightT. */
+    DenseBatch<real> batch(int tileRows, bool streamed, bool transposed) const {
         DenseBatch<real> b{};
         b.numGroups = 2;
         b.tileRows = tileRows;
@@ -111,6 +122,7 @@ public:
             b.rowStart[g + 1] = b.rowStart[g] + rows[g];
             b.tileStart[g + 1] = b.tileStart[g] + (rows[g] + tileRows - 1) / tileRows;
             b.weight[g] = weights[g]->data;
+            b.weightT[g] = transposed ? weightsT[g]->data : nullptr;
             b.bias[g] = biases[g]->data;
             b.timestep[g] = residual ? timesteps[g]->data : nullptr;
             b.energyShift[g] = 0;
@@ -119,10 +131,10 @@ public:
     }
 
     /** Forward (z = W h + b, out, act'(z)) and backward (dE/dh from dE/d(out), then again with gradScale) with one tile. */
-    LayerResult<real> run(int tileRows, bool streamed = false) const {
+    LayerResult<real> run(int tileRows, bool streamed = false, bool transposed = false) const {
         Buffer<real> output((size_t) byNodeRows() * S), derivative((size_t) Rows * S), gradInput((size_t) Rows * K),
             scaledGradInput((size_t) Rows * K);
-        const DenseBatch<real> b = batch(tileRows, streamed);
+        const DenseBatch<real> b = batch(tileRows, streamed, transposed);
         launchDenseForward<real>(b, rowNodes->data, input->data, K, K, N, activation, residual, derivative.data, output.data, S, byNode, 0);
         launchDenseBackward<real>(b, rowNodes->data, gradOutput->data, S, byNode, derivative.data, S, K, N, activation, residual,
                                   gradInput.data, K, 0);
@@ -146,7 +158,7 @@ private:
     int activation;
     bool byNode;
     mutable std::mt19937 rng;
-    std::vector<std::unique_ptr<Buffer<real>>> weights, biases, timesteps;
+    std::vector<std::unique_ptr<Buffer<real>>> weights, weightsT, biases, timesteps;
     std::unique_ptr<Buffer<int>> rowNodes;
     std::unique_ptr<Buffer<real>> input, gradOutput, scaleBuffer;
     std::vector<real> scaleValues;
@@ -170,12 +182,15 @@ template <typename real> void expectScaledGradient(const DenseLayerCase<real>& l
 template <typename real> void checkEveryTile() {
     if (!haveDevice())
         GTEST_SKIP() << "no CUDA device";
-    // (rows, streamed): the 128 x 128 tiles both ways in float; the streamed ones only where the device takes them.
-    std::vector<std::pair<int, bool>> tiles = {{64, false}, {32, false}, {8, false}};
+    // (rows, streamed, transposed weights): the 128 x 128 tiles both ways in float; the streamed ones only where the device
+    // takes them, with and without DenseBatch::weightT (which the other tiles ignore).
+    std::vector<std::tuple<int, bool, bool>> tiles = {{64, false, false}, {32, false, false}, {8, false, true}};
     if (sizeof(real) == 4)
-        tiles.push_back({128, false});
-    if (configureDenseLayers<real>())
-        tiles.push_back({128, true});
+        tiles.push_back({128, false, true});
+    if (configureDenseLayers<real>()) {
+        tiles.push_back({128, true, false});
+        tiles.push_back({128, true, true});
+    }
     else if (sizeof(real) == 4)
         std::printf("this device cannot stream the 128 x 128 tiles (configureDenseLayers): only their register kernel is compared\n");
     struct Shape {
@@ -211,9 +226,10 @@ template <typename real> void checkEveryTile() {
         for (real v : expected.gradInput)
             nonzero = nonzero || v != 0;
         EXPECT_TRUE(nonzero); // the backward ran
-        for (auto [tileRows, streamed] : tiles) {
-            SCOPED_TRACE(streamed ? "streamed k-slices" : "k-slices through registers");
-            const LayerResult<real> found = layer.run(tileRows, streamed);
+        for (auto [tileRows, streamed, transposed] : tiles) {
+            SCOPED_TRACE(std::string(streamed ? "streamed k-slices" : "k-slices through registers") +
+                         (transposed ? ", transposed weights" : ""));
+            const LayerResult<real> found = layer.run(tileRows, streamed, transposed);
             expectBitwiseEqual(expected.output, found.output, "output", tileRows);
             if (s.activation != GraphIdentity)
                 expectBitwiseEqual(expected.derivative, found.derivative, "act'(z)", tileRows);
