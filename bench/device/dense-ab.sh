@@ -6,7 +6,8 @@
 #   layer 0's act'(z), DenseBatch::gradScale);
 # - "unscaled": the same source, layer 0's backward forming dE/dz itself (-DDENSE_BENCH_NO_GRAD_SCALE);
 # - "base", where DENSE_BASE_SOURCE names a copy of an earlier DenseLayerKernels.cu (e.g. one carried in .device): that
-#   one, unscaled: the peer of the same call.
+#   one, the peer of the same call; built with DENSE_BASE_FLAGS (default -DDENSE_BENCH_NO_GRAD_SCALE, for a source from
+#   before gradScale; empty for one that has it).
 # Each binary checks that its two schemes (registers, streamed) agree bitwise; logs in $OUT/dense-ab-*.log.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,7 +19,8 @@ nvcc "${flags[@]}" -DDENSE_BENCH_NO_GRAD_SCALE -o /tmp/dense_ab_unscaled bench/d
 builds=(current unscaled)
 if [ -n "${DENSE_BASE_SOURCE:-}" ] && [ -f "$DENSE_BASE_SOURCE" ]; then
     cp "$DENSE_BASE_SOURCE" /tmp/DenseLayerKernelsBase.cu
-    nvcc "${flags[@]}" -DDENSE_BENCH_NO_GRAD_SCALE -o /tmp/dense_ab_base bench/device/dense_layers_bench.cu /tmp/DenseLayerKernelsBase.cu &
+    nvcc "${flags[@]}" ${DENSE_BASE_FLAGS--DDENSE_BENCH_NO_GRAD_SCALE} -o /tmp/dense_ab_base bench/device/dense_layers_bench.cu \
+        /tmp/DenseLayerKernelsBase.cu &
     builds+=(base)
 fi
 wait
