@@ -42,15 +42,11 @@ int main(int argc, char** argv) {
     float *W[Layers][Groups], *WT[Layers][Groups], *bias[Layers][Groups], *timestep[Layers][Groups];
     for (int l = 0; l < Layers; l++)
         for (int g = 0; g < Groups; g++) {
-            const int K = width[l], N = width[l + 1];
-            std::vector<float> w((size_t) N * K), wT((size_t) K * N);
+            std::vector<float> w((size_t) width[l + 1] * width[l]);
             for (float& x : w)
-                x = 1.0f / std::sqrt((float) K) * uniform(rng); // as upload(..., 1 / sqrt(K)) drew them before
-            for (int c = 0; c < N; c++)
-                for (int k = 0; k < K; k++)
-                    wT[(size_t) k * N + c] = w[(size_t) c * K + k];
+                x = 1.0f / std::sqrt((float) width[l]) * uniform(rng); // as upload(..., 1 / sqrt(K)) drew them before
             W[l][g] = uploadFloats(w);
-            WT[l][g] = uploadFloats(wT);
+            WT[l][g] = uploadFloats(transposedWeights(w, width[l], width[l + 1]));
             bias[l][g] = upload(width[l + 1], 0.1f);
             timestep[l][g] = upload(width[l + 1], 0.05f, 0.1f);
         }

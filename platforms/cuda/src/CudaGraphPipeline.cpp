@@ -537,14 +537,8 @@ private:
         device.numOutputs = layer.numOutputs;
         device.residual = layer.residual;
         device.weight = upload(layer.weight, name + "Weight");
-        if (sizeof(real) == 4) {
-            const int K = layer.numInputs, N = layer.numOutputs;
-            std::vector<double> transposed((size_t) K * N);
-            for (int c = 0; c < N; c++)
-                for (int k = 0; k < K; k++)
-                    transposed[(size_t) k * N + c] = layer.weight[(size_t) c * K + k];
-            device.weightT = upload(transposed, name + "WeightT");
-        }
+        if (sizeof(real) == 4)
+            device.weightT = upload(transposedWeights(layer.weight, layer.numInputs, layer.numOutputs), name + "WeightT");
         device.bias = upload(layer.bias, name + "Bias");
         if (layer.residual)
             device.timestep = upload(layer.timestep, name + "Timestep");

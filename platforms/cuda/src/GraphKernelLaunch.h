@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cuda_runtime.h>
+#include <vector>
 
 namespace GraphPlugin {
 
@@ -179,6 +180,15 @@ template <typename real> struct DenseBatch {
     const real* gradScale;
     int gradScaleStride;
 };
+
+/** A layer's weights [numOutputs][numInputs] (host memory) transposed to [numInputs][numOutputs]: DenseBatch::weightT. */
+template <typename T> std::vector<T> transposedWeights(const std::vector<T>& weight, int numInputs, int numOutputs) {
+    std::vector<T> transposed((size_t) numInputs * numOutputs);
+    for (int c = 0; c < numOutputs; c++)
+        for (int k = 0; k < numInputs; k++)
+            transposed[(size_t) k * numOutputs + c] = weight[(size_t) c * numInputs + k];
+    return transposed;
+}
 
 /**
  * The row tiles the dense kernels are compiled for.  128-row tiles are 128

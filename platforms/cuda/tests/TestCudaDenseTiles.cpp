@@ -84,12 +84,8 @@ public:
           activation(activation), byNode(byNode), rng(K * 131 + N + (residual ? 7 : 0) + rows0) {
         for (int g = 0; g < 2; g++) {
             const std::vector<real> w = randomValues<real>((size_t) N * K, rng, 1.0 / std::sqrt((double) K)); // [N][K]
-            std::vector<real> wT((size_t) K * N);
-            for (int c = 0; c < N; c++)
-                for (int k = 0; k < K; k++)
-                    wT[(size_t) k * N + c] = w[(size_t) c * K + k];
             weights.emplace_back(new Buffer<real>(w));
-            weightsT.emplace_back(new Buffer<real>(wT));
+            weightsT.emplace_back(new Buffer<real>(transposedWeights(w, K, N)));
             biases.emplace_back(new Buffer<real>(randomValues<real>(N, rng, 0.5)));
             timesteps.emplace_back(new Buffer<real>(randomValues<real>(N, rng, 0.3)));
         }
