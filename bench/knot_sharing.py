@@ -12,9 +12,9 @@ This counts, over the standard lattice system (docs/benchmarks.md), the knots a 
 - "by parity": each edge loads its even knot first and its odd one second, so every knot that several of the G edges
   need (the same interval, or neighbouring ones) is read in one instruction.
 2.0 means no sharing.  Result for 10,296 particles and 4 types (bench/NOTES.md v23): G = 2 gives 1.957 as now and 1.926
-by parity (2.2% and 3.7% of the table reads saved); G = 4: 1.931 and 1.874; G = 8: 1.916 and 1.843.  The rows' edges
-spread over 400 intervals and T target types, so consecutive edges seldom share a knot: this route to fewer L2 bytes is
-closed.
+by parity (2.2% and 3.7% of the table reads saved); G = 4: 1.931 and 1.874; G = 8: 1.916 and 1.843.  With 2 types
+(the small grade, G = 4): 1.866 and 1.759.  The rows' edges spread over 400 intervals and T target types, so
+consecutive edges seldom share a knot: this route to fewer L2 bytes is closed.
 
     python bench/knot_sharing.py [--n 10296] [--types 4]
 """
