@@ -181,7 +181,7 @@ __device__ inline void addEdgeMoments(const Stage* stage, int q, int sub, const 
 #pragma unroll
             for (int l = 0; l <= LMAX; l++) {
                 real value[V], unused[V];
-                channelsFromKnots<real, V, false>(knots, l, k0, model, interval & 1, coefficient, nullptr, value, unused);
+                channelsFromKnots<real, V, false>(knots, l, k0, model, knotParity(interval), coefficient, nullptr, value, unused);
 #pragma unroll
                 for (int v = 0; v < V; v++) {
                     value[v] *= weight[v];
@@ -236,7 +236,7 @@ __device__ inline void edgeGradientSums(const Stage* stage, int q, int sub, cons
 #pragma unroll
                 for (int l = 0; l <= LMAX; l++) {
                     real value[V], deriv[V];
-                    channelsFromKnots<real, V, true>(knots, l, k0, model, interval & 1, coefficient, slope, value, deriv);
+                    channelsFromKnots<real, V, true>(knots, l, k0, model, knotParity(interval), coefficient, slope, value, deriv);
 #pragma unroll
                     for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
                         real g[V];

@@ -177,6 +177,14 @@ template <typename real, int V> __device__ inline void loadChannels(const real* 
 }
 
 /**
+ * Which of interval q's two knots is the even one: 0 the first (lower), 1 the second.  Slots 0-2 of a table lookup
+ * hold the even knot's values (HermiteBasis, channelsFromKnots): the one place the parity order is defined.
+ */
+__device__ inline int knotParity(int interval) {
+    return interval & 1;
+}
+
+/**
  * R (and dR/dr, Deriv) of channels k0 .. k0 + V - 1 of table (ti, tj, l) at an edge: `knots` points at the first knot
  * of the edge's interval in table (ti, tj, 0) (tableKnot; global memory, read-only for the kernel's lifetime);
  * evenKnot, value[6] and slope[6] are the edge's HermiteBasis (slope only when Deriv).  The six values of a channel are
@@ -211,8 +219,7 @@ __device__ inline void channelsFromKnots(const real* knots, int l, int k0, const
  * knots' f' and f'' (stored per nm and per nm^2) scaled into the coefficients, so that a channel's R is one multiply and
  * five fma.  The values are read in parity order: slots 0-2 hold (f, f', f'') of the interval's even knot, slots 3-5
  * of its odd one, so that lanes reading the edges of neighbouring intervals at once read their shared knot in one
- * instruction (bench/knot_sharing.py).  evenKnot: 0 when the even knot is the interval's first (lower) one, 1 when it
- * is its second.
+ * instruction (bench/knot_sharing.py).  evenKnot: knotParity(interval).
  */
 template <typename real> struct HermiteBasis {
     real value[6], slope[6]; ///< per slot, in parity order
@@ -221,7 +228,7 @@ template <typename real> struct HermiteBasis {
         int q = (int) floor((r - model.radialR0) * model.invDr);
         q = min(model.radialIntervals - 1, max(0, q));
         interval = q;
-        evenKnot = q & 1;
+        evenKnot = knotParity(q);
         const real dr = model.radialDr, invDr = model.invDr;
         const real t = (r - (model.radialR0 + q * dr)) * invDr;
         const real t2 = t * t, t3 = t2 * t, t4 = t3 * t, t5 = t4 * t;
