@@ -24,25 +24,20 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+import torch
 
 from openmmgraph.grades import DEFAULT_CUTOFF_NM, DEFAULT_RADIAL_INTERVALS, lattice_system
+from openmmgraph.torch_export import canonical_graph
 
 
 def canonical_rows(positions: np.ndarray, box: float, cutoff: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(center, neighbour, distance) of every ordered pair closer than cutoff, each row sorted by distance then index."""
-    n = len(positions)
-    centers, neighbours, distances = [], [], []
-    for start in range(0, n, 512):
-        d = positions[None, :, :] - positions[start:start + 512, None, :]
-        d -= box * np.round(d / box)
-        r = np.sqrt((d * d).sum(axis=2))
-        i, j = np.nonzero((r < cutoff) & (r > 0))
-        centers.append(i + start)
-        neighbours.append(j)
-        distances.append(r[i, j])
-    i, j, r = np.concatenate(centers), np.concatenate(neighbours), np.concatenate(distances)
-    order = np.lexsort((j, r, i))
-    return i[order], j[order], r[order]
+    """(center, neighbour, distance) of every edge of the canonical graph as the plugin builds it
+    (openmmgraph.torch_export.canonical_graph: rows by center, each sorted by the fixed-point distance key, then
+    neighbour index), in a cubic periodic box of side `box`."""
+    offsets, neighbours, vectors = canonical_graph(torch.as_tensor(positions, dtype=torch.float64),
+                                                   torch.eye(3, dtype=torch.float64) * box, cutoff)
+    centers = torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets[1:] - offsets[:-1])
+    return centers.numpy(), neighbours.numpy(), vectors.detach().norm(dim=1).numpy()
 
 
 def knots_per_edge(i: np.ndarray, j: np.ndarray, interval: np.ndarray, types: np.ndarray, groups: int,
@@ -77,7 +72,7 @@ def main() -> None:
     positions, types, box = lattice_system(args.n, n_types=args.types, seed=0)
     edge = float(box[0][0])  # a cubic box
     cutoff = DEFAULT_CUTOFF_NM
-    i, j, r = canonical_rows(positions % edge, edge, cutoff)
+    i, j, r = canonical_rows(positions, edge, cutoff)
     dr = cutoff / DEFAULT_RADIAL_INTERVALS  # r_0 = 0
     interval = np.minimum(DEFAULT_RADIAL_INTERVALS - 1, (r / dr).astype(np.int64))
     print(f"{args.n} particles, {args.types} types: {len(i)} edges, {len(i) / args.n:.1f} a row")

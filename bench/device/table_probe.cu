@@ -12,7 +12,8 @@
  *     A[i][lm][k] = sum over the row of R_l,k^(ti,tj)(r) Y_lm(u)
  *
  * with R from the quintic Hermite table (two knots, value and two
- * derivatives, as hermiteCombine), in a different order of summation:
+ * derivatives, as the plugin computed it in session 15), in a different
+ * order of summation:
  *
  *   l2          a warp per row, 2 channels a lane: the table rows (4,608
  *               bytes an edge) come from L2, as in today's momentsKernel;
