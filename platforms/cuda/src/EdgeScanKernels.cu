@@ -83,15 +83,16 @@ __device__ inline void rowChunk(int count, int warp, int numWarps, int& first, i
 /**
  * The per-edge quantities that every lane of a warp needs, computed once per
  * edge (lane e of the warp for edge e of a batch) instead of once per lane:
- * neighbour, its type, the table interval and Hermite basis (Full, for the
- * forces: and its derivatives), the harmonics, the unit vector and 1 / distance.
- * One per warp in shared memory; a batch holds StageEdges edges.
+ * neighbour, its type, the table interval and the coefficients of its knots'
+ * values (HermiteBasis: value; Full, for the forces: and slope), the
+ * harmonics, the unit vector and 1 / distance.  One per warp in shared memory;
+ * a batch holds E edges.
  */
 template <typename real, int H, bool Full> struct EdgeStage {
     static constexpr int E = sizeof(real) == 4 ? 32 : 16;
     int j[E], tj[E], interval[E];
-    real h[6][E];
-    real d[Full ? 6 : 1][E];
+    real value[6][E];
+    real slope[Full ? 6 : 1][E];
     real Y[H][E];
     real u[Full ? 3 : 1][E];
     real invR[E]; ///< 1 / r (the division once per edge, not once per lane)
@@ -107,9 +108,9 @@ template <typename real, int H, bool Full> struct EdgeStage {
         tj[slot] = types[jj];
         interval[slot] = basis.interval;
         for (int x = 0; x < 6; x++) {
-            h[x][slot] = basis.h[x];
+            value[x][slot] = basis.value[x];
             if (Full)
-                d[x][slot] = basis.d[x];
+                slope[x][slot] = basis.slope[x];
         }
         for (int lm = 0; lm < H; lm++)
             Y[lm][slot] = YY[lm];
@@ -158,10 +159,10 @@ __device__ inline void addEdgeMoments(const Stage* stage, int q, int sub, const 
     constexpr int H = (LMAX + 1) * (LMAX + 1), V = Shape::V;
     const int M = model.numChannels;
     const int j = stage->j[q], tj = stage->tj[q], interval = stage->interval[q];
-    real h[6], Y[H];
+    real coefficient[6], Y[H];
 #pragma unroll
     for (int x = 0; x < 6; x++)
-        h[x] = stage->h[x][q];
+        coefficient[x] = stage->value[x][q];
 #pragma unroll
     for (int lm = 0; lm < H; lm++)
         Y[lm] = stage->Y[lm][q];
@@ -180,7 +181,7 @@ __device__ inline void addEdgeMoments(const Stage* stage, int q, int sub, const 
 #pragma unroll
             for (int l = 0; l <= LMAX; l++) {
                 real value[V], unused[V];
-                channelsFromKnots<real, V, false>(knots, l, k0, model, h, nullptr, value, unused);
+                channelsFromKnots<real, V, false>(knots, l, k0, model, knotParity(interval), coefficient, nullptr, value, unused);
 #pragma unroll
                 for (int v = 0; v < V; v++) {
                     value[v] *= weight[v];
@@ -209,11 +210,11 @@ __device__ inline void edgeGradientSums(const Stage* stage, int q, int sub, cons
     constexpr int H = (LMAX + 1) * (LMAX + 1), V = Shape::V;
     const int M = model.numChannels;
     const int j = stage->j[q], tj = stage->tj[q], interval = stage->interval[q];
-    real h[6], d[6];
+    real coefficient[6], slope[6];
 #pragma unroll
     for (int x = 0; x < 6; x++) {
-        h[x] = stage->h[x][q];
-        d[x] = stage->d[x][q];
+        coefficient[x] = stage->value[x][q];
+        slope[x] = stage->slope[x][q];
     }
 #pragma unroll
     for (int lm = 0; lm < H; lm++)
@@ -235,7 +236,7 @@ __device__ inline void edgeGradientSums(const Stage* stage, int q, int sub, cons
 #pragma unroll
                 for (int l = 0; l <= LMAX; l++) {
                     real value[V], deriv[V];
-                    channelsFromKnots<real, V, true>(knots, l, k0, model, h, d, value, deriv);
+                    channelsFromKnots<real, V, true>(knots, l, k0, model, knotParity(interval), coefficient, slope, value, deriv);
 #pragma unroll
                     for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
                         real g[V];

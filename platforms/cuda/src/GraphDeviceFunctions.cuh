@@ -89,24 +89,6 @@ template <typename real> __device__ inline void harmonics(int lMax, const real u
 }
 
 /**
- * R (and, when Deriv, dR/dr) of one channel from the table values of the two
- * knots of an edge's interval, knot[c] = (f, f', f'') of the first knot for
- * c < 3 and of the second for c >= 3 (as stored: f' and f'' per nm); h[6]
- * (and d[6]) are the Hermite basis values (and t-derivatives) of the edge's
- * position in the interval.  The one implementation of the table lookup.
- */
-template <typename real, bool Deriv>
-__device__ inline void hermiteCombine(const real knot[6], const GraphModelParams<real>& model, const real h[6], const real* d, real& value,
-                                      real& deriv) {
-    const real dr = model.radialDr;
-    const real p0 = knot[0], v0 = knot[1] * dr, a0 = knot[2] * dr * dr;
-    const real p1 = knot[3], v1 = knot[4] * dr, a1 = knot[5] * dr * dr;
-    value = p0 * h[0] + v0 * h[1] + a0 * h[2] + a1 * h[3] + v1 * h[4] + p1 * h[5];
-    if (Deriv)
-        deriv = (p0 * d[0] + v0 * d[1] + a0 * d[2] + a1 * d[3] + v1 * d[4] + p1 * d[5]) * model.invDr;
-}
-
-/**
  * `p`, opaque to the compiler, for loads at 32-bit offsets from it: left to
  * itself the compiler folds a table index into every load's address and
  * recomputes it in 64 bits for each (about 45 instructions per six loads).
@@ -195,57 +177,86 @@ template <typename real, int V> __device__ inline void loadChannels(const real* 
 }
 
 /**
- * R (and dR/dr, Deriv) of channels k0 .. k0 + V - 1 of table (ti, tj, l) at
- * an edge: `knots` points at the first knot of the edge's interval in table
- * (ti, tj, 0) (tableKnot; global memory, read-only for the kernel's
- * lifetime); hermiteCombine per channel.  Every table lookup goes through it.
+ * Which of interval q's two knots is the even one: 0 the first (lower), 1 the second.  Slots 0-2 of a table lookup
+ * hold the even knot's values (HermiteBasis, channelsFromKnots): the one place the parity order is defined.
+ */
+__device__ inline int knotParity(int interval) {
+    return interval & 1;
+}
+
+/**
+ * R (and dR/dr, Deriv) of channels k0 .. k0 + V - 1 of table (ti, tj, l) at an edge: `knots` points at the first knot
+ * of the edge's interval in table (ti, tj, 0) (tableKnot; global memory, read-only for the kernel's lifetime);
+ * evenKnot, value[6] and slope[6] are the edge's HermiteBasis (slope only when Deriv).  The six values of a channel are
+ * read in the basis's parity order and summed in slot order.  Every table lookup goes through it.
  */
 template <typename real, int V, bool Deriv>
-__device__ inline void channelsFromKnots(const real* knots, int l, int k0, const GraphModelParams<real>& model, const real h[6],
-                                         const real* d, real (&value)[V], real (&deriv)[V]) {
-    const int M = model.numChannels;
+__device__ inline void channelsFromKnots(const real* knots, int l, int k0, const GraphModelParams<real>& model, int evenKnot,
+                                         const real value[6], const real* slope, real (&R)[V], real (&dRdr)[V]) {
+    const int M = model.numChannels, knotSize = 3 * M;
     const real* p = opaque(knots + l * tableStride(model) + k0);
+    const real* even = p + evenKnot * knotSize;
+    const real* odd = p + (1 - evenKnot) * knotSize;
     real knot[6][V];
 #pragma unroll
-    for (int c = 0; c < 6; c++)
-        loadChannels<real, V>(p + c * M, knot[c]);
+    for (int c = 0; c < 3; c++) {
+        loadChannels<real, V>(even + c * M, knot[c]);
+        loadChannels<real, V>(odd + c * M, knot[c + 3]);
+    }
 #pragma unroll
     for (int v = 0; v < V; v++) {
-        const real one[6] = {knot[0][v], knot[1][v], knot[2][v], knot[3][v], knot[4][v], knot[5][v]};
-        hermiteCombine<real, Deriv>(one, model, h, d, value[v], deriv[v]);
+        R[v] = knot[0][v] * value[0] + knot[1][v] * value[1] + knot[2][v] * value[2] + knot[3][v] * value[3] + knot[4][v] * value[4] +
+               knot[5][v] * value[5];
+        if (Deriv)
+            dRdr[v] = knot[0][v] * slope[0] + knot[1][v] * slope[1] + knot[2][v] * slope[2] + knot[3][v] * slope[3] +
+                      knot[4][v] * slope[4] + knot[5][v] * slope[5];
     }
 }
 
-/** The quintic Hermite basis at an edge's position t in its interval, and its t-derivatives (docs/model-format.md section 3). */
+/**
+ * The quintic Hermite interpolant at an edge's position in its table interval (docs/model-format.md section 3), as
+ * coefficients of the six table values it reads: R = sum_s knot_s value[s] and dR/dr = sum_s knot_s slope[s], with the
+ * knots' f' and f'' (stored per nm and per nm^2) scaled into the coefficients, so that a channel's R is one multiply and
+ * five fma.  The values are read in parity order: slots 0-2 hold (f, f', f'') of the interval's even knot, slots 3-5
+ * of its odd one, so that lanes reading the edges of neighbouring intervals at once read their shared knot in one
+ * instruction (bench/knot_sharing.py).  evenKnot: knotParity(interval).
+ */
 template <typename real> struct HermiteBasis {
-    real h[6], d[6]; ///< order: p0, v0, a0, a1, v1, p1
-    int interval;
+    real value[6], slope[6]; ///< per slot, in parity order
+    int interval, evenKnot;
     __device__ HermiteBasis(real r, const GraphModelParams<real>& model) {
         int q = (int) floor((r - model.radialR0) * model.invDr);
         q = min(model.radialIntervals - 1, max(0, q));
         interval = q;
-        const real t = (r - (model.radialR0 + q * model.radialDr)) * model.invDr;
+        evenKnot = knotParity(q);
+        const real dr = model.radialDr, invDr = model.invDr;
+        const real t = (r - (model.radialR0 + q * dr)) * invDr;
         const real t2 = t * t, t3 = t2 * t, t4 = t3 * t, t5 = t4 * t;
-        h[0] = 1 - 10 * t3 + 15 * t4 - 6 * t5;
-        h[1] = t - 6 * t3 + 8 * t4 - 3 * t5;
-        h[2] = real(0.5) * (t2 - 3 * t3 + 3 * t4 - t5);
-        h[3] = real(0.5) * (t3 - 2 * t4 + t5);
-        h[4] = -4 * t3 + 7 * t4 - 3 * t5;
-        h[5] = 10 * t3 - 15 * t4 + 6 * t5;
-        d[0] = -30 * t2 + 60 * t3 - 30 * t4;
-        d[1] = 1 - 18 * t2 + 32 * t3 - 15 * t4;
-        d[2] = real(0.5) * (2 * t - 9 * t2 + 12 * t3 - 5 * t4);
-        d[3] = real(0.5) * (3 * t2 - 8 * t3 + 5 * t4);
-        d[4] = -12 * t2 + 28 * t3 - 15 * t4;
-        d[5] = -d[0];
+        // The coefficients of (f, f', f'') of the interval's first knot and of its second: the basis at t times 1, dr and
+        // dr^2 for R, its t-derivative times 1 / dr, 1 and dr for dR/dr (= dR/dt / dr).
+        const real d0 = -30 * t2 + 60 * t3 - 30 * t4;
+        const real firstValue[3] = {1 - 10 * t3 + 15 * t4 - 6 * t5, (t - 6 * t3 + 8 * t4 - 3 * t5) * dr,
+                                    real(0.5) * (t2 - 3 * t3 + 3 * t4 - t5) * dr * dr};
+        const real secondValue[3] = {10 * t3 - 15 * t4 + 6 * t5, (-4 * t3 + 7 * t4 - 3 * t5) * dr,
+                                     real(0.5) * (t3 - 2 * t4 + t5) * dr * dr};
+        const real firstSlope[3] = {d0 * invDr, 1 - 18 * t2 + 32 * t3 - 15 * t4, real(0.5) * (2 * t - 9 * t2 + 12 * t3 - 5 * t4) * dr};
+        const real secondSlope[3] = {-d0 * invDr, -12 * t2 + 28 * t3 - 15 * t4, real(0.5) * (3 * t2 - 8 * t3 + 5 * t4) * dr};
+        // Slots 0-2: the even knot's, 3-5: the odd knot's (selects with constant indices: no local memory).
+#pragma unroll
+        for (int c = 0; c < 3; c++) {
+            value[c] = evenKnot ? secondValue[c] : firstValue[c];
+            value[c + 3] = evenKnot ? firstValue[c] : secondValue[c];
+            slope[c] = evenKnot ? secondSlope[c] : firstSlope[c];
+            slope[c + 3] = evenKnot ? firstSlope[c] : secondSlope[c];
+        }
     }
     /** R and dR/dr of channel k of table (a, b, l). */
-    __device__ void evaluate(const real* table, const GraphModelParams<real>& model, int a, int b, int l, int k, real& value,
-                             real& deriv) const {
+    __device__ void evaluate(const real* table, const GraphModelParams<real>& model, int a, int b, int l, int k, real& R,
+                             real& dRdr) const {
         real one[1], oneDeriv[1];
-        channelsFromKnots<real, 1, true>(tableKnot(table, model, a, b, 0, interval), l, k, model, h, d, one, oneDeriv);
-        value = one[0];
-        deriv = oneDeriv[0];
+        channelsFromKnots<real, 1, true>(tableKnot(table, model, a, b, 0, interval), l, k, model, evenKnot, value, slope, one, oneDeriv);
+        R = one[0];
+        dRdr = oneDeriv[0];
     }
 };
 
