@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# A/B of CUDA plugin builds in one call on a GPU machine (run directly, not through device-session.sh):
+# each directory .device/ab/NAME holds a libOpenMMGraphCUDA.so (or .so.xz: xz -9 takes a build from 28 to 9 MB, and
+# a call carries 64 MiB at most) built elsewhere (e.g. on the CPU machine, from
+# two commits, with the same compiler and flags: bench/README.md).  The package comes from .device/pkg.tgz (the
+# other libraries; only the CUDA plugin is swapped).  Every round runs each build in turn: the wall time of
+# Verlet steps (CUDA graph on) and Nsight Compute's per-kernel times of 2 evaluations, for each case of
+# AB_CASES (grade:n ..., default "small:512 medium:100800"); then bench/ncu_kernel_table.py puts the builds
+# side by side.  AB_ROUNDS (default 2) interleaved rounds.  Logs and CSVs go to $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/device-env.sh
+[ -f .device/pkg.tgz ] || { echo "plugin-ab: .device/pkg.tgz is missing (the package of a device build)"; exit 1; }
+tar xzf .device/pkg.tgz -C "$SITE" || exit 1
+builds=$(cd .device/ab 2>/dev/null && ls -d */ 2>/dev/null | tr -d /)
+[ -n "$builds" ] || { echo "plugin-ab: no builds in .device/ab/NAME/libOpenMMGraphCUDA.so"; exit 1; }
+for build in $builds; do
+    xzfile=".device/ab/$build/libOpenMMGraphCUDA.so.xz"
+    [ -f "$xzfile" ] && python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
+        "$xzfile" "${xzfile%.xz}"
+    [ -f ".device/ab/$build/libOpenMMGraphCUDA.so" ] || { echo "plugin-ab: .device/ab/$build has no libOpenMMGraphCUDA.so"; exit 1; }
+done
+PLUGIN="$SITE/openmmgraph/lib/plugins/libOpenMMGraphCUDA.so"
+export LD_LIBRARY_PATH="$SITE/openmmgraph/lib:$OPENMM_LIBS/lib:$OPENMM_LIBS/lib/plugins:${LD_LIBRARY_PATH:-}"
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+[ -n "$NCU" ] || echo "plugin-ab: no ncu found; wall times only"
+for round in $(seq 1 "${AB_ROUNDS:-2}"); do
+    for build in $builds; do
+        cp ".device/ab/$build/libOpenMMGraphCUDA.so" "$PLUGIN"
+        for case in ${AB_CASES:-small:512 medium:100800}; do
+            grade=${case%%:*}; n=${case##*:}
+            tag="$build-$grade-$n-r$round"
+            python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 20 --cuda-graph auto \
+                --steps $([ "$n" -le 20000 ] && echo 2000 || echo 50) > "$OUT/wall-$tag.log" 2>&1
+            echo "$build round $round: $(tail -1 "$OUT/wall-$tag.log")"
+            [ -n "$NCU" ] && timeout 240 "$NCU" --clock-control none --profile-from-start off --metrics gpu__time_duration.sum \
+                --csv python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 2 > "$OUT/ncu-$tag.csv" 2> "$OUT/ncu-$tag.err"
+        done
+    done
+done
+[ -n "$NCU" ] || exit 0
+for case in ${AB_CASES:-small:512 medium:100800}; do
+    grade=${case%%:*}; n=${case##*:}
+    files=(); labels=()
+    for round in $(seq 1 "${AB_ROUNDS:-2}"); do
+        for build in $builds; do files+=("$OUT/ncu-$build-$grade-$n-r$round.csv"); labels+=("$build.$round"); done
+    done
+    echo "== $grade $n (Nsight Compute, caches flushed, us an evaluation)"
+    python3 bench/ncu_kernel_table.py "${files[@]}" --labels "$(IFS=,; echo "${labels[*]}")"
+done
