@@ -22,8 +22,11 @@ _UNIT_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "
 
 def kernel_times(path: str, evaluations: int) -> dict[str, float]:
     """Microseconds an evaluation, by short kernel name, in launch order."""
-    with open(path, newline="") as stream:
-        rows = [row for row in csv.reader(stream) if len(row) > 10]
+    try:
+        with open(path, newline="") as stream:
+            rows = [row for row in csv.reader(stream) if len(row) > 10]
+    except OSError as error:
+        raise SystemExit(f"{path}: cannot read the Nsight Compute CSV ({error.strerror})") from None
     if not rows or "Kernel Name" not in rows[0]:
         raise SystemExit(f"{path}: no Nsight Compute CSV header (\"Kernel Name\" column) found")
     header, rows = rows[0], rows[1:]

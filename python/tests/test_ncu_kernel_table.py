@@ -55,6 +55,8 @@ def test_bad_input_is_named(load_script, tmp_path, monkeypatch):
     odd = write_csv(tmp_path / "odd.csv", [("forcesKernel(int)", "cycle", "4")])
     with pytest.raises(SystemExit, match="unknown time unit 'cycle' for forcesKernel"):
         table.kernel_times(odd, evaluations=1)
+    with pytest.raises(SystemExit, match="missing.csv: cannot read the Nsight Compute CSV"):
+        table.kernel_times(str(tmp_path / "missing.csv"), evaluations=1)
     monkeypatch.setattr("sys.argv", ["ncu_kernel_table.py", odd, "--labels", "a,b"])
     with pytest.raises(SystemExit):
         table.main()
