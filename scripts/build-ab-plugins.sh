@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Builds the CUDA plugin (libOpenMMGraphCUDA.so) several ways on this machine, for bench/device/plugin-ab.sh to time
+# against each other in one device call (bench/README.md).  Each build goes, xz-compressed (28 -> 9 MB), to
+# .device/ab/NAME/libOpenMMGraphCUDA.so.xz; .device/ab is emptied first.
+#
+#   AB_BASE=COMMIT AB_VARIANTS='NAME=FILE:SED@@NAME2=FILE:SED' bash scripts/build-ab-plugins.sh
+#
+# - "current": HEAD (committed sources only: a build must be reproducible from a commit; uncommitted changes under
+#   platforms/ are an error);
+# - "base", when AB_BASE names a commit: that commit;
+# - each entry of AB_VARIANTS (separated by "@@"): HEAD with FILE (a path in the repository) edited by `sed -e SED`, e.g.
+#   'fold=platforms/cuda/src/GraphDeviceFunctions.cuh:s/return interval \& 1;/return 0 * interval;/'
+#   (an edit that changes nothing is an error).
+# Every build uses the same compiler and options (Release, sm_90 with PTX, OpenMM from .venv), in /tmp/ab-build-NAME
+# from a worktree in /tmp/ab-src-NAME.  A device call carries at most 64 MiB: with .device/wheels and .device/pkg.tgz
+# (about 30 MiB) that is three builds; the script says when the carry would be larger.  Only the CUDA plugin is swapped:
+# .device/pkg.tgz (the rest of the package, from a device build) must come from sources with the same openmmapi/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+openmm_dir=$(ls -d "$repo"/.venv/lib/python3*/site-packages/OpenMM.libs 2>/dev/null | head -n 1)
+[ -n "$openmm_dir" ] || { echo "build-ab-plugins: no OpenMM in .venv (run: source scripts/setup-env.sh)"; exit 1; }
+if ! git diff --quiet HEAD -- platforms openmmapi; then
+    echo "build-ab-plugins: uncommitted changes under platforms/ or openmmapi/; commit them (\"current\" is HEAD)"
+    exit 1
+fi
+# name, commit and edit of each build; the entries are checked before anything is compiled.
+names=(current) commits=(HEAD) edits=("")
+if [ -n "${AB_BASE:-}" ]; then
+    git rev-parse --verify --quiet "${AB_BASE}^{commit}" > /dev/null || { echo "build-ab-plugins: AB_BASE \"$AB_BASE\" is not a commit"; exit 1; }
+    names+=(base) commits+=("$AB_BASE") edits+=("")
+fi
+if [ -n "${AB_VARIANTS:-}" ]; then
+    while IFS= read -r entry; do
+        [ -n "$entry" ] || continue
+        name=${entry%%=*} rest=${entry#*=}
+        file=${rest%%:*} script=${rest#*:}
+        [[ "$name" =~ ^[A-Za-z0-9_-]+$ ]] && [ "$name" != current ] && [ "$name" != base ] && [ "$rest" != "$entry" ] \
+            || { echo "AB_VARIANTS: \"$entry\" is not NAME=FILE:SED (NAME: letters, digits, _ or -; not current or base)"; exit 1; }
+        git cat-file -e "HEAD:$file" 2> /dev/null || { echo "AB_VARIANTS: $name: $file is not a file of HEAD"; exit 1; }
+        if git show "HEAD:$file" | sed -e "$script" | cmp -s - <(git show "HEAD:$file"); then
+            echo "AB_VARIANTS: $name: the edit \"$script\" changes nothing in $file"
+            exit 1
+        fi
+        names+=("$name") commits+=(HEAD) edits+=("$file:$script")
+    done < <(printf '%s\n' "${AB_VARIANTS//@@/$'\n'}")
+fi
+rm -rf .device/ab
+for i in "${!names[@]}"; do
+    name=${names[$i]} src=/tmp/ab-src-${names[$i]} build=/tmp/ab-build-${names[$i]}
+    git worktree remove --force "$src" 2> /dev/null || rm -rf "$src"
+    git worktree prune
+    git worktree add --detach --quiet "$src" "${commits[$i]}"
+    if [ -n "${edits[$i]}" ]; then
+        edit=${edits[$i]}
+        sed -i -e "${edit#*:}" "$src/${edit%%:*}"
+    fi
+    echo "build-ab-plugins: $name ($(git -C "$src" rev-parse --short HEAD)${edits[$i]:+, edited: ${edits[$i]}})"
+    cmake -S "$src" -B "$build" -G Ninja -DOPENMM_DIR="$openmm_dir" -DGRAPH_BUILD_TESTS=OFF -DGRAPH_BUILD_PYTHON=OFF \
+        -DCMAKE_BUILD_TYPE=Release > "$build.log" 2>&1 && ninja -C "$build" OpenMMGraphCUDA >> "$build.log" 2>&1 \
+        || { tail -30 "$build.log"; echo "build-ab-plugins: $name failed to build (log: $build.log)"; exit 1; }
+    mkdir -p ".device/ab/$name"
+    xz -T0 -9 -c "$build/plugins/libOpenMMGraphCUDA.so" > ".device/ab/$name/libOpenMMGraphCUDA.so.xz"
+    git worktree remove --force "$src"
+done
+total=$(du -sm .device/wheels .device/pkg.tgz .device/ab 2> /dev/null | awk '{s += $1} END {print s}')
+echo "build-ab-plugins: ${names[*]} in .device/ab; carry .device/wheels, .device/pkg.tgz and .device/ab: about $total MiB"
+[ "$total" -le 64 ] || echo "build-ab-plugins: that is more than the 64 MiB a device call carries; build fewer variants"
