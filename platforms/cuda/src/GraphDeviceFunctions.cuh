@@ -219,16 +219,16 @@ __device__ inline void channelsFromKnots(const real* knots, int l, int k0, const
  * knots' f' and f'' (stored per nm and per nm^2) scaled into the coefficients, so that a channel's R is one multiply and
  * five fma.  The values are read in parity order: slots 0-2 hold (f, f', f'') of the interval's even knot, slots 3-5
  * of its odd one, so that lanes reading the edges of neighbouring intervals at once read their shared knot in one
- * instruction (bench/knot_sharing.py).  evenKnot: knotParity(interval).
+ * instruction (bench/knot_sharing.py): the order knotParity(interval) gives.
  */
 template <typename real> struct HermiteBasis {
     real value[6], slope[6]; ///< per slot, in parity order
-    int interval, evenKnot;
+    int interval;
     __device__ HermiteBasis(real r, const GraphModelParams<real>& model) {
         int q = (int) floor((r - model.radialR0) * model.invDr);
         q = min(model.radialIntervals - 1, max(0, q));
         interval = q;
-        evenKnot = knotParity(q);
+        const int evenKnot = knotParity(q);
         const real dr = model.radialDr, invDr = model.invDr;
         const real t = (r - (model.radialR0 + q * dr)) * invDr;
         const real t2 = t * t, t3 = t2 * t, t4 = t3 * t, t5 = t4 * t;
@@ -254,7 +254,8 @@ template <typename real> struct HermiteBasis {
     __device__ void evaluate(const real* table, const GraphModelParams<real>& model, int a, int b, int l, int k, real& R,
                              real& dRdr) const {
         real one[1], oneDeriv[1];
-        channelsFromKnots<real, 1, true>(tableKnot(table, model, a, b, 0, interval), l, k, model, evenKnot, value, slope, one, oneDeriv);
+        channelsFromKnots<real, 1, true>(tableKnot(table, model, a, b, 0, interval), l, k, model, knotParity(interval), value, slope, one,
+                                         oneDeriv);
         R = one[0];
         dRdr = oneDeriv[0];
     }
