@@ -7,11 +7,11 @@ distance) in batches of 32 staged edges, with G lane groups taking G consecutive
 grade: 16 lanes x 4 floats cover M = 64).  Lanes that read the same address in one instruction share one L2 request.
 
 This counts, over the standard lattice system (docs/benchmarks.md), the knots a group of G edges requests per edge:
-- "as now": the loads of a knot row come in the edge's order (first knot, then second), so two edges share a request
-  only when they lie in the same interval of the same table (t_i, t_j);
-- "by parity": each edge loads its even knot first and its odd one second, so every knot that several of the G edges
-  need (the same interval, or neighbouring ones) is read in one instruction.
-2.0 means no sharing.  Result for 10,296 particles and 4 types (bench/NOTES.md v23): G = 2 gives 1.957 as now and 1.926
+- "first knot first" (the scans before v24): the loads of a knot row come in the edge's order (first knot, then
+  second), so two edges share a request only when they lie in the same interval of the same table (t_i, t_j);
+- "by parity" (the scans since v24, knotParity): each edge loads its even knot first and its odd one second, so every
+  knot that several of the G edges need (the same interval, or neighbouring ones) is read in one instruction.
+2.0 means no sharing.  Result for 10,296 particles and 4 types (bench/NOTES.md v23): G = 2 gives 1.957 first knot first and 1.926
 by parity (2.2% and 3.7% of the table reads saved); G = 4: 1.931 and 1.874; G = 8: 1.916 and 1.843.  With 2 types
 (the small grade, G = 4): 1.866 and 1.759.  The rows' edges spread over 400 intervals and T target types, so
 consecutive edges seldom share a knot: this route to fewer L2 bytes is closed.
@@ -42,7 +42,7 @@ def canonical_rows(positions: np.ndarray, box: float, cutoff: float) -> tuple[np
 
 def knots_per_edge(i: np.ndarray, j: np.ndarray, interval: np.ndarray, types: np.ndarray, groups: int,
                    warps: int = 4, stage: int = 32) -> tuple[float, float]:
-    """Knot requests per edge (as now, by parity) for lane groups of `groups` edges, as momentsKernel walks its rows."""
+    """Knot requests per edge (first knot first, by parity) for lane groups of `groups` edges, as momentsKernel walks its rows."""
     n = int(i.max()) + 1
     starts = np.concatenate([[0], np.cumsum(np.bincount(i, minlength=n))])
     now = parity = edges = 0
@@ -78,7 +78,7 @@ def main() -> None:
     print(f"{args.n} particles, {args.types} types: {len(i)} edges, {len(i) / args.n:.1f} a row")
     for groups in (1, 2, 4, 8):
         now, parity = knots_per_edge(i, j, interval, types, groups)
-        print(f"lane groups of {groups} edges: {now:.3f} knots an edge as now, {parity:.3f} by parity (2.0: no sharing)")
+        print(f"lane groups of {groups} edges: {now:.3f} knots an edge first knot first, {parity:.3f} by parity (2.0: no sharing)")
 
 
 if __name__ == "__main__":
