@@ -12,9 +12,16 @@ included), and reports per step:
 
 Unlike Nsight Compute (which serialises and replays kernels), this is the
 timeline of the real run.  With ``--floor`` the same system runs without the
-GraphForce (a trivial force), for OpenMM's own step alone.
+GraphForce (a trivial force), for OpenMM's own step alone.  With
+``--evaluations`` it times ``getState(getForces=True)`` calls instead of steps
+(the benchmark's force time, docs/benchmarks.md), each one preceded by a
+one-element PyTorch fill on the device that marks where it starts; the span
+between two marks is then one evaluation with its host work (OpenMM's
+download of the forces, the State), and the idle time is what the device
+waited for the host.
 
     python bench/timeline.py --grade small --n 512 --steps 200
+    python bench/timeline.py --grade medium --n 100800 --steps 10 --evaluations
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ def is_openmm(name: str) -> bool:
 
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+# The kernel of the one-element fill that --evaluations puts before each getState (PyTorch's elementwise kernels).
+EVALUATION_MARKER = "void at::native::vectorized_elementwise_kernel"
 
 
 def gpu_events(trace: dict) -> list:
@@ -52,8 +61,9 @@ def analyse(events: list, step_marker: str = "integrateVerletPart1") -> dict:
     one marker to the next), busy (the union of the activity intervals),
     idle = span - busy; per activity name: count, time and the gap before it
     (from the end of everything before it in the step, 0 when it overlaps).
-    "graph" sums the activities that are not OpenMM's (is_openmm), "openmm"
-    OpenMM's.  Raises ValueError with fewer than three markers.
+    "graph" sums the activities that are not OpenMM's (is_openmm) nor the
+    evaluation marker's, "openmm" OpenMM's.  Raises ValueError with fewer than
+    three markers.
     """
     starts = [i for i, e in enumerate(events) if e["name"].startswith(step_marker)]
     if len(starts) < 3:
@@ -78,7 +88,7 @@ def analyse(events: list, step_marker: str = "integrateVerletPart1") -> dict:
     kernels = {name: {"count": c / steps, "us": d / steps, "gap_us": g / steps} for name, (c, d, g) in per_name.items()}
 
     def total(openmm: bool, key: str) -> float:
-        return sum(v[key] for k, v in kernels.items() if is_openmm(k) == openmm)
+        return sum(v[key] for k, v in kernels.items() if is_openmm(k) == openmm and not k.startswith(EVALUATION_MARKER))
 
     return {"steps": steps, "span_us": span_total / steps, "busy_us": busy_total / steps, "idle_us": (span_total - busy_total) / steps,
             "graph_us": total(False, "us"), "graph_gap_us": total(False, "gap_us"), "openmm_us": total(True, "us"),
@@ -107,6 +117,8 @@ def main() -> None:
     parser.add_argument("--cuda-graph", default="auto", choices=("auto", "true", "false"))
     parser.add_argument("--property", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--floor", action="store_true", help="the same system without the GraphForce")
+    parser.add_argument("--evaluations", action="store_true",
+                        help="getState(getForces=True) calls instead of steps (--steps of them), each marked on the device")
     parser.add_argument("--trace", help="also write the Chrome trace here")
     parser.add_argument("--out", help="also write the figures here (JSON)")
     args = parser.parse_args()
@@ -121,28 +133,39 @@ def main() -> None:
         context, integrator = standard_context(args.grade, args.n, args.precision, args.cuda_graph, args.property, floor=args.floor)
     except ValueError as error:
         parser.error(f"--property: {error}")
+    marker = torch.zeros(1, device="cuda")
+
+    def run(profiled: bool) -> float:
+        """Seconds per step (or evaluation) of args.steps of them."""
+        start = time.perf_counter()
+        if args.evaluations:
+            for k in range(args.steps):
+                if profiled:
+                    marker.fill_(k)
+                context.getState(getForces=True)
+        else:
+            integrator.step(args.steps)
+            context.getState(getEnergy=True)
+        return (time.perf_counter() - start) / args.steps
+
     integrator.step(20)
     context.getState(getEnergy=True)
-    start = time.perf_counter()
-    integrator.step(args.steps)
-    context.getState(getEnergy=True)
-    wall_plain = (time.perf_counter() - start) / args.steps
+    run(False)
+    wall_plain = run(False)
     with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
-        start = time.perf_counter()
-        integrator.step(args.steps)
-        context.getState(getEnergy=True)
-        wall = (time.perf_counter() - start) / args.steps
+        wall = run(True)
     path = args.trace or os.path.join(tempfile.mkdtemp(), "trace.json")
     prof.export_chrome_trace(path)
     with open(path) as f:
         events = gpu_events(json.load(f))
-    label = f"{'floor' if args.floor else args.grade} n={args.n} {args.precision} CudaGraph={args.cuda_graph} {' '.join(args.property)}"
+    label = (f"{'floor' if args.floor else args.grade} n={args.n} {args.precision} CudaGraph={args.cuda_graph} {' '.join(args.property)}"
+             + (" getState(getForces=True) evaluations" if args.evaluations else ""))
     timeline = None
     if not events:
         print("no GPU activity recorded (CUPTI unavailable?)")
     else:
         try:
-            timeline = analyse(events)
+            timeline = analyse(events, EVALUATION_MARKER if args.evaluations else "integrateVerletPart1")
         except ValueError as error:
             print(error)
     report(label, wall_plain, wall, timeline)

@@ -52,3 +52,24 @@ def test_openmm_kernels_are_told_apart(timeline):
     assert timeline.is_openmm("clearTwoBuffers")
     assert timeline.is_openmm("integrateVerletPart2")
     assert not timeline.is_openmm("void GraphPlugin::(anonymous namespace)::denseSmallKernel<float, true>(...)")
+
+
+def test_evaluation_markers(timeline):
+    """--evaluations: each getState is marked by PyTorch's fill kernel, which delimits the spans and is in no total."""
+    marker = timeline.EVALUATION_MARKER + "<4, at::native::FillFunctor<float>, ...>(...)"
+    events = []
+    for k in range(4):
+        t0 = 1000.0 + 200.0 * k
+        events += [
+            {"ph": "X", "cat": "kernel", "name": marker, "ts": t0, "dur": 1.0},
+            {"ph": "X", "cat": "kernel", "name": "clearTwoBuffers", "ts": t0 + 5, "dur": 2.0},
+            {"ph": "X", "cat": "kernel", "name": "void GraphPlugin::forcesKernel<float, 1, 1>(...)", "ts": t0 + 10, "dur": 100.0},
+            {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pinned)", "ts": t0 + 150, "dur": 10.0},
+        ]
+    t = timeline.analyse(timeline.gpu_events({"traceEvents": events}), timeline.EVALUATION_MARKER)
+    assert t["steps"] == 2
+    assert t["span_us"] == pytest.approx(200.0)
+    assert t["busy_us"] == pytest.approx(113.0)
+    assert t["graph_us"] == pytest.approx(110.0)  # the kernel and the copy, not the marker
+    assert t["openmm_us"] == pytest.approx(2.0)
+    assert t["kernels"][marker[:90]]["us"] == pytest.approx(1.0)  # names are cut at 90 characters
