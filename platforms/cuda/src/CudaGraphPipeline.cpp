@@ -264,7 +264,7 @@ private:
         real* input = pointer<real>(fittingInput);
         real* gradInput = pointer<real>(fittingInputGrad);
         real* gradA = pointer<real>(gradMoments);
-        launchMoments<real>(params, params.radialTable, nullptr, x, types, firstCenter, numCenters, box, rows, counts, capacity, A, stream);
+        launchMoments<real>(params, params.radialTable, nullptr, x, types, rowNodes, numCenters, box, rows, counts, capacity, A, stream);
         const bool interaction = m.numInteractions == 1;
         real *B = nullptr, *gradB = nullptr;
         if (interaction) {
@@ -278,7 +278,7 @@ private:
             }
             if (exchange != nullptr) // the other domains' node features, for the rows of this domain's centers
                 exchange->allGather(domainIndex, CudaGraphExchange::NodeFeatures, (CUstream) stream);
-            launchMoments<real>(params, params.interactionTable, pointer<real>(nodeFeatures), x, types, firstCenter, numCenters, box, rows,
+            launchMoments<real>(params, params.interactionTable, pointer<real>(nodeFeatures), x, types, rowNodes, numCenters, box, rows,
                                 counts, capacity, B, stream);
         }
         GRAPH_CUDA_CHECK(cudaGetLastError());
@@ -324,7 +324,7 @@ private:
         if (interaction) {
             if (exchange != nullptr) // dE/dB of the other domains' centers in this domain's rows
                 exchange->allGather(domainIndex, CudaGraphExchange::InteractionMomentGradients, (CUstream) stream);
-            launchNodeFeatureGradient<real>(params, gradB, x, types, firstCenter, numCenters, box, rows, counts, capacity,
+            launchNodeFeatureGradient<real>(params, gradB, x, types, rowNodes, numCenters, box, rows, counts, capacity,
                                             pointer<real>(nodeFeatureGrad), stream);
             for (int c = 0; c < numChunks; c++) {
                 const int* chunkNodes = rowNodes + chunkBegin(c);
@@ -345,7 +345,7 @@ private:
         const int* slots = rankSums ? pointer<int>(identitySlots) : graph->slotOfNode();
         long long* forceTarget = rankSums ? pointer<long long>(rankForces) : (long long*) cu.getLongForceBuffer().getDevicePointer();
         const int forceStride = rankSums ? std::max(1, n) : cu.getPaddedNumAtoms();
-        launchForces<real>(params, gradA, gradB, phi, x, types, firstCenter, numCenters, box, rows, counts, capacity, slots, forceTarget,
+        launchForces<real>(params, gradA, gradB, phi, x, types, rowNodes, numCenters, box, rows, counts, capacity, slots, forceTarget,
                            forceStride, pointer<GraphStatus>(status), chooseForceWarps(numCenters, numMultiprocessors), stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
         finishEvaluation(stream, addEnergy && !rankSums);

@@ -82,12 +82,15 @@ void launchBuildRowsAllPairs(const double* positions, int n, int firstCenter, in
 // ---------------------------------------------------------------- edge scans (EdgeScanKernels.cu)
 
 /**
- * Moments of the centers [firstCenter, firstCenter + numCenters), [node][H][M] (scaled by 1/n_norm):
+ * Moments of the centers centers[0..numCenters) (device memory; the blocks take them in that order: grouped by type,
+ * so that the multiprocessors read one center type's part of the table at a time and the L1 serves more of it,
+ * bench/NOTES.md v25), [node][H][M] (scaled by 1/n_norm):
  * X_i[lm][k] = sum_j table(t_i, t_j, l, k)(r) * (nodeWeights ? nodeWeights[j][k] : 1) * Y_lm(u_ij) / n_norm.
+ * Each center's sums do not depend on the order.
  */
 template <typename real>
 void launchMoments(const GraphModelParams<real>& model, const real* table, const real* nodeWeights, const double* positions,
-                   const int* types, int firstCenter, int numCenters, GraphBox<double> box, const int* neighbors, const int* rowCount,
+                   const int* types, const int* centers, int numCenters, GraphBox<double> box, const int* neighbors, const int* rowCount,
                    int capacity, real* moments, cudaStream_t stream);
 
 /**
@@ -113,17 +116,18 @@ void launchInvariantsBackward(const GraphModelParams<real>& model, const real* X
                               cudaStream_t stream);
 
 /**
- * dE/dphi_j of the nodes j in [firstNode, firstNode + numNodes) (pulled over the row of j, deterministic):
+ * dE/dphi_j of the nodes j in nodes[0..numNodes) (device memory, grouped by type as launchMoments' centers; pulled over
+ * the row of j, deterministic):
  * sum_{i in N(j)} sum_lm gradB_i[lm][k] R2(t_i, t_j, l, k)(r) Y_lm(u_ij) / n_norm.  Reads gradB of every
  * neighbour i (rows are symmetric), so with several domains gradB must be exchanged first.
  */
 template <typename real>
 void launchNodeFeatureGradient(const GraphModelParams<real>& model, const real* gradB, const double* positions, const int* types,
-                               int firstNode, int numNodes, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity,
-                               real* gradPhi, cudaStream_t stream);
+                               const int* nodes, int numNodes, GraphBox<double> box, const int* neighbors, const int* rowCount,
+                               int capacity, real* gradPhi, cudaStream_t stream);
 
 /**
- * The edge backward of the centers [firstCenter, firstCenter + numCenters):
+ * The edge backward of the centers centers[0..numCenters) (device memory, grouped by type as launchMoments' centers):
  * forces from dE/dA (and dE/dB, phi), added in 64-bit fixed point to OpenMM's
  * force buffer ([3][paddedAtoms], slot order).  Each center's
  * row is split over warpsPerCenter warps (4 or 8; chooseForceWarps); every
@@ -132,7 +136,7 @@ void launchNodeFeatureGradient(const GraphModelParams<real>& model, const real* 
  */
 template <typename real>
 void launchForces(const GraphModelParams<real>& model, const real* gradA, const real* gradB, const real* phi, const double* positions,
-                  const int* types, int firstCenter, int numCenters, GraphBox<double> box, const int* neighbors, const int* rowCount,
+                  const int* types, const int* centers, int numCenters, GraphBox<double> box, const int* neighbors, const int* rowCount,
                   int capacity, const int* slotOfNode, long long* forceBuffer, int paddedAtoms, GraphStatus* status, int warpsPerCenter,
                   cudaStream_t stream);
 
