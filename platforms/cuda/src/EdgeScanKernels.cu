@@ -15,6 +15,7 @@
 
 #include "ChainedLaunch.cuh"
 #include "GraphKernelLaunch.h"
+#include "L1Preference.cuh"
 #include "NetworkDeviceFunctions.cuh"
 #include <algorithm>
 #include <cstdint>
@@ -755,9 +756,10 @@ void launchMoments(const GraphModelParams<real>& model, const real* table, const
     dispatchEdgeShape<real>(model.lMax, model.numChannels, [&](auto l, auto shape) {
         const size_t shared = WarpsPerBlock * (stageBytes<real, decltype(l)::value, false>() +
                                                sizeof(real) * (model.lMax + 1) * (model.lMax + 1) * model.numChannels);
-        launchChained(momentsKernel<real, decltype(l)::value, decltype(shape)>, centerBlocks(numCenters), 32 * WarpsPerBlock, shared,
-                      stream, model, table, nodeWeights, positions, types, centers, numCenters, box, neighbors, rowCount, capacity,
-                      moments);
+        auto kernel = momentsKernel<real, decltype(l)::value, decltype(shape)>;
+        L1Preference::apply(kernel, 32 * WarpsPerBlock, shared); // the table is read through L1
+        launchChained(kernel, centerBlocks(numCenters), 32 * WarpsPerBlock, shared, stream, model, table, nodeWeights, positions, types,
+                      centers, numCenters, box, neighbors, rowCount, capacity, moments);
     });
 }
 
@@ -809,9 +811,10 @@ void launchNodeFeatureGradient(const GraphModelParams<real>& model, const real* 
         return;
     const size_t shared = sizeof(real) * WarpsPerBlock * model.numChannels;
     dispatchShape(model.lMax, model.numChannels, [&](auto l, auto cpl) {
-        nodeFeatureGradientKernel<real, decltype(l)::value, decltype(cpl)::value>
-            <<<centerBlocks(numNodes), 32 * WarpsPerBlock, shared, stream>>>(model, gradB, positions, types, nodes, numNodes, box,
-                                                                             neighbors, rowCount, capacity, gradPhi);
+        auto kernel = nodeFeatureGradientKernel<real, decltype(l)::value, decltype(cpl)::value>;
+        L1Preference::apply(kernel, 32 * WarpsPerBlock, shared); // the table is read through L1
+        kernel<<<centerBlocks(numNodes), 32 * WarpsPerBlock, shared, stream>>>(model, gradB, positions, types, nodes, numNodes, box,
+                                                                               neighbors, rowCount, capacity, gradPhi);
     });
 }
 
@@ -836,9 +839,10 @@ void launchForces(const GraphModelParams<real>& model, const real* gradA, const 
         // Vector shapes work on 32 / LPE edges at once: 4 warps per center are as many edges in flight as 8 of a lane per channel.
         const int most = decltype(shape)::V > 1 ? WarpsPerBlock : MaxForceWarps;
         const int warps = std::max(1, std::min({warpsPerCenter, most, (int) ((48 * 1024 - gradient) / stage)}));
-        launchChained(forcesKernel<real, decltype(l)::value, decltype(shape)>, centerBlocks(numCenters), 32 * warps,
-                      warps * stage + gradient, stream, model, gradA, gradB, phi, positions, types, centers, numCenters, box, neighbors,
-                      rowCount, capacity, slotOfNode, forceBuffer, paddedAtoms, status);
+        auto kernel = forcesKernel<real, decltype(l)::value, decltype(shape)>;
+        L1Preference::apply(kernel, 32 * warps, warps * stage + gradient); // the table is read through L1
+        launchChained(kernel, centerBlocks(numCenters), 32 * warps, warps * stage + gradient, stream, model, gradA, gradB, phi, positions,
+                      types, centers, numCenters, box, neighbors, rowCount, capacity, slotOfNode, forceBuffer, paddedAtoms, status);
     });
 }
 
