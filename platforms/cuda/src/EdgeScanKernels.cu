@@ -278,7 +278,9 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
     extern __shared__ unsigned char sharedBytes[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane % Shape::LPE;
     Stage* stage = reinterpret_cast<Stage*>(sharedBytes) + warp;
-    real* partial = reinterpret_cast<real*>(sharedBytes + WarpsPerBlock * sizeof(Stage)); // [WarpsPerBlock][H][M]
+    // [WarpsPerBlock][H][M], over the warps' stages once every warp is done with its chunk: the block's shared memory is
+    // what the stages or the partial sums need, not both, and the rest of the multiprocessor is L1 (L1Preference).
+    real* partial = reinterpret_cast<real*>(sharedBytes);
     const int M = model.numChannels;
     for (int b = blockIdx.x; b < numCenters; b += gridDim.x) {
         const int i = centers[b];
@@ -298,6 +300,7 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
 #pragma unroll
                 for (int offset = Shape::LPE; offset < 32; offset *= 2)
                     acc[lm][c] += __shfl_xor_sync(0xffffffff, acc[lm][c], offset);
+        __syncthreads(); // every warp's stage is free for the partial sums
         if (lane < Shape::LPE)
 #pragma unroll
             for (int x = 0; x < Shape::XPL; x++) {
@@ -754,8 +757,9 @@ void launchMoments(const GraphModelParams<real>& model, const real* table, const
     if (numCenters == 0)
         return;
     dispatchEdgeShape<real>(model.lMax, model.numChannels, [&](auto l, auto shape) {
-        const size_t shared = WarpsPerBlock * (stageBytes<real, decltype(l)::value, false>() +
-                                               sizeof(real) * (model.lMax + 1) * (model.lMax + 1) * model.numChannels);
+        // The warps' stages, then (over them) their partial sums.
+        const size_t shared = WarpsPerBlock * std::max(stageBytes<real, decltype(l)::value, false>(),
+                                                       sizeof(real) * (model.lMax + 1) * (model.lMax + 1) * model.numChannels);
         auto kernel = momentsKernel<real, decltype(l)::value, decltype(shape)>;
         L1Preference::apply(kernel, 32 * WarpsPerBlock, shared); // the table is read through L1
         launchChained(kernel, centerBlocks(numCenters), 32 * WarpsPerBlock, shared, stream, model, table, nodeWeights, positions, types,
