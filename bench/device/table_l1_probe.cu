@@ -34,38 +34,15 @@
  *   table_l1_probe [n [runs [shared bytes a block]]]
  */
 
-#include "probe_common.cuh"
+#include "table_probe_common.cuh"
 
-#include <algorithm>
-#include <cmath>
-#include <random>
 #include <vector>
 
 namespace {
 
-constexpr int T = 4, NL = 3, H = 9, M = 64, KI = 400, KN = KI + 1, E = 85;
-constexpr float R0 = 0.05f, RC = 0.6f, DR = (RC - R0) / KI;
+using namespace table_probe;
+
 constexpr int Warps = 8;
-
-/** The knot interval q of r and the quintic Hermite weights of p0, v0, a0, a1, v1, p1 (derivatives scaled by DR). */
-__device__ inline void basis(float r, int& q, float h[6]) {
-    const float x = (r - R0) * (1.0f / DR);
-    q = min(KI - 1, max(0, (int) floorf(x)));
-    const float t = x - q, t2 = t * t, t3 = t2 * t, t4 = t3 * t, t5 = t4 * t;
-    h[0] = 1 - 10 * t3 + 15 * t4 - 6 * t5;
-    h[1] = (t - 6 * t3 + 8 * t4 - 3 * t5) * DR;
-    h[2] = 0.5f * (t2 - 3 * t3 + 3 * t4 - t5) * DR * DR;
-    h[3] = 0.5f * (t3 - 2 * t4 + t5) * DR * DR;
-    h[4] = (-4 * t3 + 7 * t4 - 3 * t5) * DR;
-    h[5] = 10 * t3 - 15 * t4 + 6 * t5;
-}
-
-/** Real harmonics up to l = 2 (up to constant factors, which do not change the work). */
-__device__ inline void harmonics(float x, float y, float z, float Y[H]) {
-    Y[0] = 1;
-    Y[1] = y, Y[2] = z, Y[3] = x;
-    Y[4] = x * y, Y[5] = y * z, Y[6] = 3 * z * z - 1, Y[7] = x * z, Y[8] = x * x - y * y;
-}
 
 /** R of this lane's two channels at degree l from the knots at `p` (the interval's first knot, degree 0, channel 2 lane). */
 __device__ inline float2 radial(const float* p, int l, const float h[6]) {
@@ -88,11 +65,9 @@ __device__ inline void scanAllDegrees(const float4* geo, const int* ntype, const
                                       int lane, float (&acc)[H][2]) {
 #pragma unroll 2
     for (int e = first; e < last; e++) {
-        const float4 g = geo[(size_t) i * E + e];
         int q;
         float h[6], Y[H];
-        basis(g.x, q, h);
-        harmonics(g.y, g.z, g.w, Y);
+        edgeBasis(geo, i, e, q, h, Y);
         const float* p = knots(table, ti, ntype[(size_t) i * E + e], q, lane);
 #pragma unroll
         for (int l = 0; l < NL; l++) {
@@ -106,6 +81,13 @@ __device__ inline void scanAllDegrees(const float4* geo, const int* ntype, const
     }
 }
 
+/** A center's moments [H][M] at `out`, this lane's two channels. */
+__device__ inline void storeMoments(float* out, int lane, const float (&acc)[H][2]) {
+#pragma unroll
+    for (int lm = 0; lm < H; lm++)
+        *reinterpret_cast<float2*>(out + lm * M + 2 * lane) = make_float2(acc[lm][0], acc[lm][1]);
+}
+
 /** l2 (order = nullptr: row w is particle w) and sorted (row w is order[w]): a warp per row, moments into A [n][H][M]. */
 __global__ void __launch_bounds__(32 * Warps) scanRows(const float4* __restrict__ geo, const int* __restrict__ ntype,
                                                        const int* __restrict__ types, const int* __restrict__ order,
@@ -116,9 +98,7 @@ __global__ void __launch_bounds__(32 * Warps) scanRows(const float4* __restrict_
     const int i = order ? order[w] : w, ti = types[i];
     float acc[H][2] = {};
     scanAllDegrees(geo, ntype, table, ti, i, 0, E, lane, acc);
-#pragma unroll
-    for (int lm = 0; lm < H; lm++)
-        *reinterpret_cast<float2*>(A + ((size_t) i * H + lm) * M + 2 * lane) = make_float2(acc[lm][0], acc[lm][1]);
+    storeMoments(A + (size_t) i * H * M, lane, acc);
 }
 
 /**
@@ -136,9 +116,7 @@ __global__ void __launch_bounds__(32 * Warps) scanPairs(const float4* __restrict
     const int i = items[w] / T, tj = items[w] % T, ti = types[i];
     float acc[H][2] = {};
     scanAllDegrees(geo, ntype, table, ti, i, segment[i * (T + 1) + tj], segment[i * (T + 1) + tj + 1], lane, acc);
-#pragma unroll
-    for (int lm = 0; lm < H; lm++)
-        *reinterpret_cast<float2*>(Ap + (((size_t) tj * n + i) * H + lm) * M + 2 * lane) = make_float2(acc[lm][0], acc[lm][1]);
+    storeMoments(Ap + ((size_t) tj * n + i) * H * M, lane, acc);
 }
 
 /** pair-l: item w = (row i, neighbour type tj, degree l) (items[w] = (i * T + tj) * NL + l), moments of degree l only. */
@@ -154,11 +132,9 @@ __global__ void __launch_bounds__(32 * Warps) scanPairDegrees(const float4* __re
     float acc[5][2] = {};
 #pragma unroll 2
     for (int e = first; e < last; e++) {
-        const float4 g = geo[(size_t) i * E + e];
         int q;
         float h[6], Y[H];
-        basis(g.x, q, h);
-        harmonics(g.y, g.z, g.w, Y);
+        edgeBasis(geo, i, e, q, h, Y);
         const float2 R = radial(knots(table, ti, tj, q, lane), l, h);
 #pragma unroll
         for (int m = 0; m < 5; m++)
@@ -172,24 +148,6 @@ __global__ void __launch_bounds__(32 * Warps) scanPairDegrees(const float4* __re
     for (int m = 0; m < 5; m++)
         if (m < 2 * l + 1)
             *reinterpret_cast<float2*>(Ap + (((size_t) tj * n + i) * H + l * l + m) * M + 2 * lane) = make_float2(acc[m][0], acc[m][1]);
-}
-
-/** Mean ms of `runs` launches of f (after one warm-up). */
-template <typename F> float timeIt(F f, int runs = 10) {
-    f();
-    CHECK(cudaDeviceSynchronize());
-    cudaEvent_t start, stop;
-    CHECK(cudaEventCreate(&start));
-    CHECK(cudaEventCreate(&stop));
-    CHECK(cudaEventRecord(start));
-    for (int r = 0; r < runs; r++)
-        f();
-    CHECK(cudaEventRecord(stop));
-    CHECK(cudaEventSynchronize(stop));
-    CHECK(cudaGetLastError());
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, start, stop));
-    return ms / runs;
 }
 
 template <typename T_> T_* upload(const std::vector<T_>& v) {
@@ -207,29 +165,17 @@ int main(int argc, char** argv) {
     // Dynamic shared memory a block asks for and leaves unused: it takes that much from each multiprocessor's L1 (the
     // plugin's moments kernel holds about 115 KB a multiprocessor).
     const int smem = argc > 3 ? std::atoi(argv[3]) : 0;
-    std::mt19937 rng(7);
-    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
-    std::vector<int> types(n);
-    for (int& t : types)
-        t = (int) (rng() % T);
-    // Rows as table_probe.cu's: E neighbours, r uniform in the shell's volume, directions uniform, sorted by r; and the
-    // same rows sorted by (neighbour type, r) with each type's segment.
-    std::vector<float4> geo((size_t) n * E), geoByType(geo.size());
-    std::vector<int> ntype((size_t) n * E), ntypeByType(ntype.size()), segment((size_t) n * (T + 1));
-    const float lo = (R0 + 0.01f) * (R0 + 0.01f) * (R0 + 0.01f), hi = RC * RC * RC;
+    // table_probe.cu's rows and table, and the same rows sorted by (neighbour type, r) with each type's segment.
+    const Rows rows(n);
+    const std::vector<int>&types = rows.types, &ntype = rows.ntype;
+    const std::vector<float4>& geo = rows.geo;
+    const std::vector<float>& table = rows.table;
+    std::vector<float4> geoByType(geo.size());
+    std::vector<int> ntypeByType(ntype.size()), segment((size_t) n * (T + 1));
     for (int i = 0; i < n; i++) {
         std::vector<std::pair<float4, int>> row(E);
-        for (auto& [g, tj] : row) {
-            const float r = std::cbrt(lo + (hi - lo) * uniform(rng));
-            const float z = 2 * uniform(rng) - 1, phi = 6.2831853f * uniform(rng), xy = std::sqrt(std::max(0.0f, 1 - z * z));
-            g = make_float4(r, xy * std::cos(phi), xy * std::sin(phi), z);
-            tj = types[rng() % n];
-        }
-        std::sort(row.begin(), row.end(), [](const auto& a, const auto& b) { return a.first.x < b.first.x; });
-        for (int e = 0; e < E; e++) {
-            geo[(size_t) i * E + e] = row[e].first;
-            ntype[(size_t) i * E + e] = row[e].second;
-        }
+        for (int e = 0; e < E; e++)
+            row[e] = {geo[(size_t) i * E + e], ntype[(size_t) i * E + e]};
         std::stable_sort(row.begin(), row.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
         for (int e = 0; e < E; e++) {
             geoByType[(size_t) i * E + e] = row[e].first;
@@ -241,9 +187,6 @@ int main(int argc, char** argv) {
             segment[(size_t) i * (T + 1) + t] = e;
         }
     }
-    std::vector<float> table((size_t) T * T * NL * KN * 3 * M);
-    for (float& x : table)
-        x = 2 * uniform(rng) - 1;
     std::vector<int> order, pairItems, degreeItems;
     for (int ti = 0; ti < T; ti++) {
         std::vector<int> rows;

@@ -30,40 +30,17 @@
  *   nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o table_probe table_probe.cu
  */
 
-#include "probe_common.cuh"
+#include "table_probe_common.cuh"
 
-#include <algorithm>
-#include <cmath>
-#include <random>
 #include <vector>
 
 namespace {
 
-constexpr int T = 4, NL = 3, H = 9, M = 64, KI = 400, KN = KI + 1, E = 85;
-constexpr float R0 = 0.05f, RC = 0.6f, DR = (RC - R0) / KI;
+using namespace table_probe;
+
 constexpr int SliceChannels = 4, Slices = M / SliceChannels;
 /** One center type's 4-channel slice of the four neighbour types' tables: [tj][l][knot][3][4] floats. */
 constexpr int SliceFloats = T * NL * KN * 3 * SliceChannels;
-
-/** The knot interval q of r and the quintic Hermite weights of p0, v0, a0, a1, v1, p1 (derivatives scaled by DR). */
-__device__ inline void basis(float r, int& q, float h[6]) {
-    const float x = (r - R0) * (1.0f / DR);
-    q = min(KI - 1, max(0, (int) floorf(x)));
-    const float t = x - q, t2 = t * t, t3 = t2 * t, t4 = t3 * t, t5 = t4 * t;
-    h[0] = 1 - 10 * t3 + 15 * t4 - 6 * t5;
-    h[1] = (t - 6 * t3 + 8 * t4 - 3 * t5) * DR;
-    h[2] = 0.5f * (t2 - 3 * t3 + 3 * t4 - t5) * DR * DR;
-    h[3] = 0.5f * (t3 - 2 * t4 + t5) * DR * DR;
-    h[4] = (-4 * t3 + 7 * t4 - 3 * t5) * DR;
-    h[5] = 10 * t3 - 15 * t4 + 6 * t5;
-}
-
-/** Real harmonics up to l = 2 (up to constant factors, which do not change the work). */
-__device__ inline void harmonics(float x, float y, float z, float Y[H]) {
-    Y[0] = 1;
-    Y[1] = y, Y[2] = z, Y[3] = x;
-    Y[4] = x * y, Y[5] = y * z, Y[6] = 3 * z * z - 1, Y[7] = x * z, Y[8] = x * x - y * y;
-}
 
 /** Knot values [p0 v0 a0 | p1 v1 a1] (stored per knot as value, first, second derivative) combined with the weights. */
 __device__ inline float combine(float p0, float v0, float a0, float p1, float v1, float a1, const float h[6]) {
@@ -72,9 +49,7 @@ __device__ inline float combine(float p0, float v0, float a0, float p1, float v1
 
 /** Edge e of center i's row: returns the neighbour's type; q and h the knot interval and weights, Y the harmonics. */
 __device__ inline int edgeTerms(const float4* geo, const int* ntype, int i, int e, int& q, float h[6], float Y[H]) {
-    const float4 g = geo[(size_t) i * E + e];
-    basis(g.x, q, h);
-    harmonics(g.y, g.z, g.w, Y);
+    edgeBasis(geo, i, e, q, h, Y);
     return ntype[(size_t) i * E + e];
 }
 
@@ -184,54 +159,14 @@ __global__ void __launch_bounds__(32 * WPB)
     }
 }
 
-/** Mean ms of `runs` launches of f (after one warm-up). */
-template <typename F> float timeIt(F f, int runs = 10) {
-    f();
-    CHECK(cudaDeviceSynchronize());
-    cudaEvent_t start, stop;
-    CHECK(cudaEventCreate(&start));
-    CHECK(cudaEventCreate(&stop));
-    CHECK(cudaEventRecord(start));
-    for (int r = 0; r < runs; r++)
-        f();
-    CHECK(cudaEventRecord(stop));
-    CHECK(cudaEventSynchronize(stop));
-    CHECK(cudaGetLastError());
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, start, stop));
-    return ms / runs;
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
     const int n = argc > 1 ? std::atoi(argv[1]) : 100800;
-    std::mt19937 rng(7);
-    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
-    std::vector<int> types(n);
-    for (int& t : types)
-        t = (int) (rng() % T);
-    // Rows: E neighbours, r uniform in the shell's volume, directions uniform, sorted by r.
-    std::vector<float4> geo((size_t) n * E);
-    std::vector<int> ntype((size_t) n * E);
-    const float lo = (R0 + 0.01f) * (R0 + 0.01f) * (R0 + 0.01f), hi = RC * RC * RC;
-    for (int i = 0; i < n; i++) {
-        std::vector<std::pair<float4, int>> row(E);
-        for (auto& [g, tj] : row) {
-            const float r = std::cbrt(lo + (hi - lo) * uniform(rng));
-            const float z = 2 * uniform(rng) - 1, phi = 6.2831853f * uniform(rng), xy = std::sqrt(std::max(0.0f, 1 - z * z));
-            g = make_float4(r, xy * std::cos(phi), xy * std::sin(phi), z);
-            tj = types[rng() % n];
-        }
-        std::sort(row.begin(), row.end(), [](const auto& a, const auto& b) { return a.first.x < b.first.x; });
-        for (int e = 0; e < E; e++) {
-            geo[(size_t) i * E + e] = row[e].first;
-            ntype[(size_t) i * E + e] = row[e].second;
-        }
-    }
-    std::vector<float> table((size_t) T * T * NL * KN * 3 * M);
-    for (float& x : table)
-        x = 2 * uniform(rng) - 1;
+    const Rows rows(n);
+    const std::vector<int>&types = rows.types, &ntype = rows.ntype;
+    const std::vector<float4>& geo = rows.geo;
+    const std::vector<float>& table = rows.table;
     std::vector<int> typeStart(T + 1, 0), centersOfType;
     for (int t = 0; t < T; t++) {
         typeStart[t] = (int) centersOfType.size();
