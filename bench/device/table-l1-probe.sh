@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Build and run bench/device/table_l1_probe.cu (can the L1 serve the edge scans' table reads when every multiprocessor
 # works on one slice of the table at a time?) on a GPU machine, run directly (OUT=... bash bench/device/table-l1-probe.sh):
-# the timings with no shared memory taken from L1 and with 28 KB a block (4 blocks: about the moments kernel's 115 KB a
-# multiprocessor), then Nsight Compute's L1 hit rate, L2 and DRAM bytes and instruction counts of every kernel (28 KB).
+# the timings with no shared memory taken from L1 and with 28 KB a block (4 blocks: about the 115 KB a multiprocessor the
+# moments kernel held before v25), then Nsight Compute's L1 hit rate, L2 and DRAM bytes and instruction counts of every kernel (28 KB).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/out}"

@@ -5,7 +5,7 @@
  * The shared-memory carveout of a kernel that reads through L1: each multiprocessor's 256 KB are split between shared
  * memory and L1, and without a preference the driver gave the edge scans the largest carveout (228 KB of shared memory,
  * about 23 KB of L1: the moments scan hit L1 for 2.9% of its table reads at medium 100,800; Nsight Compute on an H200,
- * bench/NOTES.md v25), although their blocks use 17-20 KB each.  L1Preference asks for the smallest carveout that still
+ * bench/NOTES.md v25), although their blocks use at most 20 KB each.  L1Preference asks for the smallest carveout that still
  * holds as many blocks as the kernel's other limits (registers, warps) allow, so the rest is L1; the occupancy does not
  * change.  The driver takes the next supported capacity at or above the percentage asked for (CUDA C++ Programming
  * Guide, "Shared Memory" of compute capability 7.x and later), and the preference is a hint: a kernel always runs.
