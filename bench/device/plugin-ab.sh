@@ -9,24 +9,17 @@
 # side by side.  AB_ROUNDS (default 2) interleaved rounds.  Logs and CSVs go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source scripts/device-env.sh
-[ -f .device/pkg.tgz ] || { echo "plugin-ab: .device/pkg.tgz is missing (the package of a device build)"; exit 1; }
-tar xzf .device/pkg.tgz -C "$SITE" || exit 1
+source bench/device/ab-package.sh "" || exit 1 # no build yet: swapped in per round
 builds=$(cd .device/ab 2>/dev/null && ls -d */ 2>/dev/null | tr -d /)
 [ -n "$builds" ] || { echo "plugin-ab: no builds in .device/ab/NAME/libOpenMMGraphCUDA.so"; exit 1; }
-for build in $builds; do
-    xzfile=".device/ab/$build/libOpenMMGraphCUDA.so.xz"
-    [ -f "$xzfile" ] && python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
-        "$xzfile" "${xzfile%.xz}"
-    [ -f ".device/ab/$build/libOpenMMGraphCUDA.so" ] || { echo "plugin-ab: .device/ab/$build has no libOpenMMGraphCUDA.so"; exit 1; }
+for build in $builds; do # every build present before the first round
+    ab_use "$build" || exit 1
 done
-PLUGIN="$SITE/openmmgraph/lib/plugins/libOpenMMGraphCUDA.so"
-export LD_LIBRARY_PATH="$SITE/openmmgraph/lib:$OPENMM_LIBS/lib:$OPENMM_LIBS/lib/plugins:${LD_LIBRARY_PATH:-}"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
 [ -n "$NCU" ] || echo "plugin-ab: no ncu found; wall times only"
 for round in $(seq 1 "${AB_ROUNDS:-2}"); do
     for build in $builds; do
-        cp ".device/ab/$build/libOpenMMGraphCUDA.so" "$PLUGIN"
+        ab_use "$build"
         for case in ${AB_CASES:-small:512 medium:100800}; do
             grade=${case%%:*}; n=${case##*:}
             tag="$build-$grade-$n-r$round"
