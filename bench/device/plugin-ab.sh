@@ -7,27 +7,49 @@
 # Verlet steps (CUDA graph on) and Nsight Compute's per-kernel times of 2 evaluations, for each case of
 # AB_CASES (grade:n ..., default "small:512 medium:100800"); then bench/ncu_kernel_table.py puts the builds
 # side by side.  AB_ROUNDS (default 2) interleaved rounds.  Logs and CSVs go to $OUT.
+#
+# With AB_PROPERTIES="NAME=KEY=VALUE[,KEY=VALUE...] ..." the variants are GraphForce property sets of one plugin, the
+# package already installed (run as device-session.sh's extra part, EXTRA_SCRIPT=bench/device/plugin-ab.sh), e.g.
+# AB_PROPERTIES="centers=CudaForceScan=centers pairs=CudaForceScan=pairs".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source bench/device/ab-package.sh "" || exit 1 # no build yet: swapped in per round
-builds=$(cd .device/ab 2>/dev/null && ls -d */ 2>/dev/null | tr -d /)
-[ -n "$builds" ] || { echo "plugin-ab: no builds in .device/ab/NAME/libOpenMMGraphCUDA.so"; exit 1; }
-for build in $builds; do # every build present before the first round
-    ab_use "$build" || exit 1
-done
+if [ -n "${AB_PROPERTIES:-}" ]; then
+    builds=$(for variant in $AB_PROPERTIES; do echo "${variant%%=*}"; done)
+    # The variant's properties as arguments of profile_kernels.py.
+    use_variant() {
+        local variant
+        properties=()
+        for variant in $AB_PROPERTIES; do
+            [ "${variant%%=*}" = "$1" ] || continue
+            IFS=, read -ra pairs <<< "${variant#*=}"
+            for pair in "${pairs[@]}"; do properties+=(--property "$pair"); done
+        done
+    }
+else
+    source bench/device/ab-package.sh "" || exit 1 # no build yet: swapped in per round
+    builds=$(cd .device/ab 2>/dev/null && ls -d */ 2>/dev/null | tr -d /)
+    [ -n "$builds" ] || { echo "plugin-ab: no builds in .device/ab/NAME/libOpenMMGraphCUDA.so"; exit 1; }
+    for build in $builds; do # every build present before the first round
+        ab_use "$build" || exit 1
+    done
+    use_variant() {
+        properties=()
+        ab_use "$1"
+    }
+fi
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
 [ -n "$NCU" ] || echo "plugin-ab: no ncu found; wall times only"
 for round in $(seq 1 "${AB_ROUNDS:-2}"); do
     for build in $builds; do
-        ab_use "$build"
+        use_variant "$build"
         for case in ${AB_CASES:-small:512 medium:100800}; do
             grade=${case%%:*}; n=${case##*:}
             tag="$build-$grade-$n-r$round"
-            python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 20 --cuda-graph auto \
+            python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 20 --cuda-graph auto "${properties[@]}" \
                 --steps $([ "$n" -le 20000 ] && echo 2000 || echo 50) > "$OUT/wall-$tag.log" 2>&1
             echo "$build round $round: $(tail -1 "$OUT/wall-$tag.log")"
             [ -n "$NCU" ] && timeout 240 "$NCU" --clock-control none --profile-from-start off --metrics gpu__time_duration.sum \
-                --csv python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 2 > "$OUT/ncu-$tag.csv" 2> "$OUT/ncu-$tag.err"
+                --csv python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 2 "${properties[@]}" > "$OUT/ncu-$tag.csv" 2> "$OUT/ncu-$tag.err"
         done
     done
 done
