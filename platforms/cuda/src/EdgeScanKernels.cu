@@ -155,21 +155,25 @@ __device__ inline void forEachStagedEdge(Stage* stage, int lane, const GraphMode
 
 /**
  * As forEachStagedEdge, over the edges of center i's whole row (count edges) whose neighbour has type tj, in canonical
- * order: the warp reads the row Stage::E candidates at a time and stages the matches compacted (a ballot), calling body
- * once the stage could not take the next candidates' matches, and at the end.
+ * order: the warp reads the row Stage::E candidates at a time and collects the matches' neighbours in the stage
+ * (compacted by a ballot); once the next candidates' matches would not fit, and at the end, its lanes stage the
+ * collected edges at once (a lane an edge, as forEachStagedEdge) and body walks them.
  */
 template <int LMAX, int Groups, typename real, typename Stage, typename Body>
 __device__ inline void forEachStagedEdgeOfType(Stage* stage, int lane, const GraphModelParams<real>& model, const double* positions,
                                                const int* types, int i, int tj, const int* neighbors, int capacity,
                                                const GraphBox<double>& box, int count, Body body) {
     const int group = lane / (32 / Groups);
-    int staged = 0; // the same in every lane
+    int collected = 0; // the same in every lane
     auto drain = [&]() {
         __syncwarp();
-        for (int q0 = 0; q0 < staged; q0 += Groups)
-            body(q0 + group, q0 + group < staged);
+        if (lane < collected)
+            stage->fill(lane, LMAX, model, positions, types, i, stage->j[lane], box);
         __syncwarp();
-        staged = 0;
+        for (int q0 = 0; q0 < collected; q0 += Groups)
+            body(q0 + group, q0 + group < collected);
+        __syncwarp();
+        collected = 0;
     };
     for (int base = 0; base < count; base += Stage::E) {
         int j = 0;
@@ -179,13 +183,13 @@ __device__ inline void forEachStagedEdgeOfType(Stage* stage, int lane, const Gra
             match = types[j] == tj;
         }
         const unsigned ballot = __ballot_sync(0xffffffff, match);
-        if (staged + __popc(ballot) > Stage::E)
+        if (collected + __popc(ballot) > Stage::E)
             drain();
         if (match)
-            stage->fill(staged + __popc(ballot & ((1u << lane) - 1)), LMAX, model, positions, types, i, j, box);
-        staged += __popc(ballot);
+            stage->j[collected + __popc(ballot & ((1u << lane) - 1))] = j;
+        collected += __popc(ballot);
     }
-    if (staged > 0)
+    if (collected > 0)
         drain();
 }
 
