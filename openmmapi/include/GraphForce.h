@@ -103,16 +103,6 @@ class GraphModel;
  *    run is an OpenMMException when CudaFusedNetwork is "true" and a kernel
  *    per layer when it is "auto".  For tuning on other devices; results are
  *    bitwise the same for every value.
- *  - "CudaForceScan": "auto" (default), "centers" or "pairs".  CUDA platform
- *    only: the order of the edge scan that assembles the forces.  "centers":
- *    a block per center walks its row; "pairs": a warp per (center, neighbour
- *    type) walks the row's edges of that type, the items in (neighbour type,
- *    center) order, so the device reads one type pair's part of the radial
- *    table at a time (more of it from L1); "auto" takes "pairs" for models of
- *    several types once there are enough centers to fill the device (about
- *    8 per multiprocessor) and "centers" otherwise.  Every edge's force is
- *    converted to fixed point on its own, so results are bitwise the same
- *    for every value.
  *  - "CudaNeighborSearch": "auto" (default), "cells" or "allpairs".  CUDA
  *    platform only: how the rows of the neighbour graph find their
  *    candidates.  "cells" bins the particles into a cell grid at least one

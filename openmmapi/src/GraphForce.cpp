@@ -12,9 +12,9 @@ namespace {
 
 const std::map<std::string, std::string>& propertyDefaults() {
     static const std::map<std::string, std::string> defaults = {
-        {"CheckFinite", "true"},       {"CudaChunkRows", "auto"},   {"CudaFusedCluster", "auto"}, {"CudaFusedNetwork", "auto"},
-        {"CudaFusedTileRows", "auto"}, {"CudaForceScan", "auto"},   {"CudaGraph", "auto"},        {"CudaNeighborSearch", "auto"},
-        {"Domains", "single"},         {"TorchCudaContext", "auto"}};
+        {"CheckFinite", "true"},        {"CudaChunkRows", "auto"},     {"CudaFusedCluster", "auto"},
+        {"CudaFusedNetwork", "auto"},   {"CudaFusedTileRows", "auto"}, {"CudaGraph", "auto"},
+        {"CudaNeighborSearch", "auto"}, {"Domains", "single"},         {"TorchCudaContext", "auto"}};
     return defaults;
 }
 
@@ -150,8 +150,6 @@ void GraphForce::setProperty(const std::string& key, const std::string& value) {
         throw OpenMMException("GraphForce: property CudaFusedTileRows must be \"auto\", \"4\", \"8\", \"16\", \"32\" or \"64\" (rows per "
                               "tile of the fused network), found \"" +
                               value + "\"");
-    if (key == "CudaForceScan" && value != "auto" && value != "centers" && value != "pairs")
-        throw OpenMMException("GraphForce: property CudaForceScan must be \"auto\", \"centers\" or \"pairs\", found \"" + value + "\"");
     if (key == "CudaNeighborSearch" && value != "auto" && value != "cells" && value != "allpairs")
         throw OpenMMException("GraphForce: property CudaNeighborSearch must be \"auto\", \"cells\" or \"allpairs\", found \"" + value +
                               "\"");

@@ -288,11 +288,6 @@ def test_properties(modelBytes):
     assert force.getProperty("CudaFusedTileRows") == "8"
     force.setProperty("CudaNeighborSearch", "cells")
     assert force.getProperty("CudaNeighborSearch") == "cells"
-    assert force.getProperty("CudaForceScan") == "auto"
-    with pytest.raises(openmm.OpenMMException, match="CudaForceScan must be \"auto\", \"centers\" or \"pairs\", found \"rows\""):
-        force.setProperty("CudaForceScan", "rows")
-    force.setProperty("CudaForceScan", "pairs")
-    assert force.getProperty("CudaForceScan") == "pairs"
 
 
 # --------------------------------------------------------------------------

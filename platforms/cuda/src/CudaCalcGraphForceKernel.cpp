@@ -29,8 +29,6 @@ CudaGraphOptions cudaGraphOptions(const GraphForce& force) {
     options.fusedNetwork = fused == "true" ? CudaFusedNetwork::Required : fused == "false" ? CudaFusedNetwork::Off : CudaFusedNetwork::Auto;
     options.fusedCluster = wholeOrAuto(force, "CudaFusedCluster");
     options.fusedTileRows = wholeOrAuto(force, "CudaFusedTileRows");
-    const std::string scan = force.getProperty("CudaForceScan");
-    options.forceScan = scan == "centers" ? CudaForceScan::Centers : scan == "pairs" ? CudaForceScan::Pairs : CudaForceScan::Auto;
     const std::string finite = force.getProperty("CheckFinite");
     options.statusCheck = finite == "deferred" ? CudaStatusCheck::Deferred
                           : finite == "false"  ? CudaStatusCheck::Off

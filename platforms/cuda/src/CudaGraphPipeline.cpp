@@ -34,7 +34,7 @@ public:
     CudaGraphPipeline(CudaContext& cu, std::shared_ptr<const GraphModel> model, const std::vector<int>& particles,
                       const std::vector<int>& types, bool periodic, int numSystemParticles, const CudaGraphOptions& options,
                       const CudaGraphDomain& domain)
-        : cu(cu), model(model), n((int) particles.size()), periodic(periodic), graphMode(options.graphMode), forceScan(options.forceScan) {
+        : cu(cu), model(model), n((int) particles.size()), periodic(periodic), graphMode(options.graphMode) {
         firstCenter = domain.firstCenter;
         numCenters = domain.numCenters < 0 ? n : domain.numCenters;
         if (firstCenter < 0 || numCenters < 0 || firstCenter + numCenters > n)
@@ -346,10 +346,7 @@ private:
         long long* forceTarget = rankSums ? pointer<long long>(rankForces) : (long long*) cu.getLongForceBuffer().getDevicePointer();
         const int forceStride = rankSums ? std::max(1, n) : cu.getPaddedNumAtoms();
         launchForces<real>(params, gradA, gradB, phi, x, types, rowNodes, numCenters, box, rows, counts, capacity, slots, forceTarget,
-                           forceStride, pointer<GraphStatus>(status), chooseForceWarps(numCenters, numMultiprocessors),
-                           forceScan == CudaForceScan::Auto ? chooseForcePairs(numCenters, params.numTypes, numMultiprocessors)
-                                                            : forceScan == CudaForceScan::Pairs,
-                           stream);
+                           forceStride, pointer<GraphStatus>(status), chooseForceWarps(numCenters, numMultiprocessors), stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
         finishEvaluation(stream, addEnergy && !rankSums);
     }
@@ -1055,7 +1052,6 @@ private:
     bool pending = false; ///< an enqueue() whose status finish() has not read yet
     int numMultiprocessors = 1;
     CudaGraphMode graphMode;
-    CudaForceScan forceScan; ///< CudaForceScan
     CUstream captureStream = nullptr;
     cudaGraphExec_t graphExec = nullptr;
     LaunchKey graphKey;

@@ -37,14 +37,6 @@ enum class CudaFusedNetwork { Off, Auto, Required };
 enum class CudaStatusCheck { Current, Deferred, Off };
 
 /**
- * The order of the force scan (CudaForceScan): each center's row by a block
- * (Centers), or (center, neighbour type) items by a warp each, in (neighbour
- * type, center) order (Pairs); Auto chooses (chooseForcePairs).  Forces are
- * bitwise the same in every order.
- */
-enum class CudaForceScan { Auto, Centers, Pairs };
-
-/**
  * The GraphForce properties that choose how the CUDA pipeline runs; none
  * changes a result.
  */
@@ -55,7 +47,6 @@ struct CudaGraphOptions {
     CudaFusedNetwork fusedNetwork = CudaFusedNetwork::Auto; ///< CudaFusedNetwork
     int fusedCluster = 0;                                   ///< CudaFusedCluster: blocks per tile of the fused network, 0 for automatic
     int fusedTileRows = 0;                                  ///< CudaFusedTileRows: rows per tile of the fused network, 0 for automatic
-    CudaForceScan forceScan = CudaForceScan::Auto;          ///< CudaForceScan
     /** CheckFinite (treated as Current wherever the domain is not the whole system on one device) */
     CudaStatusCheck statusCheck = CudaStatusCheck::Current;
 };

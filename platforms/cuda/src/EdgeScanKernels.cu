@@ -154,46 +154,6 @@ __device__ inline void forEachStagedEdge(Stage* stage, int lane, const GraphMode
 }
 
 /**
- * As forEachStagedEdge, over the edges of center i's whole row (count edges) whose neighbour has type tj, in canonical
- * order: the warp reads the row Stage::E candidates at a time and collects the matches' neighbours in the stage
- * (compacted by a ballot); once the next candidates' matches would not fit, and at the end, its lanes stage the
- * collected edges at once (a lane an edge, as forEachStagedEdge) and body walks them.
- */
-template <int LMAX, int Groups, typename real, typename Stage, typename Body>
-__device__ inline void forEachStagedEdgeOfType(Stage* stage, int lane, const GraphModelParams<real>& model, const double* positions,
-                                               const int* types, int i, int tj, const int* neighbors, int capacity,
-                                               const GraphBox<double>& box, int count, Body body) {
-    const int group = lane / (32 / Groups);
-    int collected = 0; // the same in every lane
-    auto drain = [&]() {
-        __syncwarp();
-        if (lane < collected)
-            stage->fill(lane, LMAX, model, positions, types, i, stage->j[lane], box);
-        __syncwarp();
-        for (int q0 = 0; q0 < collected; q0 += Groups)
-            body(q0 + group, q0 + group < collected);
-        __syncwarp();
-        collected = 0;
-    };
-    for (int base = 0; base < count; base += Stage::E) {
-        int j = 0;
-        bool match = false;
-        if (lane < min(Stage::E, count - base)) {
-            j = neighbors[(size_t) i * capacity + base + lane];
-            match = types[j] == tj;
-        }
-        const unsigned ballot = __ballot_sync(0xffffffff, match);
-        if (collected + __popc(ballot) > Stage::E)
-            drain();
-        if (match)
-            stage->j[collected + __popc(ballot & ((1u << lane) - 1))] = j;
-        collected += __popc(ballot);
-    }
-    if (collected > 0)
-        drain();
-}
-
-/**
  * Adds staged edge q's terms to its center's moments acc[lm][c] (this lane's
  * channels, EdgeShape): R_l,k(r) (times nodeWeights[j][k] when given) Y_lm,
  * R from `table` for center type ti.  The per-edge body of momentsKernel.
@@ -705,56 +665,6 @@ __global__ void __launch_bounds__(32 * MaxForceWarps, forceMinBlocks<real, LMAX,
     }
 }
 
-/**
- * Forces in pair order: item w of numTypes x numCenters is center centers[w % numCenters] with its neighbours of type
- * w / numCenters, a warp each (blocks of numWarps consecutive items), so that the items in flight are (neighbour type,
- * center type) pairs a few at a time and the multiprocessors read that pair's part of the table (medium grade: 0.9 of
- * 14.8 MB) through L1.  The warp stages its center's gradient and its row's matching edges (forEachStagedEdgeOfType)
- * and adds each edge as forcesKernel does: every edge's contribution is converted to fixed point on its own, so the
- * forces are bitwise those of forcesKernel.
- */
-template <typename real, int LMAX, typename Shape>
-__global__ void __launch_bounds__(32 * WarpsPerBlock, forceMinBlocks<real, LMAX, Shape>() * MaxForceWarps / WarpsPerBlock)
-    pairForcesKernel(GraphModelParams<real> model, const real* __restrict__ gradA, const real* __restrict__ gradB,
-                     const real* __restrict__ phi, const double* __restrict__ positions, const int* __restrict__ types,
-                     const int* __restrict__ centers, int numCenters, GraphBox<double> box, const int* __restrict__ neighbors,
-                     const int* __restrict__ rowCount, int capacity, const int* __restrict__ slotOfNode,
-                     long long* __restrict__ forceBuffer, int paddedAtoms, GraphStatus* status) {
-    beginChainedKernel();
-    constexpr int H = (LMAX + 1) * (LMAX + 1);
-    using Stage = EdgeStage<real, H, true>;
-    extern __shared__ unsigned char sharedBytes[];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane % Shape::LPE;
-    const int numWarps = blockDim.x >> 5;
-    const int numBlocks = model.numInteractions == 1 ? 2 : 1;
-    const int HM = H * model.numChannels;
-    Stage* stage = reinterpret_cast<Stage*>(sharedBytes) + warp;
-    // [numBlocks][H][M] of this warp's center: dE/dA (and dE/dB); 16-byte aligned (HM a multiple of the vector)
-    real* grad = reinterpret_cast<real*>(sharedBytes + numWarps * sizeof(Stage)) + (size_t) warp * numBlocks * HM;
-    const long long items = (long long) model.numTypes * numCenters;
-    for (long long w = (long long) blockIdx.x * numWarps + warp; w < items; w += (long long) gridDim.x * numWarps) {
-        const int tj = (int) (w / numCenters), i = centers[w % numCenters];
-        const int ti = types[i];
-        __syncwarp(); // the last item's gradient is no longer read
-        for (int x = lane; x < numBlocks * HM; x += 32)
-            grad[x] = x < HM ? gradA[(size_t) i * HM + x] : gradB[(size_t) i * HM + x - HM];
-        __syncwarp();
-        long long forceI = 0; // this lane's component of F_i from the item's edges, fixed point
-        forEachStagedEdgeOfType<LMAX, Shape::Groups>(
-            stage, lane, model, positions, types, i, tj, neighbors, capacity, box, rowCount[i], [&](int q, bool valid) {
-                real S[H] = {}, P[H] = {};
-                if (valid)
-                    edgeGradientSums<real, LMAX, Shape>(stage, q, sub, model, ti, grad, phi, numBlocks, S, P);
-                const real u[3] = {stage->u[0][q], stage->u[1][q], stage->u[2][q]};
-                edgeForce<real, LMAX, Shape::LPE>(S, P, u, stage->invR[q], valid, sub, i, stage->j[q], model, status, slotOfNode,
-                                                  forceBuffer, paddedAtoms, forceI);
-            });
-        if (forceOwner<Shape::LPE>(sub) && forceI != 0)
-            atomicAdd((unsigned long long*) &forceBuffer[slotOfNode[i] + forceComponent<Shape::LPE>(sub) * paddedAtoms],
-                      (unsigned long long) forceI);
-    }
-}
-
 int elementBlocks(size_t count) {
     return (int) std::min<size_t>((count + 255) / 256, 65535 * 16);
 }
@@ -916,15 +826,11 @@ int chooseForceWarps(int n, int numMultiprocessors) {
     return (long long) n * WarpsPerBlock >= 32LL * numMultiprocessors ? WarpsPerBlock : MaxForceWarps;
 }
 
-bool chooseForcePairs(int n, int numTypes, int numMultiprocessors) {
-    return numTypes > 1 && chooseForceWarps(n, numMultiprocessors) == WarpsPerBlock;
-}
-
 template <typename real>
 void launchForces(const GraphModelParams<real>& model, const real* gradA, const real* gradB, const real* phi, const double* positions,
                   const int* types, const int* centers, int numCenters, GraphBox<double> box, const int* neighbors, const int* rowCount,
                   int capacity, const int* slotOfNode, long long* forceBuffer, int paddedAtoms, GraphStatus* status, int warpsPerCenter,
-                  bool pairs, cudaStream_t stream) {
+                  cudaStream_t stream) {
     if (numCenters == 0)
         return;
     dispatchEdgeShape<real>(model.lMax, model.numChannels, [&](auto l, auto shape) {
@@ -934,18 +840,6 @@ void launchForces(const GraphModelParams<real>& model, const real* gradA, const 
         const size_t stage = stageBytes<real, decltype(l)::value, true>();
         const size_t gradient =
             sizeof(real) * (model.numInteractions == 1 ? 2 : 1) * (model.lMax + 1) * (model.lMax + 1) * model.numChannels;
-        if (pairs) {
-            // A warp per item with its own stage and gradient: 4 warps, fewer where they would pass 48 KB (large grade: 3
-            // in float, 2 in double).
-            const int warps = std::max(1, std::min(WarpsPerBlock, (int) (48 * 1024 / (stage + gradient))));
-            const long long items = (long long) model.numTypes * numCenters;
-            auto kernel = pairForcesKernel<real, decltype(l)::value, decltype(shape)>;
-            L1Preference::apply(kernel, 32 * warps, warps * (stage + gradient)); // the table is read through L1
-            launchChained(kernel, (int) std::min<long long>((items + warps - 1) / warps, 65535LL * 16), 32 * warps,
-                          warps * (stage + gradient), stream, model, gradA, gradB, phi, positions, types, centers, numCenters, box,
-                          neighbors, rowCount, capacity, slotOfNode, forceBuffer, paddedAtoms, status);
-            return;
-        }
         // Vector shapes work on 32 / LPE edges at once: 4 warps per center are as many edges in flight as 8 of a lane per channel.
         const int most = decltype(shape)::V > 1 ? WarpsPerBlock : MaxForceWarps;
         const int warps = std::max(1, std::min({warpsPerCenter, most, (int) ((48 * 1024 - gradient) / stage)}));
@@ -967,7 +861,7 @@ void launchForces(const GraphModelParams<real>& model, const real* gradA, const 
                                                   GraphBox<double>, const int*, const int*, int, real*, cudaStream_t);                     \
     template void launchForces<real>(const GraphModelParams<real>&, const real*, const real*, const real*, const double*, const int*,      \
                                      const int*, int, GraphBox<double>, const int*, const int*, int, const int*, long long*, int,          \
-                                     GraphStatus*, int, bool, cudaStream_t);
+                                     GraphStatus*, int, cudaStream_t);
 GRAPH_INSTANTIATE_EDGES(float)
 GRAPH_INSTANTIATE_EDGES(double)
 

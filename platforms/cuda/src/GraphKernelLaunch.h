@@ -130,18 +130,15 @@ void launchNodeFeatureGradient(const GraphModelParams<real>& model, const real* 
  * The edge backward of the centers centers[0..numCenters) (device memory, grouped by type as launchMoments' centers):
  * forces from dE/dA (and dE/dB, phi), added in 64-bit fixed point to OpenMM's
  * force buffer ([3][paddedAtoms], slot order).  Each center's
- * row is split over warpsPerCenter warps (4 or 8; chooseForceWarps), or with
- * `pairs` (chooseForcePairs) each (center, neighbour type) is a warp's item,
- * the items taken in (neighbour type, center) order so that the
- * multiprocessors read one type pair's part of the table at a time; every
+ * row is split over warpsPerCenter warps (4 or 8; chooseForceWarps); every
  * edge's contribution is converted to fixed point on its own, so the forces do
- * not depend on the split or the order.
+ * not depend on the split.
  */
 template <typename real>
 void launchForces(const GraphModelParams<real>& model, const real* gradA, const real* gradB, const real* phi, const double* positions,
                   const int* types, const int* centers, int numCenters, GraphBox<double> box, const int* neighbors, const int* rowCount,
                   int capacity, const int* slotOfNode, long long* forceBuffer, int paddedAtoms, GraphStatus* status, int warpsPerCenter,
-                  bool pairs, cudaStream_t stream);
+                  cudaStream_t stream);
 
 /** forceBuffer[slotOfNode[i] + c * paddedAtoms] += forces[c * n + i] (64-bit fixed point), for i < n, c < 3. */
 void launchAddForces(const long long* forces, int n, const int* slotOfNode, long long* forceBuffer, int paddedAtoms, cudaStream_t stream);
@@ -152,13 +149,6 @@ void launchAddForces(const long long* forces, int n, const int* slotOfNode, long
  * that the block's staged edges fit in 48 KB of shared memory).
  */
 int chooseForceWarps(int n, int numMultiprocessors);
-
-/**
- * Launch choice of the force scan's order: (center, neighbour type) items when the model has more than one type and
- * there are centers enough for 4 warps each (chooseForceWarps), so the items fill the device; else the centers' order.
- * Forces are bitwise the same either way (CudaForceScan).
- */
-bool chooseForcePairs(int n, int numTypes, int numMultiprocessors);
 
 // ---------------------------------------------------------------- dense networks (DenseLayerKernels.cu)
 

@@ -458,37 +458,6 @@ TEST(CudaGraphForce, EdgeScanShapesMatchReference) {
 }
 
 /**
- * The force scan in pair order (CudaForceScan "pairs": a warp per center and neighbour type, its row's edges of that
- * type staged compacted) gives bitwise the forces of the centers' order, across the edge scans' lane mappings (the
- * shapes of EdgeScanShapesMatchReference), 2 and 3 types, with and without the interaction block (both tables, so two
- * gradients a warp), rows of about 60 edges (several batches of candidates); and at 1,500 particles "auto" (pairs on
- * a device of up to 187 multiprocessors) agrees with both.
- */
-TEST(CudaGraphForce, ForceScanOrdersGiveBitwiseIdenticalForces) {
-    const std::vector<int> channels = {5, 12, 20, 36, 45, 64, 99, 100, 128};
-    for (size_t c = 0; c < channels.size(); c++) {
-        GraphTest::ModelOptions options;
-        options.numChannels = channels[c];
-        options.lMax = c % 3;
-        options.numInteractions = c % 2;
-        options.numTypes = 2 + (int) (c % 2);
-        options.intervals = 40;
-        SCOPED_TRACE("channels " + std::to_string(channels[c]) + ", l_max " + std::to_string(options.lMax));
-        const Configuration config = makeConfiguration(Geometry::Cubic, 150, options.numTypes, 60 + (unsigned) c);
-        expectSameTrajectories(propertyResults(options, config, {{"CudaForceScan", "centers"}}, 3),
-                               propertyResults(options, config, {{"CudaForceScan", "pairs"}}, 3));
-    }
-    GraphTest::ModelOptions options;
-    options.numTypes = 3;
-    options.lMax = 2;
-    options.numInteractions = 1;
-    const Configuration config = makeConfiguration(Geometry::Cubic, 1500, 3, 70);
-    const std::vector<Result> centers = propertyResults(options, config, {{"CudaForceScan", "centers"}}, 3);
-    expectSameTrajectories(centers, propertyResults(options, config, {{"CudaForceScan", "pairs"}}, 3));
-    expectSameTrajectories(centers, propertyResults(options, config, {{"CudaForceScan", "auto"}}, 3));
-}
-
-/**
  * The per-layer path's invariant kernels (EdgeScanKernels.cu) across shapes, against the Reference platform, and bitwise
  * against the fused kernel where the network can be fused: moments staged by 16-byte vectors and one by one (M a
  * multiple of 4 or not), the descriptor gradient staged by vectors or one by one (M_axis a multiple of 4 or not) with
@@ -595,7 +564,6 @@ TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
     force->setProperty("CudaChunkRows", "4096");
     EXPECT_EQ("4096", force->getProperty("CudaChunkRows"));
     EXPECT_THROW(force->setProperty("CudaNeighborSearch", "grid"), OpenMMException);
-    EXPECT_THROW(force->setProperty("CudaForceScan", "types"), OpenMMException);
     EXPECT_THROW(force->setProperty("CudaFusedNetwork", "yes"), OpenMMException);
     for (const char* bad : {"0", "3", "32", "", "eight"})
         EXPECT_THROW(force->setProperty("CudaFusedCluster", bad), OpenMMException) << bad;
