@@ -1,6 +1,7 @@
 /**
- * What the two edge-scan probes (table_probe.cu, table_l1_probe.cu) share: the medium grade's shape, the quintic
- * Hermite basis and harmonics as the plugin computed them in session 15, the synthetic rows, and a kernel timer.
+ * What the edge-scan probes (table_probe.cu, table_l1_probe.cu, overlap_probe.cu) share: the medium grade's shape, the
+ * quintic Hermite basis and harmonics as the plugin computed them in session 15, the synthetic rows, a row scan (a warp a
+ * row, moments of all degrees) and a kernel timer.
  */
 
 #ifndef TABLE_PROBE_COMMON_CUH
@@ -80,6 +81,68 @@ struct Rows {
             x = 2 * uniform(rng) - 1;
     }
 };
+
+constexpr int Warps = 8;
+
+/** R of this lane's two channels at degree l from the knots at `p` (the interval's first knot, degree 0, channel 2 lane). */
+__device__ inline float2 radial(const float* p, int l, const float h[6]) {
+    p += (size_t) l * KN * 3 * M;
+    float2 k[6];
+#pragma unroll
+    for (int c = 0; c < 6; c++)
+        k[c] = __ldg(reinterpret_cast<const float2*>(p + c * M));
+    return make_float2(k[0].x * h[0] + k[1].x * h[1] + k[2].x * h[2] + k[5].x * h[3] + k[4].x * h[4] + k[3].x * h[5],
+                       k[0].y * h[0] + k[1].y * h[1] + k[2].y * h[2] + k[5].y * h[3] + k[4].y * h[4] + k[3].y * h[5]);
+}
+
+/** The table's first knot of interval q, degree 0, for types (ti, tj), at this lane's channels. */
+__device__ inline const float* knots(const float* table, int ti, int tj, int q, int lane) {
+    return table + ((size_t) ((ti * T + tj) * NL) * KN + q) * 3 * M + 2 * lane;
+}
+
+/** Edges [first, last) of row i into acc[lm][2] for every degree. */
+__device__ inline void scanAllDegrees(const float4* geo, const int* ntype, const float* table, int ti, int i, int first, int last,
+                                      int lane, float (&acc)[H][2]) {
+#pragma unroll 2
+    for (int e = first; e < last; e++) {
+        int q;
+        float h[6], Y[H];
+        edgeBasis(geo, i, e, q, h, Y);
+        const float* p = knots(table, ti, ntype[(size_t) i * E + e], q, lane);
+#pragma unroll
+        for (int l = 0; l < NL; l++) {
+            const float2 R = radial(p, l, h);
+#pragma unroll
+            for (int lm = l * l; lm < (l + 1) * (l + 1); lm++) {
+                acc[lm][0] += R.x * Y[lm];
+                acc[lm][1] += R.y * Y[lm];
+            }
+        }
+    }
+}
+
+/** A center's moments [H][M] at `out`, this lane's two channels. */
+__device__ inline void storeMoments(float* out, int lane, const float (&acc)[H][2]) {
+#pragma unroll
+    for (int lm = 0; lm < H; lm++)
+        *reinterpret_cast<float2*>(out + lm * M + 2 * lane) = make_float2(acc[lm][0], acc[lm][1]);
+}
+
+/**
+ * A warp per row, Warps a block, moments into A [n][H][M]: row w is particle w (order = nullptr; table_l1_probe.cu's l2)
+ * or order[w] (its sorted; overlap_probe.cu's scans, with order a chunk of the type-sorted rows).
+ */
+__global__ void __launch_bounds__(32 * Warps) scanRows(const float4* __restrict__ geo, const int* __restrict__ ntype,
+                                                       const int* __restrict__ types, const int* __restrict__ order,
+                                                       const float* __restrict__ table, float* __restrict__ A, int n) {
+    const int lane = threadIdx.x & 31, w = blockIdx.x * Warps + (threadIdx.x >> 5);
+    if (w >= n)
+        return;
+    const int i = order ? order[w] : w, ti = types[i];
+    float acc[H][2] = {};
+    scanAllDegrees(geo, ntype, table, ti, i, 0, E, lane, acc);
+    storeMoments(A + (size_t) i * H * M, lane, acc);
+}
 
 /** Mean ms of `runs` launches of f (after one warm-up). */
 template <typename F> float timeIt(F f, int runs = 10) {
