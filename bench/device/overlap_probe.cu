@@ -87,13 +87,6 @@ float* randomFloats(size_t count, unsigned seed) {
     return uploadFloats(values);
 }
 
-template <typename T_> const T_* upload(const std::vector<T_>& v) {
-    T_* p;
-    CHECK(cudaMalloc(&p, v.size() * sizeof(T_)));
-    CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(T_), cudaMemcpyHostToDevice));
-    return p;
-}
-
 } // namespace
 
 int main(int argc, char** argv) {

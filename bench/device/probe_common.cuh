@@ -24,11 +24,16 @@
     } while (0)
 
 /** A device copy of `values` (cudaMalloc'd; the probes never free it). */
-inline float* uploadFloats(const std::vector<float>& values) {
-    float* p;
-    CHECK(cudaMalloc(&p, values.size() * sizeof(float)));
-    CHECK(cudaMemcpy(p, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice));
+template <typename T> T* upload(const std::vector<T>& values) {
+    T* p;
+    CHECK(cudaMalloc(&p, values.size() * sizeof(T)));
+    CHECK(cudaMemcpy(p, values.data(), values.size() * sizeof(T), cudaMemcpyHostToDevice));
     return p;
+}
+
+/** upload() of floats. */
+inline float* uploadFloats(const std::vector<float>& values) {
+    return upload(values);
 }
 
 /** `count` zeroed floats on the device. */

@@ -91,13 +91,6 @@ __global__ void __launch_bounds__(32 * Warps) scanPairDegrees(const float4* __re
             *reinterpret_cast<float2*>(Ap + (((size_t) tj * n + i) * H + l * l + m) * M + 2 * lane) = make_float2(acc[m][0], acc[m][1]);
 }
 
-template <typename T_> T_* upload(const std::vector<T_>& v) {
-    T_* p;
-    CHECK(cudaMalloc(&p, v.size() * sizeof(T_)));
-    CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(T_), cudaMemcpyHostToDevice));
-    return p;
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
