@@ -10,7 +10,8 @@
 #
 # With AB_PROPERTIES="NAME=KEY=VALUE[,KEY=VALUE...] ..." the variants are GraphForce property sets of one plugin, the
 # package already installed (run as device-session.sh's extra part, EXTRA_SCRIPT=bench/device/plugin-ab.sh), e.g.
-# AB_PROPERTIES="centers=CudaForceScan=centers pairs=CudaForceScan=pairs".
+# AB_PROPERTIES="cells=CudaNeighborSearch=cells allpairs=CudaNeighborSearch=allpairs" (v26 compared the force scan's
+# orders this way, with the CudaForceScan property of commit 0a30d8f).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 if [ -n "${AB_PROPERTIES:-}" ]; then
