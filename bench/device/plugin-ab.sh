@@ -54,7 +54,14 @@ for round in $(seq 1 "${AB_ROUNDS:-2}"); do
         done
     done
 done
-[ -n "$NCU" ] || exit 0
+# The per-run logs and CSVs go into one archive once tabulated: a device call returns a limited number of files (v26).
+archive_runs() {
+    local runs
+    runs=$(cd "$OUT" && ls ncu-*.csv ncu-*.err wall-*.log 2> /dev/null)
+    [ -n "$runs" ] || return 0
+    (cd "$OUT" && tar czf plugin-ab-runs.tgz $runs && rm -f $runs)
+}
+[ -n "$NCU" ] || { archive_runs; exit 0; }
 for case in ${AB_CASES:-small:512 medium:100800}; do
     grade=${case%%:*}; n=${case##*:}
     files=(); labels=()
@@ -64,3 +71,4 @@ for case in ${AB_CASES:-small:512 medium:100800}; do
     echo "== $grade $n (Nsight Compute, caches flushed, us an evaluation)"
     python3 bench/ncu_kernel_table.py "${files[@]}" --labels "$(IFS=,; echo "${labels[*]}")"
 done
+archive_runs
