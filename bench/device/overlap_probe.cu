@@ -51,7 +51,7 @@ struct Buffers {
     const float* table;
     float *A, *B;           ///< the two scans' outputs [n][H][M]
     float *X, *dX;          ///< network input and its gradient [n][Descriptor]
-    float *Z[3], *dZ[3];    ///< activations and gradients [n][Width]
+    float *Z[3], *dZ[2];    ///< activations [n][Width] and the gradients of the first two
     float *W1, *W2, *W3;    ///< [Descriptor][Width], [Width][Width] x 2
 };
 
@@ -108,10 +108,10 @@ int main(int argc, char** argv) {
     b.B = deviceZeros((size_t) n * H * M);
     b.X = randomFloats((size_t) n * Descriptor, 1);
     b.dX = deviceZeros((size_t) n * Descriptor);
-    for (int l = 0; l < 3; l++) {
-        b.Z[l] = deviceZeros((size_t) n * Width);
-        b.dZ[l] = deviceZeros((size_t) n * Width);
-    }
+    for (float*& z : b.Z)
+        z = deviceZeros((size_t) n * Width);
+    for (float*& dz : b.dZ)
+        dz = deviceZeros((size_t) n * Width);
     b.W1 = randomFloats((size_t) Descriptor * Width, 2);
     b.W2 = randomFloats((size_t) Width * Width, 3);
     b.W3 = randomFloats((size_t) Width * Width, 4);

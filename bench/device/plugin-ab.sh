@@ -15,6 +15,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 if [ -n "${AB_PROPERTIES:-}" ]; then
+    OUT="${OUT:-$PWD/out}" # device-session.sh sets it; ab-package.sh does below
+    mkdir -p "$OUT"
     builds=$(for variant in $AB_PROPERTIES; do echo "${variant%%=*}"; done)
     # The variant's properties as arguments of profile_kernels.py.
     use_variant() {
