@@ -94,6 +94,17 @@ class GraphModel;
  *    clusters, a slice of more than 128 columns, too little shared memory)
  *    is an OpenMMException when CudaFusedNetwork is "true" and a kernel per
  *    layer when it is "auto".  Results are bitwise the same for every value.
+ *  - "CudaFusedResidentWeights": "auto" (default), "true" or "false".  CUDA
+ *    platform only, when the fitting network is fused with one block per
+ *    tile: whether the W^T of the last hidden layers (all but the first, as
+ *    many as fit in the block's shared memory beside the rest) is copied into
+ *    shared memory once, during the first layer's product, and read there by
+ *    their forward and backward products instead of streaming both weight
+ *    copies from L2 (the small grade: 384 KB a block instead of 512 KB).
+ *    "auto" does so where the tiles run in one wave of one block per
+ *    multiprocessor (the extra shared memory then costs no occupancy);
+ *    "true" wherever a layer fits, and otherwise throws an OpenMMException
+ *    saying why; "false" never.  Results are bitwise the same in every mode.
  *  - "CudaFusedTileRows": "auto" (default), "4", "8", "16", "32" or "64".
  *    CUDA platform only, when the fitting network is fused: the rows of a
  *    tile.  One block per tile takes 4, 8 or 16 (16 only for layers and

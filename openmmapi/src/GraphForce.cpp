@@ -11,10 +11,16 @@ using namespace OpenMM;
 namespace {
 
 const std::map<std::string, std::string>& propertyDefaults() {
-    static const std::map<std::string, std::string> defaults = {
-        {"CheckFinite", "true"},        {"CudaChunkRows", "auto"},     {"CudaFusedCluster", "auto"},
-        {"CudaFusedNetwork", "auto"},   {"CudaFusedTileRows", "auto"}, {"CudaGraph", "auto"},
-        {"CudaNeighborSearch", "auto"}, {"Domains", "single"},         {"TorchCudaContext", "auto"}};
+    static const std::map<std::string, std::string> defaults = {{"CheckFinite", "true"},
+                                                                {"CudaChunkRows", "auto"},
+                                                                {"CudaFusedCluster", "auto"},
+                                                                {"CudaFusedNetwork", "auto"},
+                                                                {"CudaFusedResidentWeights", "auto"},
+                                                                {"CudaFusedTileRows", "auto"},
+                                                                {"CudaGraph", "auto"},
+                                                                {"CudaNeighborSearch", "auto"},
+                                                                {"Domains", "single"},
+                                                                {"TorchCudaContext", "auto"}};
     return defaults;
 }
 
@@ -141,6 +147,9 @@ void GraphForce::setProperty(const std::string& key, const std::string& value) {
         throw OpenMMException("GraphForce: property CudaGraph must be \"auto\", \"true\" or \"false\", found \"" + value + "\"");
     if (key == "CudaFusedNetwork" && value != "auto" && value != "true" && value != "false")
         throw OpenMMException("GraphForce: property CudaFusedNetwork must be \"auto\", \"true\" or \"false\", found \"" + value + "\"");
+    if (key == "CudaFusedResidentWeights" && value != "auto" && value != "true" && value != "false")
+        throw OpenMMException("GraphForce: property CudaFusedResidentWeights must be \"auto\", \"true\" or \"false\", found \"" + value +
+                              "\"");
     if (key == "CudaFusedCluster" && value != "auto" && value != "1" && value != "2" && value != "4" && value != "8" && value != "16")
         throw OpenMMException(
             "GraphForce: property CudaFusedCluster must be \"auto\", \"1\", \"2\", \"4\", \"8\" or \"16\" (blocks per tile "

@@ -277,6 +277,11 @@ def test_properties(modelBytes):
     assert force.getProperty("CudaFusedNetwork") == "auto"
     with pytest.raises(openmm.OpenMMException, match="CudaFusedNetwork must be \"auto\", \"true\" or \"false\""):
         force.setProperty("CudaFusedNetwork", "layered")
+    assert force.getProperty("CudaFusedResidentWeights") == "auto"
+    with pytest.raises(openmm.OpenMMException, match="CudaFusedResidentWeights must be \"auto\", \"true\" or \"false\", found \"yes\""):
+        force.setProperty("CudaFusedResidentWeights", "yes")
+    force.setProperty("CudaFusedResidentWeights", "false")
+    assert force.getProperty("CudaFusedResidentWeights") == "false"
     assert force.getProperty("CudaFusedCluster") == "auto"
     with pytest.raises(openmm.OpenMMException, match="CudaFusedCluster must be .* found \"12\""):
         force.setProperty("CudaFusedCluster", "12")

@@ -44,14 +44,14 @@ namespace cg = cooperative_groups;
 template <typename real, int R, typename Epilogue>
 __device__ inline void slicedProduct(const real* B, int K, int C, int ldb, const real* in, int inStride, Epilogue epilogue) {
     if (ldb <= 16)
-        streamedProduct<real, R, 16, 1, true>(B, K, C, ldb, in, inStride, nullptr, 0, epilogue);
+        streamedProduct<real, R, 16, 1, FusedWeights::ResidentPlain>(B, K, C, ldb, in, inStride, nullptr, 0, epilogue);
     else if (ldb <= 32)
-        streamedProduct<real, R, 32, 1, true>(B, K, C, ldb, in, inStride, nullptr, 0, epilogue);
+        streamedProduct<real, R, 32, 1, FusedWeights::ResidentPlain>(B, K, C, ldb, in, inStride, nullptr, 0, epilogue);
     else if constexpr (R <= 32) {
         if (ldb <= 64)
-            streamedProduct<real, R, 64, 1, true>(B, K, C, ldb, in, inStride, nullptr, 0, epilogue);
+            streamedProduct<real, R, 64, 1, FusedWeights::ResidentPlain>(B, K, C, ldb, in, inStride, nullptr, 0, epilogue);
         else if constexpr (R <= 16)
-            streamedProduct<real, R, 128, 1, true>(B, K, C, ldb, in, inStride, nullptr, 0, epilogue);
+            streamedProduct<real, R, 128, 1, FusedWeights::ResidentPlain>(B, K, C, ldb, in, inStride, nullptr, 0, epilogue);
     }
 }
 
@@ -235,6 +235,7 @@ size_t clusterLayout(FusedNetworkShape& shape, int momentEntries, int realSize) 
     shape.stageOffset = offset;
     shape.stageElements = 0;
     shape.totalElements = offset;
+    shape.residentFrom = shape.numLayers; // the one-block kernel's resident layers: none here
     return (size_t) shape.totalElements * realSize;
 }
 

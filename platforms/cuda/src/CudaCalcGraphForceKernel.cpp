@@ -29,6 +29,10 @@ CudaGraphOptions cudaGraphOptions(const GraphForce& force) {
     options.fusedNetwork = fused == "true" ? CudaFusedNetwork::Required : fused == "false" ? CudaFusedNetwork::Off : CudaFusedNetwork::Auto;
     options.fusedCluster = wholeOrAuto(force, "CudaFusedCluster");
     options.fusedTileRows = wholeOrAuto(force, "CudaFusedTileRows");
+    const std::string resident = force.getProperty("CudaFusedResidentWeights");
+    options.fusedResident = resident == "true"    ? CudaResidentWeights::Required
+                            : resident == "false" ? CudaResidentWeights::Off
+                                                  : CudaResidentWeights::Auto;
     const std::string finite = force.getProperty("CheckFinite");
     options.statusCheck = finite == "deferred" ? CudaStatusCheck::Deferred
                           : finite == "false"  ? CudaStatusCheck::Off

@@ -131,7 +131,7 @@ public:
         rowElements += 2 * (size_t) gradWidth;
         chunkRows = chooseChunkRows(std::max(1, numCenters), rowElements * sizeof(real), options.maxChunkRows);
         numChunks = (numCenters + chunkRows - 1) / chunkRows;
-        setUpFusedNetwork(options.fusedNetwork, options.fusedCluster, options.fusedTileRows);
+        setUpFusedNetwork(options.fusedNetwork, options.fusedCluster, options.fusedTileRows, options.fusedResident);
         if (!fused) { // the fused kernel keeps all of these in shared memory
             streamedWideTiles = configureDenseLayers<real>();
             const size_t c1 = chunkRows;
@@ -719,11 +719,42 @@ private:
     }
 
     /**
+     * Which hidden layers of the one-block fused kernel keep their W^T in
+     * shared memory (the CudaFusedResidentWeights property; fusedShape's
+     * layout from fusedNetworkObstacle): "auto" only where the tiles run in
+     * one wave of one block per multiprocessor, since a block that holds
+     * them leaves no room for a second one; "true" wherever a layer fits, or
+     * an error that says why none does.  Results do not change.
+     */
+    void chooseResidentLayers(CudaResidentWeights mode) {
+        if (mode == CudaResidentWeights::Off)
+            return;
+        const long long tiles = (numCenters + fusedShape.tileRows - 1) / fusedShape.tileRows + model->numTypes - 1;
+        if (mode == CudaResidentWeights::Auto && tiles > numMultiprocessors)
+            return;
+        const size_t streamed = (size_t) fusedShape.totalElements * sizeof(real);
+        fusedResidentLayout(fusedShape, sizeof(real), (size_t) maxFusedShared);
+        if (mode == CudaResidentWeights::Required && fusedShape.residentFrom == fusedShape.numLayers) {
+            if (fusedShape.numLayers == 1)
+                throw OpenMMException("GraphForce: CudaFusedResidentWeights is \"true\" but the fitting network has one hidden layer, "
+                                      "and the first layer's weights always stream; set CudaFusedResidentWeights to \"auto\" or \"false\"");
+            const int L = fusedShape.numLayers, G = fusedVector<real>();
+            const size_t need =
+                (size_t) (fusedShape.width[L - 1] + G - 1) / G * (fusedPadded<real>(fusedShape.width[L]) + 1) * G * sizeof(real);
+            throw OpenMMException("GraphForce: CudaFusedResidentWeights is \"true\" but the last hidden layer's weights (" +
+                                  std::to_string(need / 1024) + " KB) do not fit beside the tile's " + std::to_string(streamed / 1024) +
+                                  " KB in the device's " + std::to_string(maxFusedShared / 1024) +
+                                  " KB of shared memory per block; set CudaFusedResidentWeights to \"auto\" or \"false\", or "
+                                  "CudaFusedTileRows to fewer rows");
+        }
+    }
+
+    /**
      * Decides whether the fitting network runs fused (the CudaFusedNetwork
      * property) and, if so, uploads its weights in the fused kernel's layout:
      * per type and hidden layer, W^T [in][padded out] and W [out][padded in].
      */
-    void setUpFusedNetwork(CudaFusedNetwork mode, int cluster, int tileRows) {
+    void setUpFusedNetwork(CudaFusedNetwork mode, int cluster, int tileRows, CudaResidentWeights resident) {
         fused = false;
         if (mode == CudaFusedNetwork::Off || numCenters == 0)
             return;
@@ -744,6 +775,13 @@ private:
              chooseDenseTileRows(numCenters, fusedShape.width[1], numMultiprocessors, sizeof(real) == 4) != 8))
             return;
         fused = true;
+        if (fusedShape.clusterSize == 1)
+            chooseResidentLayers(resident);
+        else if (resident == CudaResidentWeights::Required)
+            throw OpenMMException("GraphForce: CudaFusedResidentWeights is \"true\" but the fitting network runs over clusters of " +
+                                  std::to_string(fusedShape.clusterSize) +
+                                  " blocks (CudaFusedCluster), whose blocks keep their slices of the weights anyway; set "
+                                  "CudaFusedResidentWeights to \"auto\" or \"false\", or CudaFusedCluster to 1");
         if (fusedShape.clusterSize == 1 && !configureFusedFitting<real>(maxFusedShared))
             throw OpenMMException("GraphForce: the device refused " + std::to_string(maxFusedShared / 1024) +
                                   " KB of shared memory for the fused fitting network; set CudaFusedNetwork to \"false\"");

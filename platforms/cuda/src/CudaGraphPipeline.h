@@ -25,6 +25,14 @@ enum class CudaGraphMode { Off, Auto, Required };
 enum class CudaFusedNetwork { Off, Auto, Required };
 
 /**
+ * The GraphForce property CudaFusedResidentWeights: "false" (every product
+ * of the one-block fused kernel streams its weights), "auto" (the last
+ * layers' W^T stays in shared memory where the tiles run in one wave) or
+ * "true" (wherever a layer fits, or an error that says why not).
+ */
+enum class CudaResidentWeights { Off, Auto, Required };
+
+/**
  * The GraphForce property CheckFinite on the CUDA platform: when finish()
  * learns of errors.  Current ("true"): it waits for the whole evaluation and
  * reports its errors before OpenMM uses its forces.  Deferred ("deferred"):
@@ -47,6 +55,7 @@ struct CudaGraphOptions {
     CudaFusedNetwork fusedNetwork = CudaFusedNetwork::Auto; ///< CudaFusedNetwork
     int fusedCluster = 0;                                   ///< CudaFusedCluster: blocks per tile of the fused network, 0 for automatic
     int fusedTileRows = 0;                                  ///< CudaFusedTileRows: rows per tile of the fused network, 0 for automatic
+    CudaResidentWeights fusedResident = CudaResidentWeights::Auto; ///< CudaFusedResidentWeights
     /** CheckFinite (treated as Current wherever the domain is not the whole system on one device) */
     CudaStatusCheck statusCheck = CudaStatusCheck::Current;
 };

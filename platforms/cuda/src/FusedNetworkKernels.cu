@@ -7,7 +7,11 @@
  * memory and only the moments come in and dE/dA goes out.  The weights stream
  * through shared memory in slices of consecutive rows (cp.async, three slices
  * in flight), from copies laid out so that a slice is one contiguous block:
- * W^T for the forward products, W for the backward ones.
+ * W^T for the forward products, W for the backward ones.  Where the block has
+ * room (fusedResidentLayout), the W^T of the last hidden layers is copied into
+ * shared memory during the first layer's product and stays there: their
+ * forward and backward products read it in place (residentTransposedProduct),
+ * so a block takes in fewer bytes (small grade: 384 KB instead of 512 KB).
  *
  * Every value is formed by the same operations in the same order as in the
  * per-layer kernels (NetworkDeviceFunctions.cuh; dense products sum k in order
@@ -32,26 +36,56 @@ constexpr int ColumnThreads = 128; ///< thread t computes columns t % 128 (+ 128
  * network's widest layer) bounds the variants compiled into a kernel: the unused wider ones would make its code several
  * times larger (instruction-cache misses were 29% of its stall samples with all five) and raise its register count.  With
  * 16-row tiles C <= 512, which the host ensures: their sums of 8 rows would not fit in registers beyond 4 columns.
+ * Source and rider as in streamedProduct.
  */
-template <typename real, int R, int MaxCPT, typename Epilogue>
+template <typename real, int R, int MaxCPT, FusedWeights Source, typename Epilogue, typename Rider = NoRider>
 __device__ inline void product(const real* __restrict__ B, int K, int C, int ldb, const real* in, int inStride, real* stage,
-                               int stageElements, Epilogue epilogue) {
+                               int stageElements, Epilogue epilogue, Rider rider = Rider()) {
     if constexpr (MaxCPT == 1)
-        streamedProduct<real, R, ColumnThreads, 1>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+        streamedProduct<real, R, ColumnThreads, 1, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider);
     else if (C <= ColumnThreads)
-        streamedProduct<real, R, ColumnThreads, 1>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+        streamedProduct<real, R, ColumnThreads, 1, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider);
     else if constexpr (MaxCPT == 2)
-        streamedProduct<real, R, ColumnThreads, 2>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+        streamedProduct<real, R, ColumnThreads, 2, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider);
     else if (C <= 2 * ColumnThreads)
-        streamedProduct<real, R, ColumnThreads, 2>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+        streamedProduct<real, R, ColumnThreads, 2, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider);
     else if constexpr (MaxCPT == 4 || R == 16)
-        streamedProduct<real, R, ColumnThreads, 4>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+        streamedProduct<real, R, ColumnThreads, 4, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider);
     else if (C <= 4 * ColumnThreads)
-        streamedProduct<real, R, ColumnThreads, 4>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+        streamedProduct<real, R, ColumnThreads, 4, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider);
     else if (C <= 8 * ColumnThreads)
-        streamedProduct<real, R, ColumnThreads, 8>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+        streamedProduct<real, R, ColumnThreads, 8, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider);
     else
-        streamedProduct<real, R, ColumnThreads, 16>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue);
+        streamedProduct<real, R, ColumnThreads, 16, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider);
+}
+
+/**
+ * The group stride (in columns of G reals) of a resident layer of C outputs: fusedPadded(C) + 1, so that the k-groups of
+ * residentTransposedProduct's consecutive threads fall on different banks (fusedResidentLayout).
+ */
+template <typename real> __host__ __device__ constexpr int residentLdb(int C) {
+    return fusedPadded<real>(C) + 1;
+}
+
+/**
+ * Issues (cp.async, no commit) slice s of numSlices's share of the copies of every resident layer's W^T (layers
+ * shape.residentFrom and up) from its global k-grouped copy, [ceil(K / G)][fusedPadded(C)][G], into shared memory at
+ * shape.weightOffset[l], whose groups are residentLdb(C) G apart.
+ */
+template <typename real>
+__device__ inline void copyResidentShare(const FusedNetworkShape& shape, const FusedNetworkWeights<real>& net, real* shared, int s,
+                                         int numSlices) {
+    constexpr int G = fusedVector<real>();
+    for (int l = shape.residentFrom; l < shape.numLayers; l++) {
+        const int q = fusedPadded<real>(shape.width[l + 1]), chunks = (shape.width[l] + G - 1) / G * q; // 16-byte copies
+        const int per = (chunks + numSlices - 1) / numSlices, last = min(chunks, (s + 1) * per);
+        const real* src = net.forward[l];
+        real* dst = shared + shape.weightOffset[l];
+        for (int e = s * per + threadIdx.x; e < last; e += FusedThreads) {
+            const int group = e / q, column = e - group * q;
+            __pipeline_memcpy_async(dst + ((size_t) group * residentLdb<real>(shape.width[l + 1]) + column) * G, src + (size_t) e * G, 16);
+        }
+    }
 }
 
 template <typename real, int R, int MaxCPT>
@@ -94,10 +128,19 @@ __global__ void __launch_bounds__(FusedThreads)
         const bool residual = shape.residual[l] != 0;
         const real* __restrict__ bias = net.bias[l];
         const real* __restrict__ timestep = net.timestep[l];
-        product<real, R, MaxCPT>(net.forward[l], K, C, strideOut, h, strideH, stage, shape.stageElements, [&](int r, int c, real acc) {
+        auto epilogue = [&](int r, int c, real acc) {
             out[r * strideOut + c] = denseForwardValue(shape.activation, residual, acc, bias[c], residual ? timestep[c] : real(0),
                                                        residual ? h[r * strideH + c] : real(0), &deriv[r * strideOut + c]);
-        });
+        };
+        if (l >= shape.residentFrom)
+            product<real, R, MaxCPT, FusedWeights::ResidentGrouped>(shared + shape.weightOffset[l], K, C, residentLdb<real>(C), h, strideH,
+                                                                    nullptr, 0, epilogue);
+        else // the first layer's slices carry the resident layers' W^T
+            product<real, R, MaxCPT, FusedWeights::Streamed>(net.forward[l], K, C, strideOut, h, strideH, stage, shape.stageElements,
+                                                             epilogue, [&](int s, int numSlices) {
+                                                                 if (l == 0)
+                                                                     copyResidentShare(shape, net, shared, s, numSlices);
+                                                             });
         h = out;
         strideH = strideOut;
     }
@@ -129,10 +172,14 @@ __global__ void __launch_bounds__(FusedThreads)
         gBuffer = 1 - gBuffer;
         real* target = l == 0 ? input : shared + shape.bufferOffset[gBuffer];
         const int strideK = l == 0 ? strideD : fusedPadded<real>(K);
-        product<real, R, MaxCPT>(net.backward[l], N, K, fusedPadded<real>(K), dz, strideN, stage, shape.stageElements,
-                                 [&](int r, int c, real acc) {
-                                     target[r * strideK + c] = denseInputGradient(residual, acc, residual ? g[r * strideN + c] : real(0));
-                                 });
+        auto epilogue = [&](int r, int c, real acc) {
+            target[r * strideK + c] = denseInputGradient(residual, acc, residual ? g[r * strideN + c] : real(0));
+        };
+        if (l >= shape.residentFrom)
+            residentTransposedProduct<real, R>(shared + shape.weightOffset[l], residentLdb<real>(N), N, K, dz, strideN, epilogue);
+        else
+            product<real, R, MaxCPT, FusedWeights::Streamed>(net.backward[l], N, K, fusedPadded<real>(K), dz, strideN, stage,
+                                                             shape.stageElements, epilogue);
         g = target;
     }
 
@@ -175,7 +222,24 @@ size_t fusedLayout(FusedNetworkShape& shape, int momentEntries, int realSize) {
     shape.stageOffset = offset;
     shape.stageElements = std::max(16384 / realSize, 4 * std::max(widest, pad(shape.width[0])));
     shape.totalElements = offset + FusedStages * shape.stageElements;
+    shape.residentFrom = shape.numLayers; // none until fusedResidentLayout
     return (size_t) shape.totalElements * realSize;
+}
+
+size_t fusedResidentLayout(FusedNetworkShape& shape, int realSize, size_t maxBytes) {
+    const int G = 16 / realSize;
+    int offset = shape.totalElements;
+    for (int l = shape.numLayers - 1; l >= 1; l--) {
+        const int C = shape.width[l + 1], ldb = realSize == 4 ? residentLdb<float>(C) : residentLdb<double>(C);
+        const int need = (shape.width[l] + G - 1) / G * ldb * G;
+        if ((size_t) (offset + need) * realSize > maxBytes)
+            break;
+        shape.weightOffset[l] = offset;
+        offset += need;
+        shape.residentFrom = l;
+    }
+    shape.totalElements = offset;
+    return (size_t) offset * realSize;
 }
 
 namespace {

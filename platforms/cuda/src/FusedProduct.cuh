@@ -111,6 +111,18 @@ __device__ inline void residentSlice(const real* b, int ldb, int C, int c0, cons
     }
 }
 
+/** Where the B of a fused product is (streamedProduct). */
+enum class FusedWeights {
+    Streamed,       ///< global, k-grouped ([ceil(K / G)][ldb][G]), streamed through the stages
+    ResidentPlain,  ///< shared, [K][ldb] (the cluster kernel's slices)
+    ResidentGrouped ///< shared, k-grouped with a group stride of ldb G (the one-block kernel's resident layers)
+};
+
+/** A rider of streamedProduct that copies nothing. */
+struct NoRider {
+    __device__ void operator()(int, int) const {}
+};
+
 /**
  * out(r, c) = sum_k in[r][k] B[k][c] for the tile's R rows and C columns, k in
  * order 0..K-1 (fma), handed to epilogue(r, c, sum) for r < R, c < C.  `in` is
@@ -120,24 +132,30 @@ __device__ inline void residentSlice(const real* b, int ldb, int C, int c0, cons
  * reads of `in`) and read consecutive columns of B.  Begins and ends with the
  * block synchronised.
  *
- * Streamed (Resident false): B is global in k-groups, [ceil(K / G)][ldb][G]
- * with G = fusedVector<real>() (fusedGroupedIndex; ldb a multiple of G,
- * padding zero), streamed through `stage` (FusedStages slices of sliceRows
- * rows, a multiple of G, so that a slice is one contiguous block); a thread
- * reads G consecutive k of a column with one 16-byte load.
- * Resident: B is already in shared memory, [K][ldb] (all K rows; `stage`
+ * Streamed: B is global in k-groups, [ceil(K / G)][ldb][G] with
+ * G = fusedVector<real>() (fusedGroupedIndex; ldb a multiple of G, padding
+ * zero), streamed through `stage` (FusedStages slices of sliceRows rows, a
+ * multiple of G, so that a slice is one contiguous block); a thread reads G
+ * consecutive k of a column with one 16-byte load.  rider(s, numSlices) may
+ * issue more copies (`cp.async`) into the commit group of slice s: the wait
+ * for the last slice covers them, and the closing barrier shares them.
+ * ResidentPlain: B is already in shared memory, [K][ldb] (all K rows; `stage`
  * unused), read in place as one slice.
+ * ResidentGrouped: B is already in shared memory in k-groups, group g at
+ * B + g ldb G (ldb may exceed the padded width: the resident layers' padding
+ * against bank conflicts in residentTransposedProduct), read as one slice.
  */
-template <typename real, int R, int CT, int CPT, bool Resident = false, typename Epilogue>
+template <typename real, int R, int CT, int CPT, FusedWeights Source = FusedWeights::Streamed, typename Epilogue, typename Rider = NoRider>
 __device__ inline void streamedProduct(const real* __restrict__ B, int K, int C, int ldb, const real* in, int inStride, real* stage,
-                                       int stageElements, Epilogue epilogue) {
+                                       int stageElements, Epilogue epilogue, Rider rider = Rider()) {
+    constexpr bool Streamed = Source == FusedWeights::Streamed;
     constexpr int V = fusedVector<real>(), RS = FusedThreads / CT, RPT = R / RS; // RS: rows between a thread's rows
     static_assert(RPT >= 1 && R % RS == 0, "a tile's rows must cover the threads");
     const int c0 = threadIdx.x % CT, r0 = threadIdx.x / CT;
     // Rows of B per slice: a multiple of 4 (aligned 4-k reads of `in`), at least 4 (the host sizes the stages for it), at
     // most 64 rows of 128 columns' worth (more rows of narrower B).
-    const int sliceRows = Resident ? K : max(4, min(64 * 128 / CT, stageElements / ldb) / 4 * 4);
-    const int numSlices = Resident ? 1 : (K + sliceRows - 1) / sliceRows;
+    const int sliceRows = !Streamed ? K : max(4, min(64 * 128 / CT, stageElements / ldb) / 4 * 4);
+    const int numSlices = !Streamed ? 1 : (K + sliceRows - 1) / sliceRows;
     auto issue = [&](int s) {
         if (s < numSlices) {
             const int first = s * sliceRows, count = (min(sliceRows, K - first) + V - 1) / V * V; // whole k-groups
@@ -145,22 +163,23 @@ __device__ inline void streamedProduct(const real* __restrict__ B, int K, int C,
             real* dst = stage + (s % FusedStages) * stageElements;
             for (int e = threadIdx.x * V; e < count * ldb; e += FusedThreads * V)
                 __pipeline_memcpy_async(dst + e, src + e, 16);
+            rider(s, numSlices);
         }
         __pipeline_commit();
     };
     real acc[CPT][RPT] = {};
-    if constexpr (!Resident)
+    if constexpr (Streamed)
         for (int s = 0; s < FusedStages - 1; s++)
             issue(s);
     for (int s = 0; s < numSlices; s++) {
-        if constexpr (!Resident) {
+        if constexpr (Streamed) {
             __pipeline_wait_prior(FusedStages - 2); // slice s has landed (this thread's copies) ...
             __syncthreads();                        // ... everyone's; and the stage of slice s - 1 is free
             issue(s + FusedStages - 1);
         }
-        const real* b = Resident ? B : stage + (s % FusedStages) * stageElements;
+        const real* b = !Streamed ? B : stage + (s % FusedStages) * stageElements;
         const int k0 = s * sliceRows, count = min(sliceRows, K - k0);
-        if constexpr (Resident)
+        if constexpr (Source == FusedWeights::ResidentPlain)
             residentSlice<real, RPT, CPT, CT, RS>(b, ldb, C, c0, in + r0 * inStride + k0, inStride, count, acc);
         else
             groupedSlice<real, RPT, CPT, CT, RS>(b, ldb, C, c0, in + r0 * inStride + k0, inStride, count, acc);
@@ -172,6 +191,56 @@ __device__ inline void streamedProduct(const real* __restrict__ B, int K, int C,
 #pragma unroll
             for (int i = 0; i < RPT; i++)
                 epilogue(r0 + RS * i, c, acc[j][i]);
+    }
+    __syncthreads();
+}
+
+/**
+ * out(r, k) = sum_n in[r][n] W^T[k][n] for the tile's R rows and K outputs,
+ * n in order 0..N-1 (fma): the backward product of a layer whose W^T stays in
+ * shared memory (ResidentGrouped: k-groups, group g at WT + g ldb G; ldb of
+ * fusedPadded(N) + 1 keeps the loads below free of bank conflicts), the same
+ * terms in the same order as the streamed product over W, so bitwise its
+ * sums.  Thread t takes G / 2 consecutive k (8 bytes) of one row at a time,
+ * consecutive threads consecutive k of the same row (broadcast reads of
+ * `in`, shared [R][inStride], 16-byte aligned rows).  Hands epilogue(r, k, sum)
+ * for r < R, k < K; ends with the block synchronised.
+ */
+template <typename real, int R, typename Epilogue>
+__device__ inline void residentTransposedProduct(const real* WT, int ldb, int N, int K, const real* in, int inStride, Epilogue epilogue) {
+    constexpr int G = fusedVector<real>(), P = G / 2;
+    const int pieces = (K + P - 1) / P;
+    for (int item = threadIdx.x; item < R * pieces; item += FusedThreads) {
+        const int r = item / pieces, k0 = item % pieces * P;
+        const real* w = WT + (size_t) (k0 / G) * ldb * G + k0 % G; // W^T[k0 + p][n] at w[n G + p]
+        const real* a = in + r * inStride;
+        real acc[P] = {};
+        auto term = [&](real x, int n) {
+            real wv[P];
+            if constexpr (P == 2) {
+                const float2 q = *reinterpret_cast<const float2*>(w + (size_t) n * G);
+                wv[0] = q.x, wv[1] = q.y;
+            }
+            else
+                wv[0] = w[(size_t) n * G];
+#pragma unroll
+            for (int p = 0; p < P; p++)
+                acc[p] = fma(x, wv[p], acc[p]);
+        };
+        int n = 0;
+        for (; n + G <= N; n += G) {
+            real av[G];
+            loadVector(a + n, av);
+#pragma unroll
+            for (int x = 0; x < G; x++)
+                term(av[x], n + x);
+        }
+        for (; n < N; n++)
+            term(a[n], n);
+#pragma unroll
+        for (int p = 0; p < P; p++)
+            if (k0 + p < K)
+                epilogue(r, k0 + p, acc[p]);
     }
     __syncthreads();
 }

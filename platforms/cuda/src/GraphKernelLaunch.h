@@ -341,10 +341,12 @@ struct FusedNetworkShape {
     // Shared memory, offsets in reals (each a multiple of fusedVector): moments [tileRows][fusedPadded(H M)], descriptor and
     // its gradient [tileRows][fusedPadded(width[0])], three buffers (a cluster: four) [tileRows][fusedPadded(max width)],
     // act'(z) of each layer [tileRows][clusterSlice(width[l + 1], clusterSize)], then one block: FusedStages weight slices
-    // of stageElements; a cluster: the block's resident weight slices, layer l's W^T at weightOffset[l] and its W at
+    // of stageElements, then the W^T of the resident layers l >= residentFrom at weightOffset[l] (fusedResidentLayout); a
+    // cluster: the block's resident weight slices, layer l's W^T at weightOffset[l] and its W at
     // weightOffset[MaxFusedLayers + l].
     int momentsOffset, inputOffset, bufferOffset[4], derivOffset[MaxFusedLayers], weightOffset[2 * MaxFusedLayers], stageOffset,
         stageElements, totalElements;
+    int residentFrom; ///< one block: the first hidden layer whose W^T stays in shared memory (numLayers: none)
 };
 
 /** The most entries of any layer of `shape`'s network, the descriptor (width[0]) included: what bounds a thread's columns. */
@@ -360,6 +362,16 @@ inline int fusedWidestWidth(const FusedNetworkShape& shape) {
  * entries per row of `real`s of realSize bytes; returns its bytes.
  */
 size_t fusedLayout(FusedNetworkShape& shape, int momentEntries, int realSize);
+
+/**
+ * Adds to the one-block layout of `shape` (fusedLayout) the W^T of as many of
+ * the last hidden layers (not the first) as fit in maxBytes of shared memory,
+ * resident for the whole evaluation: the kernel copies them during the first
+ * layer's product and reads them in place for their forward and backward
+ * products instead of streaming them twice.  Sets residentFrom (numLayers if
+ * none fit) and weightOffset; returns the layout's bytes.
+ */
+size_t fusedResidentLayout(FusedNetworkShape& shape, int realSize, size_t maxBytes);
 
 /**
  * The arrays of a tile that both fused kernels lay out first (moments,

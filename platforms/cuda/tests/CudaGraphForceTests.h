@@ -319,10 +319,14 @@ TEST(CudaGraphForce, FusedNetworkGivesBitwiseIdenticalTrajectories) {
     }
     // Every tile size the property allows, one block per tile (4, 8, 16 rows: partial tiles) and, where the device has
     // clusters, clusters of 8 blocks (16, 32, 64 rows).
-    for (const char* rows : {"4", "8", "16"}) {
-        SCOPED_TRACE(std::string("CudaFusedTileRows ") + rows);
-        expectSameTrajectories(layered, propertyTrajectory({{"CudaFusedNetwork", "true"}, {"CudaFusedTileRows", rows}}, 0));
-    }
+    // With the second layer's W^T resident in shared memory ("true") and streamed ("false"; "auto" chooses by the waves).
+    for (const char* rows : {"4", "8", "16"})
+        for (const char* resident : {"true", "false"}) {
+            SCOPED_TRACE(std::string("CudaFusedTileRows ") + rows + ", CudaFusedResidentWeights " + resident);
+            expectSameTrajectories(
+                layered,
+                propertyTrajectory({{"CudaFusedNetwork", "true"}, {"CudaFusedTileRows", rows}, {"CudaFusedResidentWeights", resident}}, 0));
+        }
     if (deviceHasClusters())
         for (const char* rows : {"16", "32", "64"}) {
             SCOPED_TRACE(std::string("CudaFusedCluster 8, CudaFusedTileRows ") + rows);
@@ -417,6 +421,8 @@ TEST(CudaGraphForce, ClusterFusedNetworkGivesBitwiseIdenticalResults) {
  * 600 and 40 (eight columns per thread: tiles of 8 rows there), then 30, 30
  * (residual) and 7: sums over 30 and 7 inputs end in a partial k-group of
  * the streamed weights (FusedProduct.cuh: groups of 4 floats or 2 doubles).
+ * Each with CudaFusedResidentWeights "auto" and "false", and 30, 30, 7 with
+ * "true" (the resident layers' transposed backward product).
  */
 TEST(CudaGraphForce, FusedNetworkOfWideModelGivesBitwiseIdenticalResults) {
     for (const std::vector<int>& widths : {std::vector<int>{200, 200, 40}, std::vector<int>{600, 40}, std::vector<int>{30, 30, 7}}) {
@@ -426,6 +432,20 @@ TEST(CudaGraphForce, FusedNetworkOfWideModelGivesBitwiseIdenticalResults) {
         std::vector<Result> layered = propertyResults(options, config, {{"CudaFusedNetwork", "false"}}, 5);
         std::vector<Result> fused = propertyResults(options, config, {{"CudaFusedNetwork", "true"}}, 5);
         expectSameTrajectories(layered, fused);
+        // The last layers' W^T resident where "auto" keeps them (on an H200, 200, 200, 40 in single and mixed precision:
+        // 96 tiles of 16 rows, one wave, and room for the last layer; 600, 40 takes 190 tiles of 8 rows, more than a
+        // wave, so it streams), streamed ("false"), and both layers of 30, 30, 7 resident ("true": partial k-groups and
+        // outputs that are not whole vectors, in every precision).
+        {
+            SCOPED_TRACE("CudaFusedResidentWeights false");
+            expectSameTrajectories(
+                layered, propertyResults(options, config, {{"CudaFusedNetwork", "true"}, {"CudaFusedResidentWeights", "false"}}, 5));
+        }
+        if (widths[0] == 30) {
+            SCOPED_TRACE("CudaFusedResidentWeights true");
+            expectSameTrajectories(
+                layered, propertyResults(options, config, {{"CudaFusedNetwork", "true"}, {"CudaFusedResidentWeights", "true"}}, 5));
+        }
         // And both agree with the Reference platform.
         std::unique_ptr<System> system(makeSystem(config, options));
         Result expected = evaluate(*system, config.positions, Platform::getPlatformByName("Reference"));
@@ -553,6 +573,39 @@ TEST(CudaGraphForce, FusedNetworkThatCannotBeFusedIsExplained) {
     // A cluster's tiles are 16 rows or more (slices of 4 columns in clusters of 8: up to 64).
     if (deviceHasClusters())
         expectRefused(GraphTest::ModelOptions(), {{"CudaFusedCluster", "8"}, {"CudaFusedTileRows", "4"}}, "takes tiles of 16 to 64 rows");
+}
+
+/**
+ * CudaFusedResidentWeights "true" where no layer can stay resident is an error that says why (a network of one hidden
+ * layer, whose weights always stream; clusters, whose blocks keep their slices anyway), and "auto" runs the same model.
+ */
+TEST(CudaGraphForce, ResidentWeightsThatCannotBeKeptAreExplained) {
+    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 37);
+    auto expectRefused = [&](const GraphTest::ModelOptions& options, const Properties& properties, const std::string& reason) {
+        GraphForce* force;
+        std::unique_ptr<System> system(makeSystem(config, options, &force));
+        force->setProperty("CudaFusedNetwork", "true");
+        for (const auto& property : properties)
+            force->setProperty(property.first, property.second);
+        force->setProperty("CudaFusedResidentWeights", "true");
+        VerletIntegrator integrator(0.001);
+        try {
+            Context context(*system, integrator, testPlatform(), testPlatformProperties());
+            ADD_FAILURE() << "no exception for " << reason;
+        }
+        catch (const OpenMMException& error) {
+            EXPECT_NE(std::string(error.what()).find(reason), std::string::npos) << error.what();
+        }
+        force->setProperty("CudaFusedResidentWeights", "auto");
+        Context context(*system, integrator, testPlatform(), testPlatformProperties());
+        context.setPositions(config.positions);
+        EXPECT_TRUE(std::isfinite(context.getState(State::Energy).getPotentialEnergy()));
+    };
+    GraphTest::ModelOptions oneLayer;
+    oneLayer.fittingWidths = {16};
+    expectRefused(oneLayer, {}, "one hidden layer");
+    if (deviceHasClusters())
+        expectRefused(GraphTest::ModelOptions(), {{"CudaFusedCluster", "8"}}, "runs over clusters of 8 blocks");
 }
 
 TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
