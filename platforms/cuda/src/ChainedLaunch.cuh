@@ -7,7 +7,8 @@
  * beginChainedKernel(), waits until that kernel has finished and its writes are visible, then lets the kernel after it
  * be scheduled in turn.  So each launch's latency (about 1-2 us a kernel boundary, which small systems pay several times
  * a step) overlaps the end of the kernel before, and nothing reads a result early: every chained kernel waits before its
- * first memory access, and a kernel waits only once its predecessor has completed, which completed only after its own
+ * first access to memory that a kernel writes (the fused network issues copies of its weights, which none writes, before
+ * it: FusedNetworkKernels.cu), and a kernel waits only once its predecessor has completed, which completed only after its own
  * predecessor, and so on (kernels launched the ordinary way, and other stream operations, keep full serialization).
  * Captured into CUDA graphs as programmatic edges between adjacent chained kernels.  Before 9.0 (the device, or the code
  * built for it) the attribute is not set and the device code is empty.

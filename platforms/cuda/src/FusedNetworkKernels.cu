@@ -30,6 +30,7 @@ namespace GraphPlugin {
 namespace {
 
 constexpr int ColumnThreads = 128; ///< thread t computes columns t % 128 (+ 128 j) of rows t / 128 (+ 2 i)
+constexpr bool FusedPreissue = true; ///< the first layer's first slices issued before the wait for the kernel before
 
 /**
  * streamedProduct with the fewest columns per thread that cover C.  MaxCPT (1, 2, 4 or 16: fusedColumnsPerThread of the
@@ -40,23 +41,23 @@ constexpr int ColumnThreads = 128; ///< thread t computes columns t % 128 (+ 128
  */
 template <typename real, int R, int MaxCPT, FusedWeights Source, typename Epilogue, typename Rider = NoRider>
 __device__ inline void product(const real* __restrict__ B, int K, int C, int ldb, const real* in, int inStride, real* stage,
-                               int stageElements, Epilogue epilogue, Rider rider = Rider()) {
+                               int stageElements, Epilogue epilogue, Rider rider = Rider(), int issued = 0) {
     if constexpr (MaxCPT == 1)
-        streamedProduct<real, R, ColumnThreads, 1, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider);
+        streamedProduct<real, R, ColumnThreads, 1, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider, issued);
     else if (C <= ColumnThreads)
-        streamedProduct<real, R, ColumnThreads, 1, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider);
+        streamedProduct<real, R, ColumnThreads, 1, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider, issued);
     else if constexpr (MaxCPT == 2)
-        streamedProduct<real, R, ColumnThreads, 2, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider);
+        streamedProduct<real, R, ColumnThreads, 2, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider, issued);
     else if (C <= 2 * ColumnThreads)
-        streamedProduct<real, R, ColumnThreads, 2, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider);
+        streamedProduct<real, R, ColumnThreads, 2, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider, issued);
     else if constexpr (MaxCPT == 4 || R == 16)
-        streamedProduct<real, R, ColumnThreads, 4, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider);
+        streamedProduct<real, R, ColumnThreads, 4, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider, issued);
     else if (C <= 4 * ColumnThreads)
-        streamedProduct<real, R, ColumnThreads, 4, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider);
+        streamedProduct<real, R, ColumnThreads, 4, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider, issued);
     else if (C <= 8 * ColumnThreads)
-        streamedProduct<real, R, ColumnThreads, 8, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider);
+        streamedProduct<real, R, ColumnThreads, 8, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider, issued);
     else
-        streamedProduct<real, R, ColumnThreads, 16, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider);
+        streamedProduct<real, R, ColumnThreads, 16, Source>(B, K, C, ldb, in, inStride, stage, stageElements, epilogue, rider, issued);
 }
 
 /**
@@ -93,7 +94,6 @@ __global__ void __launch_bounds__(FusedThreads)
     fusedFittingKernel(GraphModelParams<real> model, FusedNetworkShape shape, const FusedNetworkWeights<real>* __restrict__ groups,
                        const int* __restrict__ rowNodes, const real* __restrict__ moments, real* __restrict__ particleEnergy,
                        real* __restrict__ gradMoments, GraphStatus* status, int withForces) {
-    beginChainedKernel();
     extern __shared__ __align__(16) unsigned char sharedBytes[];
     real* shared = reinterpret_cast<real*>(sharedBytes);
     const int H = (model.lMax + 1) * (model.lMax + 1), HM = H * model.numChannels;
@@ -108,6 +108,18 @@ __global__ void __launch_bounds__(FusedThreads)
     real* input = shared + shape.inputOffset; // the descriptor, later its gradient
     const int strideD = fusedPadded<real>(D);
     real* stage = shared + shape.stageOffset;
+
+    // The first layer's first slices, with the resident layers' shares that ride with them (copyResidentShare), read
+    // only weights, which no kernel of the evaluation writes: issued before waiting for the kernel before (the moments),
+    // so that they load while it finishes.  Everything after the wait as in any chained kernel.
+    constexpr int Preissued = FusedPreissue ? FusedStages - 1 : 0;
+    auto firstRider = [&](int s, int numSlices) { copyResidentShare(shape, net, shared, s, numSlices); };
+    {
+        const int ldb = fusedPadded<real>(shape.width[1]), sliceRows = fusedSliceRows(D, ldb, shape.stageElements, ColumnThreads);
+        for (int s = 0; s < Preissued; s++)
+            issueSlice(net.forward[0], D, ldb, stage, shape.stageElements, sliceRows, s, firstRider);
+    }
+    beginChainedKernel();
 
     // The rows' moments (zero for the rows past the group's end: finite values that are never written out).
     loadTileMoments<real, R>(moments, rowNodes + rowBase, rows, HM, A, strideA, threadIdx.x, FusedThreads);
@@ -135,12 +147,14 @@ __global__ void __launch_bounds__(FusedThreads)
         if (l >= shape.residentFrom)
             product<real, R, MaxCPT, FusedWeights::ResidentGrouped>(shared + shape.weightOffset[l], K, C, residentLdb<real>(C), h, strideH,
                                                                     nullptr, 0, epilogue);
-        else // the first layer's slices carry the resident layers' W^T
-            product<real, R, MaxCPT, FusedWeights::Streamed>(net.forward[l], K, C, strideOut, h, strideH, stage, shape.stageElements,
-                                                             epilogue, [&](int s, int numSlices) {
-                                                                 if (l == 0)
-                                                                     copyResidentShare(shape, net, shared, s, numSlices);
-                                                             });
+        else // the first layer's slices carry the resident layers' W^T, and its first ones are issued already
+            product<real, R, MaxCPT, FusedWeights::Streamed>(
+                net.forward[l], K, C, strideOut, h, strideH, stage, shape.stageElements, epilogue,
+                [&](int s, int numSlices) {
+                    if (l == 0)
+                        firstRider(s, numSlices);
+                },
+                l == 0 ? Preissued : 0);
         h = out;
         strideH = strideOut;
     }

@@ -111,6 +111,35 @@ __device__ inline void residentSlice(const real* b, int ldb, int C, int c0, cons
     }
 }
 
+/**
+ * Rows of B (K x ldb, k-grouped) per slice of a streamed product whose rows are shared by CT threads: a multiple of 4
+ * (aligned 4-k reads of `in`), at least 4 (the host sizes the stages for it), at most 64 rows of 128 columns' worth
+ * (more rows of narrower B) and what a stage of stageElements holds.
+ */
+__device__ inline int fusedSliceRows(int K, int ldb, int stageElements, int CT) {
+    return max(4, min(64 * 128 / CT, stageElements / ldb) / 4 * 4);
+}
+
+/**
+ * Issues slice s (rows [s sliceRows, ...) of B, whole k-groups) into its stage (cp.async, 16 bytes a copy), with
+ * rider(s, numSlices)'s copies, and commits them as one group; a slice past the last commits an empty group.
+ */
+template <typename real, typename Rider>
+__device__ inline void issueSlice(const real* __restrict__ B, int K, int ldb, real* stage, int stageElements, int sliceRows, int s,
+                                  Rider& rider) {
+    constexpr int V = fusedVector<real>();
+    const int numSlices = (K + sliceRows - 1) / sliceRows;
+    if (s < numSlices) {
+        const int first = s * sliceRows, count = (min(sliceRows, K - first) + V - 1) / V * V; // whole k-groups
+        const real* src = B + (size_t) first * ldb;
+        real* dst = stage + (s % FusedStages) * stageElements;
+        for (int e = threadIdx.x * V; e < count * ldb; e += FusedThreads * V)
+            __pipeline_memcpy_async(dst + e, src + e, 16);
+        rider(s, numSlices);
+    }
+    __pipeline_commit();
+}
+
 /** Where the B of a fused product is (streamedProduct). */
 enum class FusedWeights {
     Streamed,       ///< global, k-grouped ([ceil(K / G)][ldb][G]), streamed through the stages
@@ -139,6 +168,9 @@ struct NoRider {
  * consecutive k of a column with one 16-byte load.  rider(s, numSlices) may
  * issue more copies (`cp.async`) into the commit group of slice s: the wait
  * for the last slice covers them, and the closing barrier shares them.
+ * `issued`: the first slices' commit groups (at most FusedStages - 1) that the
+ * caller has issued already with issueSlice (the first product's, before the
+ * kernel waits for its predecessor).
  * ResidentPlain: B is already in shared memory, [K][ldb] (all K rows; `stage`
  * unused), read in place as one slice.
  * ResidentGrouped: B is already in shared memory in k-groups, group g at
@@ -147,29 +179,17 @@ struct NoRider {
  */
 template <typename real, int R, int CT, int CPT, FusedWeights Source = FusedWeights::Streamed, typename Epilogue, typename Rider = NoRider>
 __device__ inline void streamedProduct(const real* __restrict__ B, int K, int C, int ldb, const real* in, int inStride, real* stage,
-                                       int stageElements, Epilogue epilogue, Rider rider = Rider()) {
+                                       int stageElements, Epilogue epilogue, Rider rider = Rider(), int issued = 0) {
     constexpr bool Streamed = Source == FusedWeights::Streamed;
     constexpr int V = fusedVector<real>(), RS = FusedThreads / CT, RPT = R / RS; // RS: rows between a thread's rows
     static_assert(RPT >= 1 && R % RS == 0, "a tile's rows must cover the threads");
     const int c0 = threadIdx.x % CT, r0 = threadIdx.x / CT;
-    // Rows of B per slice: a multiple of 4 (aligned 4-k reads of `in`), at least 4 (the host sizes the stages for it), at
-    // most 64 rows of 128 columns' worth (more rows of narrower B).
-    const int sliceRows = !Streamed ? K : max(4, min(64 * 128 / CT, stageElements / ldb) / 4 * 4);
+    const int sliceRows = !Streamed ? K : fusedSliceRows(K, ldb, stageElements, CT);
     const int numSlices = !Streamed ? 1 : (K + sliceRows - 1) / sliceRows;
-    auto issue = [&](int s) {
-        if (s < numSlices) {
-            const int first = s * sliceRows, count = (min(sliceRows, K - first) + V - 1) / V * V; // whole k-groups
-            const real* src = B + (size_t) first * ldb;
-            real* dst = stage + (s % FusedStages) * stageElements;
-            for (int e = threadIdx.x * V; e < count * ldb; e += FusedThreads * V)
-                __pipeline_memcpy_async(dst + e, src + e, 16);
-            rider(s, numSlices);
-        }
-        __pipeline_commit();
-    };
+    auto issue = [&](int s) { issueSlice(B, K, ldb, stage, stageElements, sliceRows, s, rider); };
     real acc[CPT][RPT] = {};
     if constexpr (Streamed)
-        for (int s = 0; s < FusedStages - 1; s++)
+        for (int s = issued; s < FusedStages - 1; s++)
             issue(s);
     for (int s = 0; s < numSlices; s++) {
         if constexpr (Streamed) {
