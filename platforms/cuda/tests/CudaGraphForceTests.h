@@ -532,26 +532,36 @@ TEST(CudaGraphForce, InvariantShapesMatchReference) {
 }
 
 /** CudaFusedNetwork "true" where the network cannot be fused is an error that says why; "auto" falls back. */
-TEST(CudaGraphForce, FusedNetworkThatCannotBeFusedIsExplained) {
+/**
+ * A Context of `options`' model (220 particles) with CudaFusedNetwork "true", `properties` and `strict` = "true" is refused
+ * with an error that contains `reason`; with `strict` = "auto" the same model runs.
+ */
+void expectRefusedUnlessAuto(const GraphTest::ModelOptions& options, Properties properties, const std::string& strict,
+                             const std::string& reason) {
     Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 37);
-    auto expectRefused = [&](const GraphTest::ModelOptions& options, const Properties& properties, const std::string& reason) {
-        GraphForce* force;
-        std::unique_ptr<System> system(makeSystem(config, options, &force));
-        force->setProperty("CudaFusedNetwork", "true");
-        for (const auto& property : properties)
-            force->setProperty(property.first, property.second);
-        VerletIntegrator integrator(0.001);
-        try {
-            Context context(*system, integrator, testPlatform(), testPlatformProperties());
-            ADD_FAILURE() << "no exception for " << reason;
-        }
-        catch (const OpenMMException& error) {
-            EXPECT_NE(std::string(error.what()).find(reason), std::string::npos) << error.what();
-        }
-        force->setProperty("CudaFusedNetwork", "auto");
+    GraphForce* force;
+    std::unique_ptr<System> system(makeSystem(config, options, &force));
+    properties["CudaFusedNetwork"] = "true";
+    properties[strict] = "true";
+    for (const auto& property : properties)
+        force->setProperty(property.first, property.second);
+    VerletIntegrator integrator(0.001);
+    try {
         Context context(*system, integrator, testPlatform(), testPlatformProperties());
-        context.setPositions(config.positions);
-        EXPECT_TRUE(std::isfinite(context.getState(State::Energy).getPotentialEnergy()));
+        ADD_FAILURE() << "no exception for " << reason;
+    }
+    catch (const OpenMMException& error) {
+        EXPECT_NE(std::string(error.what()).find(reason), std::string::npos) << error.what();
+    }
+    force->setProperty(strict, "auto");
+    Context context(*system, integrator, testPlatform(), testPlatformProperties());
+    context.setPositions(config.positions);
+    EXPECT_TRUE(std::isfinite(context.getState(State::Energy).getPotentialEnergy()));
+}
+
+TEST(CudaGraphForce, FusedNetworkThatCannotBeFusedIsExplained) {
+    auto expectRefused = [](const GraphTest::ModelOptions& options, const Properties& properties, const std::string& reason) {
+        expectRefusedUnlessAuto(options, properties, "CudaFusedNetwork", reason);
     };
     GraphTest::ModelOptions interaction;
     interaction.numInteractions = 1;
@@ -580,26 +590,8 @@ TEST(CudaGraphForce, FusedNetworkThatCannotBeFusedIsExplained) {
  * layer, whose weights always stream; clusters, whose blocks keep their slices anyway), and "auto" runs the same model.
  */
 TEST(CudaGraphForce, ResidentWeightsThatCannotBeKeptAreExplained) {
-    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 37);
-    auto expectRefused = [&](const GraphTest::ModelOptions& options, const Properties& properties, const std::string& reason) {
-        GraphForce* force;
-        std::unique_ptr<System> system(makeSystem(config, options, &force));
-        force->setProperty("CudaFusedNetwork", "true");
-        for (const auto& property : properties)
-            force->setProperty(property.first, property.second);
-        force->setProperty("CudaFusedResidentWeights", "true");
-        VerletIntegrator integrator(0.001);
-        try {
-            Context context(*system, integrator, testPlatform(), testPlatformProperties());
-            ADD_FAILURE() << "no exception for " << reason;
-        }
-        catch (const OpenMMException& error) {
-            EXPECT_NE(std::string(error.what()).find(reason), std::string::npos) << error.what();
-        }
-        force->setProperty("CudaFusedResidentWeights", "auto");
-        Context context(*system, integrator, testPlatform(), testPlatformProperties());
-        context.setPositions(config.positions);
-        EXPECT_TRUE(std::isfinite(context.getState(State::Energy).getPotentialEnergy()));
+    auto expectRefused = [](const GraphTest::ModelOptions& options, const Properties& properties, const std::string& reason) {
+        expectRefusedUnlessAuto(options, properties, "CudaFusedResidentWeights", reason);
     };
     GraphTest::ModelOptions oneLayer;
     oneLayer.fittingWidths = {16};
