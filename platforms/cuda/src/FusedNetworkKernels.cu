@@ -31,7 +31,6 @@ namespace {
 
 constexpr int ColumnThreads = 128; ///< thread t computes columns t % 128 (+ 128 j) of rows t / 128 (+ 2 i)
 constexpr bool FusedPreissue = true; ///< the first layer's first slices issued before the wait for the kernel before
-constexpr bool FusedEarlyBackward = true; ///< the first streamed backward product's first slices issued after the last streamed forward one
 
 /**
  * streamedProduct with the fewest columns per thread that cover C.  MaxCPT (1, 2, 4 or 16: fusedColumnsPerThread of the
@@ -131,18 +130,6 @@ __global__ void __launch_bounds__(FusedThreads)
     }
     __syncthreads();
 
-    // The first streamed backward product (W of the last streamed layer) begins loading as soon as the last streamed
-    // forward product is done with the stages: the resident products, the energy output and dE/dz in between use none.
-    const int lastStreamed = min(shape.residentFrom, L) - 1;
-    constexpr int EarlyBackward = FusedEarlyBackward ? FusedStages - 1 : 0;
-    auto issueBackward = [&]() {
-        const int N = shape.width[lastStreamed + 1], ldb = fusedPadded<real>(shape.width[lastStreamed]);
-        const int sliceRows = fusedSliceRows(N, ldb, shape.stageElements, ColumnThreads);
-        NoRider none;
-        for (int s = 0; s < EarlyBackward; s++)
-            issueSlice(net.backward[lastStreamed], N, ldb, stage, shape.stageElements, sliceRows, s, none);
-    };
-
     // Forward: h_l = act(W_l h_(l-1) + b_l) (+ h_(l-1) residual), alternating between buffers 0 and 1.
     const real* h = input;
     int strideH = strideD;
@@ -168,8 +155,6 @@ __global__ void __launch_bounds__(FusedThreads)
                         firstRider(s, numSlices);
                 },
                 l == 0 ? Preissued : 0);
-        if (withForces && l == lastStreamed)
-            issueBackward();
         h = out;
         strideH = strideOut;
     }
@@ -208,8 +193,7 @@ __global__ void __launch_bounds__(FusedThreads)
             residentTransposedProduct<real, R>(shared + shape.weightOffset[l], residentLdb<real>(N), N, K, dz, strideN, epilogue);
         else
             product<real, R, MaxCPT, FusedWeights::Streamed>(net.backward[l], N, K, fusedPadded<real>(K), dz, strideN, stage,
-                                                             shape.stageElements, epilogue, NoRider(),
-                                                             l == lastStreamed ? EarlyBackward : 0);
+                                                             shape.stageElements, epilogue);
         g = target;
     }
 
