@@ -573,6 +573,15 @@ private:
     }
 
     /**
+     * The most tiles of `rows` rows that the fused kernels launch for the
+     * numCenters rows: each type's rows are tiled apart, so at most one
+     * partial tile per type beyond the whole ones.
+     */
+    long long fusedTileBound(int rows) const {
+        return (numCenters + rows - 1) / rows + model->numTypes - 1;
+    }
+
+    /**
      * Why the fitting network cannot run in a fused kernel (empty when it
      * can): what launchFusedFitting and launchClusterFitting support and what
      * fits in a block's shared memory.  Sets fusedShape's widths, cluster
@@ -703,8 +712,7 @@ private:
                           (tileRows != 0 ? " or CudaFusedTileRows to fewer rows or to \"auto\"" : "");
                 continue;
             }
-            // Tiles: at most one partial tile per type beyond the whole ones.
-            const long long tiles = (numCenters + rows - 1) / rows + model->numTypes - 1;
+            const long long tiles = fusedTileBound(rows);
             const long long waves = (tiles + active - 1) / active;
             if (bestRows == 0 || waves < bestWaves) {
                 bestRows = rows;
@@ -729,7 +737,7 @@ private:
     void chooseResidentLayers(CudaResidentWeights mode) {
         if (mode == CudaResidentWeights::Off)
             return;
-        const long long tiles = (numCenters + fusedShape.tileRows - 1) / fusedShape.tileRows + model->numTypes - 1;
+        const long long tiles = fusedTileBound(fusedShape.tileRows);
         if (mode == CudaResidentWeights::Auto && tiles > numMultiprocessors)
             return;
         const size_t streamed = (size_t) fusedShape.totalElements * sizeof(real);
@@ -738,9 +746,7 @@ private:
             if (fusedShape.numLayers == 1)
                 throw OpenMMException("GraphForce: CudaFusedResidentWeights is \"true\" but the fitting network has one hidden layer, "
                                       "and the first layer's weights always stream; set CudaFusedResidentWeights to \"auto\" or \"false\"");
-            const int L = fusedShape.numLayers, G = fusedVector<real>();
-            const size_t need =
-                (size_t) (fusedShape.width[L - 1] + G - 1) / G * (fusedPadded<real>(fusedShape.width[L]) + 1) * G * sizeof(real);
+            const size_t need = (size_t) fusedResidentLayerElements(fusedShape, fusedShape.numLayers - 1, sizeof(real)) * sizeof(real);
             throw OpenMMException("GraphForce: CudaFusedResidentWeights is \"true\" but the last hidden layer's weights (" +
                                   std::to_string(need / 1024) + " KB) do not fit beside the tile's " + std::to_string(streamed / 1024) +
                                   " KB in the device's " + std::to_string(maxFusedShared / 1024) +

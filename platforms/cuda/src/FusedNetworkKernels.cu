@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(FusedThreads)
     constexpr int Preissued = FusedPreissue ? FusedStages - 1 : 0;
     auto firstRider = [&](int s, int numSlices) { copyResidentShare(shape, net, shared, s, numSlices); };
     {
-        const int ldb = fusedPadded<real>(shape.width[1]), sliceRows = fusedSliceRows(D, ldb, shape.stageElements, ColumnThreads);
+        const int ldb = fusedPadded<real>(shape.width[1]), sliceRows = fusedSliceRows(ldb, shape.stageElements, ColumnThreads);
         for (int s = 0; s < Preissued; s++)
             issueSlice(net.forward[0], D, ldb, stage, shape.stageElements, sliceRows, s, firstRider);
     }
@@ -240,12 +240,15 @@ size_t fusedLayout(FusedNetworkShape& shape, int momentEntries, int realSize) {
     return (size_t) shape.totalElements * realSize;
 }
 
+int fusedResidentLayerElements(const FusedNetworkShape& shape, int l, int realSize) {
+    const int G = 16 / realSize, C = shape.width[l + 1], ldb = realSize == 4 ? residentLdb<float>(C) : residentLdb<double>(C);
+    return (shape.width[l] + G - 1) / G * ldb * G;
+}
+
 size_t fusedResidentLayout(FusedNetworkShape& shape, int realSize, size_t maxBytes) {
-    const int G = 16 / realSize;
     int offset = shape.totalElements;
     for (int l = shape.numLayers - 1; l >= 1; l--) {
-        const int C = shape.width[l + 1], ldb = realSize == 4 ? residentLdb<float>(C) : residentLdb<double>(C);
-        const int need = (shape.width[l] + G - 1) / G * ldb * G;
+        const int need = fusedResidentLayerElements(shape, l, realSize);
         if ((size_t) (offset + need) * realSize > maxBytes)
             break;
         shape.weightOffset[l] = offset;

@@ -116,7 +116,7 @@ __device__ inline void residentSlice(const real* b, int ldb, int C, int c0, cons
  * (aligned 4-k reads of `in`), at least 4 (the host sizes the stages for it), at most 64 rows of 128 columns' worth
  * (more rows of narrower B) and what a stage of stageElements holds.
  */
-__device__ inline int fusedSliceRows(int K, int ldb, int stageElements, int CT) {
+__device__ inline int fusedSliceRows(int ldb, int stageElements, int CT) {
     return max(4, min(64 * 128 / CT, stageElements / ldb) / 4 * 4);
 }
 
@@ -184,7 +184,7 @@ __device__ inline void streamedProduct(const real* __restrict__ B, int K, int C,
     constexpr int V = fusedVector<real>(), RS = FusedThreads / CT, RPT = R / RS; // RS: rows between a thread's rows
     static_assert(RPT >= 1 && R % RS == 0, "a tile's rows must cover the threads");
     const int c0 = threadIdx.x % CT, r0 = threadIdx.x / CT;
-    const int sliceRows = !Streamed ? K : fusedSliceRows(K, ldb, stageElements, CT);
+    const int sliceRows = !Streamed ? K : fusedSliceRows(ldb, stageElements, CT);
     const int numSlices = !Streamed ? 1 : (K + sliceRows - 1) / sliceRows;
     auto issue = [&](int s) { issueSlice(B, K, ldb, stage, stageElements, sliceRows, s, rider); };
     real acc[CPT][RPT] = {};

@@ -374,6 +374,13 @@ size_t fusedLayout(FusedNetworkShape& shape, int momentEntries, int realSize);
 size_t fusedResidentLayout(FusedNetworkShape& shape, int realSize, size_t maxBytes);
 
 /**
+ * The reals that hidden layer l's resident W^T takes in shared memory
+ * (fusedResidentLayout): width[l] rows in k-groups of 16 / realSize, each
+ * group residentLdb(width[l + 1]) columns apart.
+ */
+int fusedResidentLayerElements(const FusedNetworkShape& shape, int l, int realSize);
+
+/**
  * The arrays of a tile that both fused kernels lay out first (moments,
  * descriptor, `buffers` buffers of the widest layer, act'(z) of each layer's
  * clusterSlice for shape.clusterSize blocks); returns the offset after them,
