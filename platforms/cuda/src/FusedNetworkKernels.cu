@@ -31,6 +31,8 @@ namespace {
 
 constexpr int ColumnThreads = 128; ///< thread t computes columns t % 128 (+ 128 j) of rows t / 128 (+ 2 i)
 constexpr bool FusedPreissue = true; ///< the first layer's first slices issued before the wait for the kernel before
+/// The first layer's slices that carry the resident layers' copies (copyResidentShare), the first ones; 0: all of them.
+constexpr int FusedRiderSlices = FusedStages - 1;
 
 /**
  * streamedProduct with the fewest columns per thread that cover C.  MaxCPT (1, 2, 4 or 16: fusedColumnsPerThread of the
@@ -111,9 +113,14 @@ __global__ void __launch_bounds__(FusedThreads)
 
     // The first layer's first slices, with the resident layers' shares that ride with them (copyResidentShare), read
     // only weights, which no kernel of the evaluation writes: issued before waiting for the kernel before (the moments),
-    // so that they load while it finishes.  Everything after the wait as in any chained kernel.
+    // so that they load while it finishes.  Everything after the wait as in any chained kernel.  The copies ride with
+    // the first FusedRiderSlices slices, by default the pre-issued ones.
     constexpr int Preissued = FusedPreissue ? FusedStages - 1 : 0;
-    auto firstRider = [&](int s, int numSlices) { copyResidentShare(shape, net, shared, s, numSlices); };
+    auto firstRider = [&](int s, int numSlices) {
+        const int carriers = FusedRiderSlices > 0 ? min(numSlices, FusedRiderSlices) : numSlices;
+        if (s < carriers)
+            copyResidentShare(shape, net, shared, s, carriers);
+    };
     {
         const int ldb = fusedPadded<real>(shape.width[1]), sliceRows = fusedSliceRows(ldb, shape.stageElements, ColumnThreads);
         for (int s = 0; s < Preissued; s++)
