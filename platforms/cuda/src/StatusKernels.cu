@@ -1,9 +1,9 @@
 /**
  * The status record of an evaluation on the CUDA platform: at its end the
  * energy into OpenMM's buffer and the record to the host, in one kernel
- * (launchFinishEvaluation); with CheckFinite "deferred" or "false", copies
- * of it to the host at its start and after the graph build
- * (launchCopyStatus).
+ * (launchFinishEvaluation); at its start a clean record (launchClearStatus);
+ * with CheckFinite "deferred" or "false", copies of it to the host at its
+ * start and after the graph build (launchCopyStatus).
  */
 
 #include "ChainedLaunch.cuh"
@@ -16,7 +16,7 @@ namespace {
 
 /**
  * One warp: lane 0 adds the energy to energyBuffer (when not null); the lanes copy the status record to mapped host memory
- * word by word and, with clear, zero each word after copying it.
+ * (when hostStatus is not null) word by word and, with clear, zero each word after copying it.
  */
 __global__ void statusKernel(GraphStatus* __restrict__ status, GraphStatus* hostStatus, void* energyBuffer, int energyIsDouble,
                              int clear) {
@@ -34,7 +34,8 @@ __global__ void statusKernel(GraphStatus* __restrict__ status, GraphStatus* host
     int* source = reinterpret_cast<int*>(status);
     volatile int* target = reinterpret_cast<volatile int*>(hostStatus);
     for (int w = threadIdx.x; w < Words; w += blockDim.x) {
-        target[w] = source[w];
+        if (target != nullptr)
+            target[w] = source[w];
         if (clear)
             source[w] = 0;
     }
@@ -44,6 +45,10 @@ __global__ void statusKernel(GraphStatus* __restrict__ status, GraphStatus* host
 
 void launchCopyStatus(GraphStatus* status, GraphStatus* hostStatus, bool clear, cudaStream_t stream) {
     launchChained(statusKernel, 1, 32, 0, stream, status, hostStatus, nullptr, 0, clear ? 1 : 0);
+}
+
+void launchClearStatus(GraphStatus* status, cudaStream_t stream) {
+    launchChained(statusKernel, 1, 32, 0, stream, status, nullptr, nullptr, 0, 1);
 }
 
 void launchFinishEvaluation(GraphStatus* status, GraphStatus* hostStatus, void* energyBuffer, bool energyIsDouble, cudaStream_t stream) {
