@@ -467,8 +467,8 @@ void launchCopyStatus(GraphStatus* status, GraphStatus* hostStatus, bool clear, 
 /**
  * Zeroes the status record (device) at the start of an evaluation whose
  * record the host reads at its end (CheckFinite "true").  A kernel rather
- * than a memset: in a CUDA graph the memset node left the device idle about
- * 5 us before the next kernel (H200, small 512).
+ * than a memset node: a small-512 step 1.2 us shorter on an H200 (CUDA
+ * graph, bench/NOTES.md v28).
  */
 void launchClearStatus(GraphStatus* status, cudaStream_t stream);
 
