@@ -13,9 +13,6 @@ using namespace OpenMM;
 
 namespace {
 
-/// CheckFinite "true": the status record is zeroed by a kernel (launchClearStatus), not by a memset node.
-constexpr bool StatusClearedByKernel = true;
-
 /** Device copy of one dense layer in `real`. */
 struct DeviceLayer {
     std::unique_ptr<CudaArray> weight, bias, timestep;
@@ -239,10 +236,8 @@ private:
      */
     void enqueueWork(cudaStream_t stream, bool includeForces, bool addEnergy, const GraphBox<double>& box) {
         const GraphModel& m = *model;
-        if (statusCheck == CudaStatusCheck::Current && StatusClearedByKernel)
+        if (statusCheck == CudaStatusCheck::Current)
             launchClearStatus(pointer<GraphStatus>(status), stream);
-        else if (statusCheck == CudaStatusCheck::Current)
-            GRAPH_CUDA_CHECK(cudaMemsetAsync(pointer<GraphStatus>(status), 0, sizeof(GraphStatus), stream));
         else // the previous evaluation's record to the host (finish() checks it when Deferred), then a clean one
             launchCopyStatus(pointer<GraphStatus>(status), mappedStatus + PreviousRecord, true, stream);
         if (n == 0)

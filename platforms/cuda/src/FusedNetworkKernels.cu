@@ -31,8 +31,9 @@ namespace {
 
 constexpr int ColumnThreads = 128; ///< thread t computes columns t % 128 (+ 128 j) of rows t / 128 (+ 2 i)
 constexpr bool FusedPreissue = true; ///< the first layer's first slices issued before the wait for the kernel before
-/// The first layer's slices that carry the resident layers' copies (copyResidentShare), the first ones; 0: all of them.
+/// The first layer's slices that carry the resident layers' copies (copyResidentShare): the first ones, at most this many.
 constexpr int FusedRiderSlices = FusedStages - 1;
+static_assert(FusedRiderSlices >= 1, "the resident copies ride with at least one slice");
 
 /**
  * streamedProduct with the fewest columns per thread that cover C.  MaxCPT (1, 2, 4 or 16: fusedColumnsPerThread of the
@@ -117,7 +118,7 @@ __global__ void __launch_bounds__(FusedThreads)
     // the first FusedRiderSlices slices, by default the pre-issued ones.
     constexpr int Preissued = FusedPreissue ? FusedStages - 1 : 0;
     auto firstRider = [&](int s, int numSlices) {
-        const int carriers = FusedRiderSlices > 0 ? min(numSlices, FusedRiderSlices) : numSlices;
+        const int carriers = min(numSlices, FusedRiderSlices);
         if (s < carriers)
             copyResidentShare(shape, net, shared, s, carriers);
     };
