@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Build and run bench/device/table_stream_probe.cu (the center-stationary, table-streamed moments scan against the row
+# scan) on a GPU machine: OUT=... bash bench/device/table-stream-probe.sh.  The timings at medium 100,800, then Nsight
+# Compute's L2 bytes, shared-memory wavefronts, instructions and IPC of every kernel (one run each).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-$PWD/out}"
+mkdir -p "$OUT"
+nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o /tmp/table_stream_probe bench/device/table_stream_probe.cu || exit 1
+status=0
+timeout 120 /tmp/table_stream_probe 100800 10 | tee "$OUT/table-stream-probe.txt" || status=1
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+if [ -n "$NCU" ]; then
+    timeout 240 "$NCU" --clock-control none -k regex:scan --csv --metrics \
+        gpu__time_duration.sum,lts__t_bytes.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,sm__inst_executed.sum,smsp__inst_executed.avg.per_cycle_active,lts__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active \
+        /tmp/table_stream_probe 100800 1 > "$OUT/table-stream-probe-ncu.csv" 2> "$OUT/table-stream-probe-ncu.err" || status=1
+    python3 - "$OUT/table-stream-probe-ncu.csv" <<'PY' || status=1
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head, rows = rows[0], rows[1:]
+k, name, metric, value = (head.index(c) for c in ("ID", "Kernel Name", "Metric Name", "Metric Value"))
+table = collections.OrderedDict()
+for r in rows:
+    table.setdefault((int(r[k]), r[name].split("(")[0].split("::")[-1]), {})[r[metric]] = r[value]
+for (i, kernel), m in table.items():
+    print(i, kernel, " ".join(f"{key}={val}" for key, val in sorted(m.items())))
+PY
+fi
+exit $status
