@@ -51,7 +51,14 @@ using namespace table_probe;
 
 /** Floats and bytes of one knot of one center type's table: [tj][l][3][M]. */
 constexpr int KnotFloats = T * NL * 3 * M, KnotBytes = KnotFloats * sizeof(float);
-constexpr int Consumers = 16, CentersPerBlock = 64;
+/** Consumer warps a block, and a producer warp: 16 warps, 4 a scheduler, so that each may have 128 registers (a 17th warp
+ * would put 5 on one scheduler, whose 16 K registers then allow 96 a thread: "too many resources" at 120, run 1). */
+constexpr int Consumers = 15;
+
+/** Centers a block of scanStreamed<LPC, CPG, ...> takes. */
+constexpr int centersPerBlock(int LPC, int CPG) {
+    return Consumers * (32 / LPC) * CPG;
+}
 
 __device__ inline void arrive(unsigned barrier) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(barrier) : "memory");
@@ -74,15 +81,15 @@ __device__ inline int intervalOf(float r) {
 }
 
 /**
- * Block b: centers centersOfType[blockFirst[b] .. + blockCount[b]) of type blockType[b] (at most 64).  Lane group
- * g = (warp, lane / LPC) owns centers g * CPG .. g * CPG + CPG - 1 of the block, CPL = M / LPC channels a lane.
+ * Block b: centers centersOfType[blocks[b].x .. + blocks[b].y) of type blocks[b].z (at most centersPerBlock(LPC, CPG)).
+ * Lane group g = (warp, lane / LPC) owns centers g * CPG .. g * CPG + CPG - 1 of the block, CPL = M / LPC channels a lane.
  * tableK [T][KN][T][NL][3][M] (center type, knot, neighbour type, degree, value, channel).
  */
-template <int LPC, int S, int G>
-__global__ void __maxnreg__(120)
+template <int LPC, int CPG, int S, int G, bool Lockstep = false>
+__global__ void __launch_bounds__(32 * (Consumers + 1), 1)
     scanStreamed(const float4* __restrict__ geo, const int* __restrict__ ntype, const int* __restrict__ centersOfType,
                  const int3* __restrict__ blocks, const float* __restrict__ tableK, float* __restrict__ A) {
-    constexpr int CPL = M / LPC, Groups = Consumers * (32 / LPC), CPG = CentersPerBlock / Groups;
+    constexpr int CPL = M / LPC;
     static_assert(S >= G + 2, "a stage's knots and the next one's first must fit the ring");
     extern __shared__ __align__(128) float ring[]; // [S][KnotFloats], then 2 S mbarriers
     __shared__ int firstKnot;
@@ -131,43 +138,46 @@ __global__ void __maxnreg__(120)
         for (int k = waited + 1; k <= qe; k++)
             waitParity(full + 8 * ((k - q0) % S), ((k - q0) / S) & 1);
         waited = qe;
+        // Edge e of center c in interval q (knots q, q + 1 staged); Y scaled by `use` (0: a lockstep slot with no edge).
+        auto edge = [&](int c, float use) {
+            const int e = min(cursor[c], E - 1), q = use != 0 ? next[c] : qs, tj = __ldg(&ntype[(size_t) max(centers[c], 0) * E + e]);
+            int qq;
+            float h[6], Y[H];
+            basis(g[c].x, qq, h);
+            harmonics(g[c].y, g[c].z, g[c].w, Y);
 #pragma unroll
-        for (int c = 0; c < CPG; c++)
-            while (next[c] < qe) {
-                const int e = cursor[c], q = next[c], tj = __ldg(&ntype[(size_t) centers[c] * E + e]);
-                int qq;
-                float h[6], Y[H];
-                basis(g[c].x, qq, h);
-                harmonics(g[c].y, g[c].z, g[c].w, Y);
-                const float* p0 = ring + ((q - q0) % S) * KnotFloats + tj * NL * 3 * M + part * CPL;
-                const float* p1 = ring + ((q + 1 - q0) % S) * KnotFloats + tj * NL * 3 * M + part * CPL;
+            for (int lm = 0; lm < H; lm++)
+                Y[lm] *= use;
+            const float* p0 = ring + ((q - q0) % S) * KnotFloats + tj * NL * 3 * M + part * CPL;
+            const float* p1 = ring + ((q + 1 - q0) % S) * KnotFloats + tj * NL * 3 * M + part * CPL;
 #pragma unroll
-                for (int l = 0; l < NL; l++) {
-                    float k[6][CPL];
+            for (int l = 0; l < NL; l++) {
+                float k[6][CPL];
 #pragma unroll
-                    for (int v = 0; v < 3; v++) {
-                        if constexpr (CPL == 4) {
-                            const float4 a = *reinterpret_cast<const float4*>(p0 + (l * 3 + v) * M);
-                            const float4 b = *reinterpret_cast<const float4*>(p1 + (l * 3 + v) * M);
-                            k[v][0] = a.x, k[v][1] = a.y, k[v][2] = a.z, k[v][3] = a.w;
-                            k[5 - v][0] = b.x, k[5 - v][1] = b.y, k[5 - v][2] = b.z, k[5 - v][3] = b.w;
-                        }
-                        else {
-                            const float2 a = *reinterpret_cast<const float2*>(p0 + (l * 3 + v) * M);
-                            const float2 b = *reinterpret_cast<const float2*>(p1 + (l * 3 + v) * M);
-                            k[v][0] = a.x, k[v][1] = a.y;
-                            k[5 - v][0] = b.x, k[5 - v][1] = b.y;
-                        }
+                for (int v = 0; v < 3; v++) {
+                    if constexpr (CPL == 4) {
+                        const float4 a = *reinterpret_cast<const float4*>(p0 + (l * 3 + v) * M);
+                        const float4 b = *reinterpret_cast<const float4*>(p1 + (l * 3 + v) * M);
+                        k[v][0] = a.x, k[v][1] = a.y, k[v][2] = a.z, k[v][3] = a.w;
+                        k[5 - v][0] = b.x, k[5 - v][1] = b.y, k[5 - v][2] = b.z, k[5 - v][3] = b.w;
                     }
-                    // k[0..2] = p0 v0 a0, k[3..5] = a1 v1 p1: the weights' order h0..h5
-#pragma unroll
-                    for (int v = 0; v < CPL; v++) {
-                        const float R = k[0][v] * h[0] + k[1][v] * h[1] + k[2][v] * h[2] + k[3][v] * h[3] + k[4][v] * h[4] + k[5][v] * h[5];
-#pragma unroll
-                        for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
-                            acc[c][lm][v] += R * Y[lm];
+                    else {
+                        const float2 a = *reinterpret_cast<const float2*>(p0 + (l * 3 + v) * M);
+                        const float2 b = *reinterpret_cast<const float2*>(p1 + (l * 3 + v) * M);
+                        k[v][0] = a.x, k[v][1] = a.y;
+                        k[5 - v][0] = b.x, k[5 - v][1] = b.y;
                     }
                 }
+                // k[0..2] = p0 v0 a0, k[3..5] = a1 v1 p1: the weights' order h0..h5
+#pragma unroll
+                for (int v = 0; v < CPL; v++) {
+                    const float R = k[0][v] * h[0] + k[1][v] * h[1] + k[2][v] * h[2] + k[3][v] * h[3] + k[4][v] * h[4] + k[5][v] * h[5];
+#pragma unroll
+                    for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
+                        acc[c][lm][v] += R * Y[lm];
+                }
+            }
+            if (use != 0) {
                 cursor[c] = e + 1;
                 if (e + 1 < E) {
                     g[c] = __ldg(&geo[(size_t) centers[c] * E + e + 1]);
@@ -176,6 +186,27 @@ __global__ void __maxnreg__(120)
                 else
                     next[c] = KI;
             }
+        };
+        if constexpr (Lockstep)
+            // Rounds: every group of the warp takes one edge of each of its centers a round, a slot with no edge left in the
+            // stage computing zeros, until no lane of the warp has one: straight-line code over the centers (their loads
+            // overlap) and no divergence between the groups of a warp.
+            while (true) {
+                bool left = false;
+#pragma unroll
+                for (int c = 0; c < CPG; c++)
+                    left |= next[c] < qe;
+                if (!__any_sync(0xffffffff, left))
+                    break;
+#pragma unroll
+                for (int c = 0; c < CPG; c++)
+                    edge(c, next[c] < qe ? 1.0f : 0.0f);
+            }
+        else
+#pragma unroll
+            for (int c = 0; c < CPG; c++)
+                while (next[c] < qe)
+                    edge(c, 1.0f);
         __syncwarp();
         if (lane == 0)
             for (int k = qs; k < qe; k++)
@@ -209,16 +240,22 @@ __global__ void __launch_bounds__(32 * Warps) scanL2Sorted(const float4* __restr
 int main(int argc, char** argv) {
     const int n = argc > 1 ? std::atoi(argv[1]) : 100800, runs = argc > 2 ? std::atoi(argv[2]) : 10;
     const Rows rows(n);
-    std::vector<int> centersOfType;
-    std::vector<int3> blocks;
+    std::vector<int> centersOfType, typeStart;
     for (int t = 0; t < T; t++) {
-        const int start = (int) centersOfType.size();
+        typeStart.push_back((int) centersOfType.size());
         for (int i = 0; i < n; i++)
             if (rows.types[i] == t)
                 centersOfType.push_back(i);
-        for (int b = start; b < (int) centersOfType.size(); b += CentersPerBlock)
-            blocks.push_back(make_int3(b, std::min(CentersPerBlock, (int) centersOfType.size() - b), t));
     }
+    typeStart.push_back(n);
+    // Blocks of up to C centers of one type: (first index into centersOfType, count, type).
+    auto blocksOf = [&](int C) {
+        std::vector<int3> blocks;
+        for (int t = 0; t < T; t++)
+            for (int b = typeStart[t]; b < typeStart[t + 1]; b += C)
+                blocks.push_back(make_int3(b, std::min(C, typeStart[t + 1] - b), t));
+        return blocks;
+    };
     // [ti][tj][l][knot][3][M] -> [ti][knot][tj][l][3][M]
     std::vector<float> tableK(rows.table.size());
     for (int ti = 0; ti < T; ti++)
@@ -230,14 +267,12 @@ int main(int argc, char** argv) {
                             rows.table[((((size_t) ti * T + tj) * NL + l) * KN + k) * 3 * M + x];
     const float4* dGeo = upload(rows.geo);
     const int *dNtype = upload(rows.ntype), *dTypes = upload(rows.types), *dCenters = upload(centersOfType);
-    const int3* dBlocks = upload(blocks);
     const float *dTable = upload(rows.table), *dTableK = upload(tableK);
     float *dA1 = deviceZeros((size_t) n * H * M), *dA2 = deviceZeros((size_t) n * H * M);
 
     cudaDeviceProp prop;
     CHECK(cudaGetDeviceProperties(&prop, 0));
-    std::printf("%s, %d SMs; n = %d, %lld edges, %zu blocks of up to %d centers, %d bytes a knot\n", prop.name, prop.multiProcessorCount, n,
-                (long long) n * E, blocks.size(), CentersPerBlock, KnotBytes);
+    std::printf("%s, %d SMs; n = %d, %lld edges, %d bytes a knot\n", prop.name, prop.multiProcessorCount, n, (long long) n * E, KnotBytes);
     const double tableBytes = (double) n * E * NL * 6 * M * sizeof(float);
     const float l2 = timeIt([&] { scanL2Sorted<<<(n + Warps - 1) / Warps, 32 * Warps>>>(dGeo, dNtype, dTypes, dCenters, dTable, dA1, n); }, runs);
     std::printf("l2 (type order)          %8.3f ms  (table rows %.2f GB: %.2f TB/s)\n", l2, tableBytes / 1e9, tableBytes / l2 / 1e9);
@@ -247,7 +282,9 @@ int main(int argc, char** argv) {
     for (float x : a1)
         largest = std::max(largest, std::fabs(x));
     bool ok = true;
-    auto streamed = [&](auto kernel, const char* name, int slots) {
+    auto streamed = [&](auto kernel, const char* name, int centers, int slots) {
+        const std::vector<int3> blocks = blocksOf(centers);
+        const int3* dBlocks = upload(blocks);
         const int bytes = slots * KnotBytes + 16 * slots;
         CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
         CHECK(cudaMemset(dA2, 0, a2.size() * sizeof(float)));
@@ -257,15 +294,20 @@ int main(int argc, char** argv) {
         float worst = 0;
         for (size_t x = 0; x < a1.size(); x++)
             worst = std::max(worst, std::fabs(a1[x] - a2[x]));
-        std::printf("%-24s %8.3f ms  (%.2fx l2; L2 table bytes %.2f GB; max |difference| / max |A| = %.2e)\n", name, ms, l2 / ms,
-                    (double) blocks.size() * KN * KnotBytes / 1e9, worst / largest);
+        std::printf("%-28s %8.3f ms  (%.2fx l2; %zu blocks of up to %d centers, L2 table bytes %.2f GB; max |difference| / max |A| = %.2e)\n",
+                    name, ms, l2 / ms, blocks.size(), centers, (double) blocks.size() * KN * KnotBytes / 1e9, worst / largest);
+        CHECK(cudaFree((void*) dBlocks));
         ok &= worst / largest < 1e-5f;
     };
-    streamed(scanStreamed<32, 20, 4>, "stream 32 lanes S20 G4", 20);
-    streamed(scanStreamed<16, 20, 4>, "stream 16 lanes S20 G4", 20);
-    streamed(scanStreamed<16, 20, 8>, "stream 16 lanes S20 G8", 20);
-    streamed(scanStreamed<16, 12, 4>, "stream 16 lanes S12 G4", 12);
-    streamed(scanStreamed<16, 20, 1>, "stream 16 lanes S20 G1", 20);
+    streamed(scanStreamed<32, 4, 20, 4>, "stream 32 lanes x4 S20 G4", centersPerBlock(32, 4), 20);
+    streamed(scanStreamed<16, 2, 20, 4>, "stream 16 lanes x2 S20 G4", centersPerBlock(16, 2), 20);
+    streamed(scanStreamed<16, 2, 20, 8>, "stream 16 lanes x2 S20 G8", centersPerBlock(16, 2), 20);
+    streamed(scanStreamed<16, 2, 24, 8>, "stream 16 lanes x2 S24 G8", centersPerBlock(16, 2), 24);
+    streamed(scanStreamed<16, 2, 24, 12>, "stream 16 lanes x2 S24 G12", centersPerBlock(16, 2), 24);
+    streamed(scanStreamed<16, 2, 20, 8, true>, "lockstep 16 lanes x2 S20 G8", centersPerBlock(16, 2), 20);
+    streamed(scanStreamed<16, 2, 24, 12, true>, "lockstep 16 lanes x2 S24 G12", centersPerBlock(16, 2), 24);
+    streamed(scanStreamed<32, 4, 24, 12, true>, "lockstep 32 lanes x4 S24 G12", centersPerBlock(32, 4), 24);
+    streamed(scanStreamed<32, 2, 24, 12, true>, "lockstep 32 lanes x2 S24 G12", centersPerBlock(32, 2), 24);
     std::printf(ok ? "results agree\n" : "RESULTS DIFFER\n");
     return ok ? 0 : 1;
 }
