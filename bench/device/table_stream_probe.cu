@@ -155,11 +155,14 @@ __global__ void __launch_bounds__(32 * (Consumers + 1), 1)
                 float k[6][CPL];
 #pragma unroll
                 for (int v = 0; v < 3; v++) {
-                    if constexpr (CPL == 4) {
-                        const float4 a = *reinterpret_cast<const float4*>(p0 + (l * 3 + v) * M);
-                        const float4 b = *reinterpret_cast<const float4*>(p1 + (l * 3 + v) * M);
-                        k[v][0] = a.x, k[v][1] = a.y, k[v][2] = a.z, k[v][3] = a.w;
-                        k[5 - v][0] = b.x, k[5 - v][1] = b.y, k[5 - v][2] = b.z, k[5 - v][3] = b.w;
+                    if constexpr (CPL % 4 == 0) {
+#pragma unroll
+                        for (int x = 0; x < CPL; x += 4) {
+                            const float4 a = *reinterpret_cast<const float4*>(p0 + (l * 3 + v) * M + x);
+                            const float4 b = *reinterpret_cast<const float4*>(p1 + (l * 3 + v) * M + x);
+                            k[v][x] = a.x, k[v][x + 1] = a.y, k[v][x + 2] = a.z, k[v][x + 3] = a.w;
+                            k[5 - v][x] = b.x, k[5 - v][x + 1] = b.y, k[5 - v][x + 2] = b.z, k[5 - v][x + 3] = b.w;
+                        }
                     }
                     else {
                         const float2 a = *reinterpret_cast<const float2*>(p0 + (l * 3 + v) * M);
@@ -308,6 +311,8 @@ int main(int argc, char** argv) {
     streamed(scanStreamed<16, 2, 24, 12, true>, "lockstep 16 lanes x2 S24 G12", centersPerBlock(16, 2), 24);
     streamed(scanStreamed<32, 4, 24, 12, true>, "lockstep 32 lanes x4 S24 G12", centersPerBlock(32, 4), 24);
     streamed(scanStreamed<32, 2, 24, 12, true>, "lockstep 32 lanes x2 S24 G12", centersPerBlock(32, 2), 24);
+    streamed(scanStreamed<8, 1, 24, 12, true>, "lockstep 8 lanes x1 S24 G12", centersPerBlock(8, 1), 24);
+    streamed(scanStreamed<8, 1, 20, 8, true>, "lockstep 8 lanes x1 S20 G8", centersPerBlock(8, 1), 20);
     std::printf(ok ? "results agree\n" : "RESULTS DIFFER\n");
     return ok ? 0 : 1;
 }

@@ -114,6 +114,18 @@ class GraphModel;
  *    run is an OpenMMException when CudaFusedNetwork is "true" and a kernel
  *    per layer when it is "auto".  For tuning on other devices; results are
  *    bitwise the same for every value.
+ *  - "CudaMomentsScan": "auto" (default), "rows" or "streamed".  CUDA
+ *    platform only: how the moments scan reads the radial table.  "rows"
+ *    takes a center per block and reads each edge's two knots from L2;
+ *    "streamed" gives a block up to 60 centers of one type (medium grade;
+ *    docs/cuda-platform.md) and streams that type's table through shared
+ *    memory once, in knot order.  "auto" takes "rows" (docs/cuda-platform.md
+ *    has the measurements).  "streamed" is an OpenMMException where it
+ *    cannot run (channels not a multiple of 16 bytes of reals, too little
+ *    shared memory, a table too fine for its ring) and needs compute
+ *    capability 9.0.  The two sum each center's edges in a different order,
+ *    so the moments, and every result, differ in rounding; each is bitwise
+ *    reproducible.
  *  - "CudaNeighborSearch": "auto" (default), "cells" or "allpairs".  CUDA
  *    platform only: how the rows of the neighbour graph find their
  *    candidates.  "cells" bins the particles into a cell grid at least one

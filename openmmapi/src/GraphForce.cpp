@@ -18,6 +18,7 @@ const std::map<std::string, std::string>& propertyDefaults() {
                                                                 {"CudaFusedResidentWeights", "auto"},
                                                                 {"CudaFusedTileRows", "auto"},
                                                                 {"CudaGraph", "auto"},
+                                                                {"CudaMomentsScan", "auto"},
                                                                 {"CudaNeighborSearch", "auto"},
                                                                 {"Domains", "single"},
                                                                 {"TorchCudaContext", "auto"}};
@@ -159,6 +160,8 @@ void GraphForce::setProperty(const std::string& key, const std::string& value) {
         throw OpenMMException("GraphForce: property CudaFusedTileRows must be \"auto\", \"4\", \"8\", \"16\", \"32\" or \"64\" (rows per "
                               "tile of the fused network), found \"" +
                               value + "\"");
+    if (key == "CudaMomentsScan" && value != "auto" && value != "rows" && value != "streamed")
+        throw OpenMMException("GraphForce: property CudaMomentsScan must be \"auto\", \"rows\" or \"streamed\", found \"" + value + "\"");
     if (key == "CudaNeighborSearch" && value != "auto" && value != "cells" && value != "allpairs")
         throw OpenMMException("GraphForce: property CudaNeighborSearch must be \"auto\", \"cells\" or \"allpairs\", found \"" + value +
                               "\"");

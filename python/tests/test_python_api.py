@@ -293,6 +293,12 @@ def test_properties(modelBytes):
     assert force.getProperty("CudaFusedTileRows") == "8"
     force.setProperty("CudaNeighborSearch", "cells")
     assert force.getProperty("CudaNeighborSearch") == "cells"
+    assert force.getProperty("CudaMomentsScan") == "auto"
+    for bad in ["", "stream", "Rows", "true"]:
+        with pytest.raises(openmm.OpenMMException, match=f"CudaMomentsScan must be \"auto\", \"rows\" or \"streamed\", found \"{bad}\""):
+            force.setProperty("CudaMomentsScan", bad)
+    force.setProperty("CudaMomentsScan", "streamed")
+    assert force.getProperty("CudaMomentsScan") == "streamed"
 
 
 # --------------------------------------------------------------------------

@@ -33,6 +33,8 @@ CudaGraphOptions cudaGraphOptions(const GraphForce& force) {
     options.fusedResident = resident == "true"    ? CudaResidentWeights::Required
                             : resident == "false" ? CudaResidentWeights::Off
                                                   : CudaResidentWeights::Auto;
+    const std::string scan = force.getProperty("CudaMomentsScan");
+    options.momentsScan = scan == "rows" ? CudaMomentsScan::Rows : scan == "streamed" ? CudaMomentsScan::Streamed : CudaMomentsScan::Auto;
     const std::string finite = force.getProperty("CheckFinite");
     options.statusCheck = finite == "deferred" ? CudaStatusCheck::Deferred
                           : finite == "false"  ? CudaStatusCheck::Off

@@ -87,6 +87,7 @@ public:
         }
         else
             params.interactionTable = nullptr;
+        setUpMomentsScan(options.momentsScan);
         activation = m.activation == Activation::Tanh ? GraphTanh : GraphSilu;
         fitting = uploadNetworks(m.fitting);
         if (m.numInteractions == 1)
@@ -199,6 +200,15 @@ public:
         typeOffsets[model->numTypes] = (int) order.size();
         if (!order.empty())
             nodesByType->upload(order);
+        if (streamedMoments) { // the streamed scan's blocks: runs of up to centersPerBlock centers of one type
+            const std::vector<int> blocks = streamedMomentBlocks(typeOffsets, streamedPlan.centersPerBlock);
+            numStreamedBlocks = (int) blocks.size() / 4;
+            if (!blocks.empty()) {
+                if (!streamedBlocks || streamedBlocks->getSize() != (int) blocks.size())
+                    streamedBlocks.reset(CudaArray::create<int>(cu, blocks.size(), "graphStreamedBlocks"));
+                streamedBlocks->upload(blocks);
+            }
+        }
     }
 
     void enqueue(bool includeForces, bool addEnergy) override {
@@ -264,7 +274,13 @@ private:
         real* input = pointer<real>(fittingInput);
         real* gradInput = pointer<real>(fittingInputGrad);
         real* gradA = pointer<real>(gradMoments);
-        launchMoments<real>(params, params.radialTable, nullptr, x, types, rowNodes, numCenters, box, rows, counts, capacity, A, stream);
+        if (streamedMoments)
+            launchStreamedMoments<real>(params, streamedPlan, pointer<real>(radialTableByKnot), nullptr, x, types, rowNodes,
+                                        pointer<int>(streamedBlocks), numStreamedBlocks, box, rows, counts, capacity, A,
+                                        pointer<GraphStatus>(status), stream);
+        else
+            launchMoments<real>(params, params.radialTable, nullptr, x, types, rowNodes, numCenters, box, rows, counts, capacity, A,
+                                stream);
         const bool interaction = m.numInteractions == 1;
         real *B = nullptr, *gradB = nullptr;
         if (interaction) {
@@ -278,8 +294,13 @@ private:
             }
             if (exchange != nullptr) // the other domains' node features, for the rows of this domain's centers
                 exchange->allGather(domainIndex, CudaGraphExchange::NodeFeatures, (CUstream) stream);
-            launchMoments<real>(params, params.interactionTable, pointer<real>(nodeFeatures), x, types, rowNodes, numCenters, box, rows,
-                                counts, capacity, B, stream);
+            if (streamedMoments)
+                launchStreamedMoments<real>(params, streamedPlan, pointer<real>(interactionTableByKnot), pointer<real>(nodeFeatures), x,
+                                            types, rowNodes, pointer<int>(streamedBlocks), numStreamedBlocks, box, rows, counts, capacity,
+                                            B, pointer<GraphStatus>(status), stream);
+            else
+                launchMoments<real>(params, params.interactionTable, pointer<real>(nodeFeatures), x, types, rowNodes, numCenters, box, rows,
+                                    counts, capacity, B, stream);
         }
         GRAPH_CUDA_CHECK(cudaGetLastError());
 
@@ -756,6 +777,44 @@ private:
     }
 
     /**
+     * Chooses the moments scan (the CudaMomentsScan property): the streamed
+     * scan where it was asked for (an OpenMMException saying why where it
+     * cannot run), else the row scan ("auto" takes it too:
+     * docs/cuda-platform.md).  The streamed scan gets the tables laid out by
+     * knot; its blocks come with the types (setTypes).
+     */
+    void setUpMomentsScan(CudaMomentsScan mode) {
+        streamedMoments = false;
+        if (mode != CudaMomentsScan::Streamed || numCenters == 0)
+            return;
+        const GraphModel& m = *model;
+        int maxShared = 0;
+        GRAPH_CU_CHECK(cuDeviceGetAttribute(&maxShared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cu.getDevice()));
+        const std::string refused = "GraphForce: CudaMomentsScan is \"streamed\" but ";
+        const std::string instead = "; set CudaMomentsScan to \"auto\" or \"rows\"";
+        if (cu.getComputeCapability() < 9.0)
+            throw OpenMMException(refused + "the device (compute capability " + std::to_string(cu.getComputeCapability()) +
+                                  ") has no tensor memory access (TMA) bulk copies (9.0 and later)" + instead);
+        streamedPlan = streamedMomentsPlan<real>(params, maxShared);
+        if (streamedPlan.slots == 0)
+            throw OpenMMException(
+                refused + "the model cannot use it: " + std::to_string(M) + " channels of " + std::to_string(sizeof(real) * 8) +
+                "-bit reals (a multiple of 16 bytes is needed), " + std::to_string(m.numTypes) + " types, l_max " + std::to_string(m.lMax) +
+                " and " + std::to_string(maxShared / 1024) + " KB of shared memory a block (4 knots of the table are needed), " +
+                "or table intervals of " + std::to_string(m.radialDr) + " nm, too fine for its ring (docs/cuda-platform.md)" + instead);
+        if (!configureStreamedMoments<real>(params, streamedPlan))
+            throw OpenMMException(refused + "the device refused " + std::to_string(streamedPlan.sharedBytes / 1024) +
+                                  " KB of shared memory for it" + instead);
+        streamedMoments = true;
+        auto byKnot = [&](const std::vector<double>& table, const std::string& name) {
+            return upload(streamedTableLayout<double>(table, m.numTypes, m.lMax, m.radialIntervals, M), name);
+        };
+        radialTableByKnot = byKnot(m.radialTable, "graphRadialTableByKnot");
+        if (m.numInteractions == 1)
+            interactionTableByKnot = byKnot(m.interactionTable, "graphInteractionTableByKnot");
+    }
+
+    /**
      * Decides whether the fitting network runs fused (the CudaFusedNetwork
      * property) and, if so, uploads its weights in the fused kernel's layout:
      * per type and hidden layer, W^T [in][padded out] and W [out][padded in].
@@ -1060,6 +1119,11 @@ private:
         nodeFeatures, nodeFeatureGrad, interactionMoments, gradInteractionMoments, nodeInputGrad, particleEnergy, status;
     std::unique_ptr<CudaArray> gradientScratch[2];
     std::vector<std::unique_ptr<CudaArray>> fittingActivations, fittingDerivatives, nodeActivations, nodeDerivatives;
+    bool streamedMoments = false;                                         ///< the moments come from the streamed scan (CudaMomentsScan)
+    StreamedMomentsPlan streamedPlan;                                     ///< its ring, stages and blocks
+    std::unique_ptr<CudaArray> radialTableByKnot, interactionTableByKnot; ///< its tables (streamedTableLayout)
+    std::unique_ptr<CudaArray> streamedBlocks;                            ///< [numStreamedBlocks][4] (streamedMomentBlocks)
+    int numStreamedBlocks = 0;
     bool fused = false;           ///< the fitting network runs in the fused kernel (CudaFusedNetwork)
     bool streamedWideTiles = false; ///< the per-layer network's 128 x 128 tiles stream k-slices (configureDenseLayers)
     FusedNetworkShape fusedShape{}; ///< its widths, tile rows and shared-memory layout

@@ -45,8 +45,16 @@ enum class CudaResidentWeights { Off, Auto, Required };
 enum class CudaStatusCheck { Current, Deferred, Off };
 
 /**
+ * The GraphForce property CudaMomentsScan: the row scan (Rows), the streamed
+ * scan (Streamed, or an error where it cannot run), or the pipeline's choice
+ * (Auto: docs/cuda-platform.md).
+ */
+enum class CudaMomentsScan { Auto, Rows, Streamed };
+
+/**
  * The GraphForce properties that choose how the CUDA pipeline runs; none
- * changes a result.
+ * changes a result except CudaMomentsScan, whose scans round the moments
+ * differently.
  */
 struct CudaGraphOptions {
     CudaGraphMode graphMode = CudaGraphMode::Auto;          ///< CudaGraph
@@ -56,6 +64,7 @@ struct CudaGraphOptions {
     int fusedCluster = 0;                                   ///< CudaFusedCluster: blocks per tile of the fused network, 0 for automatic
     int fusedTileRows = 0;                                  ///< CudaFusedTileRows: rows per tile of the fused network, 0 for automatic
     CudaResidentWeights fusedResident = CudaResidentWeights::Auto; ///< CudaFusedResidentWeights
+    CudaMomentsScan momentsScan = CudaMomentsScan::Auto;           ///< CudaMomentsScan
     /** CheckFinite (treated as Current wherever the domain is not the whole system on one device) */
     CudaStatusCheck statusCheck = CudaStatusCheck::Current;
 };

@@ -165,6 +165,12 @@ std::string CudaNeighborGraph::errorMessage(const GraphStatus& s) const {
         message << "a force contribution between particles " << name(s.errorParticle[0]) << " and " << name(s.errorParticle[1])
                 << " is not finite or beyond the fixed-point range (" << s.errorValue << " kJ/mol/nm); check the positions and the model";
         break;
+    case GraphErrorEdgeOrder:
+        message << "the streamed moments scan met the edge from particle " << name(s.errorParticle[0]) << " to particle "
+                << name(s.errorParticle[1]) << " (table interval " << s.errorValue
+                << ") after an edge two or more intervals farther out, which its ring of knots cannot serve; set the GraphForce "
+                   "property CudaMomentsScan to \"rows\" and report the model and positions";
+        break;
     default:
         message << "unknown device error " << s.errorCode;
     }

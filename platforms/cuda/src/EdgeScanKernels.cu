@@ -14,6 +14,7 @@
  */
 
 #include "ChainedLaunch.cuh"
+#include "EdgeShape.cuh"
 #include "GraphKernelLaunch.h"
 #include "L1Preference.cuh"
 #include "NetworkDeviceFunctions.cuh"
@@ -27,19 +28,6 @@ namespace {
 
 constexpr int WarpsPerBlock = 4;
 constexpr int MaxForceWarps = 8; // 256 threads: the largest lane-per-channel shapes keep their registers (no spills)
-
-/**
- * How a warp of an edge scan splits its work (chosen from the model's shape
- * alone, dispatchEdgeShape, so that the sums do not depend on the system or the
- * device): groups of LPE lanes, each group one edge at a time (32 / LPE edges
- * at once); lane s of a group holds channels k = (s + LPE x) V + v, x < XPL,
- * v < V, read V at a time (16-byte vectors where M is a multiple of V).
- * V = 1, LPE = 32 is a lane per channel (M not a multiple of the vector).
- */
-template <int V_, int LPE_, int XPL_> struct EdgeShape {
-    static constexpr int V = V_, LPE = LPE_, XPL = XPL_, Groups = 32 / LPE_, Channels = V_ * XPL_;
-    static_assert(LPE_ >= 4 && LPE_ <= 32 && (LPE_ & (LPE_ - 1)) == 0, "a group is 4, 8, 16 or 32 lanes");
-};
 
 /**
  * Blocks of MaxForceWarps warps the force scan is compiled to fit on a
@@ -57,21 +45,6 @@ template <typename real, int LMAX, typename Shape> constexpr int forceMinBlocks(
         return 2;
     else
         return sizeof(real) == 4 && LMAX <= 1 && Shape::XPL == 1 ? 4 : 1;
-}
-
-/**
- * The edge (i, j): d = x_j - x_i (minimum image) in double, then r and u
- * rounded to `real`: the same for any image OpenMM keeps the particles in.
- */
-template <typename real>
-__device__ inline real edgeGeometry(const double* positions, int i, int j, const GraphBox<double>& box, real u[3]) {
-    double d[3] = {positions[3 * j] - positions[3 * i], positions[3 * j + 1] - positions[3 * i + 1],
-                   positions[3 * j + 2] - positions[3 * i + 2]};
-    minimumImage(d, box);
-    const double r = sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]);
-    for (int c = 0; c < 3; c++)
-        u[c] = (real) (d[c] / r);
-    return (real) r;
 }
 
 /**
@@ -685,16 +658,6 @@ void launchAddForces(const long long* forces, int n, const int* slotOfNode, long
         addForcesKernel<<<elementBlocks(n), 256, 0, stream>>>(forces, n, slotOfNode, forceBuffer, paddedAtoms);
 }
 
-/** withL(std::integral_constant<int, L>()) for l_max = L (0, 1 or 2). */
-template <typename WithL> void dispatchLMax(int lMax, WithL withL) {
-    if (lMax == 0)
-        withL(std::integral_constant<int, 0>());
-    else if (lMax == 1)
-        withL(std::integral_constant<int, 1>());
-    else
-        withL(std::integral_constant<int, 2>());
-}
-
 /** body(l, cpl) with l_max and the channels per lane of a lane per channel, as std::integral_constants. */
 template <typename Body> void dispatchShape(int lMax, int numChannels, Body body) {
     const int cpl = (numChannels + 31) / 32;
@@ -705,39 +668,6 @@ template <typename Body> void dispatchShape(int lMax, int numChannels, Body body
             body(l, std::integral_constant<int, 2>());
         else
             body(l, std::integral_constant<int, 4>());
-    });
-}
-
-/**
- * body(l, shape) with l_max and the EdgeShape of the edge scans for M
- * channels of `real`: 16-byte vectors (4 floats, 2 doubles) where M is a
- * multiple of them, in groups of the fewest lanes (4 to 32) that cover M with
- * one vector each (two for doubles beyond 64 channels); otherwise a lane per
- * channel (V = 1, LPE = 32).  A function of the model's shape alone.
- */
-template <typename real, typename Body> void dispatchEdgeShape(int lMax, int numChannels, Body body) {
-    constexpr int VV = 16 / sizeof(real);
-    dispatchLMax(lMax, [&](auto lTag) {
-        using L = decltype(lTag);
-        if (numChannels % VV == 0) {
-            const int vectors = numChannels / VV;
-            if (vectors <= 4)
-                body(L(), EdgeShape<VV, 4, 1>());
-            else if (vectors <= 8)
-                body(L(), EdgeShape<VV, 8, 1>());
-            else if (vectors <= 16)
-                body(L(), EdgeShape<VV, 16, 1>());
-            else if (vectors <= 32 || sizeof(real) == 4) // at most 128 channels: 32 float4
-                body(L(), EdgeShape<VV, 32, 1>());
-            else if constexpr (sizeof(real) == 8)
-                body(L(), EdgeShape<VV, 32, 2>());
-        }
-        else if (numChannels <= 32)
-            body(L(), EdgeShape<1, 32, 1>());
-        else if (numChannels <= 64)
-            body(L(), EdgeShape<1, 32, 2>());
-        else
-            body(L(), EdgeShape<1, 32, 4>());
     });
 }
 

@@ -53,6 +53,21 @@ template <typename real> __device__ inline void minimumImage(real d[3], const Gr
     d[0] -= s * box.a[0];
 }
 
+/**
+ * The edge (i, j): d = x_j - x_i (minimum image) in double, then r and u
+ * rounded to `real`: the same for any image OpenMM keeps the particles in.
+ */
+template <typename real>
+__device__ inline real edgeGeometry(const double* positions, int i, int j, const GraphBox<double>& box, real u[3]) {
+    double d[3] = {positions[3 * j] - positions[3 * i], positions[3 * j + 1] - positions[3 * i + 1],
+                   positions[3 * j + 2] - positions[3 * i + 2]};
+    minimumImage(d, box);
+    const double r = sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]);
+    for (int c = 0; c < 3; c++)
+        u[c] = (real) (d[c] / r);
+    return (real) r;
+}
+
 /** The canonical sort key of an edge: r^2 / r_c^2 in 32-bit fixed point (r < r_c). */
 template <typename real> __device__ inline uint32_t distanceKey(real r2, real invCutoff2) {
     double x = (double) r2 * (double) invCutoff2;
@@ -213,6 +228,11 @@ __device__ inline void channelsFromKnots(const real* knots, int l, int k0, const
     }
 }
 
+/** The table interval q of distance r (nm): floor((r - r_0) / dr) clamped to [0, K - 1] (docs/model-format.md section 3). */
+template <typename real> __device__ inline int knotInterval(real r, const GraphModelParams<real>& model) {
+    return min(model.radialIntervals - 1, max(0, (int) floor((r - model.radialR0) * model.invDr)));
+}
+
 /**
  * The quintic Hermite interpolant at an edge's position in its table interval (docs/model-format.md section 3), as
  * coefficients of the six table values it reads: R = sum_s knot_s value[s] and dR/dr = sum_s knot_s slope[s], with the
@@ -225,8 +245,7 @@ template <typename real> struct HermiteBasis {
     real value[6], slope[6]; ///< per slot, in parity order
     int interval;
     __device__ HermiteBasis(real r, const GraphModelParams<real>& model) {
-        int q = (int) floor((r - model.radialR0) * model.invDr);
-        q = min(model.radialIntervals - 1, max(0, q));
+        const int q = knotInterval(r, model);
         interval = q;
         const int evenKnot = knotParity(q);
         const real dr = model.radialDr, invDr = model.invDr;

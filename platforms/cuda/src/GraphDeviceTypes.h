@@ -75,6 +75,7 @@ enum GraphErrorCode : int {
     GraphErrorNonFinitePosition = 2,
     GraphErrorNonFiniteEnergy = 3,
     GraphErrorForceOutOfRange = 4,
+    GraphErrorEdgeOrder = 5, ///< the streamed moments scan met an edge out of the order its ring relies on
 };
 
 /**

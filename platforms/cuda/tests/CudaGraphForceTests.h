@@ -478,6 +478,76 @@ TEST(CudaGraphForce, EdgeScanShapesMatchReference) {
 }
 
 /**
+ * The streamed moments scan (CudaMomentsScan "streamed", StreamedMomentsKernels.cu) against the Reference platform
+ * across its shapes: lane groups of 4, 8, 16 and 32 (16, 32, 36, 64 and 128 channels in single and mixed precision;
+ * 8 to 64 and two vectors a lane in double), 1 to 4 centers a group (l_max 0 to 2), the interaction block (weighted
+ * moments from its own table), three types over 700 particles (every type's last block partial), and tables of 40 to
+ * 400 intervals (the ring of knots wraps many times a block).  Each center's sums have one order, so the results are
+ * bitwise the same when evaluated again and when the System's particles are permuted (the blocks then hold other
+ * centers).
+ */
+TEST(CudaGraphForce, StreamedMomentsScanMatchesReference) {
+    struct Shape {
+        int channels, lMax, interactions, intervals;
+    };
+    const std::vector<Shape> shapes = {{16, 0, 0, 40}, {32, 1, 1, 400}, {36, 1, 0, 100}, {64, 2, 0, 400}, {64, 2, 1, 40}, {128, 2, 1, 400}};
+    for (size_t s = 0; s < shapes.size(); s++) {
+        GraphTest::ModelOptions options;
+        options.numTypes = 3;
+        options.numChannels = shapes[s].channels;
+        options.lMax = shapes[s].lMax;
+        options.numInteractions = shapes[s].interactions;
+        options.intervals = shapes[s].intervals;
+        SCOPED_TRACE("channels " + std::to_string(options.numChannels) + ", l_max " + std::to_string(options.lMax) + ", interactions " +
+                     std::to_string(options.numInteractions) + ", intervals " + std::to_string(options.intervals));
+        Configuration config = makeConfiguration(Geometry::Cubic, 700, 3, 50 + (unsigned) s);
+        GraphForce* force;
+        std::unique_ptr<System> system(makeSystem(config, options, &force));
+        force->setProperty("CudaMomentsScan", "streamed");
+        checkAgainstReference(*system, config.positions);
+        const Result first = evaluateOnTestPlatform(*system, config.positions), again = evaluateOnTestPlatform(*system, config.positions);
+        EXPECT_EQ(first.energy, again.energy);
+        for (size_t i = 0; i < first.forces.size(); i++)
+            for (int c = 0; c < 3; c++)
+                ASSERT_EQ(first.forces[i][c], again.forces[i][c]) << "particle " << i;
+        std::vector<int> order;
+        Configuration permuted = permuteConfiguration(config, 9, order);
+        GraphForce* permutedForce;
+        std::unique_ptr<System> permutedSystem(makeSystem(permuted, options, &permutedForce));
+        permutedForce->setProperty("CudaMomentsScan", "streamed");
+        const Result result = evaluateOnTestPlatform(*permutedSystem, permuted.positions);
+        EXPECT_EQ(result.energy, first.energy);
+        for (size_t i = 0; i < order.size(); i++)
+            for (int c = 0; c < 3; c++)
+                ASSERT_EQ(result.forces[i][c], first.forces[order[i]][c]) << "particle " << i;
+    }
+}
+
+/** CudaMomentsScan "streamed" where the scan cannot run (5 channels: not whole 16-byte vectors) is an error that says why. */
+TEST(CudaGraphForce, StreamedMomentsScanThatCannotRunIsExplained) {
+    GraphTest::ModelOptions options;
+    options.numChannels = 5;
+    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 38);
+    GraphForce* force;
+    std::unique_ptr<System> system(makeSystem(config, options, &force));
+    force->setProperty("CudaMomentsScan", "streamed");
+    VerletIntegrator integrator(0.001);
+    try {
+        Context context(*system, integrator, testPlatform(), testPlatformProperties());
+        ADD_FAILURE() << "no exception for 5 channels";
+    }
+    catch (const OpenMMException& error) {
+        const std::string what = error.what();
+        EXPECT_NE(what.find("CudaMomentsScan is \"streamed\""), std::string::npos) << what;
+        EXPECT_NE(what.find("5 channels"), std::string::npos) << what;
+    }
+    force->setProperty("CudaMomentsScan", "auto");
+    Context context(*system, integrator, testPlatform(), testPlatformProperties());
+    context.setPositions(config.positions);
+    EXPECT_TRUE(std::isfinite(context.getState(State::Energy).getPotentialEnergy()));
+}
+
+/**
  * The per-layer path's invariant kernels (EdgeScanKernels.cu) across shapes, against the Reference platform, and bitwise
  * against the fused kernel where the network can be fused: moments staged by 16-byte vectors and one by one (M a
  * multiple of 4 or not), the descriptor gradient staged by vectors or one by one (M_axis a multiple of 4 or not) with
@@ -618,4 +688,9 @@ TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
         EXPECT_THROW(force->setProperty("CudaFusedTileRows", bad), OpenMMException) << bad;
     force->setProperty("CudaFusedTileRows", "64");
     EXPECT_EQ("64", force->getProperty("CudaFusedTileRows"));
+    for (const char* bad : {"", "stream", "Rows", "true"})
+        EXPECT_THROW(force->setProperty("CudaMomentsScan", bad), OpenMMException) << bad;
+    EXPECT_EQ("auto", force->getProperty("CudaMomentsScan"));
+    force->setProperty("CudaMomentsScan", "streamed");
+    EXPECT_EQ("streamed", force->getProperty("CudaMomentsScan"));
 }
