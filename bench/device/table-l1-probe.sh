@@ -17,16 +17,6 @@ if [ -n "$NCU" ]; then
     timeout 300 "$NCU" --clock-control none -k regex:scan --csv --metrics \
         gpu__time_duration.sum,l1tex__t_sector_hit_rate.pct,lts__t_bytes.sum,dram__bytes_read.sum,sm__inst_executed.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active \
         /tmp/table_l1_probe 100800 1 28672 > "$OUT/table-l1-probe-ncu.csv" 2> "$OUT/table-l1-probe-ncu.err" || status=1
-    python3 - "$OUT/table-l1-probe-ncu.csv" <<'PY' || status=1
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-head, rows = rows[0], rows[1:]
-k, name, metric, value = (head.index(c) for c in ("ID", "Kernel Name", "Metric Name", "Metric Value"))
-table = collections.OrderedDict()
-for r in rows:
-    table.setdefault((int(r[k]), r[name].split("(")[0].split("::")[-1]), {})[r[metric]] = r[value]
-for (i, kernel), m in table.items():
-    print(i, kernel, " ".join(f"{key}={val}" for key, val in sorted(m.items())))
-PY
+    python3 bench/device/ncu_metric_lines.py "$OUT/table-l1-probe-ncu.csv" || status=1
 fi
 exit $status

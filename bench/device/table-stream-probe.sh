@@ -14,32 +14,10 @@ if [ -n "$NCU" ]; then
     timeout 240 "$NCU" --clock-control none -k regex:scan --csv --metrics \
         gpu__time_duration.sum,lts__t_bytes.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,sm__inst_executed.sum,smsp__inst_executed.avg.per_cycle_active,lts__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active \
         /tmp/table_stream_probe 100800 1 > "$OUT/table-stream-probe-ncu.csv" 2> "$OUT/table-stream-probe-ncu.err" || status=1
-    python3 - "$OUT/table-stream-probe-ncu.csv" <<'PY' || status=1
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-head, rows = rows[0], rows[1:]
-k, name, metric, value = (head.index(c) for c in ("ID", "Kernel Name", "Metric Name", "Metric Value"))
-table = collections.OrderedDict()
-for r in rows:
-    table.setdefault((int(r[k]), r[name].split("(")[0].split("::")[-1]), {})[r[metric]] = r[value]
-for (i, kernel), m in table.items():
-    if i % 2:
-        print(i, kernel, " ".join(f"{key}={val}" for key, val in sorted(m.items())))
-PY
+    python3 bench/device/ncu_metric_lines.py "$OUT/table-stream-probe-ncu.csv" --odd || status=1
     # Warp stall reasons (warps stalled per issue), in a second pass so that a metric this ncu lacks costs only this table.
     timeout 240 "$NCU" --clock-control none -k regex:scanStreamed --launch-count 20 --csv --metrics gpu__time_duration.sum,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_branch_resolving_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio \
         /tmp/table_stream_probe 100800 1 > "$OUT/table-stream-probe-stalls.csv" 2> "$OUT/table-stream-probe-stalls.err" || status=1
-    python3 - "$OUT/table-stream-probe-stalls.csv" <<'PY' || status=1
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-head, rows = rows[0], rows[1:]
-k, name, metric, value = (head.index(c) for c in ("ID", "Kernel Name", "Metric Name", "Metric Value"))
-table = collections.OrderedDict()
-for r in rows:
-    table.setdefault((int(r[k]), r[name].split("(")[0].split("::")[-1]), {})[r[metric].replace("smsp__average_warps_issue_stalled_", "").replace("_per_issue_active.ratio", "")] = r[value]
-for (i, kernel), m in table.items():
-    if i % 2:
-        print(i, kernel, " ".join(f"{key}={val}" for key, val in sorted(m.items())))
-PY
+    python3 bench/device/ncu_metric_lines.py "$OUT/table-stream-probe-stalls.csv" --odd --strip smsp__average_warps_issue_stalled_,_per_issue_active.ratio || status=1
 fi
 exit $status

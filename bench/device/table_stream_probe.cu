@@ -28,7 +28,7 @@
  * Kernels (all compute the same A[i][lm][k]; data and l2 from
  * table_probe_common.cuh / table_probe.cu):
  *
- *   l2         a warp per row, rows in type order (the plugin's v25 scan);
+ *   l2         a warp per row, rows in type order (the plugin's v25 scan: table_probe_common.cuh's scanRows);
  *   stream LPC lanes a center (32: 2 channels a lane, 4 centers a lane
  *              group; 16: 4 channels a lane, 2 centers a half-warp), 16
  *              consumer warps and a producer warp, S knot slots.
@@ -225,19 +225,6 @@ __global__ void __launch_bounds__(32 * (Consumers + 1), 1)
                     A[((size_t) centers[c] * H + lm) * M + part * CPL + v] = acc[c][lm][v];
 }
 
-/** The l2 row scan (table_probe.cu's, rows in type order): a warp per row, 2 channels a lane. */
-__global__ void __launch_bounds__(32 * Warps) scanL2Sorted(const float4* __restrict__ geo, const int* __restrict__ ntype,
-                                                           const int* __restrict__ types, const int* __restrict__ order,
-                                                           const float* __restrict__ table, float* __restrict__ A, int n) {
-    const int lane = threadIdx.x & 31, w = blockIdx.x * Warps + (threadIdx.x >> 5);
-    if (w >= n)
-        return;
-    const int i = order[w], ti = types[i];
-    float acc[H][2] = {};
-    scanAllDegrees(geo, ntype, table, ti, i, 0, E, lane, acc);
-    storeMoments(A + (size_t) i * H * M, lane, acc);
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
@@ -277,7 +264,7 @@ int main(int argc, char** argv) {
     CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("%s, %d SMs; n = %d, %lld edges, %d bytes a knot\n", prop.name, prop.multiProcessorCount, n, (long long) n * E, KnotBytes);
     const double tableBytes = (double) n * E * NL * 6 * M * sizeof(float);
-    const float l2 = timeIt([&] { scanL2Sorted<<<(n + Warps - 1) / Warps, 32 * Warps>>>(dGeo, dNtype, dTypes, dCenters, dTable, dA1, n); }, runs);
+    const float l2 = timeIt([&] { scanRows<<<(n + Warps - 1) / Warps, 32 * Warps>>>(dGeo, dNtype, dTypes, dCenters, dTable, dA1, n); }, runs);
     std::printf("l2 (type order)          %8.3f ms  (table rows %.2f GB: %.2f TB/s)\n", l2, tableBytes / 1e9, tableBytes / l2 / 1e9);
     std::vector<float> a1((size_t) n * H * M), a2(a1.size());
     CHECK(cudaMemcpy(a1.data(), dA1, a1.size() * sizeof(float), cudaMemcpyDeviceToHost));
