@@ -202,7 +202,6 @@ public:
             nodesByType->upload(order);
         if (streamedMoments) { // the streamed scan's blocks: runs of up to centersPerBlock centers of one type
             const std::vector<int> blocks = streamedMomentBlocks(typeOffsets, streamedPlan.centersPerBlock);
-            numStreamedBlocks = (int) blocks.size() / 4;
             if (!blocks.empty()) {
                 if (!streamedBlocks || streamedBlocks->getSize() != (int) blocks.size())
                     streamedBlocks.reset(CudaArray::create<int>(cu, blocks.size(), "graphStreamedBlocks"));
@@ -276,7 +275,7 @@ private:
         real* gradA = pointer<real>(gradMoments);
         if (streamedMoments)
             launchStreamedMoments<real>(params, streamedPlan, pointer<real>(radialTableByKnot), nullptr, x, types, rowNodes,
-                                        pointer<int>(streamedBlocks), numStreamedBlocks, box, rows, counts, capacity, A,
+                                        pointer<int>(streamedBlocks), streamedBlocks->getSize() / 4, box, rows, counts, capacity, A,
                                         pointer<GraphStatus>(status), stream);
         else
             launchMoments<real>(params, params.radialTable, nullptr, x, types, rowNodes, numCenters, box, rows, counts, capacity, A,
@@ -296,8 +295,8 @@ private:
                 exchange->allGather(domainIndex, CudaGraphExchange::NodeFeatures, (CUstream) stream);
             if (streamedMoments)
                 launchStreamedMoments<real>(params, streamedPlan, pointer<real>(interactionTableByKnot), pointer<real>(nodeFeatures), x,
-                                            types, rowNodes, pointer<int>(streamedBlocks), numStreamedBlocks, box, rows, counts, capacity,
-                                            B, pointer<GraphStatus>(status), stream);
+                                            types, rowNodes, pointer<int>(streamedBlocks), streamedBlocks->getSize() / 4, box, rows, counts,
+                                            capacity, B, pointer<GraphStatus>(status), stream);
             else
                 launchMoments<real>(params, params.interactionTable, pointer<real>(nodeFeatures), x, types, rowNodes, numCenters, box, rows,
                                     counts, capacity, B, stream);
@@ -1122,8 +1121,7 @@ private:
     bool streamedMoments = false;                                         ///< the moments come from the streamed scan (CudaMomentsScan)
     StreamedMomentsPlan streamedPlan;                                     ///< its ring, stages and blocks
     std::unique_ptr<CudaArray> radialTableByKnot, interactionTableByKnot; ///< its tables (streamedTableLayout)
-    std::unique_ptr<CudaArray> streamedBlocks;                            ///< [numStreamedBlocks][4] (streamedMomentBlocks)
-    int numStreamedBlocks = 0;
+    std::unique_ptr<CudaArray> streamedBlocks;                            ///< [blocks][4] (streamedMomentBlocks)
     bool fused = false;           ///< the fitting network runs in the fused kernel (CudaFusedNetwork)
     bool streamedWideTiles = false; ///< the per-layer network's 128 x 128 tiles stream k-slices (configureDenseLayers)
     FusedNetworkShape fusedShape{}; ///< its widths, tile rows and shared-memory layout

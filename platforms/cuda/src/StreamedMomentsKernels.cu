@@ -223,40 +223,38 @@ __global__ void __launch_bounds__(StreamThreads, 1)
                 const HermiteBasis<real> basis(r, model);
                 real Y[MaxHarmonics], unused[MaxHarmonics][3];
                 harmonics(LMAX, u, Y, unused);
-                // R_l,k of this lane's channels from the knots of interval q at `first` (knot q) and `second` (knot q + 1),
-                // degree l lStride reals after degree 0; channelsFromKnots' sums, in its order.
-                real R[LMAX + 1][C];
-                auto radials = [&](const real* first, const real* second, int lStride) {
-                    const real* even = knotParity(q) ? second : first; // slots 0-2 of the basis: the even knot's
-                    const real* odd = knotParity(q) ? first : second;
-#pragma unroll
-                    for (int x = 0; x < Shape::XPL; x++) {
-                        const int k0 = min(sub + LPE * x, M / V - 1) * V; // a lane past M (XPL > 1) reads the last vector again
-#pragma unroll
-                        for (int l = 0; l <= LMAX; l++) {
-                            real knot[6][V];
-#pragma unroll
-                            for (int w = 0; w < 3; w++) {
-                                loadVector<real, V>(even + l * lStride + w * M + k0, knot[w]);
-                                loadVector<real, V>(odd + l * lStride + w * M + k0, knot[w + 3]);
-                            }
-#pragma unroll
-                            for (int v = 0; v < V; v++)
-                                R[l][x * V + v] = knot[0][v] * basis.value[0] + knot[1][v] * basis.value[1] + knot[2][v] * basis.value[2] +
-                                                  knot[3][v] * basis.value[3] + knot[4][v] * basis.value[4] + knot[5][v] * basis.value[5];
-                        }
-                    }
-                };
                 // The ring holds knots qs - 1 .. qe (one knot of lag: an edge may follow one of the next interval up).
                 if (q + 1 < qs) { // cannot happen where the plan allows the scan (streamedMomentsPlan): refuse, do not guess
                     if (sub == 0)
                         reportError(status, GraphErrorEdgeOrder, rows[c].x, j, (double) q);
                     q = qs;
                 }
-                int s0 = stageSlot + (q - qs);
+                int s0 = stageSlot + (q - qs); // the slot of knot q; knot q + 1 is in the next one
                 s0 += s0 < 0 ? slots : s0 >= slots ? -slots : 0;
                 const int s1 = s0 + 1 == slots ? 0 : s0 + 1;
-                radials(ring + s0 * knotSize + tj * tableL, ring + s1 * knotSize + tj * tableL, 3 * M);
+                const real* first = ring + s0 * knotSize + tj * tableL;
+                const real* second = ring + s1 * knotSize + tj * tableL;
+                const real* even = knotParity(q) ? second : first; // slots 0-2 of the basis: the even knot's
+                const real* odd = knotParity(q) ? first : second;
+                // R_l,k of this lane's channels: channelsFromKnots' sums, in its order.
+                real R[LMAX + 1][C];
+#pragma unroll
+                for (int x = 0; x < Shape::XPL; x++) {
+                    const int k0 = min(sub + LPE * x, M / V - 1) * V; // a lane past M (XPL > 1) reads the last vector again
+#pragma unroll
+                    for (int l = 0; l <= LMAX; l++) {
+                        real knot[6][V];
+#pragma unroll
+                        for (int w = 0; w < 3; w++) {
+                            loadVector<real, V>(even + l * 3 * M + w * M + k0, knot[w]);
+                            loadVector<real, V>(odd + l * 3 * M + w * M + k0, knot[w + 3]);
+                        }
+#pragma unroll
+                        for (int v = 0; v < V; v++)
+                            R[l][x * V + v] = knot[0][v] * basis.value[0] + knot[1][v] * basis.value[1] + knot[2][v] * basis.value[2] +
+                                              knot[3][v] * basis.value[3] + knot[4][v] * basis.value[4] + knot[5][v] * basis.value[5];
+                    }
+                }
 #pragma unroll
                 for (int x = 0; x < Shape::XPL; x++) {
                     const int k0 = (sub + LPE * x) * V;
