@@ -39,8 +39,12 @@ constexpr int StreamConsumers = 15;
 constexpr int StreamThreads = 32 * (StreamConsumers + 1);
 /** Registers of sums a lane (4-byte words) that a group's centers may take: CentersPerGroup. */
 constexpr int StreamSumRegisters = 72;
+/** Edges of a group's window over a row: one a lane, at most 16 (the lanes past it fill none). */
+template <int LPE> __host__ __device__ constexpr int windowDepth() {
+    return LPE < 16 ? LPE : 16;
+}
 
-template <typename real> struct WindowEdge;
+template <typename real, int LMAX> struct WindowEdge;
 
 /** Centers a lane group takes: as many as StreamSumRegisters words of sums hold, 1 to 4. */
 template <typename real, int LMAX, typename Shape> __host__ __device__ constexpr int centersPerGroup() {
@@ -52,10 +56,10 @@ template <typename real, int LMAX, typename Shape> __host__ __device__ constexpr
     return StreamConsumers * Shape::Groups * centersPerGroup<real, LMAX, Shape>();
 }
 
-/** Shared memory of the groups' windows: an entry for each lane of each group and each of its centers. */
+/** Shared memory of the groups' windows (windowDepth entries for each group and each of its centers) and rows (node, length). */
 template <typename real, int LMAX, typename Shape> constexpr size_t streamWindowBytes() {
-    return 32 * StreamConsumers * centersPerGroup<real, LMAX, Shape>() * sizeof(WindowEdge<real>) +
-           StreamConsumers * Shape::Groups * centersPerGroup<real, LMAX, Shape>() * sizeof(int2);
+    constexpr size_t centers = (size_t) StreamConsumers * Shape::Groups * centersPerGroup<real, LMAX, Shape>();
+    return centers * windowDepth<Shape::LPE>() * sizeof(WindowEdge<real, LMAX>) + centers * sizeof(int2);
 }
 
 __device__ inline unsigned sharedWindow(const void* p) {
@@ -89,26 +93,39 @@ __device__ inline void bulkLoad(unsigned dst, const void* src, unsigned bytes, u
 }
 
 /**
- * One edge of a group's window over a row (shared memory): the next LPE edges of the row, entry s computed by lane s of
- * the group, read by all of its lanes.  Past the row's end: interval K (the table's intervals, so that no stage takes
- * it) and a harmless geometry.
+ * One edge of a group's window over a row (shared memory), everything its lanes need and nothing computed twice: the
+ * Hermite basis of its r in parity order (HermiteBasis::value), its harmonics, the neighbour (for the node weights),
+ * the offset of its neighbour type's table in a ring slot, and its interval.  Entry s is filled by lane s of the group
+ * and read by all of them (16-byte broadcasts).  Past the row's end: interval K (the table's intervals, so that no
+ * stage takes it).
  */
-template <typename real> struct alignas(16) WindowEdge {
-    real r, u[3];
-    int j, type, interval;
+template <typename real, int LMAX> struct alignas(16) WindowEdge {
+    static constexpr int H = (LMAX + 1) * (LMAX + 1);
+    real basis[6], Y[H];
+    int j, tableOffset, interval;
+    int nextJ; ///< the neighbour of the edge Depth further on (loaded for the next refill by the lane that fills this entry)
 
-    __device__ void fill(const GraphModelParams<real>& model, const double* positions, const int* types, const int* neighbors, int capacity,
-                         int i, int e, int count, const GraphBox<double>& box) {
-        if (e < count) {
-            j = neighbors[(size_t) i * capacity + e];
-            type = types[j];
-            real uu[3];
-            r = edgeGeometry(positions, i, j, box, uu);
-            u[0] = uu[0], u[1] = uu[1], u[2] = uu[2];
-            interval = knotInterval(r, model);
+    /** Edge e of center i's row (j its neighbour, read by the caller), or past the row's end if !valid. */
+    __device__ void fill(const GraphModelParams<real>& model, const double* positions, const int* types, int i, int j, bool valid,
+                         const GraphBox<double>& box) {
+        if (valid) {
+            real u[3], grad[MaxHarmonics][3], harmonic[MaxHarmonics];
+            const real r = edgeGeometry(positions, i, j, box, u);
+            const HermiteBasis<real> hermite(r, model);
+            harmonics(LMAX, u, harmonic, grad);
+#pragma unroll
+            for (int w = 0; w < 6; w++)
+                basis[w] = hermite.value[w];
+#pragma unroll
+            for (int lm = 0; lm < H; lm++)
+                Y[lm] = harmonic[lm];
+            this->j = j;
+            tableOffset = types[j] * (LMAX + 1) * 3 * model.numChannels;
+            interval = hermite.interval;
         }
         else {
-            j = i, type = 0, r = model.radialR0, u[0] = 1, u[1] = u[2] = 0;
+            this->j = i;
+            tableOffset = 0;
             interval = model.radialIntervals;
         }
     }
@@ -119,7 +136,11 @@ template <typename real> struct alignas(16) WindowEdge {
  * Warp StreamConsumers is the producer; in the others, lane group g (Shape::LPE lanes) takes the block's centers
  * g * CPG .. g * CPG + CPG - 1, lane s of it channels (s + LPE x) V + v (EdgeShape).  Dynamic shared memory:
  * `slots` knots of tableByKnot ([T][K+1][T][L+1][3][M]), 2 * slots mbarriers, then the groups' windows
- * [groups][CPG][LPE] (streamWindowBytes).
+ * [groups][CPG][windowDepth] (streamWindowBytes).
+ *
+ * A group takes a stage center by center: the run of its window's edges (from the row's cursor on) below the stage's
+ * end, counted at once from the lanes' intervals (a ballot), then those edges one by one with no other condition; a
+ * window used up is refilled with the row's next edges, whose neighbours were loaded when it was last filled.
  */
 template <typename real, int LMAX, typename Shape, bool Weighted>
 __global__ void __launch_bounds__(StreamThreads, 1)
@@ -130,7 +151,8 @@ __global__ void __launch_bounds__(StreamThreads, 1)
                           int stageIntervals) {
     beginChainedKernel();
     constexpr int H = (LMAX + 1) * (LMAX + 1), C = Shape::Channels, V = Shape::V, LPE = Shape::LPE;
-    constexpr int CPG = centersPerGroup<real, LMAX, Shape>();
+    constexpr int CPG = centersPerGroup<real, LMAX, Shape>(), Depth = windowDepth<LPE>();
+    using Edge = WindowEdge<real, LMAX>;
     extern __shared__ __align__(128) unsigned char sharedBytes[];
     __shared__ int firstInterval;
     const real* ring = reinterpret_cast<const real*>(sharedBytes);
@@ -138,7 +160,7 @@ __global__ void __launch_bounds__(StreamThreads, 1)
     const int knotSize = model.numTypes * (LMAX + 1) * 3 * M; // reals of one center type's knot
     const unsigned ringAddress = sharedWindow(sharedBytes);
     const unsigned full = ringAddress + slots * knotSize * (unsigned) sizeof(real), empty = full + 8 * slots;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sub = lane % LPE;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sub = lane % LPE, groupBase = lane / LPE * LPE;
     const int4 block = blocks[blockIdx.x]; // first, count, center type
     if (threadIdx.x == 0) {
         for (int s = 0; s < slots; s++) {
@@ -150,33 +172,32 @@ __global__ void __launch_bounds__(StreamThreads, 1)
     }
     __syncthreads();
 
-    // This group's centers, its window over each row (shared memory) and the interval of each row's next edge.
-    const unsigned groupMask = LPE == 32 ? 0xffffffffu : ((1u << LPE) - 1) << (lane / LPE * LPE);
-    const int group = warp * Shape::Groups + lane / LPE;
-    WindowEdge<real>* windows = reinterpret_cast<WindowEdge<real>*>(sharedBytes + slots * (knotSize * sizeof(real) + 16));
-    // After every group's windows: each group's centers (node, row length), read again only to refill a window.
-    int2* rows =
-        reinterpret_cast<int2*>(windows + 32 * StreamConsumers * CPG) + (size_t) min(group, StreamConsumers * Shape::Groups - 1) * CPG;
-    windows += (size_t) min(group, StreamConsumers * Shape::Groups - 1) * CPG * LPE;
-    int cursor[CPG], next[CPG]; // the row's next edge; its interval (K past the row's end)
+    // This group's window over each of its centers' rows and the rows (node, length; shared memory, read only to refill a
+    // window), the row's next edge (cursor), the interval of this lane's window entry (K past the row's end or past the
+    // window's depth) and the neighbour of the entry's next edge (the window's refill).
+    const unsigned groupMask = LPE == 32 ? 0xffffffffu : ((1u << LPE) - 1) << groupBase;
+    const int group = min(warp * Shape::Groups + lane / LPE, StreamConsumers * Shape::Groups - 1);
+    Edge* windows = reinterpret_cast<Edge*>(sharedBytes + slots * (knotSize * sizeof(real) + 16));
+    int2* rows = reinterpret_cast<int2*>(windows + StreamConsumers * Shape::Groups * CPG * Depth) + group * CPG;
+    windows += group * CPG * Depth;
+    int cursor[CPG];
 #pragma unroll
     for (int c = 0; c < CPG; c++) {
         const int slot = group * CPG + c;
         const bool active = warp < StreamConsumers && slot < block.y;
-        const int node = active ? centers[block.x + slot] : -1, count = active ? min(rowCount[node], capacity) : 0;
+        const int node = active ? centers[block.x + slot] : -1, count = active ? min(rowCount[node], capacity) : 0, i = max(node, 0);
         cursor[c] = 0;
-        if (warp < StreamConsumers) {
-            windows[c * LPE + sub].fill(model, positions, types, neighbors, capacity, max(node, 0), sub, count, box);
-            if (sub == 0)
+        if (warp < StreamConsumers && sub < Depth) {
+            Edge& entry = windows[c * Depth + sub];
+            const bool valid = sub < count;
+            entry.fill(model, positions, types, i, valid ? neighbors[(size_t) i * capacity + sub] : i, valid, box);
+            entry.nextJ = Depth + sub < count ? neighbors[(size_t) i * capacity + Depth + sub] : i;
+            if (sub == 0) {
                 rows[c] = make_int2(node, count);
+                if (entry.interval < K)
+                    atomicMin(&firstInterval, entry.interval);
+            }
         }
-    }
-    __syncwarp();
-#pragma unroll
-    for (int c = 0; c < CPG; c++) {
-        next[c] = warp < StreamConsumers ? windows[c * LPE].interval : K;
-        if (next[c] < K && sub == 0)
-            atomicMin(&firstInterval, next[c]);
     }
     __syncthreads();
     const int q0 = firstInterval; // no row's first edge lies below it: the ring holds knots q0 .. K
@@ -202,7 +223,6 @@ __global__ void __launch_bounds__(StreamThreads, 1)
 #pragma unroll
             for (int x = 0; x < C; x++)
                 acc[c][lm][x] = 0;
-    const int tableL = (LMAX + 1) * 3 * M;            // reals from one neighbour type's knot to the next in a ring slot
     int waited = q0 - 1, waitSlot = 0, waitRound = 0; // knots through `waited` have arrived; the next is in waitSlot
     int stageSlot = 0;                                // the ring slot of knot qs
     for (int qs = q0; qs < K; qs += stageIntervals) {
@@ -214,73 +234,89 @@ __global__ void __launch_bounds__(StreamThreads, 1)
         }
 #pragma unroll
         for (int c = 0; c < CPG; c++)
-            while (next[c] < qe) {
-                // Edge cursor[c] of the row, from the window.
-                const WindowEdge<real>& edge = windows[c * LPE + cursor[c] % LPE];
-                const real r = edge.r, u[3] = {edge.u[0], edge.u[1], edge.u[2]};
-                const int j = edge.j, tj = edge.type;
-                int q = next[c];
-                const HermiteBasis<real> basis(r, model);
-                real Y[MaxHarmonics], unused[MaxHarmonics][3];
-                harmonics(LMAX, u, Y, unused);
-                // The ring holds knots qs - 1 .. qe (one knot of lag: an edge may follow one of the next interval up).
-                if (q + 1 < qs) { // cannot happen where the plan allows the scan (streamedMomentsPlan): refuse, do not guess
-                    if (sub == 0)
-                        reportError(status, GraphErrorEdgeOrder, rows[c].x, j, (double) q);
-                    q = qs;
-                }
-                int s0 = stageSlot + (q - qs); // the slot of knot q; knot q + 1 is in the next one
-                s0 += s0 < 0 ? slots : s0 >= slots ? -slots : 0;
-                const int s1 = s0 + 1 == slots ? 0 : s0 + 1;
-                const real* first = ring + s0 * knotSize + tj * tableL;
-                const real* second = ring + s1 * knotSize + tj * tableL;
-                const real* even = knotParity(q) ? second : first; // slots 0-2 of the basis: the even knot's
-                const real* odd = knotParity(q) ? first : second;
-                // R_l,k of this lane's channels: channelsFromKnots' sums, in its order.
-                real R[LMAX + 1][C];
+            while (true) {
+                // The run of window entries from the cursor on whose intervals lie below qe (rows come in knot order but for
+                // ties, so the run ends at the first entry at or above qe).
+                const int pos = cursor[c] % Depth;
+                const unsigned above =
+                    (~__ballot_sync(groupMask, sub < Depth && windows[c * Depth + min(sub, Depth - 1)].interval < qe) >> groupBase) &
+                    ((Depth == 32 ? 0u : 1u << Depth) - 1u);
+                const unsigned stop = above & (~0u << pos);
+                const int n = (stop ? __ffs(stop) - 1 : Depth) - pos;
+#pragma unroll 1
+                for (int e = pos; e < pos + n; e++) {
+                    // The entry, 16 bytes at a time (broadcasts to the group).
+                    Edge edge;
 #pragma unroll
-                for (int x = 0; x < Shape::XPL; x++) {
-                    const int k0 = min(sub + LPE * x, M / V - 1) * V; // a lane past M (XPL > 1) reads the last vector again
-#pragma unroll
-                    for (int l = 0; l <= LMAX; l++) {
-                        real knot[6][V];
-#pragma unroll
-                        for (int w = 0; w < 3; w++) {
-                            loadVector<real, V>(even + l * 3 * M + w * M + k0, knot[w]);
-                            loadVector<real, V>(odd + l * 3 * M + w * M + k0, knot[w + 3]);
-                        }
-#pragma unroll
-                        for (int v = 0; v < V; v++)
-                            R[l][x * V + v] = knot[0][v] * basis.value[0] + knot[1][v] * basis.value[1] + knot[2][v] * basis.value[2] +
-                                              knot[3][v] * basis.value[3] + knot[4][v] * basis.value[4] + knot[5][v] * basis.value[5];
+                    for (int w = 0; w < (int) (sizeof(Edge) / 16); w++)
+                        reinterpret_cast<uint4*>(&edge)[w] = reinterpret_cast<const uint4*>(&windows[c * Depth + e])[w];
+                    const real* basis = edge.basis;
+                    const real* Y = edge.Y;
+                    int q = edge.interval;
+                    // The ring holds knots qs - 1 .. qe (one knot of lag: an edge may follow one of the next interval up).
+                    if (q + 1 < qs) { // cannot happen where the plan allows the scan (streamedMomentsPlan): refuse, do not guess
+                        if (sub == 0)
+                            reportError(status, GraphErrorEdgeOrder, rows[c].x, edge.j, (double) q);
+                        q = qs;
                     }
-                }
+                    int s0 = stageSlot + (q - qs); // the slot of knot q; knot q + 1 is in the next one
+                    s0 += s0 < 0 ? slots : s0 >= slots ? -slots : 0;
+                    const int s1 = s0 + 1 == slots ? 0 : s0 + 1;
+                    const real* first = ring + s0 * knotSize + edge.tableOffset;
+                    const real* second = ring + s1 * knotSize + edge.tableOffset;
+                    const real* even = knotParity(q) ? second : first; // slots 0-2 of the basis: the even knot's
+                    const real* odd = knotParity(q) ? first : second;
+                    // R_l,k of this lane's channels: channelsFromKnots' sums, in its order.
+                    real R[LMAX + 1][C];
 #pragma unroll
-                for (int x = 0; x < Shape::XPL; x++) {
-                    const int k0 = (sub + LPE * x) * V;
-                    if (k0 < M) { // M is a multiple of V
-                        real weight[V];
-                        if constexpr (Weighted)
-                            loadChannels<real, V>(nodeWeights + (size_t) j * M + k0, weight);
+                    for (int x = 0; x < Shape::XPL; x++) {
+                        const int k0 = min(sub + LPE * x, M / V - 1) * V; // a lane past M (XPL > 1) reads the last vector again
 #pragma unroll
-                        for (int l = 0; l <= LMAX; l++)
+                        for (int l = 0; l <= LMAX; l++) {
+                            real knot[6][V];
 #pragma unroll
-                            for (int v = 0; v < V; v++) {
-                                const real value = Weighted ? R[l][x * V + v] * weight[v] : R[l][x * V + v];
-#pragma unroll
-                                for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
-                                    acc[c][lm][x * V + v] += value * Y[lm];
+                            for (int w = 0; w < 3; w++) {
+                                loadVector<real, V>(even + l * 3 * M + w * M + k0, knot[w]);
+                                loadVector<real, V>(odd + l * 3 * M + w * M + k0, knot[w + 3]);
                             }
+#pragma unroll
+                            for (int v = 0; v < V; v++)
+                                R[l][x * V + v] = knot[0][v] * basis[0] + knot[1][v] * basis[1] + knot[2][v] * basis[2] +
+                                                  knot[3][v] * basis[3] + knot[4][v] * basis[4] + knot[5][v] * basis[5];
+                        }
+                    }
+#pragma unroll
+                    for (int x = 0; x < Shape::XPL; x++) {
+                        const int k0 = (sub + LPE * x) * V;
+                        if (k0 < M) { // M is a multiple of V
+                            real weight[V];
+                            if constexpr (Weighted)
+                                loadChannels<real, V>(nodeWeights + (size_t) edge.j * M + k0, weight);
+#pragma unroll
+                            for (int l = 0; l <= LMAX; l++)
+#pragma unroll
+                                for (int v = 0; v < V; v++) {
+                                    const real value = Weighted ? R[l][x * V + v] * weight[v] : R[l][x * V + v];
+#pragma unroll
+                                    for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
+                                        acc[c][lm][x * V + v] += value * Y[lm];
+                                }
+                        }
                     }
                 }
-                // The next edge, and the next window when this one is used up.
-                if (++cursor[c] % LPE == 0) { // the window's edges are done: the next LPE
+                cursor[c] += n;
+                if (pos + n < Depth) // the next entry lies at or above qe, or past the row's end
+                    break;
+                // The window is used up: the row's next Depth edges, their neighbours loaded at the last fill.
+                __syncwarp(groupMask); // every lane of the group is done with the window
+                if (sub < Depth) {
                     const int2 row = rows[c];
-                    __syncwarp(groupMask); // every lane of the group is done with the window
-                    windows[c * LPE + sub].fill(model, positions, types, neighbors, capacity, row.x, cursor[c] + sub, row.y, box);
-                    __syncwarp(groupMask);
+                    const int i = max(row.x, 0), e = cursor[c] + sub;
+                    Edge& entry = windows[c * Depth + sub];
+                    entry.fill(model, positions, types, i, entry.nextJ, e < row.y, box);
+                    entry.nextJ = e + Depth < row.y ? neighbors[(size_t) i * capacity + e + Depth] : i;
                 }
-                next[c] = windows[c * LPE + cursor[c] % LPE].interval;
+                __syncwarp(groupMask);
             }
         __syncwarp();
         if (lane == 0) // knots qs - 1 .. qe - 2 are done with (knot q0 - 1 was never loaded)
