@@ -4,7 +4,8 @@
 # a call carries 64 MiB at most) built elsewhere (e.g. on the CPU machine, from
 # two commits, with the same compiler and flags: bench/README.md).  The package comes from .device/pkg.tgz (the
 # other libraries; only the CUDA plugin is swapped).  Every round runs each build in turn: the wall time of
-# Verlet steps (CUDA graph on) and Nsight Compute's per-kernel times of 2 evaluations, for each case of
+# Verlet steps (CUDA graph on) and Nsight Compute's per-kernel times of 2 evaluations, with the build's properties
+# (.device/ab/NAME/properties, a KEY=VALUE a line, if present), for each case of
 # AB_CASES (grade:n ..., default "small:512 medium:100800"); then bench/ncu_kernel_table.py puts the builds
 # side by side.  AB_ROUNDS (default 2) interleaved rounds.  Logs and CSVs go to $OUT.
 #
@@ -35,8 +36,14 @@ else
     for build in $builds; do # every build present before the first round
         ab_use "$build" || exit 1
     done
+    # A build's GraphForce properties: .device/ab/NAME/properties, a KEY=VALUE a line, when present (e.g. the same
+    # plugin as another build, with a property of its own: the peer in the same rounds).
     use_variant() {
+        local pair
         properties=()
+        if [ -f ".device/ab/$1/properties" ]; then
+            while IFS= read -r pair; do [ -n "$pair" ] && properties+=(--property "$pair"); done < ".device/ab/$1/properties"
+        fi
         ab_use "$1"
     }
 fi

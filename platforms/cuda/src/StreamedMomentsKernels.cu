@@ -39,6 +39,15 @@ constexpr int StreamConsumers = 15;
 constexpr int StreamThreads = 32 * (StreamConsumers + 1);
 /** Registers of sums a lane (4-byte words) that a group's centers may take: CentersPerGroup. */
 constexpr int StreamSumRegisters = 72;
+/**
+ * Whether a warp waits for a stage's knots as its edges need them (the last edge of each run of a center's edges, before
+ * the run) instead of for all of them when the stage begins: a warp then starts a stage on the knots that have arrived
+ * while the producer still refills the slots the slowest warp has just released.
+ */
+constexpr bool LazyKnotWaits = true;
+/** Static shared memory of the kernel beside the dynamic: the 128-byte alignment of the dynamic array, which the one static variable takes.
+ */
+constexpr size_t StreamStaticShared = 128;
 /** Edges of a group's window over a row: one a lane, at most 16 (the lanes past it fill none). */
 template <int LPE> __host__ __device__ constexpr int windowDepth() {
     return LPE < 16 ? LPE : 16;
@@ -227,11 +236,16 @@ __global__ void __launch_bounds__(StreamThreads, 1)
     int stageSlot = 0;                                // the ring slot of knot qs
     for (int qs = q0; qs < K; qs += stageIntervals) {
         const int qe = min(qs + stageIntervals, K);
-        for (; waited < qe; waited++) {
-            barrierWait(full + 8 * waitSlot, waitRound & 1);
-            if (++waitSlot == slots)
-                waitSlot = 0, waitRound++;
-        }
+        // Waits until knots through k have arrived.
+        auto waitThrough = [&](int k) {
+            for (; waited < k; waited++) {
+                barrierWait(full + 8 * waitSlot, waitRound & 1);
+                if (++waitSlot == slots)
+                    waitSlot = 0, waitRound++;
+            }
+        };
+        if (!LazyKnotWaits)
+            waitThrough(qe);
 #pragma unroll
         for (int c = 0; c < CPG; c++)
             while (true) {
@@ -243,6 +257,10 @@ __global__ void __launch_bounds__(StreamThreads, 1)
                     ((Depth == 32 ? 0u : 1u << Depth) - 1u);
                 const unsigned stop = above & (~0u << pos);
                 const int n = (stop ? __ffs(stop) - 1 : Depth) - pos;
+                // An edge of the run reads knots q and q + 1, q at most one above the last edge's (a tie), at least qs - 1
+                // (below it: an error, taken at qs).
+                if (LazyKnotWaits && n > 0)
+                    waitThrough(min(max(windows[c * Depth + pos + n - 1].interval + 2, qs + 1), qe));
 #pragma unroll 1
                 for (int e = pos; e < pos + n; e++) {
                     // The entry, 16 bytes at a time (broadcasts to the group).
@@ -318,6 +336,7 @@ __global__ void __launch_bounds__(StreamThreads, 1)
                 }
                 __syncwarp(groupMask);
             }
+        waitThrough(qe - 2); // the producer refills a slot only once its last copy has landed
         __syncwarp();
         if (lane == 0) // knots qs - 1 .. qe - 2 are done with (knot q0 - 1 was never loaded)
             for (int k = max(qs - 1, q0), s = stageSlot - (qs - k); k + 1 < qe; k++) {
@@ -380,17 +399,18 @@ template <typename real> StreamedMomentsPlan streamedMomentsPlan(const GraphMode
     const double ulp = sizeof(real) == 4 ? 0x1p-23 : 0x1p-52;
     if (!(r0 + dr > 0) || !(2 * (rc * rc / (0x1p32 * 2 * (r0 + dr)) + 2 * ulp * rc) < dr))
         return StreamedMomentsPlan();
-    // As many knots as the block's shared memory holds beside the windows (each knot with its two mbarriers, and 16
-    // bytes for the static variable), at most MaxSlots; a stage of half of them (at most MaxStageIntervals), so that
-    // the warps may drift a stage apart.
+    // As many knots as the block's shared memory holds beside the windows and the static variable (each knot with its
+    // two mbarriers), at most MaxSlots; a stage of a third of them (at most MaxStageIntervals), so that the warps may
+    // drift two stages apart (a slot is refilled once every warp has finished the stage that read it): with half of them
+    // a warp waited for the slowest one and then for the copies at every stage (bench/NOTES.md v30).
     const size_t perSlot = plan.knotBytes + 16;
-    if ((size_t) maxSharedBytes < windowBytes + 16 + 4 * perSlot)
+    if ((size_t) maxSharedBytes < windowBytes + StreamStaticShared + 4 * perSlot)
         return StreamedMomentsPlan();
-    const int fit = (int) std::min<size_t>(StreamedMomentsPlan::MaxSlots, (maxSharedBytes - 16 - windowBytes) / perSlot);
+    const int fit = (int) std::min<size_t>(StreamedMomentsPlan::MaxSlots, (maxSharedBytes - StreamStaticShared - windowBytes) / perSlot);
     if (fit < 4)
         return StreamedMomentsPlan();
     plan.slots = fit;
-    plan.stageIntervals = std::max(1, std::min(StreamedMomentsPlan::MaxStageIntervals, fit / 2));
+    plan.stageIntervals = std::max(1, std::min(StreamedMomentsPlan::MaxStageIntervals, (fit - 1) / 3));
     plan.sharedBytes = plan.slots * perSlot + windowBytes;
     return plan;
 }
