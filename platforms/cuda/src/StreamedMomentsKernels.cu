@@ -39,12 +39,6 @@ constexpr int StreamConsumers = 15;
 constexpr int StreamThreads = 32 * (StreamConsumers + 1);
 /** Registers of sums a lane (4-byte words) that a group's centers may take: CentersPerGroup. */
 constexpr int StreamSumRegisters = 72;
-/**
- * Whether a warp waits for a stage's knots as its edges need them (the last edge of each run of a center's edges, before
- * the run) instead of for all of them when the stage begins: a warp then starts a stage on the knots that have arrived
- * while the producer still refills the slots the slowest warp has just released.
- */
-constexpr bool LazyKnotWaits = true;
 /** Static shared memory of the kernel beside the dynamic: the 128-byte alignment of the dynamic array, which the one static variable takes.
  */
 constexpr size_t StreamStaticShared = 128;
@@ -236,16 +230,13 @@ __global__ void __launch_bounds__(StreamThreads, 1)
     int stageSlot = 0;                                // the ring slot of knot qs
     for (int qs = q0; qs < K; qs += stageIntervals) {
         const int qe = min(qs + stageIntervals, K);
-        // Waits until knots through k have arrived.
-        auto waitThrough = [&](int k) {
-            for (; waited < k; waited++) {
-                barrierWait(full + 8 * waitSlot, waitRound & 1);
-                if (++waitSlot == slots)
-                    waitSlot = 0, waitRound++;
-            }
-        };
-        if (!LazyKnotWaits)
-            waitThrough(qe);
+        // Knots qs - 1 .. qe must have arrived.  (Waiting for each run's knots before the run instead, so that a warp could
+        // start a stage on the knots that had arrived, took 4.02 ms instead of 3.56 at medium 100,800: bench/NOTES.md v30.)
+        for (; waited < qe; waited++) {
+            barrierWait(full + 8 * waitSlot, waitRound & 1);
+            if (++waitSlot == slots)
+                waitSlot = 0, waitRound++;
+        }
 #pragma unroll
         for (int c = 0; c < CPG; c++)
             while (true) {
@@ -257,10 +248,6 @@ __global__ void __launch_bounds__(StreamThreads, 1)
                     ((Depth == 32 ? 0u : 1u << Depth) - 1u);
                 const unsigned stop = above & (~0u << pos);
                 const int n = (stop ? __ffs(stop) - 1 : Depth) - pos;
-                // An edge of the run reads knots q and q + 1, q at most one above the last edge's (a tie), at least qs - 1
-                // (below it: an error, taken at qs).
-                if (LazyKnotWaits && n > 0)
-                    waitThrough(min(max(windows[c * Depth + pos + n - 1].interval + 2, qs + 1), qe));
 #pragma unroll 1
                 for (int e = pos; e < pos + n; e++) {
                     // The entry, 16 bytes at a time (broadcasts to the group).
@@ -336,7 +323,6 @@ __global__ void __launch_bounds__(StreamThreads, 1)
                 }
                 __syncwarp(groupMask);
             }
-        waitThrough(qe - 2); // the producer refills a slot only once its last copy has landed
         __syncwarp();
         if (lane == 0) // knots qs - 1 .. qe - 2 are done with (knot q0 - 1 was never loaded)
             for (int k = max(qs - 1, q0), s = stageSlot - (qs - k); k + 1 < qe; k++) {
@@ -401,8 +387,9 @@ template <typename real> StreamedMomentsPlan streamedMomentsPlan(const GraphMode
         return StreamedMomentsPlan();
     // As many knots as the block's shared memory holds beside the windows and the static variable (each knot with its
     // two mbarriers), at most MaxSlots; a stage of a third of them (at most MaxStageIntervals), so that the warps may
-    // drift two stages apart (a slot is refilled once every warp has finished the stage that read it): with half of them
-    // a warp waited for the slowest one and then for the copies at every stage (bench/NOTES.md v30).
+    // drift two stages apart (a slot is refilled once every warp has finished the stage that read it).  With half of them
+    // a warp waited for the slowest one and then for the copies at every stage: 3.86 ms against 3.56 at medium 100,800
+    // (bench/NOTES.md v30).
     const size_t perSlot = plan.knotBytes + 16;
     if ((size_t) maxSharedBytes < windowBytes + StreamStaticShared + 4 * perSlot)
         return StreamedMomentsPlan();
