@@ -13,8 +13,11 @@ tar xzf .device/pkg.tgz -C "$SITE" || return 1
 export LD_LIBRARY_PATH="$SITE/openmmgraph/lib:$OPENMM_LIBS/lib:$OPENMM_LIBS/lib/plugins:${LD_LIBRARY_PATH:-}"
 
 # The package's CUDA plugin becomes the build .device/ab/$1 (decompressed once, next to the .xz).
+# A build whose directory holds a file `same-as` naming another build has that build's plugin (and its own properties,
+# plugin-ab.sh), so that a property peer costs no carry.
 ab_use() {
     local build=".device/ab/${1:?ab_use: name a build of .device/ab}"
+    [ -f "$build/same-as" ] && build=".device/ab/$(cat "$build/same-as")"
     if [ ! -f "$build/libOpenMMGraphCUDA.so" ] && [ -f "$build/libOpenMMGraphCUDA.so.xz" ]; then
         python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
             "$build/libOpenMMGraphCUDA.so.xz" "$build/libOpenMMGraphCUDA.so" || return 1

@@ -778,32 +778,48 @@ private:
     /**
      * Chooses the moments scan (the CudaMomentsScan property): the streamed
      * scan where it was asked for (an OpenMMException saying why where it
-     * cannot run), else the row scan ("auto" takes it too:
-     * docs/cuda-platform.md).  The streamed scan gets the tables laid out by
-     * knot; its blocks come with the types (setTypes).
+     * cannot run); "auto" takes it where it can run in single or mixed
+     * precision with lane groups of 16 or 32 (more than 32 channels: the
+     * medium and large grades), where it was measured faster, else the row
+     * scan (docs/cuda-platform.md).  The streamed scan gets the tables laid
+     * out by knot; its blocks come with the types (setTypes).
      */
     void setUpMomentsScan(CudaMomentsScan mode) {
         streamedMoments = false;
-        if (mode != CudaMomentsScan::Streamed || numCenters == 0)
+        if (mode == CudaMomentsScan::Rows || numCenters == 0)
             return;
+        const bool required = mode == CudaMomentsScan::Streamed;
         const GraphModel& m = *model;
         int maxShared = 0;
         GRAPH_CU_CHECK(cuDeviceGetAttribute(&maxShared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cu.getDevice()));
         const std::string refused = "GraphForce: CudaMomentsScan is \"streamed\" but ";
         const std::string instead = "; set CudaMomentsScan to \"auto\" or \"rows\"";
-        if (cu.getComputeCapability() < 9.0)
+        if (cu.getComputeCapability() < 9.0) {
+            if (!required)
+                return;
             throw OpenMMException(refused + "the device (compute capability " + std::to_string(cu.getComputeCapability()) +
                                   ") has no tensor memory access (TMA) bulk copies (9.0 and later)" + instead);
+        }
         streamedPlan = streamedMomentsPlan<real>(params, maxShared);
-        if (streamedPlan.slots == 0)
+        if (streamedPlan.slots == 0) {
+            if (!required)
+                return;
             throw OpenMMException(
                 refused + "the model cannot use it: " + std::to_string(M) + " channels of " + std::to_string(sizeof(real) * 8) +
                 "-bit reals (a multiple of 16 bytes is needed), " + std::to_string(m.numTypes) + " types, l_max " + std::to_string(m.lMax) +
                 " and " + std::to_string(maxShared / 1024) + " KB of shared memory a block (4 knots of the table are needed), " +
                 "or table intervals of " + std::to_string(m.radialDr) + " nm, too fine for its ring (docs/cuda-platform.md)" + instead);
-        if (!configureStreamedMoments<real>(params, streamedPlan))
+        }
+        // "auto": groups of 8 or fewer lanes (a warp's four or more groups run their centers' loops side by side) were
+        // 2x slower than the row scan at small 100,800; double precision was not measured (bench/NOTES.md v30).
+        if (!required && (sizeof(real) != 4 || streamedPlan.groupLanes < 16))
+            return;
+        if (!configureStreamedMoments<real>(params, streamedPlan)) {
+            if (!required)
+                return;
             throw OpenMMException(refused + "the device refused " + std::to_string(streamedPlan.sharedBytes / 1024) +
                                   " KB of shared memory for it" + instead);
+        }
         streamedMoments = true;
         auto byKnot = [&](const std::vector<double>& table, const std::string& name) {
             return upload(streamedTableLayout<double>(table, m.numTypes, m.lMax, m.radialIntervals, M), name);

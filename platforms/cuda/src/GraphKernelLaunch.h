@@ -103,6 +103,7 @@ void launchMoments(const GraphModelParams<real>& model, const real* table, const
 struct StreamedMomentsPlan {
     static constexpr int MaxSlots = 24, MaxStageIntervals = 12;
     int slots = 0, stageIntervals = 0, centersPerBlock = 0;
+    int groupLanes = 0; ///< lanes of a group (EdgeShape::LPE of the model's shape), each group 1 to 4 centers
     size_t knotBytes = 0, sharedBytes = 0;
 };
 

@@ -372,6 +372,7 @@ template <typename real> StreamedMomentsPlan streamedMomentsPlan(const GraphMode
         constexpr int L = decltype(l)::value;
         plan.knotBytes = sizeof(real) * (size_t) model.numTypes * (L + 1) * 3 * model.numChannels;
         plan.centersPerBlock = streamCentersPerBlock<real, L, decltype(shape)>();
+        plan.groupLanes = decltype(shape)::LPE;
         windowBytes = streamWindowBytes<real, L, decltype(shape)>();
     });
     if (plan.knotBytes == 0)

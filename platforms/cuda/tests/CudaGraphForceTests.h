@@ -2,6 +2,7 @@
 // capture and replay, and the transparent recomputation when a neighbour row
 // outgrows its capacity.
 #include "openmm/NonbondedForce.h"
+#include <map>
 
 TEST(CudaGraphForce, PermutedSystemGivesBitwiseIdenticalResults) {
     GraphTest::ModelOptions options;
@@ -545,6 +546,44 @@ TEST(CudaGraphForce, StreamedMomentsScanThatCannotRunIsExplained) {
     Context context(*system, integrator, testPlatform(), testPlatformProperties());
     context.setPositions(config.positions);
     EXPECT_TRUE(std::isfinite(context.getState(State::Energy).getPotentialEnergy()));
+}
+
+/**
+ * CudaMomentsScan "auto" takes the streamed scan for lane groups of 16 or 32 (more than 32 channels) in single and
+ * mixed precision and the row scan otherwise (docs/cuda-platform.md): its energy and forces are bitwise those of the
+ * scan it should take.  The two scans add each center's terms in different orders, so their results differ in the last
+ * bits (checked, so that the comparison can tell them apart).
+ */
+TEST(CudaGraphForce, MomentsScanAutoFollowsTheModelShape) {
+    const bool doublePrecision = std::string(GRAPH_TEST_PRECISION) == "double";
+    for (int channels : {64, 32}) {
+        GraphTest::ModelOptions options;
+        options.numTypes = 2;
+        options.numChannels = channels;
+        options.lMax = 2;
+        options.intervals = 200;
+        SCOPED_TRACE("channels " + std::to_string(channels));
+        Configuration config = makeConfiguration(Geometry::Cubic, 300, 2, 61);
+        GraphForce* force;
+        std::unique_ptr<System> system(makeSystem(config, options, &force));
+        std::map<std::string, Result> results;
+        for (const std::string scan : {"auto", "rows", "streamed"}) {
+            force->setProperty("CudaMomentsScan", scan);
+            results[scan] = evaluateOnTestPlatform(*system, config.positions);
+        }
+        const Result& expected = results[channels > 32 && !doublePrecision ? "streamed" : "rows"];
+        const Result& rows = results["rows"];
+        const Result& streamed = results["streamed"];
+        bool differ = rows.energy != streamed.energy;
+        for (size_t i = 0; i < rows.forces.size(); i++)
+            for (int c = 0; c < 3; c++)
+                differ = differ || rows.forces[i][c] != streamed.forces[i][c];
+        EXPECT_TRUE(differ) << "the row and streamed scans gave bitwise the same results: the comparison cannot tell them apart";
+        EXPECT_EQ(results["auto"].energy, expected.energy);
+        for (size_t i = 0; i < expected.forces.size(); i++)
+            for (int c = 0; c < 3; c++)
+                ASSERT_EQ(results["auto"].forces[i][c], expected.forces[i][c]) << "particle " << i;
+    }
 }
 
 /**
