@@ -551,8 +551,10 @@ TEST(CudaGraphForce, StreamedMomentsScanThatCannotRunIsExplained) {
 /**
  * CudaMomentsScan "auto" takes the streamed scan for lane groups of 16 or 32 (more than 32 channels) in single and
  * mixed precision and the row scan otherwise (docs/cuda-platform.md): its energy and forces are bitwise those of the
- * scan it should take.  The two scans add each center's terms in different orders, so their results differ in the last
- * bits (checked, so that the comparison can tell them apart).
+ * scan it should take.  The two scans add each center's terms in different orders, so in single and mixed precision
+ * their results differ in the last bits (checked, so that the comparison can tell them apart); in double precision the
+ * difference (about 1e-16 relative) is below the forces' 64-bit fixed point and the energy's rounding, and the two gave
+ * bitwise the same results on an H200 (bench/NOTES.md v30), so there only "auto" against "rows" is checked.
  */
 TEST(CudaGraphForce, MomentsScanAutoFollowsTheModelShape) {
     const bool doublePrecision = std::string(GRAPH_TEST_PRECISION) == "double";
@@ -578,7 +580,8 @@ TEST(CudaGraphForce, MomentsScanAutoFollowsTheModelShape) {
         for (size_t i = 0; i < rows.forces.size(); i++)
             for (int c = 0; c < 3; c++)
                 differ = differ || rows.forces[i][c] != streamed.forces[i][c];
-        EXPECT_TRUE(differ) << "the row and streamed scans gave bitwise the same results: the comparison cannot tell them apart";
+        if (!doublePrecision)
+            EXPECT_TRUE(differ) << "the row and streamed scans gave bitwise the same results: the comparison cannot tell them apart";
         EXPECT_EQ(results["auto"].energy, expected.energy);
         for (size_t i = 0; i < expected.forces.size(); i++)
             for (int c = 0; c < 3; c++)
