@@ -119,11 +119,13 @@ class GraphModel;
  *    takes a center per block and reads each edge's two knots from L2;
  *    "streamed" gives a block up to 60 centers of one type (medium grade;
  *    docs/cuda-platform.md) and streams that type's table through shared
- *    memory once, in knot order.  "auto" takes "rows" (docs/cuda-platform.md
- *    has the measurements).  "streamed" is an OpenMMException where it
- *    cannot run (channels not a multiple of 16 bytes of reals, too little
- *    shared memory, a table too fine for its ring) and needs compute
- *    capability 9.0.  The two sum each center's edges in a different order,
+ *    memory once, in knot order.  "auto" takes "streamed" in single and
+ *    mixed precision for more than 32 channels (lane groups of 16 or 32:
+ *    the medium and large grades) where it can run, else "rows"
+ *    (docs/cuda-platform.md has the measurements).  "streamed" is an
+ *    OpenMMException where it cannot run (channels not a multiple of 16
+ *    bytes of reals, too little shared memory, a table too fine for its
+ *    ring) and needs compute capability 9.0.  The two sum each center's edges in a different order,
  *    so the moments, and every result, differ in rounding; each is bitwise
  *    reproducible.
  *  - "CudaNeighborSearch": "auto" (default), "cells" or "allpairs".  CUDA
