@@ -1,6 +1,6 @@
 /**
  * Stage 2, streamed: the moments scan with the radial table streamed through
- * shared memory (bench/NOTES.md v29).  The row scan (EdgeScanKernels.cu) reads
+ * shared memory (bench/NOTES.md v29, v30).  The row scan (EdgeScanKernels.cu) reads
  * two knots of the table from L2 for every edge: 4,608 bytes an edge at the
  * medium grade, 39.5 GB a scan at 100,800 particles, at the L2's throughput.
  * Here a block owns up to centersPerBlock centers of one type (consecutive in
@@ -21,7 +21,9 @@
  * function of the row alone and bitwise reproducible; they differ from the row
  * scan's (which adds per-warp chunks) in rounding only.  An edge whose interval
  * lies below its stage (a tie of the rows' fixed-point distance keys can put an
- * edge of interval q after one of q + 1) reads its knots from the global table.
+ * edge of interval q after one of q + 1) reads the knot the ring keeps below the
+ * stage; two intervals below it is an error (GraphErrorEdgeOrder), which the
+ * plan rules out.
  */
 
 #include "ChainedLaunch.cuh"
@@ -39,8 +41,7 @@ constexpr int StreamConsumers = 15;
 constexpr int StreamThreads = 32 * (StreamConsumers + 1);
 /** Registers of sums a lane (4-byte words) that a group's centers may take: CentersPerGroup. */
 constexpr int StreamSumRegisters = 72;
-/** Static shared memory of the kernel beside the dynamic: the 128-byte alignment of the dynamic array, which the one static variable takes.
- */
+/** Static shared memory of the kernel beside the dynamic: the dynamic array's 128-byte alignment, which the static variable takes. */
 constexpr size_t StreamStaticShared = 128;
 /** Edges of a group's window over a row: one a lane, at most 16 (the lanes past it fill none). */
 template <int LPE> __host__ __device__ constexpr int windowDepth() {
@@ -175,9 +176,8 @@ __global__ void __launch_bounds__(StreamThreads, 1)
     }
     __syncthreads();
 
-    // This group's window over each of its centers' rows and the rows (node, length; shared memory, read only to refill a
-    // window), the row's next edge (cursor), the interval of this lane's window entry (K past the row's end or past the
-    // window's depth) and the neighbour of the entry's next edge (the window's refill).
+    // This group's window over each of its centers' rows (each entry with the neighbour of the edge Depth further on, for
+    // the refill), the rows (node, length; shared memory, read only to refill a window) and each row's next edge (cursor).
     const unsigned groupMask = LPE == 32 ? 0xffffffffu : ((1u << LPE) - 1) << groupBase;
     const int group = min(warp * Shape::Groups + lane / LPE, StreamConsumers * Shape::Groups - 1);
     Edge* windows = reinterpret_cast<Edge*>(sharedBytes + slots * (knotSize * sizeof(real) + 16));
