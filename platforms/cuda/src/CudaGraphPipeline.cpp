@@ -273,13 +273,16 @@ private:
         real* input = pointer<real>(fittingInput);
         real* gradInput = pointer<real>(fittingInputGrad);
         real* gradA = pointer<real>(gradMoments);
-        if (streamedMoments)
-            launchStreamedMoments<real>(params, streamedPlan, pointer<real>(radialTableByKnot), nullptr, x, types, rowNodes,
-                                        pointer<int>(streamedBlocks), streamedBlocks->getSize() / 4, box, rows, counts, capacity, A,
-                                        pointer<GraphStatus>(status), stream);
-        else
-            launchMoments<real>(params, params.radialTable, nullptr, x, types, rowNodes, numCenters, box, rows, counts, capacity, A,
-                                stream);
+        // The moments of `table` (tableByKnot: its copy for the streamed scan), weighted by nodeWeights when given, into out.
+        auto scanMoments = [&](const real* table, const std::unique_ptr<CudaArray>& tableByKnot, const real* nodeWeights, real* out) {
+            if (streamedMoments)
+                launchStreamedMoments<real>(params, streamedPlan, pointer<real>(tableByKnot), nodeWeights, x, types, rowNodes,
+                                            pointer<int>(streamedBlocks), streamedBlocks->getSize() / 4, box, rows, counts, capacity, out,
+                                            pointer<GraphStatus>(status), stream);
+            else
+                launchMoments<real>(params, table, nodeWeights, x, types, rowNodes, numCenters, box, rows, counts, capacity, out, stream);
+        };
+        scanMoments(params.radialTable, radialTableByKnot, nullptr, A);
         const bool interaction = m.numInteractions == 1;
         real *B = nullptr, *gradB = nullptr;
         if (interaction) {
@@ -293,13 +296,7 @@ private:
             }
             if (exchange != nullptr) // the other domains' node features, for the rows of this domain's centers
                 exchange->allGather(domainIndex, CudaGraphExchange::NodeFeatures, (CUstream) stream);
-            if (streamedMoments)
-                launchStreamedMoments<real>(params, streamedPlan, pointer<real>(interactionTableByKnot), pointer<real>(nodeFeatures), x,
-                                            types, rowNodes, pointer<int>(streamedBlocks), streamedBlocks->getSize() / 4, box, rows, counts,
-                                            capacity, B, pointer<GraphStatus>(status), stream);
-            else
-                launchMoments<real>(params, params.interactionTable, pointer<real>(nodeFeatures), x, types, rowNodes, numCenters, box, rows,
-                                    counts, capacity, B, stream);
+            scanMoments(params.interactionTable, interactionTableByKnot, pointer<real>(nodeFeatures), B);
         }
         GRAPH_CUDA_CHECK(cudaGetLastError());
 
@@ -792,34 +789,28 @@ private:
         const GraphModel& m = *model;
         int maxShared = 0;
         GRAPH_CU_CHECK(cuDeviceGetAttribute(&maxShared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cu.getDevice()));
-        const std::string refused = "GraphForce: CudaMomentsScan is \"streamed\" but ";
-        const std::string instead = "; set CudaMomentsScan to \"auto\" or \"rows\"";
-        if (cu.getComputeCapability() < 9.0) {
-            if (!required)
-                return;
-            throw OpenMMException(refused + "the device (compute capability " + std::to_string(cu.getComputeCapability()) +
-                                  ") has no tensor memory access (TMA) bulk copies (9.0 and later)" + instead);
-        }
+        // Where the scan cannot run: an OpenMMException saying why when it was asked for, the row scan for "auto".
+        auto refuse = [&](const std::string& why) {
+            if (required)
+                throw OpenMMException("GraphForce: CudaMomentsScan is \"streamed\" but " + why +
+                                      "; set CudaMomentsScan to \"auto\" or \"rows\"");
+        };
+        if (cu.getComputeCapability() < 9.0)
+            return refuse("the device (compute capability " + std::to_string(cu.getComputeCapability()) +
+                          ") has no tensor memory access (TMA) bulk copies (9.0 and later)");
         streamedPlan = streamedMomentsPlan<real>(params, maxShared);
-        if (streamedPlan.slots == 0) {
-            if (!required)
-                return;
-            throw OpenMMException(
-                refused + "the model cannot use it: " + std::to_string(M) + " channels of " + std::to_string(sizeof(real) * 8) +
-                "-bit reals (a multiple of 16 bytes is needed), " + std::to_string(m.numTypes) + " types, l_max " + std::to_string(m.lMax) +
-                " and " + std::to_string(maxShared / 1024) + " KB of shared memory a block (4 knots of the table are needed), " +
-                "or table intervals of " + std::to_string(m.radialDr) + " nm, too fine for its ring (docs/cuda-platform.md)" + instead);
-        }
+        if (streamedPlan.slots == 0)
+            return refuse("the model cannot use it: " + std::to_string(M) + " channels of " + std::to_string(sizeof(real) * 8) +
+                          "-bit reals (a multiple of 16 bytes is needed), " + std::to_string(m.numTypes) + " types, l_max " +
+                          std::to_string(m.lMax) + " and " + std::to_string(maxShared / 1024) +
+                          " KB of shared memory a block (4 knots of the table are needed), or table intervals of " +
+                          std::to_string(m.radialDr) + " nm, too fine for its ring (docs/cuda-platform.md)");
         // "auto": groups of 8 or fewer lanes (a warp's four or more groups run their centers' loops side by side) were
         // 2x slower than the row scan at small 100,800; double precision was not measured (bench/NOTES.md v30).
         if (!required && (sizeof(real) != 4 || streamedPlan.groupLanes < 16))
             return;
-        if (!configureStreamedMoments<real>(params, streamedPlan)) {
-            if (!required)
-                return;
-            throw OpenMMException(refused + "the device refused " + std::to_string(streamedPlan.sharedBytes / 1024) +
-                                  " KB of shared memory for it" + instead);
-        }
+        if (!configureStreamedMoments<real>(params, streamedPlan))
+            return refuse("the device refused " + std::to_string(streamedPlan.sharedBytes / 1024) + " KB of shared memory for it");
         streamedMoments = true;
         auto byKnot = [&](const std::vector<double>& table, const std::string& name) {
             return upload(streamedTableLayout<double>(table, m.numTypes, m.lMax, m.radialIntervals, M), name);

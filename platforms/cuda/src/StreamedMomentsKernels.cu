@@ -107,12 +107,15 @@ template <typename real, int LMAX> struct alignas(16) WindowEdge {
     static constexpr int H = (LMAX + 1) * (LMAX + 1);
     real basis[6], Y[H];
     int j, tableOffset, interval;
-    int nextJ; ///< the neighbour of the edge Depth further on (loaded for the next refill by the lane that fills this entry)
+    int nextJ; ///< the neighbour of the edge `depth` further on (loaded by fill for the entry's next fill)
 
-    /** Edge e of center i's row (j its neighbour, read by the caller), or past the row's end if !valid. */
-    __device__ void fill(const GraphModelParams<real>& model, const double* positions, const int* types, int i, int j, bool valid,
-                         const GraphBox<double>& box) {
-        if (valid) {
+    /**
+     * Edge e of center i's row of `count` edges (j its neighbour; past the row's end, i and a harmless entry), and the
+     * neighbour of edge e + depth for the next fill of this entry.
+     */
+    __device__ void fill(const GraphModelParams<real>& model, const double* positions, const int* types, const int* neighbors, int capacity,
+                         int i, int e, int j, int count, int depth, const GraphBox<double>& box) {
+        if (e < count) {
             real u[3], grad[MaxHarmonics][3], harmonic[MaxHarmonics];
             const real r = edgeGeometry(positions, i, j, box, u);
             const HermiteBasis<real> hermite(r, model);
@@ -132,6 +135,7 @@ template <typename real, int LMAX> struct alignas(16) WindowEdge {
             tableOffset = 0;
             interval = model.radialIntervals;
         }
+        nextJ = e + depth < count ? neighbors[(size_t) i * capacity + e + depth] : i;
     }
 };
 
@@ -192,9 +196,8 @@ __global__ void __launch_bounds__(StreamThreads, 1)
         cursor[c] = 0;
         if (warp < StreamConsumers && sub < Depth) {
             Edge& entry = windows[c * Depth + sub];
-            const bool valid = sub < count;
-            entry.fill(model, positions, types, i, valid ? neighbors[(size_t) i * capacity + sub] : i, valid, box);
-            entry.nextJ = Depth + sub < count ? neighbors[(size_t) i * capacity + Depth + sub] : i;
+            const int j = sub < count ? neighbors[(size_t) i * capacity + sub] : i;
+            entry.fill(model, positions, types, neighbors, capacity, i, sub, j, count, Depth, box);
             if (sub == 0) {
                 rows[c] = make_int2(node, count);
                 if (entry.interval < K)
@@ -318,8 +321,7 @@ __global__ void __launch_bounds__(StreamThreads, 1)
                     const int2 row = rows[c];
                     const int i = max(row.x, 0), e = cursor[c] + sub;
                     Edge& entry = windows[c * Depth + sub];
-                    entry.fill(model, positions, types, i, entry.nextJ, e < row.y, box);
-                    entry.nextJ = e + Depth < row.y ? neighbors[(size_t) i * capacity + e + Depth] : i;
+                    entry.fill(model, positions, types, neighbors, capacity, i, e, entry.nextJ, row.y, Depth, box);
                 }
                 __syncwarp(groupMask);
             }
