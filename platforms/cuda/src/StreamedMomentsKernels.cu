@@ -251,6 +251,7 @@ __global__ void __launch_bounds__(StreamThreads, 1)
                     ((Depth == 32 ? 0u : 1u << Depth) - 1u);
                 const unsigned stop = above & (~0u << pos);
                 const int n = (stop ? __ffs(stop) - 1 : Depth) - pos;
+                int badJ = -1, badInterval = 0; // the first edge of the run below the ring's knots, if any
 #pragma unroll 1
                 for (int e = pos; e < pos + n; e++) {
                     // The entry, 16 bytes at a time (broadcasts to the group).
@@ -260,13 +261,13 @@ __global__ void __launch_bounds__(StreamThreads, 1)
                         reinterpret_cast<uint4*>(&edge)[w] = reinterpret_cast<const uint4*>(&windows[c * Depth + e])[w];
                     const real* basis = edge.basis;
                     const real* Y = edge.Y;
-                    int q = edge.interval;
-                    // The ring holds knots qs - 1 .. qe (one knot of lag: an edge may follow one of the next interval up).
-                    if (q + 1 < qs) { // cannot happen where the plan allows the scan (streamedMomentsPlan): refuse, do not guess
-                        if (sub == 0)
-                            reportError(status, GraphErrorEdgeOrder, rows[c].x, edge.j, (double) q);
-                        q = qs;
-                    }
+                    // The ring holds knots qs - 1 .. qe (one knot of lag: an edge may follow one of the next interval up).  An
+                    // edge further below cannot come where the plan allows the scan (streamedMomentsPlan): it is summed at qs
+                    // and reported after the run (refused, not guessed).
+                    const bool outOfOrder = edge.interval + 1 < qs;
+                    const int q = outOfOrder ? qs : edge.interval;
+                    if (outOfOrder && badJ < 0)
+                        badJ = edge.j, badInterval = edge.interval;
                     int s0 = stageSlot + (q - qs); // the slot of knot q; knot q + 1 is in the next one
                     s0 += s0 < 0 ? slots : s0 >= slots ? -slots : 0;
                     const int s1 = s0 + 1 == slots ? 0 : s0 + 1;
@@ -311,6 +312,10 @@ __global__ void __launch_bounds__(StreamThreads, 1)
                                 }
                         }
                     }
+                }
+                if (badJ >= 0 && sub == 0) {
+                    reportError(status, GraphErrorEdgeOrder, rows[c].x, badJ, (double) badInterval);
+                    badJ = -1;
                 }
                 cursor[c] += n;
                 if (pos + n < Depth) // the next entry lies at or above qe, or past the row's end
