@@ -121,8 +121,10 @@ class GraphModel;
  *    docs/cuda-platform.md) and streams that type's table through shared
  *    memory once, in knot order.  "auto" takes "streamed" in single and
  *    mixed precision for more than 32 channels (lane groups of 16 or 32:
- *    the medium and large grades) where it can run, else "rows"
- *    (docs/cuda-platform.md has the measurements).  "streamed" is an
+ *    the medium and large grades) where it can run and the centers fill
+ *    at least two of its blocks a multiprocessor (medium grade on an H200:
+ *    15,840 centers), else "rows" (docs/cuda-platform.md has the
+ *    measurements).  "streamed" is an
  *    OpenMMException where it cannot run (channels not a multiple of 16
  *    bytes of reals, too little shared memory, a table too fine for its
  *    ring) and needs compute capability 9.0.  The two sum each center's edges in a different order,

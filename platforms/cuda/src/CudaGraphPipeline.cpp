@@ -777,8 +777,9 @@ private:
      * scan where it was asked for (an OpenMMException saying why where it
      * cannot run); "auto" takes it where it can run in single or mixed
      * precision with lane groups of 16 or 32 (more than 32 channels: the
-     * medium and large grades), where it was measured faster, else the row
-     * scan (docs/cuda-platform.md).  The streamed scan gets the tables laid
+     * medium and large grades) and the domain has centers for at least
+     * StreamedMomentsPlan::MinWaves blocks a multiprocessor, where it was measured
+     * faster, else the row scan (docs/cuda-platform.md).  The streamed scan gets the tables laid
      * out by knot; its blocks come with the types (setTypes).
      */
     void setUpMomentsScan(CudaMomentsScan mode) {
@@ -806,8 +807,13 @@ private:
                           " KB of shared memory a block (4 knots of the table are needed), or table intervals of " +
                           std::to_string(m.radialDr) + " nm, too fine for its ring (docs/cuda-platform.md)");
         // "auto": groups of 8 or fewer lanes (a warp's four or more groups run their centers' loops side by side) were
-        // 2x slower than the row scan at small 100,800; double precision was not measured (bench/NOTES.md v30).
-        if (!required && (sizeof(real) != 4 || streamedPlan.groupLanes < 16))
+        // 2x slower than the row scan at small 100,800; double precision was not measured (bench/NOTES.md v30).  Every
+        // block streams its type's whole table, however few its centers' edges: with fewer than MinWaves waves of
+        // blocks (one a multiprocessor) the row scan is faster (medium 512: a force evaluation took 0.47 ms against the
+        // row scan's 0.24; bench/NOTES.md v31).
+        if (!required &&
+            (sizeof(real) != 4 || streamedPlan.groupLanes < 16 ||
+             (long long) numCenters < (long long) StreamedMomentsPlan::MinWaves * numMultiprocessors * streamedPlan.centersPerBlock))
             return;
         if (!configureStreamedMoments<real>(params, streamedPlan))
             return refuse("the device refused " + std::to_string(streamedPlan.sharedBytes / 1024) + " KB of shared memory for it");

@@ -102,6 +102,9 @@ void launchMoments(const GraphModelParams<real>& model, const real* table, const
  */
 struct StreamedMomentsPlan {
     static constexpr int MaxSlots = 24, MaxStageIntervals = 12;
+    /// Waves of blocks (one block a multiprocessor) below which CudaMomentsScan "auto" takes the row scan: each block
+    /// streams its type's whole table however few edges its centers have (bench/NOTES.md v31).
+    static constexpr int MinWaves = 2;
     int slots = 0, stageIntervals = 0, centersPerBlock = 0;
     int groupLanes = 0; ///< lanes of a group (EdgeShape::LPE of the model's shape), each group 1 to 4 centers
     size_t knotBytes = 0, sharedBytes = 0;

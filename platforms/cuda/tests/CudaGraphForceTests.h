@@ -2,6 +2,7 @@
 // capture and replay, and the transparent recomputation when a neighbour row
 // outgrows its capacity.
 #include "openmm/NonbondedForce.h"
+#include <cuda.h>
 #include <map>
 
 TEST(CudaGraphForce, PermutedSystemGivesBitwiseIdenticalResults) {
@@ -548,24 +549,48 @@ TEST(CudaGraphForce, StreamedMomentsScanThatCannotRunIsExplained) {
     EXPECT_TRUE(std::isfinite(context.getState(State::Energy).getPotentialEnergy()));
 }
 
+/** The multiprocessors of the test platform's device (CUDA driver API), 0 if they cannot be counted. */
+int testDeviceMultiprocessors() {
+    System system;
+    system.addParticle(1.0);
+    VerletIntegrator integrator(0.001);
+    Context context(system, integrator, testPlatform(), testPlatformProperties());
+    const int index = std::stoi(testPlatform().getPropertyValue(context, "DeviceIndex"));
+    CUdevice device;
+    int count = 0;
+    if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&device, index) != CUDA_SUCCESS ||
+        cuDeviceGetAttribute(&count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device) != CUDA_SUCCESS)
+        return 0;
+    return count;
+}
+
 /**
  * CudaMomentsScan "auto" takes the streamed scan for lane groups of 16 or 32 (more than 32 channels) in single and
- * mixed precision and the row scan otherwise (docs/cuda-platform.md): its energy and forces are bitwise those of the
- * scan it should take.  The two scans add each center's terms in different orders, so in single and mixed precision
- * their results differ in the last bits (checked, so that the comparison can tell them apart); in double precision the
- * difference (about 1e-16 relative) is below the forces' 64-bit fixed point and the energy's rounding, and the two gave
- * bitwise the same results on an H200 (bench/NOTES.md v30), so there only "auto" against "rows" is checked.
+ * mixed precision where the centers fill at least StreamedMomentsPlan::MinWaves (2) waves of its blocks, one block a
+ * multiprocessor, and the row scan otherwise (docs/cuda-platform.md): its energy and forces are bitwise those of the
+ * scan it should take.  300 particles are too few for any device (the medium grade's shape, 64 channels and l_max 2,
+ * takes 60 centers a block in fp32); 2 x 60 x the multiprocessors + 1,000 are enough (16,840 on an H200).  The two scans add each center's
+ * terms in different orders, so in single and mixed precision their results differ in the last bits (checked, so that the comparison can
+ * tell them apart); in double precision the difference (about 1e-16 relative) is below the forces' 64-bit fixed point and the energy's
+ * rounding, and the two gave bitwise the same results on an H200 (bench/NOTES.md v30), so there only "auto" against "rows" is checked.
  */
-TEST(CudaGraphForce, MomentsScanAutoFollowsTheModelShape) {
+TEST(CudaGraphForce, MomentsScanAutoFollowsTheModelShapeAndSize) {
     const bool doublePrecision = std::string(GRAPH_TEST_PRECISION) == "double";
-    for (int channels : {64, 32}) {
+    const int multiprocessors = testDeviceMultiprocessors();
+    ASSERT_GT(multiprocessors, 0) << "the CUDA driver did not report the device's multiprocessors";
+    struct Case {
+        int channels, particles;
+    };
+    const int enough = 2 * multiprocessors * 60 + 1000; // two waves of the medium shape's 60-center blocks, with a margin
+    for (const Case& test : {Case{64, 300}, Case{32, 300}, Case{64, enough}}) {
+        const bool enoughCenters = test.particles >= enough;
         GraphTest::ModelOptions options;
         options.numTypes = 2;
-        options.numChannels = channels;
+        options.numChannels = test.channels;
         options.lMax = 2;
         options.intervals = 200;
-        SCOPED_TRACE("channels " + std::to_string(channels));
-        Configuration config = makeConfiguration(Geometry::Cubic, 300, 2, 61);
+        SCOPED_TRACE("channels " + std::to_string(test.channels) + ", particles " + std::to_string(test.particles));
+        Configuration config = makeConfiguration(Geometry::Cubic, test.particles, 2, 61);
         GraphForce* force;
         std::unique_ptr<System> system(makeSystem(config, options, &force));
         std::map<std::string, Result> results;
@@ -573,7 +598,8 @@ TEST(CudaGraphForce, MomentsScanAutoFollowsTheModelShape) {
             force->setProperty("CudaMomentsScan", scan);
             results[scan] = evaluateOnTestPlatform(*system, config.positions);
         }
-        const Result& expected = results[channels > 32 && !doublePrecision ? "streamed" : "rows"];
+        const bool streamedExpected = test.channels > 32 && !doublePrecision && enoughCenters;
+        const Result& expected = results[streamedExpected ? "streamed" : "rows"];
         const Result& rows = results["rows"];
         const Result& streamed = results["streamed"];
         bool differ = rows.energy != streamed.energy;
