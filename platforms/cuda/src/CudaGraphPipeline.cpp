@@ -809,8 +809,8 @@ private:
         // "auto": groups of 8 or fewer lanes (a warp's four or more groups run their centers' loops side by side) were
         // 2x slower than the row scan at small 100,800; double precision was not measured (bench/NOTES.md v30).  Every
         // block streams its type's whole table, however few its centers' edges: with fewer than MinWaves waves of
-        // blocks (one a multiprocessor) the row scan is faster (medium 512: a force evaluation took 0.47 ms against the
-        // row scan's 0.24; bench/NOTES.md v31).
+        // blocks (one a multiprocessor) the row scan was faster (a step at medium 512: 0.50 ms against 0.25; medium
+        // 10,296, 1.3 waves: 2.27 against 2.15; large 10,296, 2.6 waves: 12.7 against 12.9 the other way; bench/NOTES.md v31).
         if (!required &&
             (sizeof(real) != 4 || streamedPlan.groupLanes < 16 ||
              (long long) numCenters < (long long) StreamedMomentsPlan::MinWaves * numMultiprocessors * streamedPlan.centersPerBlock))
