@@ -130,6 +130,13 @@ class GraphModel;
  *    ring) and needs compute capability 9.0.  The two sum each center's edges in a different order,
  *    so the moments, and every result, differ in rounding; each is bitwise
  *    reproducible.
+ *  - "CudaForceScan": "auto" (default), "rows" or "streamed".  CUDA
+ *    platform only: how the force scan reads the radial table, as
+ *    CudaMomentsScan does ("streamed" needs a model without an interaction
+ *    block, M a multiple of 16 bytes of reals and compute capability 9.0,
+ *    and is an OpenMMException otherwise).  "auto" takes "rows": the
+ *    streamed force scan is new and not yet measured (docs/cuda-platform.md).
+ *    The forces are bitwise the same for every value.
  *  - "CudaNeighborSearch": "auto" (default), "cells" or "allpairs".  CUDA
  *    platform only: how the rows of the neighbour graph find their
  *    candidates.  "cells" bins the particles into a cell grid at least one

@@ -11,17 +11,11 @@ using namespace OpenMM;
 namespace {
 
 const std::map<std::string, std::string>& propertyDefaults() {
-    static const std::map<std::string, std::string> defaults = {{"CheckFinite", "true"},
-                                                                {"CudaChunkRows", "auto"},
-                                                                {"CudaFusedCluster", "auto"},
-                                                                {"CudaFusedNetwork", "auto"},
-                                                                {"CudaFusedResidentWeights", "auto"},
-                                                                {"CudaFusedTileRows", "auto"},
-                                                                {"CudaGraph", "auto"},
-                                                                {"CudaMomentsScan", "auto"},
-                                                                {"CudaNeighborSearch", "auto"},
-                                                                {"Domains", "single"},
-                                                                {"TorchCudaContext", "auto"}};
+    static const std::map<std::string, std::string> defaults = {
+        {"CheckFinite", "true"},        {"CudaChunkRows", "auto"},    {"CudaForceScan", "auto"},
+        {"CudaFusedCluster", "auto"},   {"CudaFusedNetwork", "auto"}, {"CudaFusedResidentWeights", "auto"},
+        {"CudaFusedTileRows", "auto"},  {"CudaGraph", "auto"},        {"CudaMomentsScan", "auto"},
+        {"CudaNeighborSearch", "auto"}, {"Domains", "single"},        {"TorchCudaContext", "auto"}};
     return defaults;
 }
 
@@ -160,6 +154,8 @@ void GraphForce::setProperty(const std::string& key, const std::string& value) {
         throw OpenMMException("GraphForce: property CudaFusedTileRows must be \"auto\", \"4\", \"8\", \"16\", \"32\" or \"64\" (rows per "
                               "tile of the fused network), found \"" +
                               value + "\"");
+    if (key == "CudaForceScan" && value != "auto" && value != "rows" && value != "streamed")
+        throw OpenMMException("GraphForce: property CudaForceScan must be \"auto\", \"rows\" or \"streamed\", found \"" + value + "\"");
     if (key == "CudaMomentsScan" && value != "auto" && value != "rows" && value != "streamed")
         throw OpenMMException("GraphForce: property CudaMomentsScan must be \"auto\", \"rows\" or \"streamed\", found \"" + value + "\"");
     if (key == "CudaNeighborSearch" && value != "auto" && value != "cells" && value != "allpairs")

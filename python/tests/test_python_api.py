@@ -299,6 +299,12 @@ def test_properties(modelBytes):
             force.setProperty("CudaMomentsScan", bad)
     force.setProperty("CudaMomentsScan", "streamed")
     assert force.getProperty("CudaMomentsScan") == "streamed"
+    assert force.getProperty("CudaForceScan") == "auto"
+    for bad in ["", "stream", "Rows", "pairs"]:
+        with pytest.raises(openmm.OpenMMException, match=f"CudaForceScan must be \"auto\", \"rows\" or \"streamed\", found \"{bad}\""):
+            force.setProperty("CudaForceScan", bad)
+    force.setProperty("CudaForceScan", "streamed")
+    assert force.getProperty("CudaForceScan") == "streamed"
 
 
 # --------------------------------------------------------------------------

@@ -35,6 +35,8 @@ CudaGraphOptions cudaGraphOptions(const GraphForce& force) {
                                                   : CudaResidentWeights::Auto;
     const std::string scan = force.getProperty("CudaMomentsScan");
     options.momentsScan = scan == "rows" ? CudaMomentsScan::Rows : scan == "streamed" ? CudaMomentsScan::Streamed : CudaMomentsScan::Auto;
+    const std::string forceScan = force.getProperty("CudaForceScan");
+    options.forceScan = forceScan == "rows" ? CudaForceScan::Rows : forceScan == "streamed" ? CudaForceScan::Streamed : CudaForceScan::Auto;
     const std::string finite = force.getProperty("CheckFinite");
     options.statusCheck = finite == "deferred" ? CudaStatusCheck::Deferred
                           : finite == "false"  ? CudaStatusCheck::Off

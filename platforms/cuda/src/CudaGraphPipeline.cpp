@@ -88,6 +88,7 @@ public:
         else
             params.interactionTable = nullptr;
         setUpMomentsScan(options.momentsScan);
+        setUpForceScan(options.forceScan);
         activation = m.activation == Activation::Tanh ? GraphTanh : GraphSilu;
         fitting = uploadNetworks(m.fitting);
         if (m.numInteractions == 1)
@@ -200,14 +201,19 @@ public:
         typeOffsets[model->numTypes] = (int) order.size();
         if (!order.empty())
             nodesByType->upload(order);
-        if (streamedMoments) { // the streamed scan's blocks: runs of up to centersPerBlock centers of one type
-            const std::vector<int> blocks = streamedMomentBlocks(typeOffsets, streamedPlan.centersPerBlock);
+        // The streamed scans' blocks: runs of up to centersPerBlock centers of one type.
+        auto uploadBlocks = [&](const StreamedScanPlan& plan, std::unique_ptr<CudaArray>& array, const std::string& name) {
+            const std::vector<int> blocks = streamedScanBlocks(typeOffsets, plan.centersPerBlock);
             if (!blocks.empty()) {
-                if (!streamedBlocks || streamedBlocks->getSize() != (int) blocks.size())
-                    streamedBlocks.reset(CudaArray::create<int>(cu, blocks.size(), "graphStreamedBlocks"));
-                streamedBlocks->upload(blocks);
+                if (!array || array->getSize() != (int) blocks.size())
+                    array.reset(CudaArray::create<int>(cu, blocks.size(), name));
+                array->upload(blocks);
             }
-        }
+        };
+        if (streamedMoments)
+            uploadBlocks(streamedPlan, streamedBlocks, "graphStreamedBlocks");
+        if (streamedForces)
+            uploadBlocks(streamedForcePlan, streamedForceBlocks, "graphStreamedForceBlocks");
     }
 
     void enqueue(bool includeForces, bool addEnergy) override {
@@ -362,8 +368,13 @@ private:
         const int* slots = rankSums ? pointer<int>(identitySlots) : graph->slotOfNode();
         long long* forceTarget = rankSums ? pointer<long long>(rankForces) : (long long*) cu.getLongForceBuffer().getDevicePointer();
         const int forceStride = rankSums ? std::max(1, n) : cu.getPaddedNumAtoms();
-        launchForces<real>(params, gradA, gradB, phi, x, types, rowNodes, numCenters, box, rows, counts, capacity, slots, forceTarget,
-                           forceStride, pointer<GraphStatus>(status), chooseForceWarps(numCenters, numMultiprocessors), stream);
+        if (streamedForces)
+            launchStreamedForces<real>(params, streamedForcePlan, pointer<real>(radialTableByKnot), gradA, x, types, rowNodes,
+                                       pointer<int>(streamedForceBlocks), streamedForceBlocks->getSize() / 4, box, rows, counts, capacity,
+                                       slots, forceTarget, forceStride, pointer<GraphStatus>(status), stream);
+        else
+            launchForces<real>(params, gradA, gradB, phi, x, types, rowNodes, numCenters, box, rows, counts, capacity, slots, forceTarget,
+                               forceStride, pointer<GraphStatus>(status), chooseForceWarps(numCenters, numMultiprocessors), stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
         finishEvaluation(stream, addEnergy && !rankSums);
     }
@@ -778,7 +789,7 @@ private:
      * cannot run); "auto" takes it where it can run in single or mixed
      * precision with lane groups of 16 or 32 (more than 32 channels: the
      * medium and large grades) and the domain has centers for at least
-     * StreamedMomentsPlan::MinWaves blocks a multiprocessor, where it was measured
+     * StreamedScanPlan::MinWaves blocks a multiprocessor, where it was measured
      * faster, else the row scan (docs/cuda-platform.md).  The streamed scan gets the tables laid
      * out by knot; its blocks come with the types (setTypes).
      */
@@ -813,17 +824,59 @@ private:
         // 10,296, 1.3 waves: 2.27 against 2.15; large 10,296, 2.6 waves: 12.7 against 12.9 the other way; bench/NOTES.md v31).
         if (!required &&
             (sizeof(real) != 4 || streamedPlan.groupLanes < 16 ||
-             (long long) numCenters < (long long) StreamedMomentsPlan::MinWaves * numMultiprocessors * streamedPlan.centersPerBlock))
+             (long long) numCenters < (long long) StreamedScanPlan::MinWaves * numMultiprocessors * streamedPlan.centersPerBlock))
             return;
         if (!configureStreamedMoments<real>(params, streamedPlan))
             return refuse("the device refused " + std::to_string(streamedPlan.sharedBytes / 1024) + " KB of shared memory for it");
         streamedMoments = true;
-        auto byKnot = [&](const std::vector<double>& table, const std::string& name) {
-            return upload(streamedTableLayout<double>(table, m.numTypes, m.lMax, m.radialIntervals, M), name);
-        };
-        radialTableByKnot = byKnot(m.radialTable, "graphRadialTableByKnot");
+        radialTableByKnot = tableByKnot(m.radialTable, "graphRadialTableByKnot");
         if (m.numInteractions == 1)
-            interactionTableByKnot = byKnot(m.interactionTable, "graphInteractionTableByKnot");
+            interactionTableByKnot = tableByKnot(m.interactionTable, "graphInteractionTableByKnot");
+    }
+
+    /** A table of the model [T][T][L+1][K+1][3][M] on the device laid out by knot for the streamed scans (streamedTableLayout). */
+    std::unique_ptr<CudaArray> tableByKnot(const std::vector<double>& table, const std::string& name) {
+        const GraphModel& m = *model;
+        return upload(streamedTableLayout<double>(table, m.numTypes, m.lMax, m.radialIntervals, m.numChannels), name);
+    }
+
+    /**
+     * Chooses the force scan (the CudaForceScan property): the streamed scan
+     * where it was asked for (an OpenMMException saying why where it cannot
+     * run), the row scan otherwise ("auto" too: the streamed force scan has
+     * not been measured against it; docs/cuda-platform.md).  Both give
+     * bitwise the same forces.  The streamed scan shares the radial table
+     * laid out by knot with the streamed moments scan; its blocks come with
+     * the types (setTypes).
+     */
+    void setUpForceScan(CudaForceScan mode) {
+        streamedForces = false;
+        if (mode != CudaForceScan::Streamed || numCenters == 0)
+            return;
+        const GraphModel& m = *model;
+        auto refuse = [&](const std::string& why) {
+            throw OpenMMException("GraphForce: CudaForceScan is \"streamed\" but " + why + "; set CudaForceScan to \"auto\" or \"rows\"");
+        };
+        if (cu.getComputeCapability() < 9.0)
+            refuse("the device (compute capability " + std::to_string(cu.getComputeCapability()) +
+                   ") has no tensor memory access (TMA) bulk copies (9.0 and later)");
+        if (m.numInteractions != 0)
+            refuse("the model has an interaction block, whose force terms need a second table (the streamed force scan takes models "
+                   "without one)");
+        int maxShared = 0;
+        GRAPH_CU_CHECK(cuDeviceGetAttribute(&maxShared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cu.getDevice()));
+        streamedForcePlan = streamedForcesPlan<real>(params, maxShared);
+        if (streamedForcePlan.slots == 0)
+            refuse("the model cannot use it: " + std::to_string(M) + " channels of " + std::to_string(sizeof(real) * 8) +
+                   "-bit reals (a multiple of 16 bytes is needed), " + std::to_string(m.numTypes) + " types, l_max " +
+                   std::to_string(m.lMax) + " and " + std::to_string(maxShared / 1024) +
+                   " KB of shared memory a block (4 knots of the table are needed), or table intervals of " + std::to_string(m.radialDr) +
+                   " nm, too fine for its ring (docs/cuda-platform.md)");
+        if (!configureStreamedForces<real>(params, streamedForcePlan))
+            refuse("the device refused " + std::to_string(streamedForcePlan.sharedBytes / 1024) + " KB of shared memory for it");
+        streamedForces = true;
+        if (!radialTableByKnot)
+            radialTableByKnot = tableByKnot(m.radialTable, "graphRadialTableByKnot");
     }
 
     /**
@@ -1132,9 +1185,12 @@ private:
     std::unique_ptr<CudaArray> gradientScratch[2];
     std::vector<std::unique_ptr<CudaArray>> fittingActivations, fittingDerivatives, nodeActivations, nodeDerivatives;
     bool streamedMoments = false;                                         ///< the moments come from the streamed scan (CudaMomentsScan)
-    StreamedMomentsPlan streamedPlan;                                     ///< its ring, stages and blocks
+    StreamedScanPlan streamedPlan;                                        ///< its ring, stages and blocks
     std::unique_ptr<CudaArray> radialTableByKnot, interactionTableByKnot; ///< its tables (streamedTableLayout)
-    std::unique_ptr<CudaArray> streamedBlocks;                            ///< [blocks][4] (streamedMomentBlocks)
+    std::unique_ptr<CudaArray> streamedBlocks;                            ///< [blocks][4] (streamedScanBlocks)
+    bool streamedForces = false;                                          ///< the forces come from the streamed scan (CudaForceScan)
+    StreamedScanPlan streamedForcePlan;                                   ///< its ring, stages and blocks
+    std::unique_ptr<CudaArray> streamedForceBlocks;                       ///< [blocks][4] (streamedScanBlocks of its centersPerBlock)
     bool fused = false;           ///< the fitting network runs in the fused kernel (CudaFusedNetwork)
     bool streamedWideTiles = false; ///< the per-layer network's 128 x 128 tiles stream k-slices (configureDenseLayers)
     FusedNetworkShape fusedShape{}; ///< its widths, tile rows and shared-memory layout

@@ -52,9 +52,18 @@ enum class CudaStatusCheck { Current, Deferred, Off };
 enum class CudaMomentsScan { Auto, Rows, Streamed };
 
 /**
+ * The GraphForce property CudaForceScan: the row scan (Rows), the streamed
+ * scan (Streamed, or an error where it cannot run: needs a model without an
+ * interaction block), or the pipeline's choice (Auto: the row scan until the
+ * streamed one is measured; docs/cuda-platform.md).  The forces are bitwise
+ * the same either way.
+ */
+enum class CudaForceScan { Auto, Rows, Streamed };
+
+/**
  * The GraphForce properties that choose how the CUDA pipeline runs; none
  * changes a result except CudaMomentsScan, whose scans round the moments
- * differently.
+ * differently (CudaForceScan's give bitwise the same forces).
  */
 struct CudaGraphOptions {
     CudaGraphMode graphMode = CudaGraphMode::Auto;          ///< CudaGraph
@@ -65,6 +74,7 @@ struct CudaGraphOptions {
     int fusedTileRows = 0;                                  ///< CudaFusedTileRows: rows per tile of the fused network, 0 for automatic
     CudaResidentWeights fusedResident = CudaResidentWeights::Auto; ///< CudaFusedResidentWeights
     CudaMomentsScan momentsScan = CudaMomentsScan::Auto;           ///< CudaMomentsScan
+    CudaForceScan forceScan = CudaForceScan::Auto;                 ///< CudaForceScan
     /** CheckFinite (treated as Current wherever the domain is not the whole system on one device) */
     CudaStatusCheck statusCheck = CudaStatusCheck::Current;
 };

@@ -94,13 +94,14 @@ void launchMoments(const GraphModelParams<real>& model, const real* table, const
                    int capacity, real* moments, cudaStream_t stream);
 
 /**
- * How the streamed moments scan (StreamedMomentsKernels.cu) runs a model on a device: a ring of `slots` knots of one
- * center type's table (knotBytes each) in a block's shared memory, stages of `stageIntervals` intervals, blocks of
- * up to centersPerBlock centers of one type.  slots == 0: the scan cannot run the model: M is not a multiple of 16
- * bytes of reals, fewer than 4 knots fit, or the table's intervals are too fine for the one-knot lag of its ring
- * (dr below about r_c^2 / 2^32 / (r_0 + dr) or a few ulps of r_c; StreamedMomentsKernels.cu).
+ * How a streamed scan (StreamedScan.cuh: the moments, StreamedMomentsKernels.cu, and the forces,
+ * StreamedForcesKernels.cu) runs a model on a device: a ring of `slots` knots of one center type's table (knotBytes
+ * each) in a block's shared memory, stages of `stageIntervals` intervals, blocks of up to centersPerBlock centers of
+ * one type.  slots == 0: the scan cannot run the model: M is not a multiple of 16 bytes of reals, fewer than 4 knots
+ * fit, the table's intervals are too fine for the one-knot lag of its ring (dr below about r_c^2 / 2^32 / (r_0 + dr)
+ * or a few ulps of r_c; StreamedScan.cuh), or (the forces) the model has an interaction block.
  */
-struct StreamedMomentsPlan {
+struct StreamedScanPlan {
     static constexpr int MaxSlots = 24, MaxStageIntervals = 12;
     /// Waves of blocks (one block a multiprocessor) below which CudaMomentsScan "auto" takes the row scan: each block
     /// streams its type's whole table however few edges its centers have (bench/NOTES.md v31).
@@ -110,11 +111,11 @@ struct StreamedMomentsPlan {
     size_t knotBytes = 0, sharedBytes = 0;
 };
 
-/** The plan for `model` with at most maxSharedBytes of shared memory a block (the device's opt-in limit). */
-template <typename real> StreamedMomentsPlan streamedMomentsPlan(const GraphModelParams<real>& model, int maxSharedBytes);
+/** The moments scan's plan for `model` with at most maxSharedBytes of shared memory a block (the device's opt-in limit). */
+template <typename real> StreamedScanPlan streamedMomentsPlan(const GraphModelParams<real>& model, int maxSharedBytes);
 
 /** Allows the streamed kernel of `model`'s shape plan.sharedBytes of dynamic shared memory; false if it cannot run. */
-template <typename real> bool configureStreamedMoments(const GraphModelParams<real>& model, const StreamedMomentsPlan& plan);
+template <typename real> bool configureStreamedMoments(const GraphModelParams<real>& model, const StreamedScanPlan& plan);
 
 /** A radial table [T][T][L+1][K+1][3][M] (host) laid out by knot for the streamed scan: [T][K+1][T][L+1][3][M]. */
 template <typename real>
@@ -124,19 +125,39 @@ std::vector<real> streamedTableLayout(const std::vector<real>& table, int numTyp
  * The streamed scan's blocks (host), 4 ints each: first index into the type-sorted centers, count (at most
  * centersPerBlock), center type, 0; typeOffsets[t] .. typeOffsets[t + 1] are type t's centers in that list.
  */
-std::vector<int> streamedMomentBlocks(const std::vector<int>& typeOffsets, int centersPerBlock);
+std::vector<int> streamedScanBlocks(const std::vector<int>& typeOffsets, int centersPerBlock);
 
 /**
  * The moments of launchMoments (the same per-edge terms, each center's sums in canonical order by one lane group),
  * the table streamed through shared memory: tableByKnot the streamedTableLayout of the table; `blocks` [numBlocks][4]
- * from streamedMomentBlocks over `centers` (the type-sorted node list).  An edge out of the order the plan relies on
+ * from streamedScanBlocks over `centers` (the type-sorted node list).  An edge out of the order the plan relies on
  * (impossible where streamedMomentsPlan allows the scan) is reported as GraphErrorEdgeOrder in `status`.
  */
 template <typename real>
-void launchStreamedMoments(const GraphModelParams<real>& model, const StreamedMomentsPlan& plan, const real* tableByKnot,
+void launchStreamedMoments(const GraphModelParams<real>& model, const StreamedScanPlan& plan, const real* tableByKnot,
                            const real* nodeWeights, const double* positions, const int* types, const int* centers, const int* blocks,
                            int numBlocks, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity, real* moments,
                            GraphStatus* status, cudaStream_t stream);
+
+/** The force scan's plan (no interaction block: slots == 0 otherwise), as streamedMomentsPlan. */
+template <typename real> StreamedScanPlan streamedForcesPlan(const GraphModelParams<real>& model, int maxSharedBytes);
+
+/** Allows the streamed force kernel of `model`'s shape plan.sharedBytes of dynamic shared memory; false if it cannot run. */
+template <typename real> bool configureStreamedForces(const GraphModelParams<real>& model, const StreamedScanPlan& plan);
+
+/**
+ * The forces of launchForces for a model without an interaction block (bitwise the same: each edge's force is the
+ * same and goes into the fixed-point buffer on its own), the table streamed through shared memory: tableByKnot the
+ * streamedTableLayout of the radial table, gradA dE/dA [node][H][M], `blocks` [numBlocks][4] from streamedScanBlocks
+ * over `centers` with the plan's centersPerBlock.  Forces are added to forceBuffer[slotOfNode[i] + c * paddedAtoms]
+ * (64-bit fixed point, device memory); errors (a force beyond the fixed-point range, an edge out of order) go to
+ * `status`.
+ */
+template <typename real>
+void launchStreamedForces(const GraphModelParams<real>& model, const StreamedScanPlan& plan, const real* tableByKnot, const real* gradA,
+                          const double* positions, const int* types, const int* centers, const int* blocks, int numBlocks,
+                          GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity, const int* slotOfNode,
+                          long long* forceBuffer, int paddedAtoms, GraphStatus* status, cudaStream_t stream);
 
 /**
  * Invariants D[l][k][k'] = sum_m X[lm][k] A[lm][k'] of the centers

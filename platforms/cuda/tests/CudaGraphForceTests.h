@@ -549,6 +549,82 @@ TEST(CudaGraphForce, StreamedMomentsScanThatCannotRunIsExplained) {
     EXPECT_TRUE(std::isfinite(context.getState(State::Energy).getPotentialEnergy()));
 }
 
+/**
+ * The streamed force scan (CudaForceScan "streamed", StreamedForcesKernels.cu) across its shapes: lane groups of 4, 8,
+ * 16 and 32 (16 to 128 channels in single and mixed precision; 8 to 64 and two vectors a lane in double), groups with
+ * idle lanes (36 channels), one or two centers a group (l_max 0 to 2), three types over 700 particles (every type's
+ * last block partial) and tables of 40 to 400 intervals (the ring wraps many times a block).  Each edge's force is
+ * computed as the row scan computes it and goes into the fixed-point buffer on its own, so the forces are bitwise those
+ * of CudaForceScan "rows" (the energy does not involve the force scan), with the moments of either moments scan (the
+ * streamed one shares the table laid out by knot); and
+ * they agree with the Reference platform.
+ */
+TEST(CudaGraphForce, StreamedForceScanGivesTheRowScansForces) {
+    struct Shape {
+        int channels, lMax, intervals;
+    };
+    const std::vector<Shape> shapes = {{16, 0, 40}, {32, 1, 400}, {36, 1, 100}, {64, 2, 400}, {128, 2, 40}};
+    for (size_t s = 0; s < shapes.size(); s++) {
+        GraphTest::ModelOptions options;
+        options.numTypes = 3;
+        options.numChannels = shapes[s].channels;
+        options.lMax = shapes[s].lMax;
+        options.intervals = shapes[s].intervals;
+        for (const std::string moments : {"rows", "streamed"}) {
+            SCOPED_TRACE("channels " + std::to_string(options.numChannels) + ", l_max " + std::to_string(options.lMax) + ", intervals " +
+                         std::to_string(options.intervals) + ", CudaMomentsScan " + moments);
+            Configuration config = makeConfiguration(Geometry::Cubic, 700, 3, 70 + (unsigned) s);
+            GraphForce* force;
+            std::unique_ptr<System> system(makeSystem(config, options, &force));
+            force->setProperty("CudaMomentsScan", moments);
+            force->setProperty("CudaForceScan", "rows");
+            const Result rows = evaluateOnTestPlatform(*system, config.positions);
+            force->setProperty("CudaForceScan", "streamed");
+            const Result streamed = evaluateOnTestPlatform(*system, config.positions);
+            EXPECT_EQ(streamed.energy, rows.energy);
+            for (size_t i = 0; i < rows.forces.size(); i++)
+                for (int c = 0; c < 3; c++)
+                    ASSERT_EQ(streamed.forces[i][c], rows.forces[i][c]) << "particle " << i << ", component " << c;
+            if (moments == "rows")
+                checkAgainstReference(*system, config.positions);
+        }
+    }
+}
+
+/**
+ * CudaForceScan "streamed" where the scan cannot run is an error that says why: a model with an interaction block (its
+ * force terms need a second table) and 5 channels (not whole 16-byte vectors).  "auto" then runs.
+ */
+TEST(CudaGraphForce, StreamedForceScanThatCannotRunIsExplained) {
+    struct Case {
+        int channels, interactions;
+        std::string expected;
+    };
+    for (const Case& test : {Case{32, 1, "interaction block"}, Case{5, 0, "5 channels"}}) {
+        GraphTest::ModelOptions options;
+        options.numChannels = test.channels;
+        options.numInteractions = test.interactions;
+        Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 39);
+        GraphForce* force;
+        std::unique_ptr<System> system(makeSystem(config, options, &force));
+        force->setProperty("CudaForceScan", "streamed");
+        VerletIntegrator integrator(0.001);
+        try {
+            Context context(*system, integrator, testPlatform(), testPlatformProperties());
+            ADD_FAILURE() << "no exception for " << test.expected;
+        }
+        catch (const OpenMMException& error) {
+            const std::string what = error.what();
+            EXPECT_NE(what.find("CudaForceScan is \"streamed\""), std::string::npos) << what;
+            EXPECT_NE(what.find(test.expected), std::string::npos) << what;
+        }
+        force->setProperty("CudaForceScan", "auto");
+        Context context(*system, integrator, testPlatform(), testPlatformProperties());
+        context.setPositions(config.positions);
+        EXPECT_TRUE(std::isfinite(context.getState(State::Energy).getPotentialEnergy()));
+    }
+}
+
 /** The multiprocessors of the test platform's device (CUDA driver API), 0 if they cannot be counted. */
 int testDeviceMultiprocessors() {
     System system;
@@ -566,7 +642,7 @@ int testDeviceMultiprocessors() {
 
 /**
  * CudaMomentsScan "auto" takes the streamed scan for lane groups of 16 or 32 (more than 32 channels) in single and
- * mixed precision where the centers fill at least StreamedMomentsPlan::MinWaves (2) waves of its blocks, one block a
+ * mixed precision where the centers fill at least StreamedScanPlan::MinWaves (2) waves of its blocks, one block a
  * multiprocessor, and the row scan otherwise (docs/cuda-platform.md): its energy and forces are bitwise those of the
  * scan it should take.  300 particles are too few for any device (the medium grade's shape, 64 channels and l_max 2,
  * takes 60 centers a block in fp32); 2 x 60 x the multiprocessors + 1,000 are enough (16,840 on an H200).  The two scans add each center's
@@ -761,4 +837,9 @@ TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
     EXPECT_EQ("auto", force->getProperty("CudaMomentsScan"));
     force->setProperty("CudaMomentsScan", "streamed");
     EXPECT_EQ("streamed", force->getProperty("CudaMomentsScan"));
+    for (const char* bad : {"", "stream", "Rows", "pairs"})
+        EXPECT_THROW(force->setProperty("CudaForceScan", bad), OpenMMException) << bad;
+    EXPECT_EQ("auto", force->getProperty("CudaForceScan"));
+    force->setProperty("CudaForceScan", "streamed");
+    EXPECT_EQ("streamed", force->getProperty("CudaForceScan"));
 }
