@@ -293,18 +293,13 @@ def test_properties(modelBytes):
     assert force.getProperty("CudaFusedTileRows") == "8"
     force.setProperty("CudaNeighborSearch", "cells")
     assert force.getProperty("CudaNeighborSearch") == "cells"
-    assert force.getProperty("CudaMomentsScan") == "auto"
-    for bad in ["", "stream", "Rows", "true"]:
-        with pytest.raises(openmm.OpenMMException, match=f"CudaMomentsScan must be \"auto\", \"rows\" or \"streamed\", found \"{bad}\""):
-            force.setProperty("CudaMomentsScan", bad)
-    force.setProperty("CudaMomentsScan", "streamed")
-    assert force.getProperty("CudaMomentsScan") == "streamed"
-    assert force.getProperty("CudaForceScan") == "auto"
-    for bad in ["", "stream", "Rows", "pairs"]:
-        with pytest.raises(openmm.OpenMMException, match=f"CudaForceScan must be \"auto\", \"rows\" or \"streamed\", found \"{bad}\""):
-            force.setProperty("CudaForceScan", bad)
-    force.setProperty("CudaForceScan", "streamed")
-    assert force.getProperty("CudaForceScan") == "streamed"
+    for scan in ("CudaMomentsScan", "CudaForceScan"):
+        assert force.getProperty(scan) == "auto"
+        for bad in ["", "stream", "Rows", "true"]:
+            with pytest.raises(openmm.OpenMMException, match=f"{scan} must be \"auto\", \"rows\" or \"streamed\", found \"{bad}\""):
+                force.setProperty(scan, bad)
+        force.setProperty(scan, "streamed")
+        assert force.getProperty(scan) == "streamed"
 
 
 # --------------------------------------------------------------------------

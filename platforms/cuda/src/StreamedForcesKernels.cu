@@ -25,43 +25,24 @@ constexpr int ForceGradientRegisters = 36;
  * One edge of a group's window over a row (shared memory) for the force scan: the Hermite basis of its r and of its
  * derivative in parity order (HermiteBasis::value and slope), its unit vector u (i to j) and 1 / r, the neighbour, the
  * offset of its neighbour type's table in a ring slot, and its interval; the row scan stages the same values
- * (EdgeStage, Full).  Entry s is filled by lane s of the group and read by all of them (16-byte broadcasts).  Past the
- * row's end: interval K (no stage takes it).
+ * (EdgeStage, Full).  Entry s is filled by lane s of the group (fillEntry) and read by all of them (16-byte broadcasts).
  */
 template <typename real, int LMAX> struct alignas(16) ForceEdge {
     real basis[6], slope[6], u[3], invR;
     int j, tableOffset, interval;
-    int nextJ; ///< the neighbour of the edge `depth` further on (loaded by fill for the entry's next fill)
+    int nextJ; ///< the neighbour of the edge `depth` further on (loaded by fillEntry for the entry's next fill)
 
-    /**
-     * Edge e of center i's row of `count` edges (j its neighbour; past the row's end, i and a harmless entry), and the
-     * neighbour of edge e + depth for the next fill of this entry.
-     */
-    __device__ void fill(const GraphModelParams<real>& model, const double* positions, const int* types, const int* neighbors, int capacity,
-                         int i, int e, int j, int count, int depth, const GraphBox<double>& box) {
-        if (e < count) {
-            real uu[3];
-            const real r = edgeGeometry(positions, i, j, box, uu);
-            const HermiteBasis<real> hermite(r, model);
+    /** The edge's own values (fillEntry): its bases, unit vector and 1 / r. */
+    __device__ void set(const HermiteBasis<real>& hermite, real r, const real uu[3]) {
 #pragma unroll
-            for (int w = 0; w < 6; w++) {
-                basis[w] = hermite.value[w];
-                slope[w] = hermite.slope[w];
-            }
+        for (int w = 0; w < 6; w++) {
+            basis[w] = hermite.value[w];
+            slope[w] = hermite.slope[w];
+        }
 #pragma unroll
-            for (int c = 0; c < 3; c++)
-                u[c] = uu[c];
-            invR = real(1) / r;
-            this->j = j;
-            tableOffset = types[j] * (LMAX + 1) * 3 * model.numChannels;
-            interval = hermite.interval;
-        }
-        else {
-            this->j = i;
-            tableOffset = 0;
-            interval = model.radialIntervals;
-        }
-        nextJ = e + depth < count ? neighbors[(size_t) i * capacity + e + depth] : i;
+        for (int c = 0; c < 3; c++)
+            u[c] = uu[c];
+        invR = real(1) / r;
     }
 };
 
@@ -126,19 +107,12 @@ template <typename real, int LMAX, typename Shape> struct ForcesBody {
 #pragma unroll
                 for (int l = 0; l <= LMAX; l++) {
                     // R and dR/dr of this lane's channels: channelsFromKnots' sums, in its order.
-                    real knot[6][V];
-#pragma unroll
-                    for (int w = 0; w < 3; w++) {
-                        loadVector<real, V>(even + l * 3 * M + w * M + k0, knot[w]);
-                        loadVector<real, V>(odd + l * 3 * M + w * M + k0, knot[w + 3]);
-                    }
-                    real value[V], deriv[V];
+                    real knot[6][V], value[V], deriv[V];
+                    loadKnots<real, V>(even, odd, l, k0, M, knot);
 #pragma unroll
                     for (int v = 0; v < V; v++) {
-                        value[v] = knot[0][v] * edge.basis[0] + knot[1][v] * edge.basis[1] + knot[2][v] * edge.basis[2] +
-                                   knot[3][v] * edge.basis[3] + knot[4][v] * edge.basis[4] + knot[5][v] * edge.basis[5];
-                        deriv[v] = knot[0][v] * edge.slope[0] + knot[1][v] * edge.slope[1] + knot[2][v] * edge.slope[2] +
-                                   knot[3][v] * edge.slope[3] + knot[4][v] * edge.slope[4] + knot[5][v] * edge.slope[5];
+                        value[v] = knotSum<real, V>(knot, v, edge.basis);
+                        deriv[v] = knotSum<real, V>(knot, v, edge.slope);
                     }
 #pragma unroll
                     for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)
@@ -179,25 +153,15 @@ __global__ void __launch_bounds__(Threads, 1)
 } // namespace
 
 template <typename real> StreamedScanPlan streamedForcesPlan(const GraphModelParams<real>& model, int maxSharedBytes) {
-    StreamedScanPlan plan;
     if (model.numInteractions != 0) // the row scan sums two tables' terms an edge; the ring holds one
-        return plan;
-    dispatchStreamedShape<real>(model.lMax, model.numChannels, [&](auto l, auto shape) {
-        using Body = ForcesBody<real, decltype(l)::value, decltype(shape)>;
-        plan = ringPlan<real>(model, maxSharedBytes, Consumers * decltype(shape)::Groups * Body::Centers, decltype(shape)::LPE,
-                              windowBytes<typename Body::Edge, decltype(shape), Body::Centers>());
-    });
-    return plan;
+        return StreamedScanPlan();
+    return bodyPlan<real>(model, maxSharedBytes,
+                          [](auto l, auto shape) { return BodyTag<ForcesBody<real, decltype(l)::value, decltype(shape)>>(); });
 }
 
 template <typename real> bool configureStreamedForces(const GraphModelParams<real>& model, const StreamedScanPlan& plan) {
-    bool ok = plan.slots > 0;
-    dispatchStreamedShape<real>(model.lMax, model.numChannels, [&](auto l, auto shape) {
-        auto kernel = streamedForcesKernel<real, decltype(l)::value, decltype(shape)>;
-        ok = ok && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) plan.sharedBytes) == cudaSuccess;
-    });
-    cudaGetLastError(); // reported by the return value, not left for the next launch's check
-    return ok;
+    return allowSharedMemory<real>(
+        model, plan, [](auto l, auto shape) { return std::array{streamedForcesKernel<real, decltype(l)::value, decltype(shape)>}; });
 }
 
 template <typename real>

@@ -21,42 +21,24 @@ constexpr int MomentSumRegisters = 72;
  * One edge of a group's window over a row (shared memory), everything its lanes need and nothing computed twice: the
  * Hermite basis of its r in parity order (HermiteBasis::value), its harmonics, the neighbour (for the node weights),
  * the offset of its neighbour type's table in a ring slot, and its interval.  Entry s is filled by lane s of the group
- * and read by all of them (16-byte broadcasts).  Past the row's end: interval K (the table's intervals, so that no
- * stage takes it).
+ * (fillEntry) and read by all of them (16-byte broadcasts).
  */
 template <typename real, int LMAX> struct alignas(16) MomentEdge {
     static constexpr int H = (LMAX + 1) * (LMAX + 1);
     real basis[6], Y[H];
     int j, tableOffset, interval;
-    int nextJ; ///< the neighbour of the edge `depth` further on (loaded by fill for the entry's next fill)
+    int nextJ; ///< the neighbour of the edge `depth` further on (loaded by fillEntry for the entry's next fill)
 
-    /**
-     * Edge e of center i's row of `count` edges (j its neighbour; past the row's end, i and a harmless entry), and the
-     * neighbour of edge e + depth for the next fill of this entry.
-     */
-    __device__ void fill(const GraphModelParams<real>& model, const double* positions, const int* types, const int* neighbors, int capacity,
-                         int i, int e, int j, int count, int depth, const GraphBox<double>& box) {
-        if (e < count) {
-            real u[3], grad[MaxHarmonics][3], harmonic[MaxHarmonics];
-            const real r = edgeGeometry(positions, i, j, box, u);
-            const HermiteBasis<real> hermite(r, model);
-            harmonics(LMAX, u, harmonic, grad);
+    /** The edge's own values (fillEntry): its basis and harmonics. */
+    __device__ void set(const HermiteBasis<real>& hermite, real r, const real u[3]) {
+        real grad[MaxHarmonics][3], harmonic[MaxHarmonics];
+        harmonics(LMAX, u, harmonic, grad);
 #pragma unroll
-            for (int w = 0; w < 6; w++)
-                basis[w] = hermite.value[w];
+        for (int w = 0; w < 6; w++)
+            basis[w] = hermite.value[w];
 #pragma unroll
-            for (int lm = 0; lm < H; lm++)
-                Y[lm] = harmonic[lm];
-            this->j = j;
-            tableOffset = types[j] * (LMAX + 1) * 3 * model.numChannels;
-            interval = hermite.interval;
-        }
-        else {
-            this->j = i;
-            tableOffset = 0;
-            interval = model.radialIntervals;
-        }
-        nextJ = e + depth < count ? neighbors[(size_t) i * capacity + e + depth] : i;
+        for (int lm = 0; lm < H; lm++)
+            Y[lm] = harmonic[lm];
     }
 };
 
@@ -96,15 +78,10 @@ template <typename real, int LMAX, typename Shape, bool Weighted> struct Moments
 #pragma unroll
             for (int l = 0; l <= LMAX; l++) {
                 real knot[6][V];
-#pragma unroll
-                for (int w = 0; w < 3; w++) {
-                    loadVector<real, V>(even + l * 3 * M + w * M + k0, knot[w]);
-                    loadVector<real, V>(odd + l * 3 * M + w * M + k0, knot[w + 3]);
-                }
+                loadKnots<real, V>(even, odd, l, k0, M, knot);
 #pragma unroll
                 for (int v = 0; v < V; v++)
-                    R[l][x * V + v] = knot[0][v] * basis[0] + knot[1][v] * basis[1] + knot[2][v] * basis[2] + knot[3][v] * basis[3] +
-                                      knot[4][v] * basis[4] + knot[5][v] * basis[5];
+                    R[l][x * V + v] = knotSum<real, V>(knot, v, basis);
             }
         }
 #pragma unroll
@@ -163,24 +140,15 @@ __global__ void __launch_bounds__(Threads, 1)
 } // namespace
 
 template <typename real> StreamedScanPlan streamedMomentsPlan(const GraphModelParams<real>& model, int maxSharedBytes) {
-    StreamedScanPlan plan;
-    dispatchStreamedShape<real>(model.lMax, model.numChannels, [&](auto l, auto shape) {
-        using Body = MomentsBody<real, decltype(l)::value, decltype(shape), false>;
-        plan = ringPlan<real>(model, maxSharedBytes, Consumers * decltype(shape)::Groups * Body::Centers, decltype(shape)::LPE,
-                              windowBytes<typename Body::Edge, decltype(shape), Body::Centers>());
-    });
-    return plan;
+    return bodyPlan<real>(model, maxSharedBytes,
+                          [](auto l, auto shape) { return BodyTag<MomentsBody<real, decltype(l)::value, decltype(shape), false>>(); });
 }
 
 template <typename real> bool configureStreamedMoments(const GraphModelParams<real>& model, const StreamedScanPlan& plan) {
-    bool ok = plan.slots > 0;
-    dispatchStreamedShape<real>(model.lMax, model.numChannels, [&](auto l, auto shape) {
-        for (auto kernel : {streamedMomentsKernel<real, decltype(l)::value, decltype(shape), false>,
-                            streamedMomentsKernel<real, decltype(l)::value, decltype(shape), true>})
-            ok = ok && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) plan.sharedBytes) == cudaSuccess;
+    return allowSharedMemory<real>(model, plan, [](auto l, auto shape) {
+        return std::array{streamedMomentsKernel<real, decltype(l)::value, decltype(shape), false>,
+                          streamedMomentsKernel<real, decltype(l)::value, decltype(shape), true>};
     });
-    cudaGetLastError(); // reported by the return value, not left for the next launch's check
-    return ok;
 }
 
 template <typename real>

@@ -26,6 +26,7 @@
 #include "GraphKernelLaunch.h"
 #include "NetworkDeviceFunctions.cuh"
 #include <algorithm>
+#include <array>
 
 namespace GraphPlugin {
 
@@ -84,6 +85,53 @@ __device__ inline void bulkLoad(unsigned dst, const void* src, unsigned bytes, u
 }
 
 /**
+ * The six table values (parity order: f, f', f'' of the even knot, then of the odd one) of channels k0 .. k0 + V - 1 of
+ * degree l at an edge, from its interval's `even` and `odd` knots of its neighbour type in the ring ([L+1][3][M] reals
+ * each, shared memory).
+ */
+template <typename real, int V>
+__device__ inline void loadKnots(const real* even, const real* odd, int l, int k0, int M, real (&knot)[6][V]) {
+#pragma unroll
+    for (int w = 0; w < 3; w++) {
+        loadVector<real, V>(even + l * 3 * M + w * M + k0, knot[w]);
+        loadVector<real, V>(odd + l * 3 * M + w * M + k0, knot[w + 3]);
+    }
+}
+
+/** sum_s knot[s][v] coefficient[s] in slot order: channelsFromKnots' sum (R with HermiteBasis::value, dR/dr with slope). */
+template <typename real, int V> __device__ inline real knotSum(const real (&knot)[6][V], int v, const real* coefficient) {
+    return knot[0][v] * coefficient[0] + knot[1][v] * coefficient[1] + knot[2][v] * coefficient[2] + knot[3][v] * coefficient[3] +
+           knot[4][v] * coefficient[4] + knot[5][v] * coefficient[5];
+}
+
+/**
+ * Window entry `entry` (Body::Edge) becomes edge e of center i's row of `count` edges, j its neighbour: the entry's
+ * own values (Edge::set, from the edge's r, unit vector u and Hermite basis), the neighbour, its type's offset in a
+ * ring slot and the interval; past the row's end, interval K (the table's intervals, so that no stage takes it), j = i
+ * and nothing else.  And the neighbour of edge e + depth, for the entry's next fill.
+ */
+template <int LMAX, typename real, typename Edge>
+__device__ inline void fillEntry(Edge& entry, const GraphModelParams<real>& model, const double* positions, const int* types,
+                                 const int* neighbors, int capacity, int i, int e, int j, int count, int depth,
+                                 const GraphBox<double>& box) {
+    if (e < count) {
+        real u[3];
+        const real r = edgeGeometry(positions, i, j, box, u);
+        const HermiteBasis<real> hermite(r, model);
+        entry.set(hermite, r, u);
+        entry.j = j;
+        entry.tableOffset = types[j] * (LMAX + 1) * 3 * model.numChannels;
+        entry.interval = hermite.interval;
+    }
+    else {
+        entry.j = i;
+        entry.tableOffset = 0;
+        entry.interval = model.radialIntervals;
+    }
+    entry.nextJ = e + depth < count ? neighbors[(size_t) i * capacity + e + depth] : i;
+}
+
+/**
  * The streamed scan of this block (a kernel of Threads threads calls it and nothing else): block b takes
  * centers[blocks[b].x .. + blocks[b].y), all of type blocks[b].z.  Warp Consumers is the producer; in the others, lane
  * group g (Shape::LPE lanes) takes the block's centers g * CPG .. g * CPG + CPG - 1 (CPG = Body::Centers), lane s of it
@@ -96,8 +144,8 @@ __device__ inline void bulkLoad(unsigned dst, const void* src, unsigned bytes, u
  * window used up is refilled with the row's next edges, whose neighbours were loaded when it was last filled.
  *
  * Body (one object a thread, its state in registers):
- *  - `Edge`: a window entry, 16-byte aligned, with j, tableOffset, interval and nextJ and
- *    fill(model, positions, types, neighbors, capacity, i, e, j, count, depth, box) (the scans' own data besides);
+ *  - `Edge`: a window entry, 16-byte aligned, with j, tableOffset, interval and nextJ (fillEntry) and the scan's own
+ *    values, set(hermite, r, u) (HermiteBasis of the edge's r, its unit vector u);
  *  - `Centers`: centers a group takes;
  *  - begin(c, node, sub): before the first stage, for the group's center c (node -1: none);
  *  - edge(c, node, edge, even, odd, sub): one edge of center c's row, in row order, with its interval's even and odd
@@ -149,7 +197,7 @@ __device__ inline void streamedScan(Body& body, const GraphModelParams<real>& mo
         if (warp < Consumers && sub < Depth) {
             Edge& entry = windows[c * Depth + sub];
             const int j = sub < count ? neighbors[(size_t) i * capacity + sub] : i;
-            entry.fill(model, positions, types, neighbors, capacity, i, sub, j, count, Depth, box);
+            fillEntry<LMAX>(entry, model, positions, types, neighbors, capacity, i, sub, j, count, Depth, box);
             if (sub == 0) {
                 rows[c] = make_int2(node, count);
                 if (entry.interval < K)
@@ -233,7 +281,7 @@ __device__ inline void streamedScan(Body& body, const GraphModelParams<real>& mo
                     const int2 row = rows[c];
                     const int i = max(row.x, 0), e = cursor[c] + sub;
                     Edge& entry = windows[c * Depth + sub];
-                    entry.fill(model, positions, types, neighbors, capacity, i, e, entry.nextJ, row.y, Depth, box);
+                    fillEntry<LMAX>(entry, model, positions, types, neighbors, capacity, i, e, entry.nextJ, row.y, Depth, box);
                 }
                 __syncwarp(groupMask);
             }
@@ -297,6 +345,37 @@ StreamedScanPlan ringPlan(const GraphModelParams<real>& model, int maxSharedByte
     plan.stageIntervals = std::max(1, std::min(StreamedScanPlan::MaxStageIntervals, (fit - 1) / 3));
     plan.sharedBytes = plan.slots * perSlot + windowBytes;
     return plan;
+}
+
+/** A Body type as a value, for bodyPlan. */
+template <typename T> struct BodyTag { using type = T; };
+
+/** The plan (ringPlan) of the scan whose Body for the model's (l, shape) is bodyFor(l, shape)'s BodyTag. */
+template <typename real, typename BodyFor>
+StreamedScanPlan bodyPlan(const GraphModelParams<real>& model, int maxSharedBytes, BodyFor bodyFor) {
+    StreamedScanPlan plan;
+    dispatchStreamedShape<real>(model.lMax, model.numChannels, [&](auto l, auto shape) {
+        using Body = typename decltype(bodyFor(l, shape))::type;
+        using Shape = decltype(shape);
+        plan = ringPlan<real>(model, maxSharedBytes, Consumers * Shape::Groups * Body::Centers, Shape::LPE,
+                              windowBytes<typename Body::Edge, Shape, Body::Centers>());
+    });
+    return plan;
+}
+
+/**
+ * Allows the kernels kernelsFor(l, shape) (a std::array) of the model's shape plan.sharedBytes of dynamic shared memory;
+ * false if the plan or the device refuses.
+ */
+template <typename real, typename KernelsFor>
+bool allowSharedMemory(const GraphModelParams<real>& model, const StreamedScanPlan& plan, KernelsFor kernelsFor) {
+    bool ok = plan.slots > 0;
+    dispatchStreamedShape<real>(model.lMax, model.numChannels, [&](auto l, auto shape) {
+        for (auto kernel : kernelsFor(l, shape))
+            ok = ok && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) plan.sharedBytes) == cudaSuccess;
+    });
+    cudaGetLastError(); // reported by the return value, not left for the next launch's check
+    return ok;
 }
 
 } // namespace streamed
