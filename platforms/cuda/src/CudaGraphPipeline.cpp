@@ -56,6 +56,7 @@ public:
         statusCheck = !rankSums && numCenters == n && n > 0 ? options.statusCheck : CudaStatusCheck::Current;
         ContextSelector selector(cu);
         GRAPH_CU_CHECK(cuDeviceGetAttribute(&numMultiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cu.getDevice()));
+        GRAPH_CU_CHECK(cuDeviceGetAttribute(&maxSharedPerBlock, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cu.getDevice()));
         const GraphModel& m = *model;
         if (m.numChannels > 32 * 4)
             throw OpenMMException("GraphForce: the CUDA platform supports at most 128 channels (n_channels); this model has " +
@@ -643,7 +644,6 @@ private:
             if (fusedShape.width[l] > MaxFusedWidth)
                 return std::string(l == 0 ? "the descriptor" : "a hidden layer") + " has " + std::to_string(fusedShape.width[l]) +
                        " entries (at most " + std::to_string(MaxFusedWidth) + " are fused)";
-        GRAPH_CU_CHECK(cuDeviceGetAttribute(&maxFusedShared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cu.getDevice()));
         const bool hasClusters = cu.getComputeCapability() >= 9.0;
         if (cluster > 1 && !hasClusters)
             return "CudaFusedCluster is " + std::to_string(cluster) + " but the device (compute capability " +
@@ -680,10 +680,10 @@ private:
         for (;; rows /= 2) {
             fusedShape.tileRows = rows;
             const size_t bytes = fusedLayout(fusedShape, H * M, sizeof(real));
-            if (bytes <= (size_t) maxFusedShared)
+            if (bytes <= (size_t) maxSharedPerBlock)
                 return "";
             const std::string tooBig = "a tile of " + std::to_string(rows) + " rows needs " + std::to_string(bytes / 1024) +
-                                       " KB of shared memory, more than the device's " + std::to_string(maxFusedShared / 1024) +
+                                       " KB of shared memory, more than the device's " + std::to_string(maxSharedPerBlock / 1024) +
                                        " KB per block";
             if (tileRows != 0)
                 return "CudaFusedTileRows is " + std::to_string(tileRows) + ", and " + tooBig +
@@ -724,15 +724,16 @@ private:
         for (int rows = tileRows != 0 ? tileRows : 16; rows <= (tileRows != 0 ? tileRows : mostRows); rows *= 2) {
             fusedShape.tileRows = rows;
             const size_t bytes = clusterLayout(fusedShape, H * M, sizeof(real));
-            if (bytes > (size_t) maxFusedShared) {
+            if (bytes > (size_t) maxSharedPerBlock) {
                 if (why.empty())
                     why = "a tile of " + std::to_string(rows) + " rows over a cluster of " + std::to_string(S) + " blocks needs " +
                           std::to_string(bytes / 1024) + " KB of shared memory per block (with the block's slices of the weights), " +
-                          "more than the device's " + std::to_string(maxFusedShared / 1024) + " KB; set CudaFusedCluster to a larger size" +
+                          "more than the device's " + std::to_string(maxSharedPerBlock / 1024) +
+                          " KB; set CudaFusedCluster to a larger size" +
                           (tileRows != 0 ? " or CudaFusedTileRows to fewer rows or to \"auto\"" : "");
                 break;
             }
-            const int active = configureClusterFitting<real>(fusedShape, maxFusedShared);
+            const int active = configureClusterFitting<real>(fusedShape, maxSharedPerBlock);
             if (active < 1) {
                 if (why.empty())
                     why = "the device cannot run a cluster of " + std::to_string(S) + " blocks with " + std::to_string(bytes / 1024) +
@@ -769,7 +770,7 @@ private:
         if (mode == CudaResidentWeights::Auto && tiles > numMultiprocessors)
             return;
         const size_t streamed = (size_t) fusedShape.totalElements * sizeof(real);
-        fusedResidentLayout(fusedShape, sizeof(real), (size_t) maxFusedShared);
+        fusedResidentLayout(fusedShape, sizeof(real), (size_t) maxSharedPerBlock);
         if (mode == CudaResidentWeights::Required && fusedShape.residentFrom == fusedShape.numLayers) {
             if (fusedShape.numLayers == 1)
                 throw OpenMMException("GraphForce: CudaFusedResidentWeights is \"true\" but the fitting network has one hidden layer, "
@@ -777,7 +778,7 @@ private:
             const size_t need = (size_t) fusedResidentLayerElements(fusedShape, fusedShape.numLayers - 1, sizeof(real)) * sizeof(real);
             throw OpenMMException("GraphForce: CudaFusedResidentWeights is \"true\" but the last hidden layer's weights (" +
                                   std::to_string(need / 1024) + " KB) do not fit beside the tile's " + std::to_string(streamed / 1024) +
-                                  " KB in the device's " + std::to_string(maxFusedShared / 1024) +
+                                  " KB in the device's " + std::to_string(maxSharedPerBlock / 1024) +
                                   " KB of shared memory per block; set CudaFusedResidentWeights to \"auto\" or \"false\", or "
                                   "CudaFusedTileRows to fewer rows");
         }
@@ -799,24 +800,16 @@ private:
             return;
         const bool required = mode == CudaMomentsScan::Streamed;
         const GraphModel& m = *model;
-        int maxShared = 0;
-        GRAPH_CU_CHECK(cuDeviceGetAttribute(&maxShared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cu.getDevice()));
         // Where the scan cannot run: an OpenMMException saying why when it was asked for, the row scan for "auto".
         auto refuse = [&](const std::string& why) {
             if (required)
                 throw OpenMMException("GraphForce: CudaMomentsScan is \"streamed\" but " + why +
                                       "; set CudaMomentsScan to \"auto\" or \"rows\"");
         };
-        if (cu.getComputeCapability() < 9.0)
-            return refuse("the device (compute capability " + std::to_string(cu.getComputeCapability()) +
-                          ") has no tensor memory access (TMA) bulk copies (9.0 and later)");
-        streamedPlan = streamedMomentsPlan<real>(params, maxShared);
-        if (streamedPlan.slots == 0)
-            return refuse("the model cannot use it: " + std::to_string(M) + " channels of " + std::to_string(sizeof(real) * 8) +
-                          "-bit reals (a multiple of 16 bytes is needed), " + std::to_string(m.numTypes) + " types, l_max " +
-                          std::to_string(m.lMax) + " and " + std::to_string(maxShared / 1024) +
-                          " KB of shared memory a block (4 knots of the table are needed), or table intervals of " +
-                          std::to_string(m.radialDr) + " nm, too fine for its ring (docs/cuda-platform.md)");
+        streamedPlan = streamedMomentsPlan<real>(params, maxSharedPerBlock);
+        const std::string obstacle = streamedScanObstacle(streamedPlan);
+        if (!obstacle.empty())
+            return refuse(obstacle);
         // "auto": groups of 8 or fewer lanes (a warp's four or more groups run their centers' loops side by side) were
         // 2x slower than the row scan at small 100,800; double precision was not measured (bench/NOTES.md v30).  Every
         // block streams its type's whole table, however few its centers' edges: with fewer than MinWaves waves of
@@ -827,11 +820,35 @@ private:
              (long long) numCenters < (long long) StreamedScanPlan::MinWaves * numMultiprocessors * streamedPlan.centersPerBlock))
             return;
         if (!configureStreamedMoments<real>(params, streamedPlan))
-            return refuse("the device refused " + std::to_string(streamedPlan.sharedBytes / 1024) + " KB of shared memory for it");
+            return refuse(sharedMemoryRefused(streamedPlan));
         streamedMoments = true;
         radialTableByKnot = tableByKnot(m.radialTable, "graphRadialTableByKnot");
         if (m.numInteractions == 1)
             interactionTableByKnot = tableByKnot(m.interactionTable, "graphInteractionTableByKnot");
+    }
+
+    /**
+     * Why a streamed scan with `plan` cannot run the model on this device (no
+     * TMA bulk copies before compute capability 9.0; plan.slots == 0:
+     * streamedMomentsPlan, streamedForcesPlan), or "" if it can.
+     */
+    std::string streamedScanObstacle(const StreamedScanPlan& plan) const {
+        const GraphModel& m = *model;
+        if (cu.getComputeCapability() < 9.0)
+            return "the device (compute capability " + std::to_string(cu.getComputeCapability()) +
+                   ") has no tensor memory access (TMA) bulk copies (9.0 and later)";
+        if (plan.slots == 0)
+            return "the model cannot use it: " + std::to_string(M) + " channels of " + std::to_string(sizeof(real) * 8) +
+                   "-bit reals (a multiple of 16 bytes is needed), " + std::to_string(m.numTypes) + " types, l_max " +
+                   std::to_string(m.lMax) + " and " + std::to_string(maxSharedPerBlock / 1024) +
+                   " KB of shared memory a block (4 knots of the table are needed), or table intervals of " + std::to_string(m.radialDr) +
+                   " nm, too fine for its ring (docs/cuda-platform.md)";
+        return "";
+    }
+
+    /** The reason given where the device refuses a streamed scan's kernels plan.sharedBytes of shared memory. */
+    static std::string sharedMemoryRefused(const StreamedScanPlan& plan) {
+        return "the device refused " + std::to_string(plan.sharedBytes / 1024) + " KB of shared memory for it";
     }
 
     /** A table of the model [T][T][L+1][K+1][3][M] on the device laid out by knot for the streamed scans (streamedTableLayout). */
@@ -857,23 +874,15 @@ private:
         auto refuse = [&](const std::string& why) {
             throw OpenMMException("GraphForce: CudaForceScan is \"streamed\" but " + why + "; set CudaForceScan to \"auto\" or \"rows\"");
         };
-        if (cu.getComputeCapability() < 9.0)
-            refuse("the device (compute capability " + std::to_string(cu.getComputeCapability()) +
-                   ") has no tensor memory access (TMA) bulk copies (9.0 and later)");
         if (m.numInteractions != 0)
             refuse("the model has an interaction block, whose force terms need a second table (the streamed force scan takes models "
                    "without one)");
-        int maxShared = 0;
-        GRAPH_CU_CHECK(cuDeviceGetAttribute(&maxShared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, cu.getDevice()));
-        streamedForcePlan = streamedForcesPlan<real>(params, maxShared);
-        if (streamedForcePlan.slots == 0)
-            refuse("the model cannot use it: " + std::to_string(M) + " channels of " + std::to_string(sizeof(real) * 8) +
-                   "-bit reals (a multiple of 16 bytes is needed), " + std::to_string(m.numTypes) + " types, l_max " +
-                   std::to_string(m.lMax) + " and " + std::to_string(maxShared / 1024) +
-                   " KB of shared memory a block (4 knots of the table are needed), or table intervals of " + std::to_string(m.radialDr) +
-                   " nm, too fine for its ring (docs/cuda-platform.md)");
+        streamedForcePlan = streamedForcesPlan<real>(params, maxSharedPerBlock);
+        const std::string obstacle = streamedScanObstacle(streamedForcePlan);
+        if (!obstacle.empty())
+            refuse(obstacle);
         if (!configureStreamedForces<real>(params, streamedForcePlan))
-            refuse("the device refused " + std::to_string(streamedForcePlan.sharedBytes / 1024) + " KB of shared memory for it");
+            refuse(sharedMemoryRefused(streamedForcePlan));
         streamedForces = true;
         if (!radialTableByKnot)
             radialTableByKnot = tableByKnot(m.radialTable, "graphRadialTableByKnot");
@@ -912,8 +921,8 @@ private:
                                   std::to_string(fusedShape.clusterSize) +
                                   " blocks (CudaFusedCluster), whose blocks keep their slices of the weights anyway; set "
                                   "CudaFusedResidentWeights to \"auto\" or \"false\", or CudaFusedCluster to 1");
-        if (fusedShape.clusterSize == 1 && !configureFusedFitting<real>(maxFusedShared))
-            throw OpenMMException("GraphForce: the device refused " + std::to_string(maxFusedShared / 1024) +
+        if (fusedShape.clusterSize == 1 && !configureFusedFitting<real>(maxSharedPerBlock))
+            throw OpenMMException("GraphForce: the device refused " + std::to_string(maxSharedPerBlock / 1024) +
                                   " KB of shared memory for the fused fitting network; set CudaFusedNetwork to \"false\"");
         const GraphModel& m = *model;
         const int S = fusedShape.clusterSize;
@@ -1194,7 +1203,7 @@ private:
     bool fused = false;           ///< the fitting network runs in the fused kernel (CudaFusedNetwork)
     bool streamedWideTiles = false; ///< the per-layer network's 128 x 128 tiles stream k-slices (configureDenseLayers)
     FusedNetworkShape fusedShape{}; ///< its widths, tile rows and shared-memory layout
-    int maxFusedShared = 0;       ///< the device's shared memory per block (opt-in), bytes
+    int maxSharedPerBlock = 0;      ///< the device's shared memory per block (opt-in), bytes
     /**
      * CudaFusedNetwork "auto" fuses networks of at most this many hidden-layer
      * weights per type.  Measured on an H200 at 512 particles with the sm_75

@@ -479,6 +479,26 @@ TEST(CudaGraphForce, EdgeScanShapesMatchReference) {
     }
 }
 
+/** A model shape of the streamed scans' tests: three types, its channels, l_max, interaction blocks and table intervals. */
+struct StreamedShape {
+    int channels, lMax, interactions, intervals;
+
+    GraphTest::ModelOptions options() const {
+        GraphTest::ModelOptions options;
+        options.numTypes = 3;
+        options.numChannels = channels;
+        options.lMax = lMax;
+        options.numInteractions = interactions;
+        options.intervals = intervals;
+        return options;
+    }
+
+    std::string name() const {
+        return "channels " + std::to_string(channels) + ", l_max " + std::to_string(lMax) + ", interactions " +
+               std::to_string(interactions) + ", intervals " + std::to_string(intervals);
+    }
+};
+
 /**
  * The streamed moments scan (CudaMomentsScan "streamed", StreamedMomentsKernels.cu) against the Reference platform
  * across its shapes: lane groups of 4, 8, 16 and 32 (16, 32, 36, 64 and 128 channels in single and mixed precision;
@@ -489,19 +509,11 @@ TEST(CudaGraphForce, EdgeScanShapesMatchReference) {
  * centers).
  */
 TEST(CudaGraphForce, StreamedMomentsScanMatchesReference) {
-    struct Shape {
-        int channels, lMax, interactions, intervals;
-    };
-    const std::vector<Shape> shapes = {{16, 0, 0, 40}, {32, 1, 1, 400}, {36, 1, 0, 100}, {64, 2, 0, 400}, {64, 2, 1, 40}, {128, 2, 1, 400}};
+    const std::vector<StreamedShape> shapes = {{16, 0, 0, 40},  {32, 1, 1, 400}, {36, 1, 0, 100},
+                                               {64, 2, 0, 400}, {64, 2, 1, 40},  {128, 2, 1, 400}};
     for (size_t s = 0; s < shapes.size(); s++) {
-        GraphTest::ModelOptions options;
-        options.numTypes = 3;
-        options.numChannels = shapes[s].channels;
-        options.lMax = shapes[s].lMax;
-        options.numInteractions = shapes[s].interactions;
-        options.intervals = shapes[s].intervals;
-        SCOPED_TRACE("channels " + std::to_string(options.numChannels) + ", l_max " + std::to_string(options.lMax) + ", interactions " +
-                     std::to_string(options.numInteractions) + ", intervals " + std::to_string(options.intervals));
+        const GraphTest::ModelOptions options = shapes[s].options();
+        SCOPED_TRACE(shapes[s].name());
         Configuration config = makeConfiguration(Geometry::Cubic, 700, 3, 50 + (unsigned) s);
         GraphForce* force;
         std::unique_ptr<System> system(makeSystem(config, options, &force));
@@ -566,19 +578,11 @@ TEST(CudaGraphForce, StreamedMomentsScanThatCannotRunIsExplained) {
  * they agree with the Reference platform.
  */
 TEST(CudaGraphForce, StreamedForceScanGivesTheRowScansForces) {
-    struct Shape {
-        int channels, lMax, intervals;
-    };
-    const std::vector<Shape> shapes = {{16, 0, 40}, {32, 1, 400}, {36, 1, 100}, {64, 2, 400}, {128, 2, 40}};
+    const std::vector<StreamedShape> shapes = {{16, 0, 0, 40}, {32, 1, 0, 400}, {36, 1, 0, 100}, {64, 2, 0, 400}, {128, 2, 0, 40}};
     for (size_t s = 0; s < shapes.size(); s++) {
-        GraphTest::ModelOptions options;
-        options.numTypes = 3;
-        options.numChannels = shapes[s].channels;
-        options.lMax = shapes[s].lMax;
-        options.intervals = shapes[s].intervals;
+        const GraphTest::ModelOptions options = shapes[s].options();
         for (const std::string moments : {"rows", "streamed"}) {
-            SCOPED_TRACE("channels " + std::to_string(options.numChannels) + ", l_max " + std::to_string(options.lMax) + ", intervals " +
-                         std::to_string(options.intervals) + ", CudaMomentsScan " + moments);
+            SCOPED_TRACE(shapes[s].name() + ", CudaMomentsScan " + moments);
             Configuration config = makeConfiguration(Geometry::Cubic, 700, 3, 70 + (unsigned) s);
             GraphForce* force;
             std::unique_ptr<System> system(makeSystem(config, options, &force));
