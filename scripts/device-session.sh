@@ -72,7 +72,7 @@ if has test; then
         cmake -S . -B "$BUILD" -G Ninja -DOPENMM_DIR="$OPENMM_LIBS" -DGRAPH_BUILD_PYTHON=OFF -DGTEST_ROOT="$PWD/.device/gtest" \
             -DCMAKE_BUILD_TYPE=Release > "$OUT/cmake.log" 2>&1 && ninja -C "$BUILD" > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log" "$OUT/cmake.log"; exit 1; }
     fi
-    ctest --test-dir "$BUILD" --output-on-failure -j 4 > "$OUT/ctest.log" 2>&1 || status=1
+    ctest --test-dir "$BUILD" --output-on-failure -j 4 --timeout "${CTEST_TIMEOUT:-400}" > "$OUT/ctest.log" 2>&1 || status=1
     grep -E "tests passed|Passed|Failed|\*\*\*" "$OUT/ctest.log" | tail -20
 elif python_parts; then
     reuse_package || { install_package; pack_package; }

@@ -55,7 +55,7 @@ for round in $(seq 1 "${AB_ROUNDS:-2}"); do
         for case in ${AB_CASES:-small:512 medium:100800}; do
             grade=${case%%:*}; n=${case##*:}
             tag="$build-$grade-$n-r$round"
-            python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 20 --cuda-graph auto "${properties[@]}" \
+            timeout 150 python3 bench/profile_kernels.py --grade "$grade" --n "$n" --evaluations 20 --cuda-graph auto "${properties[@]}" \
                 --steps $([ "$n" -le 20000 ] && echo 2000 || echo 50) > "$OUT/wall-$tag.log" 2>&1
             echo "$build round $round: $(tail -1 "$OUT/wall-$tag.log")"
             [ -n "$NCU" ] && timeout 240 "$NCU" --clock-control none --profile-from-start off --metrics gpu__time_duration.sum \
