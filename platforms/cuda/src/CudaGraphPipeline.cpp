@@ -829,7 +829,7 @@ private:
 
     /**
      * Why a streamed scan with `plan` cannot run the model on this device (no
-     * TMA bulk copies before compute capability 9.0; plan.slots == 0:
+     * TMA bulk copies before compute capability 9.0; plan.refusal:
      * streamedMomentsPlan, streamedForcesPlan), or "" if it can.
      */
     std::string streamedScanObstacle(const StreamedScanPlan& plan) const {
@@ -837,12 +837,25 @@ private:
         if (cu.getComputeCapability() < 9.0)
             return "the device (compute capability " + std::to_string(cu.getComputeCapability()) +
                    ") has no tensor memory access (TMA) bulk copies (9.0 and later)";
-        if (plan.slots == 0)
-            return "the model cannot use it: " + std::to_string(M) + " channels of " + std::to_string(sizeof(real) * 8) +
-                   "-bit reals (a multiple of 16 bytes is needed), " + std::to_string(m.numTypes) + " types, l_max " +
-                   std::to_string(m.lMax) + " and " + std::to_string(maxSharedPerBlock / 1024) +
-                   " KB of shared memory a block (4 knots of the table are needed), or table intervals of " + std::to_string(m.radialDr) +
-                   " nm, too fine for its ring (docs/cuda-platform.md)";
+        switch (plan.refusal) {
+        case StreamedScanPlan::Refusal::None:
+            return "";
+        case StreamedScanPlan::Refusal::Channels:
+            return "its " + std::to_string(M) + " channels are not whole 16-byte vectors of " + std::to_string(sizeof(real) * 8) +
+                   "-bit reals (a multiple of " + std::to_string(16 / sizeof(real)) + " channels is needed)";
+        case StreamedScanPlan::Refusal::SharedMemory:
+            return "its windows (" + std::to_string(plan.windowBytes / 1024) + " KB) and 4 knots of the table (" +
+                   std::to_string(4 * (plan.knotBytes + 16) / 1024) + " KB: " + std::to_string(m.numTypes) + " types, l_max " +
+                   std::to_string(m.lMax) + ", " + std::to_string(M) + " channels) do not fit in the device's " +
+                   std::to_string(maxSharedPerBlock / 1024) + " KB of shared memory a block";
+        case StreamedScanPlan::Refusal::Intervals:
+            return "the table's intervals of " + std::to_string(m.radialDr) +
+                   " nm are too fine for its ring (the rows' distance order holds to one interval only above about r_c^2 "
+                   "/ 2^32 / (r_0 + dr); docs/cuda-platform.md)";
+        case StreamedScanPlan::Refusal::Interactions:
+            return "the model has an interaction block, whose force terms need a second table (the streamed force scan takes "
+                   "models without one)";
+        }
         return "";
     }
 
@@ -874,9 +887,6 @@ private:
         auto refuse = [&](const std::string& why) {
             throw OpenMMException("GraphForce: CudaForceScan is \"streamed\" but " + why + "; set CudaForceScan to \"auto\" or \"rows\"");
         };
-        if (m.numInteractions != 0)
-            refuse("the model has an interaction block, whose force terms need a second table (the streamed force scan takes models "
-                   "without one)");
         streamedForcePlan = streamedForcesPlan<real>(params, maxSharedPerBlock);
         const std::string obstacle = streamedScanObstacle(streamedForcePlan);
         if (!obstacle.empty())

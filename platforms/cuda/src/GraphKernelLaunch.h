@@ -97,11 +97,13 @@ void launchMoments(const GraphModelParams<real>& model, const real* table, const
  * How a streamed scan (StreamedScan.cuh: the moments, StreamedMomentsKernels.cu, and the forces,
  * StreamedForcesKernels.cu) runs a model on a device: a ring of `slots` knots of one center type's table (knotBytes
  * each) in a block's shared memory, stages of `stageIntervals` intervals, blocks of up to centersPerBlock centers of
- * one type.  slots == 0: the scan cannot run the model: M is not a multiple of 16 bytes of reals, fewer than 4 knots
- * fit, the table's intervals are too fine for the one-knot lag of its ring (dr below about r_c^2 / 2^32 / (r_0 + dr)
- * or a few ulps of r_c; StreamedScan.cuh), or (the forces) the model has an interaction block.
+ * one type.  slots == 0: the scan cannot run the model, for `refusal`.
  */
 struct StreamedScanPlan {
+    /// Why slots == 0: M not whole 16-byte vectors of reals, too little shared memory for 4 knots beside the windows,
+    /// table intervals too fine for the ring's one-knot lag (dr below about r_c^2 / 2^32 / (r_0 + dr) or a few ulps
+    /// of r_c; StreamedScan.cuh), or (the forces) an interaction block.
+    enum class Refusal { None, Channels, SharedMemory, Intervals, Interactions };
     static constexpr int MaxSlots = 24, MaxStageIntervals = 12;
     /// Waves of blocks (one block a multiprocessor) below which CudaMomentsScan "auto" takes the row scan: each block
     /// streams its type's whole table however few edges its centers have (bench/NOTES.md v31).
@@ -109,6 +111,8 @@ struct StreamedScanPlan {
     int slots = 0, stageIntervals = 0, centersPerBlock = 0;
     int groupLanes = 0; ///< lanes of a group (EdgeShape::LPE of the model's shape), each group 1 to 4 centers
     size_t knotBytes = 0, sharedBytes = 0;
+    size_t windowBytes = 0; ///< shared memory of the block's windows (set where the shape can be streamed)
+    Refusal refusal = Refusal::Channels;
 };
 
 /** The moments scan's plan for `model` with at most maxSharedBytes of shared memory a block (the device's opt-in limit). */
@@ -139,7 +143,7 @@ void launchStreamedMoments(const GraphModelParams<real>& model, const StreamedSc
                            int numBlocks, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity, real* moments,
                            GraphStatus* status, cudaStream_t stream);
 
-/** The force scan's plan (no interaction block: slots == 0 otherwise), as streamedMomentsPlan. */
+/** The force scan's plan (refused for a model with an interaction block), as streamedMomentsPlan. */
 template <typename real> StreamedScanPlan streamedForcesPlan(const GraphModelParams<real>& model, int maxSharedBytes);
 
 /** Allows the streamed force kernel of `model`'s shape plan.sharedBytes of dynamic shared memory; false if it cannot run. */

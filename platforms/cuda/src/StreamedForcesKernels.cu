@@ -53,8 +53,8 @@ template <typename real, int LMAX> struct alignas(16) ForceEdge {
  */
 template <typename real, int LMAX, typename Shape> struct ForcesBody {
     static constexpr int H = (LMAX + 1) * (LMAX + 1), C = Shape::Channels, V = Shape::V, LPE = Shape::LPE;
-    static constexpr int Centers = centersPerGroup(ForceGradientRegisters, H* C*(int) (sizeof(real) / 4));
     using Edge = ForceEdge<real, LMAX>;
+    static constexpr int Centers = centersPerGroup<Edge, Shape>(ForceGradientRegisters, H* C*(int) (sizeof(real) / 4));
     const GraphModelParams<real>& model;
     const real* __restrict__ gradA;
     const int* __restrict__ slotOfNode;
@@ -153,8 +153,11 @@ __global__ void __launch_bounds__(Threads, 1)
 } // namespace
 
 template <typename real> StreamedScanPlan streamedForcesPlan(const GraphModelParams<real>& model, int maxSharedBytes) {
-    if (model.numInteractions != 0) // the row scan sums two tables' terms an edge; the ring holds one
-        return StreamedScanPlan();
+    if (model.numInteractions != 0) { // the row scan sums two tables' terms an edge; the ring holds one
+        StreamedScanPlan plan;
+        plan.refusal = StreamedScanPlan::Refusal::Interactions;
+        return plan;
+    }
     return bodyPlan<real>(model, maxSharedBytes,
                           [](auto l, auto shape) { return BodyTag<ForcesBody<real, decltype(l)::value, decltype(shape)>>(); });
 }

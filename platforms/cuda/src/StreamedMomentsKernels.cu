@@ -48,8 +48,8 @@ template <typename real, int LMAX> struct alignas(16) MomentEdge {
  */
 template <typename real, int LMAX, typename Shape, bool Weighted> struct MomentsBody {
     static constexpr int H = (LMAX + 1) * (LMAX + 1), C = Shape::Channels, V = Shape::V, LPE = Shape::LPE;
-    static constexpr int Centers = centersPerGroup(MomentSumRegisters, H* C*(int) (sizeof(real) / 4));
     using Edge = MomentEdge<real, LMAX>;
+    static constexpr int Centers = centersPerGroup<Edge, Shape>(MomentSumRegisters, H* C*(int) (sizeof(real) / 4));
     const GraphModelParams<real>& model;
     const real* __restrict__ nodeWeights;
     real* __restrict__ moments;

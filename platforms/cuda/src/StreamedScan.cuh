@@ -43,15 +43,28 @@ template <int LPE> __host__ __device__ constexpr int windowDepth() {
     return LPE < 16 ? LPE : 16;
 }
 
-/** Centers a lane group takes: as many as `budget` registers (4-byte words) hold at `words` a center, 1 to 4. */
-__host__ __device__ constexpr int centersPerGroup(int budget, int words) {
-    return budget / words < 1 ? 1 : budget / words > 4 ? 4 : budget / words;
+/** Shared memory of the groups' windows (windowDepth entries for each group and each of its centers) and rows (node, length). */
+template <typename Edge, typename Shape> constexpr size_t windowBytes(int centersPerGroup) {
+    const size_t centers = (size_t) Consumers * Shape::Groups * centersPerGroup;
+    return centers * windowDepth<Shape::LPE>() * sizeof(Edge) + centers * sizeof(int2);
 }
 
-/** Shared memory of the groups' windows (windowDepth entries for each group and each of its centers) and rows (node, length). */
-template <typename Edge, typename Shape, int CPG> constexpr size_t windowBytes() {
-    constexpr size_t centers = (size_t) Consumers * Shape::Groups * CPG;
-    return centers * windowDepth<Shape::LPE>() * sizeof(Edge) + centers * sizeof(int2);
+/**
+ * Shared memory a block's windows may take, so that the ring keeps room for its knots in the 227 KB of a block on
+ * compute capability 9.0: the moments' windows take at most 181 KB (double precision, l_max 1, four centers a group).
+ */
+constexpr size_t MaxWindowBytes = 192 * 1024;
+
+/**
+ * Centers a lane group of Shape takes: as many as `budget` registers (4-byte words) hold at `words` a center, 1 to 4,
+ * and no more than keep the block's windows of Edge within MaxWindowBytes (the forces' 144-byte entries in double
+ * precision at l_max 0 would take 276 KB with four).
+ */
+template <typename Edge, typename Shape> constexpr int centersPerGroup(int budget, int words) {
+    int centers = budget / words < 1 ? 1 : budget / words > 4 ? 4 : budget / words;
+    while (centers > 1 && windowBytes<Edge, Shape>(centers) > MaxWindowBytes)
+        centers--;
+    return centers;
 }
 
 __device__ inline unsigned sharedAddress(const void* p) {
@@ -328,19 +341,21 @@ StreamedScanPlan ringPlan(const GraphModelParams<real>& model, int maxSharedByte
     // at most an ulp of r_c each.  So the order holds if dr exceeds both with a margin of 2.
     const double r0 = model.radialR0, dr = model.radialDr, rc = model.cutoff;
     const double ulp = sizeof(real) == 4 ? 0x1p-23 : 0x1p-52;
+    plan.windowBytes = windowBytes;
+    plan.refusal = StreamedScanPlan::Refusal::Intervals;
     if (!(r0 + dr > 0) || !(2 * (rc * rc / (0x1p32 * 2 * (r0 + dr)) + 2 * ulp * rc) < dr))
-        return StreamedScanPlan();
+        return plan;
     // As many knots as the block's shared memory holds beside the windows and the static variable (each knot with its
     // two mbarriers), at most MaxSlots; a stage of a third of them (at most MaxStageIntervals), so that the warps may
     // drift two stages apart (a slot is refilled once every warp has finished the stage that read it).  With half of them
     // a warp waited for the slowest one and then for the copies at every stage: 3.86 ms against 3.56 at medium 100,800
     // (bench/NOTES.md v30).
     const size_t perSlot = plan.knotBytes + 16;
+    plan.refusal = StreamedScanPlan::Refusal::SharedMemory;
     if ((size_t) maxSharedBytes < windowBytes + StaticShared + 4 * perSlot)
-        return StreamedScanPlan();
+        return plan;
     const int fit = (int) std::min<size_t>(StreamedScanPlan::MaxSlots, (maxSharedBytes - StaticShared - windowBytes) / perSlot);
-    if (fit < 4)
-        return StreamedScanPlan();
+    plan.refusal = StreamedScanPlan::Refusal::None;
     plan.slots = fit;
     plan.stageIntervals = std::max(1, std::min(StreamedScanPlan::MaxStageIntervals, (fit - 1) / 3));
     plan.sharedBytes = plan.slots * perSlot + windowBytes;
@@ -358,7 +373,7 @@ StreamedScanPlan bodyPlan(const GraphModelParams<real>& model, int maxSharedByte
         using Body = typename decltype(bodyFor(l, shape))::type;
         using Shape = decltype(shape);
         plan = ringPlan<real>(model, maxSharedBytes, Consumers * Shape::Groups * Body::Centers, Shape::LPE,
-                              windowBytes<typename Body::Edge, Shape, Body::Centers>());
+                              windowBytes<typename Body::Edge, Shape>(Body::Centers));
     });
     return plan;
 }

@@ -603,18 +603,23 @@ TEST(CudaGraphForce, StreamedForceScanGivesTheRowScansForces) {
 
 /**
  * CudaForceScan "streamed" where the scan cannot run is an error that says why: a model with an interaction block (its
- * force terms need a second table) and 5 channels (not whole 16-byte vectors).  "auto" then runs.
+ * force terms need a second table), 5 channels (not whole 16-byte vectors) and 12 types of 128 channels at l_max 2
+ * (four knots of the table, 216 KB in single precision, do not fit beside the windows).  "auto" then runs.
  */
 TEST(CudaGraphForce, StreamedForceScanThatCannotRunIsExplained) {
     struct Case {
-        int channels, interactions;
+        int channels, interactions, types, lMax;
         std::string expected;
     };
-    for (const Case& test : {Case{32, 1, "interaction block"}, Case{5, 0, "5 channels"}}) {
+    for (const Case& test :
+         {Case{32, 1, 2, 1, "interaction block"}, Case{5, 0, 2, 1, "5 channels"}, Case{128, 0, 12, 2, "KB of shared memory a block"}}) {
+        SCOPED_TRACE(test.expected);
         GraphTest::ModelOptions options;
         options.numChannels = test.channels;
         options.numInteractions = test.interactions;
-        Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 39);
+        options.numTypes = test.types;
+        options.lMax = test.lMax;
+        Configuration config = makeConfiguration(Geometry::Cubic, 220, test.types, 39);
         GraphForce* force;
         std::unique_ptr<System> system(makeSystem(config, options, &force));
         force->setProperty("CudaForceScan", "streamed");
