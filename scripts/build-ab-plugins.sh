@@ -12,9 +12,9 @@
 #   'fold=platforms/cuda/src/GraphDeviceFunctions.cuh:s/return interval \& 1;/return 0 * interval;/'
 #   (an edit that changes nothing is an error).
 # Every build uses the same compiler and options (Release, sm_90 with PTX, OpenMM from .venv), in /tmp/ab-build-NAME
-# from a worktree in /tmp/ab-src-NAME.  A device call carries at most 64 MiB: with .device/wheels and .device/pkg.tgz
+# from a worktree in /tmp/ab-src-NAME.  A device call carries at most 64 MiB: with .device/wheels and .device/pkg.txz
 # (about 30 MiB) that is three builds; the script says when the carry would be larger.  Only the CUDA plugin is swapped:
-# .device/pkg.tgz (the rest of the package, from a device build) must come from sources with the same openmmapi/.
+# .device/pkg.txz (the rest of the package, from a device build) must come from sources with the same openmmapi/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -63,6 +63,6 @@ for i in "${!names[@]}"; do
     xz -T0 -9 -c "$build/plugins/libOpenMMGraphCUDA.so" > ".device/ab/$name/libOpenMMGraphCUDA.so.xz"
     git worktree remove --force "$src"
 done
-total=$(du -sm .device/wheels .device/pkg.tgz .device/ab 2> /dev/null | awk '{s += $1} END {print s}')
-echo "build-ab-plugins: ${names[*]} in .device/ab; carry .device/wheels, .device/pkg.tgz and .device/ab: about $total MiB"
+total=$(du -sm .device/wheels .device/pkg.txz .device/ab 2> /dev/null | awk '{s += $1} END {print s}')
+echo "build-ab-plugins: ${names[*]} in .device/ab; carry .device/wheels, .device/pkg.txz and .device/ab: about $total MiB"
 [ "$total" -le 64 ] || echo "build-ab-plugins: that is more than the 64 MiB a device call carries; build fewer variants"

@@ -17,7 +17,7 @@
 #   timeline GPU timelines of real steps (bench/device/timeline.sh; TIMELINE_CASES, grade:n ..., default "small:512 small:10296")
 #   extra    bash each script of $EXTRA_SCRIPT (space-separated; after the rest; the package is installed)
 # "all" = test,py,bench (the default).
-# A call that builds returns the package as $OUT/pkg.tgz; copied to .device/pkg.tgz (carried with .device) it spares later
+# A call that builds returns the package as $OUT/pkg.txz; copied to .device/pkg.txz (carried with .device) it spares later
 # calls without `test` the build while the sources are the same (checked by a hash).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -39,8 +39,8 @@ install_package() {
     python3 -m pip install -q --upgrade --no-build-isolation --no-deps --no-index --target "$SITE" . -Ccmake.define.OPENMM_DIR="$OPENMM_LIBS" \
         -Cbuild-dir=/tmp/graph-py "$@" > "$OUT/pip.log" 2>&1 || { tail -30 "$OUT/pip.log"; exit 1; }
 }
-# The built package travels back as $OUT/pkg.tgz (with a hash of the sources it was built from); a later call that carries
-# it as .device/pkg.tgz and has no `test` part unpacks it instead of compiling, when the sources still match (about 150 s
+# The built package travels back as $OUT/pkg.txz (with a hash of the sources it was built from); a later call that carries
+# it as .device/pkg.txz and has no `test` part unpacks it instead of compiling, when the sources still match (about 150 s
 # of device time a call).
 source_hash() {
     find openmmapi platforms serialization wrappers python/openmmgraph python/CMakeLists.txt CMakeLists.txt pyproject.toml \
@@ -49,16 +49,16 @@ source_hash() {
 SRC_HASH=$(source_hash)
 pack_package() {
     echo "$SRC_HASH" > "$SITE/openmmgraph/source-hash.txt"
-    (cd "$SITE" && tar czf "$OUT/pkg.tgz" openmmgraph openmm_graph-*.dist-info $(ls bin/openmm-graph 2>/dev/null))
+    (cd "$SITE" && XZ_OPT="-T0 -6" tar cJf "$OUT/pkg.txz" openmmgraph openmm_graph-*.dist-info $(ls bin/openmm-graph 2>/dev/null))
 }
 reuse_package() {
-    [ -f .device/pkg.tgz ] || return 1
-    tar xzf .device/pkg.tgz -C "$SITE" || return 1
+    [ -f .device/pkg.txz ] || return 1
+    tar xf .device/pkg.txz -C "$SITE" || return 1
     if [ "$(cat "$SITE/openmmgraph/source-hash.txt" 2>/dev/null)" = "$SRC_HASH" ]; then
-        echo "package: unpacked from .device/pkg.tgz (built from these sources)"
+        echo "package: unpacked from .device/pkg.txz (built from these sources)"
         return 0
     fi
-    echo "package: .device/pkg.tgz was built from other sources; building"
+    echo "package: .device/pkg.txz was built from other sources; building"
     rm -rf "$SITE"/openmmgraph "$SITE"/openmm_graph-*.dist-info
     return 1
 }
@@ -119,7 +119,7 @@ if has extra; then
     done
 fi
 # The logs travel back as one archive (the device returns a limited number of files).
-(cd "$OUT" && tar czf /tmp/graph-logs.tgz --exclude=bench.json --exclude=bench.png --exclude=pkg.tgz . \
-    && find . -type f ! -name bench.json ! -name bench.png ! -name pkg.tgz -delete \
+(cd "$OUT" && tar czf /tmp/graph-logs.tgz --exclude=bench.json --exclude=bench.png --exclude=pkg.txz . \
+    && find . -type f ! -name bench.json ! -name bench.png ! -name pkg.txz -delete \
     && mv /tmp/graph-logs.tgz logs.tgz)
 exit $status

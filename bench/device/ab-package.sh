@@ -1,4 +1,4 @@
-# Sourced on a GPU machine (run directly, not through device-session.sh): the package of .device/pkg.tgz, whose CUDA
+# Sourced on a GPU machine (run directly, not through device-session.sh): the package of .device/pkg.txz, whose CUDA
 # plugin `ab_use NAME` replaces with the build .device/ab/NAME (scripts/build-ab-plugins.sh; .so or .so.xz).  With a
 # NAME argument it does so at once, for any script that needs the package installed, e.g. Nsight Compute's source
 # counters of one build:
@@ -8,8 +8,8 @@
 # plugin-ab.sh sources it without a NAME and swaps its builds in turn.  Sets what scripts/device-env.sh sets and
 # LD_LIBRARY_PATH for the package's libraries.
 source scripts/device-env.sh > "${OUT:-$PWD/out}/ab-package-env.log" 2>&1 || { tail -5 "${OUT:-$PWD/out}/ab-package-env.log"; return 1; }
-[ -f .device/pkg.tgz ] || { echo "ab-package: .device/pkg.tgz is missing (the package of a device build)"; return 1; }
-tar xzf .device/pkg.tgz -C "$SITE" || return 1
+[ -f .device/pkg.txz ] || { echo "ab-package: .device/pkg.txz is missing (the package of a device build)"; return 1; }
+tar xf .device/pkg.txz -C "$SITE" || return 1
 export LD_LIBRARY_PATH="$SITE/openmmgraph/lib:$OPENMM_LIBS/lib:$OPENMM_LIBS/lib/plugins:${LD_LIBRARY_PATH:-}"
 
 # The package's CUDA plugin becomes the build .device/ab/$1 (decompressed once, next to the .xz).
@@ -28,5 +28,5 @@ ab_use() {
 
 if [ -n "${1:-}" ]; then
     ab_use "$1" || return 1
-    echo "ab-package: the package of .device/pkg.tgz with the CUDA plugin of .device/ab/$1"
+    echo "ab-package: the package of .device/pkg.txz with the CUDA plugin of .device/ab/$1"
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call (run directly): where CudaMomentsScan "auto" should switch between the row and streamed moments scans
 # (bench/NOTES.md v31).  First the wall time of Verlet steps (CUDA graph on) with each scan set explicitly, for the cases
-# of SCAN_CASES (grade:n:steps ..., two interleaved rounds), with the package of .device/pkg.tgz (the scans' kernels do
+# of SCAN_CASES (grade:n:steps ..., two interleaved rounds), with the package of .device/pkg.txz (the scans' kernels do
 # not depend on "auto"); then the C++ tests of the choice (GTEST_FILTER *MomentsScan*) built here from these sources.
 # Logs under $OUT.
 set -uo pipefail
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 source scripts/device-env.sh > "$OUT/env.log" 2>&1 || { tail -5 "$OUT/env.log"; exit 1; }
 base_library_path="${LD_LIBRARY_PATH:-}"
 (
-    tar xzf .device/pkg.tgz -C "$SITE" || exit 1
+    tar xf .device/pkg.txz -C "$SITE" || exit 1
     export LD_LIBRARY_PATH="$SITE/openmmgraph/lib:$OPENMM_LIBS/lib:$OPENMM_LIBS/lib/plugins:$base_library_path"
     for round in 1 2; do
         for case in ${SCAN_CASES:-medium:512:2000 medium:10296:1000 large:10296:150}; do
