@@ -135,7 +135,8 @@ class GraphModel;
  *    CudaMomentsScan does ("streamed" needs a model without an interaction
  *    block, M a multiple of 16 bytes of reals and compute capability 9.0,
  *    and is an OpenMMException otherwise).  "auto" takes "rows": the
- *    streamed force scan is new and not yet measured (docs/cuda-platform.md).
+ *    streamed force scan was 29% slower at the medium grade on an H200
+ *    (docs/cuda-platform.md).
  *    The forces are bitwise the same for every value.
  *  - "CudaNeighborSearch": "auto" (default), "cells" or "allpairs".  CUDA
  *    platform only: how the rows of the neighbour graph find their
