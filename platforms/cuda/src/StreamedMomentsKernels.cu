@@ -49,6 +49,7 @@ template <typename real, int LMAX> struct alignas(16) MomentEdge {
 template <typename real, int LMAX, typename Shape, bool Weighted> struct MomentsBody {
     static constexpr int H = (LMAX + 1) * (LMAX + 1), C = Shape::Channels, V = Shape::V, LPE = Shape::LPE;
     using Edge = MomentEdge<real, LMAX>;
+    static constexpr int Split = 1; ///< each group sums its own centers' rows (one order a center)
     static constexpr int Centers = centersPerGroup<Edge, Shape>(MomentSumRegisters, H* C*(int) (sizeof(real) / 4));
     const GraphModelParams<real>& model;
     const real* __restrict__ nodeWeights;
