@@ -122,7 +122,7 @@ template <typename real, int V> __device__ inline real knotSum(const real (&knot
  * entry's own values (Edge::set, from the edge's r, unit vector u and Hermite basis), the neighbour, its type's offset
  * in a ring slot and the interval; past the row's end, interval K (the table's intervals, so that no stage takes it),
  * j = i and nothing else.  And the neighbour of edge e + depth, for the entry's next fill.  The (sub-)row's edge e is
- * edge part + split e of the center's row (subRow).
+ * edge part + split * e of the center's row (streamedScan's Body::Split).
  */
 template <int LMAX, typename real, typename Edge>
 __device__ inline void fillEntry(Edge& entry, const GraphModelParams<real>& model, const double* positions, const int* types,
