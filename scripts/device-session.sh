@@ -77,6 +77,10 @@ if has test; then
 elif python_parts; then
     reuse_package || { install_package; pack_package; }
 fi
+# The extra scripts (bench/device/ab-package.sh) know the package in $SITE is this call's, not a warm machine's leftover.
+if python_parts; then
+    export GRAPH_PACKAGE_INSTALLED="$SITE"
+fi
 if has py; then
     python3 -m pytest -m gpu -q -p no:cacheprovider -rs --durations=25 ${PYTEST_ARGS:-} > "$OUT/pytest-gpu.log" 2>&1; rc=$?
     [ $rc -eq 0 ] || [ $rc -eq 5 ] || status=1

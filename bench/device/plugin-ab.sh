@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# A/B of CUDA plugin builds in one call on a GPU machine (run directly, not through device-session.sh):
+# A/B of CUDA plugin builds in one call on a GPU machine (run directly, or as device-session.sh's extra part):
 # each directory .device/ab/NAME holds a libOpenMMGraphCUDA.so (or .so.xz: xz -9 takes a build from 28 to 9 MB, and
 # a call carries 64 MiB at most) built elsewhere (e.g. on the CPU machine, from
-# two commits, with the same compiler and flags: bench/README.md).  The package comes from .device/pkg.tgz (the
-# other libraries; only the CUDA plugin is swapped).  Every round runs each build in turn: the wall time of
+# two commits, with the same compiler and flags: bench/README.md).  The package is the one device-session.sh installed in
+# the same call, else that of .device/pkg.txz (bench/device/ab-package.sh; only the CUDA plugin is swapped).  Every round runs each build in turn: the wall time of
 # Verlet steps (CUDA graph on) and Nsight Compute's per-kernel times of 2 evaluations, with the build's properties
 # (.device/ab/NAME/properties, a KEY=VALUE a line, if present), for each case of
 # AB_CASES (grade:n ..., default "small:512 medium:100800"); then bench/ncu_kernel_table.py puts the builds
