@@ -9,7 +9,8 @@
 # LD_LIBRARY_PATH for the package's libraries.
 source scripts/device-env.sh > "${OUT:-$PWD/out}/ab-package-env.log" 2>&1 || { tail -5 "${OUT:-$PWD/out}/ab-package-env.log"; return 1; }
 # A package installed earlier in this call (device-session.sh's `test` or `py` part, which sets GRAPH_PACKAGE_INSTALLED,
-# e.g. with EXTRA_SCRIPT=plugin-ab.sh) is the base; else .device/pkg.txz.  (The first spares the carry of pkg.txz: wheels, gtest and three builds fill it.)
+# e.g. with EXTRA_SCRIPT=plugin-ab.sh) is the base; else .device/pkg.txz.  (The first spares the carry of pkg.txz:
+# wheels, gtest and three builds fill it.)
 if [ "${GRAPH_PACKAGE_INSTALLED:-}" = "$SITE" ] && [ -d "$SITE/openmmgraph/lib/plugins" ]; then
     echo "ab-package: the package installed in this call ($SITE) gets the builds' plugins"
 elif [ -f .device/pkg.txz ]; then
@@ -36,5 +37,5 @@ ab_use() {
 
 if [ -n "${1:-}" ]; then
     ab_use "$1" || return 1
-    echo "ab-package: the package of .device/pkg.txz with the CUDA plugin of .device/ab/$1"
+    echo "ab-package: the package with the CUDA plugin of .device/ab/$1"
 fi
