@@ -54,9 +54,9 @@ enum class CudaMomentsScan { Auto, Rows, Streamed };
 /**
  * The GraphForce property CudaForceScan: the row scan (Rows), the streamed
  * scan (Streamed, or an error where it cannot run: needs a model without an
- * interaction block), or the pipeline's choice (Auto: the row scan until the
- * streamed one is measured; docs/cuda-platform.md).  The forces are bitwise
- * the same either way.
+ * interaction block), or the pipeline's choice (Auto: the row scan, which was
+ * faster on an H200; docs/cuda-platform.md).  The forces are bitwise the same
+ * either way.
  */
 enum class CudaForceScan { Auto, Rows, Streamed };
 

@@ -112,7 +112,7 @@ struct StreamedScanPlan {
     int groupLanes = 0; ///< lanes of a group (EdgeShape::LPE of the model's shape), each group 1 to 4 centers
     size_t knotBytes = 0, sharedBytes = 0;
     size_t windowBytes = 0; ///< shared memory of the block's windows (set where the shape can be streamed)
-    Refusal refusal = Refusal::Channels;
+    Refusal refusal = Refusal::Channels; ///< a plan no shape of the scan matched (bodyPlan) refuses for the channels
 };
 
 /** The moments scan's plan for `model` with at most maxSharedBytes of shared memory a block (the device's opt-in limit). */
