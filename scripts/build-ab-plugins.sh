@@ -67,7 +67,8 @@ done
 # in the same call (device-session.sh test,extra; ab-package.sh).  The working tree travels too (about 5 MiB).
 tree=$(git ls-files -z | xargs -0 du -cm 2> /dev/null | tail -n 1 | cut -f1)
 for extra in .device/pkg.txz .device/gtest; do
-    total=$(du -sm .device/wheels "$extra" .device/ab 2> /dev/null | awk -v t="$tree" '{s += $1} END {print s + t}')
+    [ -e "$extra" ] || { echo "build-ab-plugins: no $extra here (carrying it is one of the two ways)"; continue; }
+    total=$(du -sm .device/wheels "$extra" .device/ab | awk -v t="$tree" '{s += $1} END {print s + t}')
     echo "build-ab-plugins: ${names[*]} in .device/ab; carrying .device/wheels, $extra and .device/ab with the tree: about $total MiB"
     [ "$total" -le 64 ] || echo "build-ab-plugins: that is more than the 64 MiB a device call carries; build fewer variants"
 done
