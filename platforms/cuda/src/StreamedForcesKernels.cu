@@ -54,9 +54,6 @@ template <typename real, int LMAX> struct alignas(16) ForceEdge {
 template <typename real, int LMAX, typename Shape> struct ForcesBody {
     static constexpr int H = (LMAX + 1) * (LMAX + 1), C = Shape::Channels, V = Shape::V, LPE = Shape::LPE;
     using Edge = ForceEdge<real, LMAX>;
-    /// The groups of a warp share its centers, each the alternate edges of a row, so that they take a stage's edges
-    /// side by side (each edge's force goes into fixed point on its own: the forces do not depend on the split).
-    static constexpr int Split = Shape::Groups;
     static constexpr int Centers = centersPerGroup<Edge, Shape>(ForceGradientRegisters, H* C*(int) (sizeof(real) / 4));
     const GraphModelParams<real>& model;
     const real* __restrict__ gradA;

@@ -49,10 +49,6 @@ template <typename real, int LMAX> struct alignas(16) MomentEdge {
 template <typename real, int LMAX, typename Shape, bool Weighted> struct MomentsBody {
     static constexpr int H = (LMAX + 1) * (LMAX + 1), C = Shape::Channels, V = Shape::V, LPE = Shape::LPE;
     using Edge = MomentEdge<real, LMAX>;
-    /// Groups sharing a center's row (streamedScan): 1, each group sums its own centers' rows.  With Shape::Groups
-    /// (measured as a build variant, bench/NOTES.md v32) each sums alternate edges and end() adds the groups' sums in a
-    /// fixed tree over the groups: one order a center still, but not that of Split 1.
-    static constexpr int Split = 1;
     static constexpr int Centers = centersPerGroup<Edge, Shape>(MomentSumRegisters, H* C*(int) (sizeof(real) / 4));
     const GraphModelParams<real>& model;
     const real* __restrict__ nodeWeights;
@@ -110,19 +106,6 @@ template <typename real, int LMAX, typename Shape, bool Weighted> struct Moments
 
     __device__ void end(int c, int node, int count, int sub) {
         const int M = model.numChannels;
-        if constexpr (Split > 1) {
-            // The warp's groups hold sums of the same center's sub-rows: a butterfly over the groups gives every group
-            // the same total (each step adds two partial sums, which commute), in the same tree for every center.
-#pragma unroll
-            for (int lm = 0; lm < H; lm++)
-#pragma unroll
-                for (int x = 0; x < C; x++)
-#pragma unroll
-                    for (int d = LPE; d < 32; d *= 2)
-                        acc[c][lm][x] += __shfl_xor_sync(0xffffffffu, acc[c][lm][x], d);
-            if ((threadIdx.x & 31) >= LPE) // group 0 stores
-                return;
-        }
         if (node >= 0)
 #pragma unroll
             for (int x = 0; x < Shape::XPL; x++) {

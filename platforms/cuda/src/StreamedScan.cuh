@@ -118,16 +118,15 @@ template <typename real, int V> __device__ inline real knotSum(const real (&knot
 }
 
 /**
- * Window entry `entry` (Body::Edge) becomes edge e of center i's (sub-)row of `count` edges, j its neighbour: the
- * entry's own values (Edge::set, from the edge's r, unit vector u and Hermite basis), the neighbour, its type's offset
- * in a ring slot and the interval; past the row's end, interval K (the table's intervals, so that no stage takes it),
- * j = i and nothing else.  And the neighbour of edge e + depth, for the entry's next fill.  The (sub-)row's edge e is
- * edge part + split * e of the center's row (streamedScan's Body::Split).
+ * Window entry `entry` (Body::Edge) becomes edge e of center i's row of `count` edges, j its neighbour: the entry's
+ * own values (Edge::set, from the edge's r, unit vector u and Hermite basis), the neighbour, its type's offset in a
+ * ring slot and the interval; past the row's end, interval K (the table's intervals, so that no stage takes it), j = i
+ * and nothing else.  And the neighbour of edge e + depth, for the entry's next fill.
  */
 template <int LMAX, typename real, typename Edge>
 __device__ inline void fillEntry(Edge& entry, const GraphModelParams<real>& model, const double* positions, const int* types,
-                                 const int* neighbors, int capacity, int i, int e, int j, int count, int depth, const GraphBox<double>& box,
-                                 int part, int split) {
+                                 const int* neighbors, int capacity, int i, int e, int j, int count, int depth,
+                                 const GraphBox<double>& box) {
     if (e < count) {
         real u[3];
         const real r = edgeGeometry(positions, i, j, box, u);
@@ -142,16 +141,14 @@ __device__ inline void fillEntry(Edge& entry, const GraphModelParams<real>& mode
         entry.tableOffset = 0;
         entry.interval = model.radialIntervals;
     }
-    entry.nextJ = e + depth < count ? neighbors[(size_t) i * capacity + part + split * (e + depth)] : i;
+    entry.nextJ = e + depth < count ? neighbors[(size_t) i * capacity + e + depth] : i;
 }
 
 /**
  * The streamed scan of this block (a kernel of Threads threads calls it and nothing else): block b takes
  * centers[blocks[b].x .. + blocks[b].y), all of type blocks[b].z.  Warp Consumers is the producer; in the others, lane
- * group g (Shape::LPE lanes) takes the block's centers h * CPG .. h * CPG + CPG - 1 (CPG = Body::Centers, h = g /
- * Body::Split), lane s of it channels (s + LPE x) V + v (EdgeShape).  With Body::Split = Shape::Groups the groups of a
- * warp share its centers, group g taking edges g % Split, g % Split + Split, ... of each row (its sub-row, sorted as
- * the row is); with 1 each group has its own.  Dynamic shared memory: `slots` knots of tableByKnot ([T][K+1][T][L+1][3][M]),
+ * group g (Shape::LPE lanes) takes the block's centers g * CPG .. g * CPG + CPG - 1 (CPG = Body::Centers), lane s of it
+ * channels (s + LPE x) V + v (EdgeShape).  Dynamic shared memory: `slots` knots of tableByKnot ([T][K+1][T][L+1][3][M]),
  * 2 * slots mbarriers, then the groups' windows [groups][CPG][windowDepth] of Body::Edge and their rows
  * (windowBytes).
  *
@@ -162,21 +159,20 @@ __device__ inline void fillEntry(Edge& entry, const GraphModelParams<real>& mode
  * Body (one object a thread, its state in registers):
  *  - `Edge`: a window entry, 16-byte aligned, with j, tableOffset, interval and nextJ (fillEntry) and the scan's own
  *    values, set(hermite, r, u) (HermiteBasis of the edge's r, its unit vector u);
- *  - `Centers`: centers a group takes; `Split`: groups that share a center's row (1 or Shape::Groups);
+ *  - `Centers`: centers a group takes;
  *  - begin(c, node, sub): before the first stage, for the group's center c (node -1: none);
  *  - edge(c, node, edge, even, odd, sub): one edge of center c's row, in row order, with its interval's even and odd
  *    knots (parity order, knotParity) of its neighbour type in the ring: [L+1][3][M] reals each, shared memory;
- *  - end(c, node, count, sub): after the last stage (count: the group's edges of the row).
+ *  - end(c, node, count, sub): after the last stage (count: the row's edges).
  * Every lane of a group calls them alike (group-wide shuffles are allowed, with the group's mask); groups of a warp
- * run different numbers of edges (with Split > 1, at most one apart in a stage).
+ * run different numbers of edges.
  */
 template <typename real, int LMAX, typename Shape, typename Body>
 __device__ inline void streamedScan(Body& body, const GraphModelParams<real>& model, const real* __restrict__ tableByKnot,
                                     const double* __restrict__ positions, const int* __restrict__ types, const int* __restrict__ centers,
                                     const int4* __restrict__ blocks, const GraphBox<double>& box, const int* __restrict__ neighbors,
                                     const int* __restrict__ rowCount, int capacity, GraphStatus* status, int slots, int stageIntervals) {
-    constexpr int LPE = Shape::LPE, CPG = Body::Centers, Depth = windowDepth<LPE>(), Split = Body::Split;
-    static_assert(Split >= 1 && Shape::Groups % Split == 0, "a center's row is split over 1 or all groups of a warp");
+    constexpr int LPE = Shape::LPE, CPG = Body::Centers, Depth = windowDepth<LPE>();
     using Edge = typename Body::Edge;
     extern __shared__ __align__(128) unsigned char sharedBytes[];
     __shared__ int firstInterval;
@@ -201,25 +197,20 @@ __device__ inline void streamedScan(Body& body, const GraphModelParams<real>& mo
     // the refill), the rows (node, length; shared memory, read only to refill a window) and each row's next edge (cursor).
     const unsigned groupMask = LPE == 32 ? 0xffffffffu : ((1u << LPE) - 1) << groupBase;
     const int group = min(warp * Shape::Groups + lane / LPE, Consumers * Shape::Groups - 1);
-    // The groups that share a center's row (Split of them, consecutive in the warp) take its sub-rows part, part +
-    // Split, ...: the centers of group g are those of center group g / Split.
-    const int part = lane / LPE % Split, centerGroup = group / Split;
     Edge* windows = reinterpret_cast<Edge*>(sharedBytes + slots * (knotSize * sizeof(real) + 16));
     int2* rows = reinterpret_cast<int2*>(windows + Consumers * Shape::Groups * CPG * Depth) + group * CPG;
     windows += group * CPG * Depth;
     int cursor[CPG];
 #pragma unroll
     for (int c = 0; c < CPG; c++) {
-        const int slot = centerGroup * CPG + c;
+        const int slot = group * CPG + c;
         const bool active = warp < Consumers && slot < block.y;
-        const int node = active ? centers[block.x + slot] : -1, i = max(node, 0);
-        const int rowLength = active ? min(rowCount[node], capacity) : 0;
-        const int count = Split == 1 ? rowLength : rowLength > part ? (rowLength - part + Split - 1) / Split : 0; // this group's sub-row
+        const int node = active ? centers[block.x + slot] : -1, count = active ? min(rowCount[node], capacity) : 0, i = max(node, 0);
         cursor[c] = 0;
         if (warp < Consumers && sub < Depth) {
             Edge& entry = windows[c * Depth + sub];
-            const int j = sub < count ? neighbors[(size_t) i * capacity + part + Split * sub] : i;
-            fillEntry<LMAX>(entry, model, positions, types, neighbors, capacity, i, sub, j, count, Depth, box, part, Split);
+            const int j = sub < count ? neighbors[(size_t) i * capacity + sub] : i;
+            fillEntry<LMAX>(entry, model, positions, types, neighbors, capacity, i, sub, j, count, Depth, box);
             if (sub == 0) {
                 rows[c] = make_int2(node, count);
                 if (entry.interval < K)
@@ -303,7 +294,7 @@ __device__ inline void streamedScan(Body& body, const GraphModelParams<real>& mo
                     const int2 row = rows[c];
                     const int i = max(row.x, 0), e = cursor[c] + sub;
                     Edge& entry = windows[c * Depth + sub];
-                    fillEntry<LMAX>(entry, model, positions, types, neighbors, capacity, i, e, entry.nextJ, row.y, Depth, box, part, Split);
+                    fillEntry<LMAX>(entry, model, positions, types, neighbors, capacity, i, e, entry.nextJ, row.y, Depth, box);
                 }
                 __syncwarp(groupMask);
             }
@@ -381,7 +372,7 @@ StreamedScanPlan bodyPlan(const GraphModelParams<real>& model, int maxSharedByte
     dispatchStreamedShape<real>(model.lMax, model.numChannels, [&](auto l, auto shape) {
         using Body = typename decltype(bodyFor(l, shape))::type;
         using Shape = decltype(shape);
-        plan = ringPlan<real>(model, maxSharedBytes, Consumers * Shape::Groups / Body::Split * Body::Centers, Shape::LPE,
+        plan = ringPlan<real>(model, maxSharedBytes, Consumers * Shape::Groups * Body::Centers, Shape::LPE,
                               windowBytes<typename Body::Edge, Shape>(Body::Centers));
     });
     return plan;

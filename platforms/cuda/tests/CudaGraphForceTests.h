@@ -569,10 +569,9 @@ TEST(CudaGraphForce, StreamedMomentsScanThatCannotRunIsExplained) {
 
 /**
  * The streamed force scan (CudaForceScan "streamed", StreamedForcesKernels.cu) across its shapes: lane groups of 4, 8,
- * 16 and 32 (16 to 128 channels in single and mixed precision; 8 to 64 and two vectors a lane in double), the groups of
- * a warp sharing each center's row (alternate edges), groups with idle lanes (36 channels), one to four centers a group
- * (l_max 0 to 2), three types over 700 particles (every type's last block partial) and tables of 40 to 400 intervals
- * (the ring wraps many times a block).  Each edge's force is
+ * 16 and 32 (16 to 128 channels in single and mixed precision; 8 to 64 and two vectors a lane in double), groups with
+ * idle lanes (36 channels), one or two centers a group (l_max 0 to 2), three types over 700 particles (every type's
+ * last block partial) and tables of 40 to 400 intervals (the ring wraps many times a block).  Each edge's force is
  * computed as the row scan computes it and goes into the fixed-point buffer on its own, so the forces are bitwise those
  * of CudaForceScan "rows" (the energy does not involve the force scan), with the moments of either moments scan (the
  * streamed one shares the table laid out by knot); and
