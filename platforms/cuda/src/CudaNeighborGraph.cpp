@@ -35,6 +35,7 @@ CudaNeighborGraph::CudaNeighborGraph(CudaContext& cu, const std::vector<int>& pa
     sortedCells.reset(CudaArray::create<uint32_t>(cu, n1, "graphSortedCells"));
     nodeIds.reset(CudaArray::create<int>(cu, n1, "graphNodeIds"));
     sortedNodes.reset(CudaArray::create<int>(cu, n1, "graphSortedNodes"));
+    sortedPositions.reset(CudaArray::create<GraphDouble4>(cu, n1, "graphSortedPositions"));
     cellStart.reset(CudaArray::create<int>(cu, maxCells, "graphCellStart"));
     cellEnd.reset(CudaArray::create<int>(cu, maxCells, "graphCellEnd"));
     sortScratchBytes = std::max<size_t>(1, getCellSortScratchBytes(n1, maxCells));
@@ -75,10 +76,12 @@ void CudaNeighborGraph::enqueue(cudaStream_t stream, const GraphBox<double>& box
     launchGridSetup(x, n, box, cutoff, maxCells, cells, stream);
     launchCellSort(x, n, box, cells, maxCells, reinterpret_cast<uint32_t*>(cellOfNode->getDevicePointer()),
                    reinterpret_cast<uint32_t*>(sortedCells->getDevicePointer()), reinterpret_cast<int*>(nodeIds->getDevicePointer()),
-                   reinterpret_cast<int*>(sortedNodes->getDevicePointer()), reinterpret_cast<int*>(cellStart->getDevicePointer()),
-                   reinterpret_cast<int*>(cellEnd->getDevicePointer()), reinterpret_cast<char*>(sortScratch->getDevicePointer()),
-                   sortScratchBytes, stream);
-    launchBuildRows(x, firstCenter, numCenters, box, cells, reinterpret_cast<const int*>(sortedNodes->getDevicePointer()),
+                   reinterpret_cast<int*>(sortedNodes->getDevicePointer()),
+                   reinterpret_cast<GraphDouble4*>(sortedPositions->getDevicePointer()),
+                   reinterpret_cast<int*>(cellStart->getDevicePointer()), reinterpret_cast<int*>(cellEnd->getDevicePointer()),
+                   reinterpret_cast<char*>(sortScratch->getDevicePointer()), sortScratchBytes, stream);
+    launchBuildRows(n, firstCenter, numCenters, box, cells, reinterpret_cast<const int*>(sortedNodes->getDevicePointer()),
+                    reinterpret_cast<const GraphDouble4*>(sortedPositions->getDevicePointer()),
                     reinterpret_cast<const int*>(cellStart->getDevicePointer()), reinterpret_cast<const int*>(cellEnd->getDevicePointer()),
                     cutoff, rowCapacity, buildScratchRows, reinterpret_cast<int*>(unsortedNeighbors->getDevicePointer()),
                     reinterpret_cast<uint32_t*>(neighborKeys->getDevicePointer()), reinterpret_cast<int*>(neighbors->getDevicePointer()),

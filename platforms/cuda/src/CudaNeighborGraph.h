@@ -107,6 +107,7 @@ private:
     OpenMM::CudaContext* orderContext;
     std::unique_ptr<OpenMM::CudaArray> nodeOfParticle, positionArray, slotArray, grid, cellOfNode, sortedCells, nodeIds, sortedNodes,
         cellStart, cellEnd, sortScratch, rowCountArray, unsortedNeighbors, neighborKeys, neighbors;
+    std::unique_ptr<OpenMM::CudaArray> sortedPositions;           ///< [n] GraphDouble4: the positions in cell order (launchCellSort)
     std::unique_ptr<OpenMM::CudaArray> atomOrder, correctionCopy; ///< with orderContext: its atom order and posqCorrection here
     std::unique_ptr<CudaPeerCopyStream> correctionStream;         ///< with correctionCopy: the copy's stream
 };

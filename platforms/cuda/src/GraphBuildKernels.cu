@@ -143,8 +143,13 @@ __global__ void cellKeysKernel(const real* __restrict__ positions, int n, GraphB
     }
 }
 
-__global__ void cellRangesKernel(const uint32_t* __restrict__ sortedCells, int n, int* __restrict__ cellStart, int* __restrict__ cellEnd) {
+/** Each cell's range [cellStart, cellEnd) of the cell-sorted particles, and the positions in that order (w unused). */
+__global__ void cellRangesKernel(const uint32_t* __restrict__ sortedCells, const int* __restrict__ sortedNodes,
+                                 const double* __restrict__ positions, int n, int* __restrict__ cellStart, int* __restrict__ cellEnd,
+                                 GraphDouble4* __restrict__ sortedPositions) {
     for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < n; p += gridDim.x * blockDim.x) {
+        const int node = sortedNodes[p];
+        sortedPositions[p] = GraphDouble4{positions[3 * node], positions[3 * node + 1], positions[3 * node + 2], 0.0};
         uint32_t cell = sortedCells[p];
         if (p == 0 || sortedCells[p - 1] != cell)
             cellStart[cell] = p;
@@ -162,14 +167,14 @@ __device__ inline int axisCells(int numCells, bool periodic) {
 constexpr int SharedRowCapacity = 1024;
 
 /**
- * Whether j is a neighbour of center i (at xi): 0 < r < r_c after the minimum
- * image; its sort key (distanceKey) in key.  Two particles at the same
+ * Whether j (at xj) is a neighbour of center i (at xi): 0 < r < r_c after the
+ * minimum image; its sort key (distanceKey) in key.  Two particles at the same
  * position are reported.
  */
 template <typename real>
-__device__ inline bool acceptCandidate(int i, const real xi[3], int j, const real* positions, const GraphBox<real>& box, real cutoff2,
+__device__ inline bool acceptCandidate(int i, const real xi[3], int j, const real xj[3], const GraphBox<real>& box, real cutoff2,
                                        real invCutoff2, GraphStatus* status, uint32_t& key) {
-    real d[3] = {positions[3 * j] - xi[0], positions[3 * j + 1] - xi[1], positions[3 * j + 2] - xi[2]};
+    real d[3] = {xj[0] - xi[0], xj[1] - xi[1], xj[2] - xi[2]};
     minimumImage(d, box);
     real r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2];
     if (j != i && r2 == 0)
@@ -226,10 +231,11 @@ template <typename real> struct RowBuilder {
     int* scratch;
     uint32_t* keys;
 
-    __device__ RowBuilder(const real* positions, int i, real cutoff, int capacity, int* unsortedScratch, uint32_t* keyScratch)
+    __device__ RowBuilder(int i, const GraphDouble4& position, real cutoff, int capacity, int* unsortedScratch, uint32_t* keyScratch)
         : lane(threadIdx.x & 31), i(i), capacity(capacity) {
-        for (int d = 0; d < 3; d++)
-            xi[d] = positions[3 * i + d];
+        xi[0] = position.x;
+        xi[1] = position.y;
+        xi[2] = position.z;
         cutoff2 = cutoff * cutoff;
         invCutoff2 = 1 / cutoff2;
         extern __shared__ unsigned char rowShared[];
@@ -244,10 +250,11 @@ template <typename real> struct RowBuilder {
         }
     }
 
-    /** Lane's candidate j (-1: none); called by all 32 lanes. */
-    __device__ void offer(int j, const real* positions, const GraphBox<real>& box, GraphStatus* status) {
+    /** Lane's candidate j at position xj (j -1: none); called by all 32 lanes. */
+    __device__ void offer(int j, const GraphDouble4& xj, const GraphBox<real>& box, GraphStatus* status) {
         uint32_t key = 0;
-        const bool accept = j >= 0 && acceptCandidate(i, xi, j, positions, box, cutoff2, invCutoff2, status, key);
+        const real x[3] = {xj.x, xj.y, xj.z};
+        const bool accept = j >= 0 && acceptCandidate(i, xi, j, x, box, cutoff2, invCutoff2, status, key);
         unsigned mask = __ballot_sync(0xffffffff, accept);
         int position = count + __popc(mask & ((1u << lane) - 1));
         if (accept && position < capacity) {
@@ -314,9 +321,15 @@ struct CellCandidates {
     }
 };
 
+/**
+ * The rows of the centers [firstCenter, firstCenter + numCenters), a warp a row, taken in cell order (position p of
+ * the cell-sorted particles, those outside the range skipped), so that the warps of a multiprocessor read the same
+ * cells; the candidates' positions come from sortedPositions, contiguous within a cell.  The rows do not depend on the
+ * order they are built in.
+ */
 template <typename real>
-__global__ void buildRowsKernel(const real* __restrict__ positions, int firstCenter, int numCenters, GraphBox<real> box,
-                                const GraphGrid<real>* __restrict__ gridPtr, const int* __restrict__ sortedNodes,
+__global__ void buildRowsKernel(int n, int firstCenter, int numCenters, GraphBox<real> box, const GraphGrid<real>* __restrict__ gridPtr,
+                                const int* __restrict__ sortedNodes, const GraphDouble4* __restrict__ sortedPositions,
                                 const int* __restrict__ cellStart, const int* __restrict__ cellEnd, real cutoff, int capacity,
                                 int* __restrict__ unsortedScratch, uint32_t* __restrict__ keyScratch, int* __restrict__ neighbors,
                                 int* __restrict__ rowCount, GraphStatus* status) {
@@ -334,8 +347,11 @@ __global__ void buildRowsKernel(const real* __restrict__ positions, int firstCen
     const int o[3] = {lane % numAxisCells[0], lane / numAxisCells[0] % numAxisCells[1], lane / (numAxisCells[0] * numAxisCells[1])};
     for (int d = 0; d < 3; d++)
         offset[d] = numAxisCells[d] == 3 ? o[d] - 1 : o[d];
-    for (int b = warp; b < numCenters; b += numWarps) {
-        RowBuilder<real> row(positions, firstCenter + b, cutoff, capacity, unsortedScratch, keyScratch);
+    for (int b = warp; b < n; b += numWarps) {
+        const int center = sortedNodes[b];
+        if (center < firstCenter || center >= firstCenter + numCenters)
+            continue;
+        RowBuilder<real> row(center, sortedPositions[b], cutoff, capacity, unsortedScratch, keyScratch);
         int cell[3];
         cellCoordinates(row.xi, box, grid, cell);
         int index = -1;
@@ -352,15 +368,26 @@ __global__ void buildRowsKernel(const real* __restrict__ positions, int firstCen
                 index = (c[2] * grid.numCells[1] + c[1]) * grid.numCells[0] + c[0];
         }
         const CellCandidates candidates(index, cellStart, cellEnd);
-        // Each round's node index is loaded one round ahead, so its load overlaps the round before.
+        // Each round's node index and position are loaded one round ahead, so their loads overlap the round before.
         const int p0 = candidates.position(lane);
-        int next = lane < candidates.total ? sortedNodes[p0] : -1;
+        int next = -1;
+        GraphDouble4 nextPosition{};
+        if (lane < candidates.total) {
+            next = sortedNodes[p0];
+            nextPosition = sortedPositions[p0];
+        }
         for (int base = 0; base < candidates.total; base += 32) {
             const int j = next;
+            const GraphDouble4 xj = nextPosition;
             const int q = base + 32 + lane;
             const int p = candidates.position(q);
-            next = q < candidates.total ? sortedNodes[p] : -1;
-            row.offer(j, positions, box, status);
+            if (q < candidates.total) {
+                next = sortedNodes[p];
+                nextPosition = sortedPositions[p];
+            }
+            else
+                next = -1;
+            row.offer(j, xj, box, status);
         }
         row.finish(neighbors, rowCount, status);
     }
@@ -404,7 +431,7 @@ __global__ void __launch_bounds__(32 * AllPairsWarps, 4)
         for (int base = (threadIdx.x >> 5) * 32; base < n; base += blockDim.x) {
             const int j = base + lane;
             uint32_t key = 0;
-            const bool accept = j < n && acceptCandidate(i, xi, j, positions, box, cutoff2, invCutoff2, status, key);
+            const bool accept = j < n && acceptCandidate(i, xi, j, positions + 3 * j, box, cutoff2, invCutoff2, status, key);
             const unsigned mask = __ballot_sync(0xffffffff, accept);
             int start = 0;
             if (lane == 0 && mask != 0)
@@ -452,8 +479,8 @@ size_t getCellSortScratchBytes(int n, int maxCells) {
 }
 
 void launchCellSort(const double* positions, int n, GraphBox<double> box, const GraphGrid<double>* grid, int maxCells, uint32_t* cellOfNode,
-                    uint32_t* sortedCells, int* nodeIds, int* sortedNodes, int* cellStart, int* cellEnd, void* sortScratch,
-                    size_t sortScratchBytes, cudaStream_t stream) {
+                    uint32_t* sortedCells, int* nodeIds, int* sortedNodes, GraphDouble4* sortedPositions, int* cellStart, int* cellEnd,
+                    void* sortScratch, size_t sortScratchBytes, cudaStream_t stream) {
     launchChained(cellKeysKernel<double>, blocksFor(n, 256), 256, 0, stream, positions, n, box, grid, cellOfNode, nodeIds);
     int endBit = 1;
     while (endBit < 32 && (1ll << endBit) < (long long) maxCells)
@@ -461,20 +488,21 @@ void launchCellSort(const double* positions, int n, GraphBox<double> box, const 
     cub::DeviceRadixSort::SortPairs(sortScratch, sortScratchBytes, cellOfNode, sortedCells, nodeIds, sortedNodes, n, 0, endBit, stream);
     cudaMemsetAsync(cellStart, 0, sizeof(int) * maxCells, stream);
     cudaMemsetAsync(cellEnd, 0, sizeof(int) * maxCells, stream);
-    cellRangesKernel<<<blocksFor(n, 256), 256, 0, stream>>>(sortedCells, n, cellStart, cellEnd);
+    cellRangesKernel<<<blocksFor(n, 256), 256, 0, stream>>>(sortedCells, sortedNodes, positions, n, cellStart, cellEnd, sortedPositions);
 }
 
-void launchBuildRows(const double* positions, int firstCenter, int numCenters, GraphBox<double> box, const GraphGrid<double>* grid,
-                     const int* sortedNodes, const int* cellStart, const int* cellEnd, double cutoff, int capacity, int scratchRows,
-                     int* unsortedScratch, uint32_t* keyScratch, int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream) {
+void launchBuildRows(int n, int firstCenter, int numCenters, GraphBox<double> box, const GraphGrid<double>* grid, const int* sortedNodes,
+                     const GraphDouble4* sortedPositions, const int* cellStart, const int* cellEnd, double cutoff, int capacity,
+                     int scratchRows, int* unsortedScratch, uint32_t* keyScratch, int* neighbors, int* rowCount, GraphStatus* status,
+                     cudaStream_t stream) {
     const int threads = 32 * WarpsPerBlock;
     if (numCenters == 0)
         return;
     const size_t warps = std::min<size_t>(numCenters, scratchRows);
     const size_t shared = capacity <= SharedRowCapacity ? (size_t) WarpsPerBlock * capacity * (sizeof(int) + sizeof(uint32_t)) : 0;
-    launchChained(buildRowsKernel<double>, (unsigned) ((warps + WarpsPerBlock - 1) / WarpsPerBlock), threads, shared, stream, positions,
-                  firstCenter, numCenters, box, grid, sortedNodes, cellStart, cellEnd, cutoff, capacity, unsortedScratch, keyScratch,
-                  neighbors, rowCount, status);
+    launchChained(buildRowsKernel<double>, (unsigned) ((warps + WarpsPerBlock - 1) / WarpsPerBlock), threads, shared, stream, n,
+                  firstCenter, numCenters, box, grid, sortedNodes, sortedPositions, cellStart, cellEnd, cutoff, capacity, unsortedScratch,
+                  keyScratch, neighbors, rowCount, status);
 }
 
 void launchBuildRowsAllPairs(const double* positions, int n, int firstCenter, int numCenters, GraphBox<double> box, double cutoff,

@@ -39,13 +39,15 @@ void launchGridSetup(const double* positions, int n, GraphBox<double> box, doubl
 
 /**
  * Bin the particles into cells and sort them by cell (stable radix sort, so the
- * result is deterministic).  cellStart/cellEnd [maxCells] are rewritten.
+ * result is deterministic).  cellStart/cellEnd [maxCells] are rewritten, and
+ * sortedPositions [n] (device) gets the positions (nm; w unused) in the cell
+ * order of sortedNodes, so that a row's candidates are read contiguously.
  * sortScratch is CUB's temporary storage of sortScratchBytes
  * (getCellSortScratchBytes).
  */
 void launchCellSort(const double* positions, int n, GraphBox<double> box, const GraphGrid<double>* grid, int maxCells, uint32_t* cellOfNode,
-                    uint32_t* sortedCells, int* nodeIds, int* sortedNodes, int* cellStart, int* cellEnd, void* sortScratch,
-                    size_t sortScratchBytes, cudaStream_t stream);
+                    uint32_t* sortedCells, int* nodeIds, int* sortedNodes, GraphDouble4* sortedPositions, int* cellStart, int* cellEnd,
+                    void* sortScratch, size_t sortScratchBytes, cudaStream_t stream);
 
 size_t getCellSortScratchBytes(int n, int maxCells);
 
@@ -56,11 +58,16 @@ size_t getCellSortScratchBytes(int n, int maxCells);
  * capacity raise status->maxRowCount above capacity (the caller grows and
  * recomputes).  unsortedScratch and keyScratch are [scratchRows * capacity]:
  * one row per warp, reused (rows up to 1024 long use shared memory instead);
- * the launch runs min(numCenters, scratchRows) warps.
+ * the launch runs min(numCenters, scratchRows) warps.  sortedNodes and
+ * sortedPositions [n] are launchCellSort's: the rows are built in cell order
+ * (the warps of a multiprocessor read the same cells) from the positions in
+ * that order (a warp's candidates are contiguous), n the particles of the
+ * grid.
  */
-void launchBuildRows(const double* positions, int firstCenter, int numCenters, GraphBox<double> box, const GraphGrid<double>* grid,
-                     const int* sortedNodes, const int* cellStart, const int* cellEnd, double cutoff, int capacity, int scratchRows,
-                     int* unsortedScratch, uint32_t* keyScratch, int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream);
+void launchBuildRows(int n, int firstCenter, int numCenters, GraphBox<double> box, const GraphGrid<double>* grid, const int* sortedNodes,
+                     const GraphDouble4* sortedPositions, const int* cellStart, const int* cellEnd, double cutoff, int capacity,
+                     int scratchRows, int* unsortedScratch, uint32_t* keyScratch, int* neighbors, int* rowCount, GraphStatus* status,
+                     cudaStream_t stream);
 
 /**
  * Systems up to this many particles build their rows with
