@@ -2,8 +2,9 @@
  * Stage 1 of the CUDA pipeline: the compact canonical neighbour graph, built on
  * the device from OpenMM's posq every evaluation.  Positions are gathered into
  * force order, binned into cells at least one cut-off thick, sorted by cell
- * (stable radix sort), and every row is collected from the 27 neighbouring
- * cells and sorted by (fixed-point r^2, index), so the graph depends only on
+ * (stable radix sort) and copied in that order, and every row (the centers
+ * taken in cell order) is collected from the 27 neighbouring cells and sorted
+ * by (fixed-point r^2, index), so the graph depends only on
  * positions and force indices, never on OpenMM's atom order.
  */
 
