@@ -3,11 +3,12 @@
 # against each other in one device call (bench/README.md).  Each build goes, xz-compressed (28 -> 9 MB), to
 # .device/ab/NAME/libOpenMMGraphCUDA.so.xz; .device/ab is emptied first.
 #
-#   AB_BASE=COMMIT AB_VARIANTS='NAME=FILE:SED@@NAME2=FILE:SED' bash scripts/build-ab-plugins.sh
+#   AB_BASE=COMMIT AB_COMMITS='NAME=COMMIT ...' AB_VARIANTS='NAME=FILE:SED@@NAME2=FILE:SED' bash scripts/build-ab-plugins.sh
 #
 # - "current": HEAD (committed sources only: a build must be reproducible from a commit; uncommitted changes under
 #   platforms/ are an error);
 # - "base", when AB_BASE names a commit: that commit;
+# - each NAME=COMMIT of AB_COMMITS (space-separated): that commit, e.g. one step of a series between base and HEAD;
 # - each entry of AB_VARIANTS (separated by "@@"): HEAD with FILE (a path in the repository) edited by `sed -e SED`, e.g.
 #   'fold=platforms/cuda/src/GraphDeviceFunctions.cuh:s/return interval \& 1;/return 0 * interval;/'
 #   (an edit that changes nothing is an error).
@@ -30,6 +31,13 @@ if [ -n "${AB_BASE:-}" ]; then
     git rev-parse --verify --quiet "${AB_BASE}^{commit}" > /dev/null || { echo "build-ab-plugins: AB_BASE \"$AB_BASE\" is not a commit"; exit 1; }
     names+=(base) commits+=("$AB_BASE") edits+=("")
 fi
+for entry in ${AB_COMMITS:-}; do
+    name=${entry%%=*} commit=${entry#*=}
+    [[ "$name" =~ ^[A-Za-z0-9_-]+$ ]] && [ "$name" != current ] && [ "$name" != base ] && [ "$commit" != "$entry" ] \
+        || { echo "AB_COMMITS: \"$entry\" is not NAME=COMMIT (NAME: letters, digits, _ or -; not current or base)"; exit 1; }
+    git rev-parse --verify --quiet "${commit}^{commit}" > /dev/null || { echo "AB_COMMITS: $name: \"$commit\" is not a commit"; exit 1; }
+    names+=("$name") commits+=("$commit") edits+=("")
+done
 if [ -n "${AB_VARIANTS:-}" ]; then
     while IFS= read -r entry; do
         [ -n "$entry" ] || continue

@@ -29,15 +29,14 @@ CudaNeighborGraph::CudaNeighborGraph(CudaContext& cu, const std::vector<int>& pa
     const int n1 = std::max(1, n);
     positionArray.reset(CudaArray::create<double>(cu, 3 * n1, "graphPositions"));
     slotArray.reset(CudaArray::create<int>(cu, n1, "graphSlotOfNode"));
-    maxCells = n + 27;
+    maxCells = 2 * n + 125; // cells of r_c / 2: about n / 2.7 at 100 nm^-3; sparser systems get thicker cells
     grid.reset(CudaArray::create<GraphGrid<double>>(cu, 1, "graphGrid"));
     cellOfNode.reset(CudaArray::create<uint32_t>(cu, n1, "graphCellOfNode"));
     sortedCells.reset(CudaArray::create<uint32_t>(cu, n1, "graphSortedCells"));
     nodeIds.reset(CudaArray::create<int>(cu, n1, "graphNodeIds"));
     sortedNodes.reset(CudaArray::create<int>(cu, n1, "graphSortedNodes"));
     sortedPositions.reset(CudaArray::create<GraphDouble4>(cu, n1, "graphSortedPositions"));
-    cellStart.reset(CudaArray::create<int>(cu, maxCells, "graphCellStart"));
-    cellEnd.reset(CudaArray::create<int>(cu, maxCells, "graphCellEnd"));
+    cellStart.reset(CudaArray::create<int>(cu, maxCells + 1, "graphCellStart"));
     sortScratchBytes = std::max<size_t>(1, getCellSortScratchBytes(n1, maxCells));
     sortScratch.reset(CudaArray::create<char>(cu, sortScratchBytes, "graphSortScratch"));
     rowCountArray.reset(CudaArray::create<int>(cu, n1, "graphRowCount"));
@@ -78,12 +77,12 @@ void CudaNeighborGraph::enqueue(cudaStream_t stream, const GraphBox<double>& box
                    reinterpret_cast<uint32_t*>(sortedCells->getDevicePointer()), reinterpret_cast<int*>(nodeIds->getDevicePointer()),
                    reinterpret_cast<int*>(sortedNodes->getDevicePointer()),
                    reinterpret_cast<GraphDouble4*>(sortedPositions->getDevicePointer()),
-                   reinterpret_cast<int*>(cellStart->getDevicePointer()), reinterpret_cast<int*>(cellEnd->getDevicePointer()),
-                   reinterpret_cast<char*>(sortScratch->getDevicePointer()), sortScratchBytes, stream);
+                   reinterpret_cast<int*>(cellStart->getDevicePointer()), reinterpret_cast<char*>(sortScratch->getDevicePointer()),
+                   sortScratchBytes, stream);
     launchBuildRows(n, firstCenter, numCenters, box, cells, reinterpret_cast<const int*>(sortedNodes->getDevicePointer()),
                     reinterpret_cast<const GraphDouble4*>(sortedPositions->getDevicePointer()),
-                    reinterpret_cast<const int*>(cellStart->getDevicePointer()), reinterpret_cast<const int*>(cellEnd->getDevicePointer()),
-                    cutoff, rowCapacity, buildScratchRows, reinterpret_cast<int*>(unsortedNeighbors->getDevicePointer()),
+                    reinterpret_cast<const int*>(cellStart->getDevicePointer()), cutoff, rowCapacity, buildScratchRows,
+                    reinterpret_cast<int*>(unsortedNeighbors->getDevicePointer()),
                     reinterpret_cast<uint32_t*>(neighborKeys->getDevicePointer()), reinterpret_cast<int*>(neighbors->getDevicePointer()),
                     reinterpret_cast<int*>(rowCountArray->getDevicePointer()), status, stream);
     GRAPH_CUDA_CHECK(cudaGetLastError());

@@ -13,7 +13,7 @@ namespace GraphPlugin {
 
 /**
  * How the rows find their candidates (the GraphForce property
- * CudaNeighborSearch): a cell grid at least one cut-off thick (Cells), every
+ * CudaNeighborSearch): a cell grid at least half a cut-off thick (Cells, CellColumns.h), every
  * particle (AllPairs, O(n^2)), or AllPairs up to AllPairsLimit particles and
  * Cells beyond (Auto).  The rows are bitwise the same either way.
  */
@@ -106,7 +106,7 @@ private:
     size_t sortScratchBytes = 1;
     OpenMM::CudaContext* orderContext;
     std::unique_ptr<OpenMM::CudaArray> nodeOfParticle, positionArray, slotArray, grid, cellOfNode, sortedCells, nodeIds, sortedNodes,
-        cellStart, cellEnd, sortScratch, rowCountArray, unsortedNeighbors, neighborKeys, neighbors;
+        cellStart, sortScratch, rowCountArray, unsortedNeighbors, neighborKeys, neighbors;
     std::unique_ptr<OpenMM::CudaArray> sortedPositions;           ///< [n] GraphDouble4: the positions in cell order (launchCellSort)
     std::unique_ptr<OpenMM::CudaArray> atomOrder, correctionCopy; ///< with orderContext: its atom order and posqCorrection here
     std::unique_ptr<CudaPeerCopyStream> correctionStream;         ///< with correctionCopy: the copy's stream

@@ -1,13 +1,15 @@
 /**
  * Stage 1 of the CUDA pipeline: the compact canonical neighbour graph, built on
  * the device from OpenMM's posq every evaluation.  Positions are gathered into
- * force order, binned into cells at least one cut-off thick, sorted by cell
- * (stable radix sort) and copied in that order, and every row (the centers
- * taken in cell order) is collected from the 27 neighbouring cells and sorted
- * by (fixed-point r^2, index), so the graph depends only on
- * positions and force indices, never on OpenMM's atom order.
+ * force order, binned into cells at least half a cut-off thick, sorted by
+ * cell (stable radix sort) and copied in that order, and every row (the
+ * centers taken in cell order) is collected from the columns of cells that the
+ * cut-off sphere reaches (CellColumns.h) and sorted by (fixed-point r^2,
+ * index), so the graph depends only on positions and force indices, never on
+ * OpenMM's atom order.
  */
 
+#include "CellColumns.h"
 #include "ChainedLaunch.cuh"
 #include "GraphDeviceFunctions.cuh"
 #include "GraphKernelLaunch.h"
@@ -52,32 +54,14 @@ __global__ void gatherPositionsKernel(const posqType* __restrict__ posq, const f
     }
 }
 
-/** Fractional coordinates of x in the box, wrapped into [0, 1). */
-template <typename real> __device__ inline void fractional(const real x[3], const GraphBox<real>& box, real s[3]) {
-    real sc = x[2] / box.c[2];
-    real sb = (x[1] - sc * box.c[1]) / box.b[1];
-    real sa = (x[0] - sb * box.b[0] - sc * box.c[0]) / box.a[0];
-    s[0] = sa - floor(sa);
-    s[1] = sb - floor(sb);
-    s[2] = sc - floor(sc);
-}
-
 template <typename real>
 __global__ void gridSetupKernel(const real* __restrict__ positions, int n, GraphBox<real> box, real cutoff, int maxCells,
                                 GraphGrid<real>* grid) {
     beginChainedKernel();
     __shared__ real low[3][256], high[3][256];
     real extent[3];
-    if (box.periodic) {
-        // Heights of the box perpendicular to each pair of faces.
-        const real *a = box.a, *b = box.b, *c = box.c;
-        real volume = a[0] * b[1] * c[2];
-        real bc[3] = {b[1] * c[2] - b[2] * c[1], b[2] * c[0] - b[0] * c[2], b[0] * c[1] - b[1] * c[0]};
-        real ca[3] = {c[1] * a[2] - c[2] * a[1], c[2] * a[0] - c[0] * a[2], c[0] * a[1] - c[1] * a[0]};
-        extent[0] = volume / sqrt(bc[0] * bc[0] + bc[1] * bc[1] + bc[2] * bc[2]);
-        extent[1] = volume / sqrt(ca[0] * ca[0] + ca[1] * ca[1] + ca[2] * ca[2]);
-        extent[2] = c[2];
-    }
+    if (box.periodic)
+        periodicHeights(box, extent);
     else {
         real lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
         for (int i = threadIdx.x; i < n; i += blockDim.x)
@@ -103,31 +87,10 @@ __global__ void gridSetupKernel(const real* __restrict__ positions, int n, Graph
     }
     if (threadIdx.x != 0)
         return;
-    int cells[3];
+    real origin[3];
     for (int d = 0; d < 3; d++)
-        cells[d] = max(1, (int) min((real) (1 << 20), floor(extent[d] / cutoff)));
-    while ((long long) cells[0] * cells[1] * cells[2] > maxCells) {
-        int largest = cells[0] >= cells[1] && cells[0] >= cells[2] ? 0 : (cells[1] >= cells[2] ? 1 : 2);
-        cells[largest] = max(1, cells[largest] / 2);
-    }
-    for (int d = 0; d < 3; d++) {
-        grid->numCells[d] = cells[d];
-        grid->origin[d] = box.periodic || n == 0 ? real(0) : low[d][0];
-        grid->cellScale[d] = extent[d] > 0 ? cells[d] / extent[d] : real(0);
-    }
-}
-
-template <typename real>
-__device__ inline void cellCoordinates(const real x[3], const GraphBox<real>& box, const GraphGrid<real>& grid, int cell[3]) {
-    if (box.periodic) {
-        real s[3];
-        fractional(x, box, s);
-        for (int d = 0; d < 3; d++)
-            cell[d] = min(grid.numCells[d] - 1, max(0, (int) (s[d] * grid.numCells[d])));
-    }
-    else
-        for (int d = 0; d < 3; d++)
-            cell[d] = min(grid.numCells[d] - 1, max(0, (int) ((x[d] - grid.origin[d]) * grid.cellScale[d])));
+        origin[d] = box.periodic || n == 0 ? real(0) : low[d][0];
+    setGrid(extent, origin, cutoff, maxCells, *grid);
 }
 
 template <typename real>
@@ -137,31 +100,41 @@ __global__ void cellKeysKernel(const real* __restrict__ positions, int n, GraphB
     const GraphGrid<real> grid = *gridPtr;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         real x[3] = {positions[3 * i], positions[3 * i + 1], positions[3 * i + 2]};
+        real u[3];
         int cell[3];
-        cellCoordinates(x, box, grid, cell);
+        cellCoordinates(x, box, grid, u, cell);
         cellOfNode[i] = (uint32_t) ((cell[2] * grid.numCells[1] + cell[1]) * grid.numCells[0] + cell[0]);
         nodeIds[i] = i;
     }
 }
 
-/** Each cell's range [cellStart, cellEnd) of the cell-sorted particles, and the positions in that order (w unused). */
+/**
+ * The positions in the cell order of the sort (w unused), index p < n, and cellStart[c] for every cell c of the grid
+ * and c = the cells: the first cell-sorted particle of cell c or later (a binary search), so that the particles of
+ * cells [c, c'] are [cellStart[c], cellStart[c' + 1]) whether or not any is empty.
+ */
+template <typename real>
 __global__ void cellRangesKernel(const uint32_t* __restrict__ sortedCells, const int* __restrict__ sortedNodes,
-                                 const double* __restrict__ positions, int n, int* __restrict__ cellStart, int* __restrict__ cellEnd,
-                                 GraphDouble4* __restrict__ sortedPositions) {
-    for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < n; p += gridDim.x * blockDim.x) {
-        const int node = sortedNodes[p];
-        sortedPositions[p] = GraphDouble4{positions[3 * node], positions[3 * node + 1], positions[3 * node + 2], 0.0};
-        uint32_t cell = sortedCells[p];
-        if (p == 0 || sortedCells[p - 1] != cell)
-            cellStart[cell] = p;
-        if (p == n - 1 || sortedCells[p + 1] != cell)
-            cellEnd[cell] = p + 1;
+                                 const double* __restrict__ positions, int n, const GraphGrid<real>* __restrict__ grid,
+                                 int* __restrict__ cellStart, GraphDouble4* __restrict__ sortedPositions) {
+    const int cells = grid->numCells[0] * grid->numCells[1] * grid->numCells[2];
+    for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < max(n, cells + 1); p += gridDim.x * blockDim.x) {
+        if (p < n) {
+            const int node = sortedNodes[p];
+            sortedPositions[p] = GraphDouble4{positions[3 * node], positions[3 * node + 1], positions[3 * node + 2], 0.0};
+        }
+        if (p <= cells) {
+            int low = 0, high = n; // the first position whose cell is p or later lies in [low, high]
+            while (low < high) {
+                const int middle = (low + high) / 2;
+                if (sortedCells[middle] < (uint32_t) p)
+                    low = middle + 1;
+                else
+                    high = middle;
+            }
+            cellStart[p] = low;
+        }
     }
-}
-
-/** Neighbour cells along one axis: 3 (offsets -1, 0, 1), fewer (0, 1 or 0) when a periodic axis has fewer than 3 cells. */
-__device__ inline int axisCells(int numCells, bool periodic) {
-    return !periodic || numCells >= 3 ? 3 : numCells;
 }
 
 /** Rows up to this capacity are collected and sorted in shared memory (8 bytes per entry and warp); longer ones in global scratch. */
@@ -326,96 +299,91 @@ template <typename real> struct RowBuilder {
 };
 
 /**
- * A warp's candidates of one row: the particles of the (up to 27) cells around the center's, as one flat list.  Lane
- * t < numCells holds cell t's range of the cell-sorted nodes (first, and the inclusive prefix sum of the sizes, `end`);
- * candidate q (0 <= q < total) is found by a binary search over the lanes' `end`s with shuffles, so 32 candidates go
- * out at once whatever the cells' sizes (a cell's 20-odd particles took a whole round before) and the cells' ranges
- * are read once, all at the same time.  The order of the candidates does not matter: the rank sort orders the row.
+ * A warp's candidates of one row: the particles of the row's columns (CellColumns.h, a lane each, each up to two ranges
+ * of the cell-sorted particles), as one flat list.  The lanes' sizes are summed with shuffles (`end`, inclusive), and
+ * candidate q (0 <= q < total) is found by a binary search over the lanes' `end`s, so 32 candidates go out at once
+ * whatever the columns' sizes and the cells' ranges are read once, all at the same time.  The order of the candidates
+ * does not matter: the sort orders the row.
  */
 struct CellCandidates {
-    int first = 0; ///< this lane's cell: its first position in the cell-sorted nodes
-    int begin = 0; ///< its first candidate (the sizes of the lanes before it)
-    int end = 0;   ///< one past its last candidate
-    int total = 0; ///< the row's candidates
+    int split = 0;  ///< this lane's candidates before `split` are in its first range, the rest in its second
+    int shiftA = 0; ///< candidate q of the first range is position q + shiftA of the cell-sorted particles
+    int shiftB = 0; ///< and of the second, q + shiftB
+    int end = 0;    ///< one past this lane's last candidate
+    int total = 0;  ///< the row's candidates
 
-    /** cellIndex: this lane's cell (-1: none). Called by all 32 lanes. */
-    __device__ CellCandidates(int cellIndex, const int* cellStart, const int* cellEnd) {
-        int size = 0;
-        if (cellIndex >= 0) {
-            first = cellStart[cellIndex];
-            size = cellEnd[cellIndex] - first;
-        }
+    /** This lane's ranges [startA, startA + sizeA) and [startB, startB + sizeB) (sizes 0: none). Called by all 32 lanes. */
+    __device__ CellCandidates(int startA, int sizeA, int startB, int sizeB) {
         const int lane = threadIdx.x & 31;
-        end = size;
+        end = sizeA + sizeB;
 #pragma unroll
         for (int offset = 1; offset < 32; offset *= 2) {
             const int before = __shfl_up_sync(0xffffffff, end, offset);
             if (lane >= offset)
                 end += before;
         }
-        begin = end - size;
+        const int begin = end - sizeA - sizeB;
+        split = begin + sizeA;
+        shiftA = startA - begin;
+        shiftB = startB - split;
         total = __shfl_sync(0xffffffff, end, 31);
     }
 
-    /** Candidate q's position in the cell-sorted nodes (q < total; any value otherwise). Called by all 32 lanes. */
+    /** Candidate q's position in the cell-sorted particles (q < total; any value otherwise). Called by all 32 lanes. */
     __device__ int position(int q) const {
-        int cell = 0; // the lanes whose end is <= q: the first lane past them holds q
+        int lane = 0; // the lanes whose end is <= q: the first lane past them holds q
 #pragma unroll
         for (int step = 16; step > 0; step /= 2)
-            if (__shfl_sync(0xffffffff, end, cell + step - 1) <= q)
-                cell += step;
-        cell = min(cell, 31);
-        return __shfl_sync(0xffffffff, first, cell) + q - __shfl_sync(0xffffffff, begin, cell);
+            if (__shfl_sync(0xffffffff, end, lane + step - 1) <= q)
+                lane += step;
+        lane = min(lane, 31);
+        const int splitAt = __shfl_sync(0xffffffff, split, lane), a = __shfl_sync(0xffffffff, shiftA, lane),
+                  b = __shfl_sync(0xffffffff, shiftB, lane);
+        return q + (q < splitAt ? a : b);
     }
 };
 
 /**
  * The rows of the centers [firstCenter, firstCenter + numCenters), a warp a row, taken in cell order (position p of
  * the cell-sorted particles, those outside the range skipped), so that the warps of a multiprocessor read the same
- * cells; the candidates' positions come from sortedPositions, contiguous within a cell.  The rows do not depend on the
- * order they are built in.
+ * cells; the candidates' positions come from sortedPositions, contiguous within a column.  cellStart [cells + 1]:
+ * cellRangesKernel's.  The rows do not depend on the order they are built in.
  */
 template <typename real>
 __global__ void buildRowsKernel(int n, int firstCenter, int numCenters, GraphBox<real> box, const GraphGrid<real>* __restrict__ gridPtr,
                                 const int* __restrict__ sortedNodes, const GraphDouble4* __restrict__ sortedPositions,
-                                const int* __restrict__ cellStart, const int* __restrict__ cellEnd, real cutoff, int capacity,
-                                int* __restrict__ unsortedScratch, uint32_t* __restrict__ keyScratch, int* __restrict__ neighbors,
-                                int* __restrict__ rowCount, GraphStatus* status) {
+                                const int* __restrict__ cellStart, real cutoff, int capacity, int* __restrict__ unsortedScratch,
+                                uint32_t* __restrict__ keyScratch, int* __restrict__ neighbors, int* __restrict__ rowCount,
+                                GraphStatus* status) {
     beginChainedKernel();
     const GraphGrid<real> grid = *gridPtr;
     const int lane = threadIdx.x & 31;
     const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int numWarps = (gridDim.x * blockDim.x) >> 5;
-    // This lane's neighbour cell: offsets (o_x, o_y, o_z) - 1 (or o, along a periodic axis of 1 or 2 cells) with
-    // lane = (o_z n_y + o_y) n_x + o_x, as loops over z, y and x would take them.
-    int numAxisCells[3], offset[3];
-    for (int d = 0; d < 3; d++)
-        numAxisCells[d] = axisCells(grid.numCells[d], box.periodic);
-    const bool hasCell = lane < numAxisCells[0] * numAxisCells[1] * numAxisCells[2];
-    const int o[3] = {lane % numAxisCells[0], lane / numAxisCells[0] % numAxisCells[1], lane / (numAxisCells[0] * numAxisCells[1])};
-    for (int d = 0; d < 3; d++)
-        offset[d] = numAxisCells[d] == 3 ? o[d] - 1 : o[d];
+    const bool hasColumn =
+        lane < columnAxisCount(grid.numCells[1], box.periodic != 0) * columnAxisCount(grid.numCells[2], box.periodic != 0);
     for (int b = warp; b < n; b += numWarps) {
         const int center = sortedNodes[b];
         if (center < firstCenter || center >= firstCenter + numCenters)
             continue;
         RowBuilder<real> row(center, sortedPositions[b], cutoff, capacity, unsortedScratch, keyScratch);
+        real u[3];
         int cell[3];
-        cellCoordinates(row.xi, box, grid, cell);
-        int index = -1;
-        if (hasCell) {
-            int c[3] = {cell[0] + offset[0], cell[1] + offset[1], cell[2] + offset[2]};
-            bool skip = false;
-            for (int d = 0; d < 3; d++) {
-                if (box.periodic)
-                    c[d] = (c[d] + grid.numCells[d]) % grid.numCells[d];
-                else if (c[d] < 0 || c[d] >= grid.numCells[d])
-                    skip = true;
+        cellCoordinates(row.xi, box, grid, u, cell);
+        int startA = 0, sizeA = 0, startB = 0, sizeB = 0;
+        if (hasColumn) {
+            int first[2], last[2];
+            const int parts = columnRanges(lane, u, cell, box, grid, cutoff, first, last);
+            if (parts > 0) {
+                startA = cellStart[first[0]];
+                sizeA = cellStart[last[0] + 1] - startA;
             }
-            if (!skip)
-                index = (c[2] * grid.numCells[1] + c[1]) * grid.numCells[0] + c[0];
+            if (parts > 1) {
+                startB = cellStart[first[1]];
+                sizeB = cellStart[last[1] + 1] - startB;
+            }
         }
-        const CellCandidates candidates(index, cellStart, cellEnd);
+        const CellCandidates candidates(startA, sizeA, startB, sizeB);
         // Each round's node index and position are loaded one round ahead, so their loads overlap the round before.
         const int p0 = candidates.position(lane);
         int next = -1;
@@ -527,22 +495,20 @@ size_t getCellSortScratchBytes(int n, int maxCells) {
 }
 
 void launchCellSort(const double* positions, int n, GraphBox<double> box, const GraphGrid<double>* grid, int maxCells, uint32_t* cellOfNode,
-                    uint32_t* sortedCells, int* nodeIds, int* sortedNodes, GraphDouble4* sortedPositions, int* cellStart, int* cellEnd,
-                    void* sortScratch, size_t sortScratchBytes, cudaStream_t stream) {
+                    uint32_t* sortedCells, int* nodeIds, int* sortedNodes, GraphDouble4* sortedPositions, int* cellStart, void* sortScratch,
+                    size_t sortScratchBytes, cudaStream_t stream) {
     launchChained(cellKeysKernel<double>, blocksFor(n, 256), 256, 0, stream, positions, n, box, grid, cellOfNode, nodeIds);
     int endBit = 1;
     while (endBit < 32 && (1ll << endBit) < (long long) maxCells)
         endBit++;
     cub::DeviceRadixSort::SortPairs(sortScratch, sortScratchBytes, cellOfNode, sortedCells, nodeIds, sortedNodes, n, 0, endBit, stream);
-    cudaMemsetAsync(cellStart, 0, sizeof(int) * maxCells, stream);
-    cudaMemsetAsync(cellEnd, 0, sizeof(int) * maxCells, stream);
-    cellRangesKernel<<<blocksFor(n, 256), 256, 0, stream>>>(sortedCells, sortedNodes, positions, n, cellStart, cellEnd, sortedPositions);
+    cellRangesKernel<double><<<blocksFor(std::max(n, maxCells + 1), 256), 256, 0, stream>>>(sortedCells, sortedNodes, positions, n, grid,
+                                                                                            cellStart, sortedPositions);
 }
 
 void launchBuildRows(int n, int firstCenter, int numCenters, GraphBox<double> box, const GraphGrid<double>* grid, const int* sortedNodes,
-                     const GraphDouble4* sortedPositions, const int* cellStart, const int* cellEnd, double cutoff, int capacity,
-                     int scratchRows, int* unsortedScratch, uint32_t* keyScratch, int* neighbors, int* rowCount, GraphStatus* status,
-                     cudaStream_t stream) {
+                     const GraphDouble4* sortedPositions, const int* cellStart, double cutoff, int capacity, int scratchRows,
+                     int* unsortedScratch, uint32_t* keyScratch, int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream) {
     const int threads = 32 * WarpsPerBlock;
     if (numCenters == 0)
         return;
@@ -550,7 +516,7 @@ void launchBuildRows(int n, int firstCenter, int numCenters, GraphBox<double> bo
     const size_t shared =
         capacity <= SharedRowCapacity ? (size_t) WarpsPerBlock * sharedRowSlots(capacity) * sizeof(unsigned long long) : 0;
     launchChained(buildRowsKernel<double>, (unsigned) ((warps + WarpsPerBlock - 1) / WarpsPerBlock), threads, shared, stream, n,
-                  firstCenter, numCenters, box, grid, sortedNodes, sortedPositions, cellStart, cellEnd, cutoff, capacity, unsortedScratch,
+                  firstCenter, numCenters, box, grid, sortedNodes, sortedPositions, cellStart, cutoff, capacity, unsortedScratch,
                   keyScratch, neighbors, rowCount, status);
 }
 

@@ -26,7 +26,7 @@ template <typename real> struct GraphBox {
 /**
  * The cell grid of one evaluation, computed on the device (device memory).
  * Periodic: cells in fractional coordinates; open: Cartesian cells over the
- * bounding box.  Every cell is at least one cut-off thick.
+ * bounding box.  Every cell is at least half a cut-off thick (CellColumns.h).
  */
 template <typename real> struct GraphGrid {
     int numCells[3];

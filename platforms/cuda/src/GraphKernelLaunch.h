@@ -39,15 +39,17 @@ void launchGridSetup(const double* positions, int n, GraphBox<double> box, doubl
 
 /**
  * Bin the particles into cells and sort them by cell (stable radix sort, so the
- * result is deterministic).  cellStart/cellEnd [maxCells] are rewritten, and
- * sortedPositions [n] (device) gets the positions (nm; w unused) in the cell
- * order of sortedNodes, so that a row's candidates are read contiguously.
- * sortScratch is CUB's temporary storage of sortScratchBytes
- * (getCellSortScratchBytes).
+ * result is deterministic).  cellStart [maxCells + 1] (device) gets, for each
+ * cell c of the grid and for c = the cells, the first cell-sorted particle of
+ * cell c or later (the particles of cells [c, c'] are [cellStart[c],
+ * cellStart[c' + 1])), and sortedPositions [n] (device) the positions (nm; w
+ * unused) in the cell order of sortedNodes, so that a row's candidates are
+ * read contiguously.  sortScratch is CUB's temporary storage of
+ * sortScratchBytes (getCellSortScratchBytes).
  */
 void launchCellSort(const double* positions, int n, GraphBox<double> box, const GraphGrid<double>* grid, int maxCells, uint32_t* cellOfNode,
-                    uint32_t* sortedCells, int* nodeIds, int* sortedNodes, GraphDouble4* sortedPositions, int* cellStart, int* cellEnd,
-                    void* sortScratch, size_t sortScratchBytes, cudaStream_t stream);
+                    uint32_t* sortedCells, int* nodeIds, int* sortedNodes, GraphDouble4* sortedPositions, int* cellStart, void* sortScratch,
+                    size_t sortScratchBytes, cudaStream_t stream);
 
 size_t getCellSortScratchBytes(int n, int maxCells);
 
@@ -65,16 +67,15 @@ size_t getCellSortScratchBytes(int n, int maxCells);
  * grid.
  */
 void launchBuildRows(int n, int firstCenter, int numCenters, GraphBox<double> box, const GraphGrid<double>* grid, const int* sortedNodes,
-                     const GraphDouble4* sortedPositions, const int* cellStart, const int* cellEnd, double cutoff, int capacity,
-                     int scratchRows, int* unsortedScratch, uint32_t* keyScratch, int* neighbors, int* rowCount, GraphStatus* status,
-                     cudaStream_t stream);
+                     const GraphDouble4* sortedPositions, const int* cellStart, double cutoff, int capacity, int scratchRows,
+                     int* unsortedScratch, uint32_t* keyScratch, int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream);
 
 /**
  * Systems up to this many particles build their rows with
  * launchBuildRowsAllPairs: every particle is a candidate of every row (no
  * cell grid, sort or indirection).  For the standard systems (0.6 nm cut-off,
- * 100 particles/nm^3) a periodic box of 1,024 particles has 3 cells a side,
- * so the 27 cells of a row hold every particle anyway.
+ * 100 particles/nm^3) a periodic box of 1,024 particles is 2.2 cut-offs a
+ * side, so a row's candidates are most of the box anyway.
  */
 constexpr int AllPairsLimit = 1024;
 

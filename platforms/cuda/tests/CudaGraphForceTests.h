@@ -354,15 +354,16 @@ std::vector<Result> propertyResults(const GraphTest::ModelOptions& options, cons
 
 /**
  * Rows from the cell grid and from all pairs are the same graph for larger systems, in a cubic box, a triclinic one and
- * an open cluster (cells beyond the grid's edges skipped): bitwise the same trajectories.  1,000 particles give 3 cells
- * along each axis (periodic: the 27 neighbour cells are the whole box), 2,000 give 4 (the 27 are a part of it, so a wrong
- * offset or wrap would show).
+ * an open cluster (cells beyond the grid's edges skipped): bitwise the same trajectories.  Cells are half a cut-off
+ * (CellColumns.h): 216 particles give 4 along each axis (fewer than a row's 5 columns: every cell of the axis once),
+ * 1,000 give 7 and 2,000 give 9 (the columns a part of the box, cut to the cut-off sphere and wrapped across its faces,
+ * so a wrong offset, cut or wrap would show).
  */
 TEST(CudaGraphForce, CellSearchOfLargerSystemsMatchesAllPairs) {
     GraphTest::ModelOptions options;
     options.lMax = 2;
     options.numInteractions = 1;
-    for (int n : {1000, 2000})
+    for (int n : {216, 1000, 2000})
         for (Geometry geometry : {Geometry::Cubic, Geometry::Triclinic, Geometry::Cluster}) {
             SCOPED_TRACE(std::to_string(n) + " particles, " +
                          (geometry == Geometry::Cubic       ? "cubic"
