@@ -109,9 +109,9 @@ __global__ void cellKeysKernel(const real* __restrict__ positions, int n, GraphB
 }
 
 /**
- * The positions in the cell order of the sort (w unused), index p < n, and cellStart[c] for every cell c of the grid
- * and c = the cells: the first cell-sorted particle of cell c or later (a binary search), so that the particles of
- * cells [c, c'] are [cellStart[c], cellStart[c' + 1]) whether or not any is empty.
+ * The positions in the cell order of the sort (w: the particle's index, exact in a double), index p < n, and cellStart[c] for every cell c
+ * of the grid and c = the cells: the first cell-sorted particle of cell c or later (a binary search), so that the particles of cells [c,
+ * c'] are [cellStart[c], cellStart[c' + 1]) whether or not any is empty.
  */
 template <typename real>
 __global__ void cellRangesKernel(const uint32_t* __restrict__ sortedCells, const int* __restrict__ sortedNodes,
@@ -121,7 +121,7 @@ __global__ void cellRangesKernel(const uint32_t* __restrict__ sortedCells, const
     for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < max(n, cells + 1); p += gridDim.x * blockDim.x) {
         if (p < n) {
             const int node = sortedNodes[p];
-            sortedPositions[p] = GraphDouble4{positions[3 * node], positions[3 * node + 1], positions[3 * node + 2], 0.0};
+            sortedPositions[p] = GraphDouble4{positions[3 * node], positions[3 * node + 1], positions[3 * node + 2], (double) node};
         }
         if (p <= cells) {
             int low = 0, high = n; // the first position whose cell is p or later lies in [low, high]
@@ -384,26 +384,17 @@ __global__ void buildRowsKernel(int n, int firstCenter, int numCenters, GraphBox
             }
         }
         const CellCandidates candidates(startA, sizeA, startB, sizeB);
-        // Each round's node index and position are loaded one round ahead, so their loads overlap the round before.
+        // Each round's position and index (w) are loaded one round ahead, so the load overlaps the round before.
         const int p0 = candidates.position(lane);
-        int next = -1;
-        GraphDouble4 nextPosition{};
-        if (lane < candidates.total) {
-            next = sortedNodes[p0];
-            nextPosition = sortedPositions[p0];
-        }
+        GraphDouble4 next{0, 0, 0, -1.0};
+        if (lane < candidates.total)
+            next = sortedPositions[p0];
         for (int base = 0; base < candidates.total; base += 32) {
-            const int j = next;
-            const GraphDouble4 xj = nextPosition;
+            const GraphDouble4 xj = next;
             const int q = base + 32 + lane;
             const int p = candidates.position(q);
-            if (q < candidates.total) {
-                next = sortedNodes[p];
-                nextPosition = sortedPositions[p];
-            }
-            else
-                next = -1;
-            row.offer(j, xj, box, status);
+            next = q < candidates.total ? sortedPositions[p] : GraphDouble4{0, 0, 0, -1.0};
+            row.offer((int) xj.w, xj, box, status);
         }
         row.finish(neighbors, rowCount, status);
     }

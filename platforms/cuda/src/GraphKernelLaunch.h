@@ -43,8 +43,8 @@ void launchGridSetup(const double* positions, int n, GraphBox<double> box, doubl
  * cell c of the grid and for c = the cells, the first cell-sorted particle of
  * cell c or later (the particles of cells [c, c'] are [cellStart[c],
  * cellStart[c' + 1])), and sortedPositions [n] (device) the positions (nm; w
- * unused) in the cell order of sortedNodes, so that a row's candidates are
- * read contiguously.  sortScratch is CUB's temporary storage of
+ * the particle's index) in the cell order of sortedNodes, so that a row's
+ * candidates are read contiguously, one 32-byte load each.  sortScratch is CUB's temporary storage of
  * sortScratchBytes (getCellSortScratchBytes).
  */
 void launchCellSort(const double* positions, int n, GraphBox<double> box, const GraphGrid<double>* grid, int maxCells, uint32_t* cellOfNode,
