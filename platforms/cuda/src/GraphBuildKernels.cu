@@ -191,52 +191,19 @@ __device__ inline void sortRow(const uint32_t* keys, const int* scratch, int sto
     }
 }
 
-/** A warp's entries of shared memory for a row of buildRowsKernel: the power of two (at least 32) that holds `capacity`. */
-__host__ __device__ inline int sharedRowSlots(int capacity) {
-    int slots = 32;
-    while (slots < capacity)
-        slots *= 2;
-    return slots;
-}
-
-/**
- * Bitonic sort of entries[0, size) ascending (size a power of two, at least 2; shared memory), by the 32 lanes of a
- * warp, each lane taking every 32nd compare-exchange of a stage, the stages separated by __syncwarp: size / 2
- * log2(size) (log2(size) + 1) / 2 compare-exchanges in all (1,792 for a row of up to 128), against about k^2 comparisons
- * of sortRow for a row of k.
- */
-__device__ inline void bitonicSortWarp(unsigned long long* entries, int size, int lane) {
-    for (int k = 2; k <= size; k *= 2)
-        for (int j = k / 2; j > 0; j /= 2) {
-            for (int t = lane; t < size / 2; t += 32) {
-                const int a = (t & ~(j - 1)) * 2 | (t & (j - 1)), b = a + j; // j a power of two: (t / j) 2j + t % j
-                const unsigned long long x = entries[a], y = entries[b];
-                if ((x > y) == ((a & k) == 0)) {
-                    entries[a] = y;
-                    entries[b] = x;
-                }
-            }
-            __syncwarp();
-        }
-}
-
 /**
  * One warp's row of center i while it is collected: candidates are offered
  * 32 at a time (one per lane, in any order), the accepted ones (0 < r < r_c)
  * go to the warp's scratch with their keys, and finish() sorts the row by
- * (key, index) into the row storage.  When the launch gave shared memory
- * (capacity <= SharedRowCapacity: sharedRowSlots(capacity) 64-bit entries a
- * warp) each entry is key << 32 | index there, sorted by bitonicSortWarp, which
- * orders them as (key, index); else the keys and indices go to global scratch,
- * reused row after row by the warp, and sortRow ranks them.  Both give the same
- * row.
+ * (key, index) into the row storage.  The scratch is shared memory when the
+ * launch gave it (capacity <= SharedRowCapacity), else global, reused row
+ * after row by the warp.
  */
 template <typename real> struct RowBuilder {
     int lane, i, capacity, count = 0;
     real xi[3], cutoff2, invCutoff2;
-    unsigned long long* packed = nullptr; ///< shared memory: the warp's sharedRowSlots(capacity) entries, or null
-    int* scratch = nullptr;
-    uint32_t* keys = nullptr;
+    int* scratch;
+    uint32_t* keys;
 
     __device__ RowBuilder(int i, const GraphDouble4& position, real cutoff, int capacity, int* unsortedScratch, uint32_t* keyScratch)
         : lane(threadIdx.x & 31), i(i), capacity(capacity) {
@@ -245,9 +212,11 @@ template <typename real> struct RowBuilder {
         xi[2] = position.z;
         cutoff2 = cutoff * cutoff;
         invCutoff2 = 1 / cutoff2;
-        extern __shared__ unsigned long long rowSharedEntries[];
-        if (capacity <= SharedRowCapacity)
-            packed = rowSharedEntries + (size_t) (threadIdx.x >> 5) * sharedRowSlots(capacity);
+        extern __shared__ unsigned char rowShared[];
+        if (capacity <= SharedRowCapacity) {
+            scratch = reinterpret_cast<int*>(rowShared) + (threadIdx.x >> 5) * capacity;
+            keys = reinterpret_cast<uint32_t*>(rowShared) + (blockDim.x >> 5) * capacity + (threadIdx.x >> 5) * capacity;
+        }
         else {
             const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
             scratch = unsortedScratch + (size_t) warp * capacity;
@@ -263,12 +232,8 @@ template <typename real> struct RowBuilder {
         unsigned mask = __ballot_sync(0xffffffff, accept);
         int position = count + __popc(mask & ((1u << lane) - 1));
         if (accept && position < capacity) {
-            if (packed)
-                packed[position] = (unsigned long long) key << 32 | (unsigned) j;
-            else {
-                scratch[position] = j;
-                keys[position] = key;
-            }
+            scratch[position] = j;
+            keys[position] = key;
         }
         count += __popc(mask);
     }
@@ -279,19 +244,7 @@ template <typename real> struct RowBuilder {
             atomicMax(&status->maxRowCount, count);
         const int stored = min(count, capacity);
         __syncwarp();
-        if (packed) {
-            int size = 2; // a power of two that holds the row; its padding sorts last
-            while (size < stored)
-                size *= 2;
-            for (int e = stored + lane; e < size; e += 32)
-                packed[e] = ~0ull;
-            __syncwarp();
-            bitonicSortWarp(packed, size, lane);
-            for (int e = lane; e < stored; e += 32)
-                neighbors[(size_t) i * capacity + e] = (int) (unsigned) packed[e];
-        }
-        else
-            sortRow<1>(keys, scratch, stored, i, capacity, neighbors, lane, 32);
+        sortRow<1>(keys, scratch, stored, i, capacity, neighbors, lane, 32);
         if (lane == 0)
             rowCount[i] = stored;
         __syncwarp(); // the scratch is rewritten by this warp's next row
@@ -504,8 +457,7 @@ void launchBuildRows(int n, int firstCenter, int numCenters, GraphBox<double> bo
     if (numCenters == 0)
         return;
     const size_t warps = std::min<size_t>(numCenters, scratchRows);
-    const size_t shared =
-        capacity <= SharedRowCapacity ? (size_t) WarpsPerBlock * sharedRowSlots(capacity) * sizeof(unsigned long long) : 0;
+    const size_t shared = capacity <= SharedRowCapacity ? (size_t) WarpsPerBlock * capacity * (sizeof(int) + sizeof(uint32_t)) : 0;
     launchChained(buildRowsKernel<double>, (unsigned) ((warps + WarpsPerBlock - 1) / WarpsPerBlock), threads, shared, stream, n,
                   firstCenter, numCenters, box, grid, sortedNodes, sortedPositions, cellStart, cutoff, capacity, unsortedScratch,
                   keyScratch, neighbors, rowCount, status);
