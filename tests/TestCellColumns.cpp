@@ -208,3 +208,39 @@ TEST(CellColumns, OpenClusters) {
         slab.x[3 * i + 2] *= 0.05;
     checkRows(slab);
 }
+
+TEST(CellColumns, NonFiniteCentersGiveCellsOfTheGrid) {
+    // The gather reports a non-finite position and the evaluation throws, but the row kernel runs first: its ranges
+    // must still be cells of the grid (no read outside cellStart).
+    const double L = 3.0, a[3] = {L, 0, 0}, b[3] = {0, L, 0}, c[3] = {0, 0, L};
+    GraphBox<double> open{};
+    for (const GraphBox<double>& box : {periodicBox(a, b, c), open}) {
+        System s = randomSystem(box, 500, 3.0, 9);
+        const GraphGrid<double> grid = gridOf(s);
+        const int cells = grid.numCells[0] * grid.numCells[1] * grid.numCells[2];
+        const bool periodic = box.periodic != 0;
+        const int columns = columnAxisCount(grid.numCells[1], periodic) * columnAxisCount(grid.numCells[2], periodic);
+        const double bad[] = {NAN, INFINITY, -INFINITY, 1e300, -1e300};
+        for (double value : bad)
+            for (int d = 0; d < 3; d++) {
+                double x[3] = {1.0, 1.5, 2.0};
+                x[d] = value;
+                double u[3];
+                int cell[3];
+                cellCoordinates(x, box, grid, u, cell);
+                for (int e = 0; e < 3; e++) {
+                    EXPECT_GE(cell[e], 0);
+                    EXPECT_LT(cell[e], grid.numCells[e]);
+                }
+                for (int column = 0; column < columns; column++) {
+                    int first[2], last[2];
+                    const int parts = columnRanges(column, u, cell, box, grid, s.cutoff, first, last);
+                    for (int k = 0; k < parts; k++) {
+                        EXPECT_GE(first[k], 0) << value;
+                        EXPECT_LE(first[k], last[k]) << value;
+                        EXPECT_LT(last[k], cells) << value;
+                    }
+                }
+            }
+    }
+}

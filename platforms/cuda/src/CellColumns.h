@@ -75,7 +75,7 @@ template <typename real> GRAPH_HOST_DEVICE inline void fractional(const real x[3
 
 /**
  * The position x (nm) in cell units u (cell k spans [k, k + 1) along each axis; periodic: fractional coordinates times
- * the cells) and its cell (u rounded down, clamped to the grid).
+ * the cells) and its cell (u rounded down, clamped to the grid; any u, NaN included, gives a cell of the grid).
  */
 template <typename real>
 GRAPH_HOST_DEVICE inline void cellCoordinates(const real x[3], const GraphBox<real>& box, const GraphGrid<real>& grid, real u[3],
@@ -89,10 +89,8 @@ GRAPH_HOST_DEVICE inline void cellCoordinates(const real x[3], const GraphBox<re
     else
         for (int d = 0; d < 3; d++)
             u[d] = (x[d] - grid.origin[d]) * grid.cellScale[d];
-    for (int d = 0; d < 3; d++) {
-        const int k = (int) u[d];
-        cell[d] = k < 0 ? 0 : (k > grid.numCells[d] - 1 ? grid.numCells[d] - 1 : k);
-    }
+    for (int d = 0; d < 3; d++) // clamped in floating point: a non-finite u gives a cell of the grid too
+        cell[d] = (int) fmin(fmax(floor(u[d]), real(0)), (real) (grid.numCells[d] - 1));
 }
 
 /** Column offsets along y or z: ColumnSpan, or every cell (as absolute cells) along a periodic axis of fewer. */
@@ -152,10 +150,11 @@ GRAPH_HOST_DEVICE inline int columnRanges(int column, const real u[3], const int
     }
     int low = cell[0] - CellsPerCutoff, high = cell[0] + CellsPerCutoff;
     if (cut && width[0] > 0) {
+        // Kept within [cell - CellsPerCutoff, cell] and [cell, cell + CellsPerCutoff] in floating point, so that a
+        // non-finite position (reported by the gather; its row is never used) still gives cells of the grid.
         const real span = sqrt(cutoff2 - gap2) / width[0] + (real) ColumnMargin;
-        const int a = (int) floor(u[0] - span), b = (int) floor(u[0] + span);
-        low = a > low ? a : low;
-        high = b < high ? b : high;
+        low = (int) fmin(fmax(floor(u[0] - span), (real) low), (real) cell[0]);
+        high = (int) fmax(fmin(floor(u[0] + span), (real) high), (real) cell[0]);
     }
     if (!periodic) {
         low = low < 0 ? 0 : low;
