@@ -27,15 +27,18 @@ if ! git diff --quiet HEAD -- platforms openmmapi; then
 fi
 # name, commit and edit of each build; the entries are checked before anything is compiled.
 names=(current) commits=(HEAD) edits=("")
-if [ -n "${AB_BASE:-}" ]; then
-    git rev-parse --verify --quiet "${AB_BASE}^{commit}" > /dev/null || { echo "build-ab-plugins: AB_BASE \"$AB_BASE\" is not a commit"; exit 1; }
-    names+=(base) commits+=("$AB_BASE") edits+=("")
-fi
-for entry in ${AB_COMMITS:-}; do
+# A build's name: letters, digits, _ or -, and not one already taken ("current", "base" with AB_BASE, ...).
+name_is_new() {
+    [[ "$1" =~ ^[A-Za-z0-9_-]+$ ]] || return 1
+    local taken
+    for taken in "${names[@]}"; do [ "$taken" != "$1" ] || return 1; done
+}
+# AB_BASE is the commit entry "base".
+for entry in ${AB_BASE:+base=$AB_BASE} ${AB_COMMITS:-}; do
     name=${entry%%=*} commit=${entry#*=}
-    [[ "$name" =~ ^[A-Za-z0-9_-]+$ ]] && [ "$name" != current ] && [ "$name" != base ] && [ "$commit" != "$entry" ] \
-        || { echo "AB_COMMITS: \"$entry\" is not NAME=COMMIT (NAME: letters, digits, _ or -; not current or base)"; exit 1; }
-    git rev-parse --verify --quiet "${commit}^{commit}" > /dev/null || { echo "AB_COMMITS: $name: \"$commit\" is not a commit"; exit 1; }
+    name_is_new "$name" && [ "$commit" != "$entry" ] \
+        || { echo "AB_COMMITS: \"$entry\" is not NAME=COMMIT (NAME: letters, digits, _ or -; not current, base or another's)"; exit 1; }
+    git rev-parse --verify --quiet "${commit}^{commit}" > /dev/null || { echo "build-ab-plugins: $name: \"$commit\" is not a commit"; exit 1; }
     names+=("$name") commits+=("$commit") edits+=("")
 done
 if [ -n "${AB_VARIANTS:-}" ]; then
@@ -43,8 +46,8 @@ if [ -n "${AB_VARIANTS:-}" ]; then
         [ -n "$entry" ] || continue
         name=${entry%%=*} rest=${entry#*=}
         file=${rest%%:*} script=${rest#*:}
-        [[ "$name" =~ ^[A-Za-z0-9_-]+$ ]] && [ "$name" != current ] && [ "$name" != base ] && [ "$rest" != "$entry" ] \
-            || { echo "AB_VARIANTS: \"$entry\" is not NAME=FILE:SED (NAME: letters, digits, _ or -; not current or base)"; exit 1; }
+        name_is_new "$name" && [ "$rest" != "$entry" ] \
+            || { echo "AB_VARIANTS: \"$entry\" is not NAME=FILE:SED (NAME: letters, digits, _ or -; not current, base or another's)"; exit 1; }
         git cat-file -e "HEAD:$file" 2> /dev/null || { echo "AB_VARIANTS: $name: $file is not a file of HEAD"; exit 1; }
         if git show "HEAD:$file" | sed -e "$script" | cmp -s - <(git show "HEAD:$file"); then
             echo "AB_VARIANTS: $name: the edit \"$script\" changes nothing in $file"
