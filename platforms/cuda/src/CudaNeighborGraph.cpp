@@ -64,8 +64,7 @@ void CudaNeighborGraph::enqueue(cudaStream_t stream, const GraphBox<double>& box
                                       nodeOfSystemParticle, x, slotOfNode(), status, stream);
     if (allPairs) {
         launchBuildRowsAllPairs(x, n, firstCenter, numCenters, box, cutoff, rowCapacity, buildScratchRows,
-                                reinterpret_cast<int*>(unsortedNeighbors->getDevicePointer()),
-                                reinterpret_cast<uint32_t*>(neighborKeys->getDevicePointer()),
+                                reinterpret_cast<uint64_t*>(rowEntries->getDevicePointer()),
                                 reinterpret_cast<int*>(neighbors->getDevicePointer()),
                                 reinterpret_cast<int*>(rowCountArray->getDevicePointer()), status, stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
@@ -79,11 +78,9 @@ void CudaNeighborGraph::enqueue(cudaStream_t stream, const GraphBox<double>& box
                    reinterpret_cast<GraphDouble4*>(sortedPositions->getDevicePointer()),
                    reinterpret_cast<int*>(cellStart->getDevicePointer()), reinterpret_cast<char*>(sortScratch->getDevicePointer()),
                    sortScratchBytes, stream);
-    launchBuildRows(n, firstCenter, numCenters, box, cells, reinterpret_cast<const int*>(sortedNodes->getDevicePointer()),
-                    reinterpret_cast<const GraphDouble4*>(sortedPositions->getDevicePointer()),
+    launchBuildRows(n, firstCenter, numCenters, box, cells, reinterpret_cast<const GraphDouble4*>(sortedPositions->getDevicePointer()),
                     reinterpret_cast<const int*>(cellStart->getDevicePointer()), cutoff, rowCapacity, buildScratchRows,
-                    reinterpret_cast<int*>(unsortedNeighbors->getDevicePointer()),
-                    reinterpret_cast<uint32_t*>(neighborKeys->getDevicePointer()), reinterpret_cast<int*>(neighbors->getDevicePointer()),
+                    reinterpret_cast<uint64_t*>(rowEntries->getDevicePointer()), reinterpret_cast<int*>(neighbors->getDevicePointer()),
                     reinterpret_cast<int*>(rowCountArray->getDevicePointer()), status, stream);
     GRAPH_CUDA_CHECK(cudaGetLastError());
 }
@@ -194,11 +191,9 @@ void CudaNeighborGraph::allocateRows(int newCapacity) {
     // The row build's scratch: one row per warp that can be resident (64 per multiprocessor), reused row after row.
     buildScratchRows = std::max(1, std::min(n, 64 * numMultiprocessors));
     const size_t scratch = (size_t) buildScratchRows * rowCapacity;
-    unsortedNeighbors.reset();
-    neighborKeys.reset();
+    rowEntries.reset();
     neighbors.reset();
-    unsortedNeighbors.reset(CudaArray::create<int>(cu, scratch, "graphUnsortedNeighbors"));
-    neighborKeys.reset(CudaArray::create<uint32_t>(cu, scratch, "graphNeighborKeys"));
+    rowEntries.reset(CudaArray::create<uint64_t>(cu, scratch, "graphRowEntries"));
     neighbors.reset(CudaArray::create<int>(cu, (size_t) std::max(1, n) * rowCapacity, "graphNeighbors"));
 }
 

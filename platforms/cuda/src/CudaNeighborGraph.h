@@ -106,7 +106,8 @@ private:
     size_t sortScratchBytes = 1;
     OpenMM::CudaContext* orderContext;
     std::unique_ptr<OpenMM::CudaArray> nodeOfParticle, positionArray, slotArray, grid, cellOfNode, sortedCells, nodeIds, sortedNodes,
-        cellStart, sortScratch, rowCountArray, unsortedNeighbors, neighborKeys, neighbors;
+        cellStart, sortScratch, rowCountArray, neighbors;
+    std::unique_ptr<OpenMM::CudaArray> rowEntries; ///< [buildScratchRows * rowCapacity] uint64: rows while they are collected
     std::unique_ptr<OpenMM::CudaArray> sortedPositions;           ///< [n] GraphDouble4: the positions in cell order (launchCellSort)
     std::unique_ptr<OpenMM::CudaArray> atomOrder, correctionCopy; ///< with orderContext: its atom order and posqCorrection here
     std::unique_ptr<CudaPeerCopyStream> correctionStream;         ///< with correctionCopy: the copy's stream

@@ -157,38 +157,105 @@ __device__ inline bool acceptCandidate(int i, const real xi[3], int j, const rea
     return j != i && r2 < cutoff2 && r2 > 0;
 }
 
+/** A collected entry of a row: its sort key above, the neighbour's index below, so that entries order as (key, index). */
+__device__ inline uint64_t rowEntry(uint32_t key, int j) {
+    return (uint64_t) key << 32 | (uint32_t) j;
+}
+
 /**
- * Rank sort of a collected row (entries in any order) by (key, index) into
- * neighbors[i][0, stored): each entry's rank is the number of entries before
- * it.  Threads thread and thread + k threads (k = 0, 1, ...) of `threads` (a
- * multiple of 32, all of them calling) rank entries thread / Split +
- * k threads / Split, each entry counted by Split consecutive lanes (a
- * power of two up to 32) over every Split-th other entry and their counts
- * added with shuffles: more lanes per entry, a shorter loop.
+ * Rank sort of a collected row (distinct rowEntry values, in any order) into neighbors[i][0, stored): each entry's
+ * rank is the number of entries below it.  Threads thread and thread + k threads (k = 0, 1, ...) of `threads` (a
+ * multiple of 32, all of them calling) rank entries thread / Split + k threads / Split, each entry counted by Split
+ * consecutive lanes (a power of two up to 32) over every Split-th other entry and their counts added with shuffles:
+ * more lanes per entry, a shorter loop.
  */
 template <int Split>
-__device__ inline void sortRow(const uint32_t* keys, const int* scratch, int stored, int i, int capacity, int* neighbors, int thread,
-                               int threads) {
+__device__ inline void sortRowByRank(const uint64_t* entries, int stored, int i, int capacity, int* neighbors, int thread, int threads) {
     const int sub = thread % Split, perPass = threads / Split;
     for (int base = 0; base < stored; base += perPass) {
         const int e = base + thread / Split;
         const bool active = e < stored;
-        int rank = 0, j = 0;
+        int rank = 0;
+        uint64_t entry = 0;
         if (active) {
-            const uint32_t key = keys[e];
-            j = scratch[e];
-            for (int f = sub; f < stored; f += Split) {
-                const uint32_t otherKey = keys[f];
-                const int other = scratch[f];
-                rank += (otherKey < key || (otherKey == key && other < j)) ? 1 : 0;
-            }
+            entry = entries[e];
+            for (int f = sub; f < stored; f += Split)
+                rank += entries[f] < entry ? 1 : 0;
         }
 #pragma unroll
         for (int offset = 1; offset < Split; offset *= 2)
             rank += __shfl_xor_sync(0xffffffff, rank, offset);
         if (active && sub == 0)
-            neighbors[(size_t) i * capacity + rank] = j;
+            neighbors[(size_t) i * capacity + rank] = (int) (uint32_t) entry;
     }
+}
+
+/**
+ * Bitonic sort of a warp's row of up to 32 PerLane entries (rowEntry values) in registers: entry e = lane PerLane + s
+ * in v[s] (entries past the row hold ~0, which sort last), compare-exchanges within a lane for partners less than
+ * PerLane apart and by shuffles across lanes beyond (15 of the 28 stages of a row of 128).  Then the lane's entries
+ * are neighbors[i][lane PerLane + s] for those below stored.  Called by all 32 lanes.
+ */
+template <int PerLane>
+__device__ inline void sortRowInRegisters(const uint64_t* entries, int stored, int i, int capacity, int* neighbors, int lane) {
+    constexpr int Count = 32 * PerLane;
+    uint64_t v[PerLane];
+#pragma unroll
+    for (int s = 0; s < PerLane; s++) {
+        const int e = lane * PerLane + s;
+        v[s] = e < stored ? entries[e] : ~0ull;
+    }
+#pragma unroll
+    for (int k = 2; k <= Count; k *= 2) {
+#pragma unroll
+        for (int j = k / 2; j > 0; j /= 2) {
+            if (j < PerLane) {
+#pragma unroll
+                for (int s = 0; s < PerLane; s++) {
+                    if ((s & j) != 0)
+                        continue;
+                    const bool ascending = ((lane * PerLane + s) & k) == 0;
+                    const uint64_t a = v[s], b = v[s | j];
+                    const bool swap = ascending ? b < a : a < b;
+                    v[s] = swap ? b : a;
+                    v[s | j] = swap ? a : b;
+                }
+            }
+            else {
+                const int laneMask = j / PerLane;
+                const bool lower = (lane & laneMask) == 0;
+#pragma unroll
+                for (int s = 0; s < PerLane; s++) {
+                    const uint64_t other = __shfl_xor_sync(0xffffffff, v[s], laneMask);
+                    const bool ascending = ((lane * PerLane + s) & k) == 0;
+                    // The lower entry of an ascending pair keeps the smaller value, as does the upper of a descending one.
+                    const bool keepSmaller = lower == ascending;
+                    v[s] = (other < v[s]) == keepSmaller ? other : v[s];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < PerLane; s++) {
+        const int e = lane * PerLane + s;
+        if (e < stored)
+            neighbors[(size_t) i * capacity + e] = (int) (uint32_t) v[s];
+    }
+}
+
+/**
+ * A warp's collected row sorted into neighbors[i][0, stored): in registers (sortRowInRegisters, the fewest entries a
+ * lane that hold it) up to 128 entries, by rank beyond.  Called by all 32 lanes.
+ */
+__device__ inline void sortWarpRow(const uint64_t* entries, int stored, int i, int capacity, int* neighbors, int lane) {
+    if (stored <= 32)
+        sortRowInRegisters<1>(entries, stored, i, capacity, neighbors, lane);
+    else if (stored <= 64)
+        sortRowInRegisters<2>(entries, stored, i, capacity, neighbors, lane);
+    else if (stored <= 128)
+        sortRowInRegisters<4>(entries, stored, i, capacity, neighbors, lane);
+    else
+        sortRowByRank<1>(entries, stored, i, capacity, neighbors, lane, 32);
 }
 
 /**
@@ -202,26 +269,20 @@ __device__ inline void sortRow(const uint32_t* keys, const int* scratch, int sto
 template <typename real> struct RowBuilder {
     int lane, i, capacity, count = 0;
     real xi[3], cutoff2, invCutoff2;
-    int* scratch;
-    uint32_t* keys;
+    uint64_t* entries; ///< the warp's scratch: [capacity] rowEntry values
 
-    __device__ RowBuilder(int i, const GraphDouble4& position, real cutoff, int capacity, int* unsortedScratch, uint32_t* keyScratch)
+    __device__ RowBuilder(int i, const GraphDouble4& position, real cutoff, int capacity, uint64_t* entryScratch)
         : lane(threadIdx.x & 31), i(i), capacity(capacity) {
         xi[0] = position.x;
         xi[1] = position.y;
         xi[2] = position.z;
         cutoff2 = cutoff * cutoff;
         invCutoff2 = 1 / cutoff2;
-        extern __shared__ unsigned char rowShared[];
-        if (capacity <= SharedRowCapacity) {
-            scratch = reinterpret_cast<int*>(rowShared) + (threadIdx.x >> 5) * capacity;
-            keys = reinterpret_cast<uint32_t*>(rowShared) + (blockDim.x >> 5) * capacity + (threadIdx.x >> 5) * capacity;
-        }
-        else {
-            const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-            scratch = unsortedScratch + (size_t) warp * capacity;
-            keys = keyScratch + (size_t) warp * capacity;
-        }
+        extern __shared__ uint64_t rowShared[];
+        if (capacity <= SharedRowCapacity)
+            entries = rowShared + (threadIdx.x >> 5) * capacity;
+        else
+            entries = entryScratch + (size_t) ((blockIdx.x * blockDim.x + threadIdx.x) >> 5) * capacity;
     }
 
     /** Lane's candidate j at position xj (j -1: none); called by all 32 lanes. */
@@ -231,10 +292,8 @@ template <typename real> struct RowBuilder {
         const bool accept = j >= 0 && acceptCandidate(i, xi, j, x, box, cutoff2, invCutoff2, status, key);
         unsigned mask = __ballot_sync(0xffffffff, accept);
         int position = count + __popc(mask & ((1u << lane) - 1));
-        if (accept && position < capacity) {
-            scratch[position] = j;
-            keys[position] = key;
-        }
+        if (accept && position < capacity)
+            entries[position] = rowEntry(key, j);
         count += __popc(mask);
     }
 
@@ -244,7 +303,7 @@ template <typename real> struct RowBuilder {
             atomicMax(&status->maxRowCount, count);
         const int stored = min(count, capacity);
         __syncwarp();
-        sortRow<1>(keys, scratch, stored, i, capacity, neighbors, lane, 32);
+        sortWarpRow(entries, stored, i, capacity, neighbors, lane);
         if (lane == 0)
             rowCount[i] = stored;
         __syncwarp(); // the scratch is rewritten by this warp's next row
@@ -300,14 +359,14 @@ struct CellCandidates {
  * The rows of the centers [firstCenter, firstCenter + numCenters), a warp a row, taken in cell order (position p of
  * the cell-sorted particles, those outside the range skipped), so that the warps of a multiprocessor read the same
  * cells; the candidates' positions come from sortedPositions, contiguous within a column.  cellStart [cells + 1]:
- * cellRangesKernel's.  The rows do not depend on the order they are built in.
+ * cellRangesKernel's.  The rows do not depend on the order they are built in.  Bounded to 6 blocks (24 warps) a
+ * multiprocessor: 80 registers with the register sort, no spills (88 and 5 blocks unbounded).
  */
 template <typename real>
-__global__ void buildRowsKernel(int n, int firstCenter, int numCenters, GraphBox<real> box, const GraphGrid<real>* __restrict__ gridPtr,
-                                const int* __restrict__ sortedNodes, const GraphDouble4* __restrict__ sortedPositions,
-                                const int* __restrict__ cellStart, real cutoff, int capacity, int* __restrict__ unsortedScratch,
-                                uint32_t* __restrict__ keyScratch, int* __restrict__ neighbors, int* __restrict__ rowCount,
-                                GraphStatus* status) {
+__global__ void __launch_bounds__(32 * WarpsPerBlock, 6)
+    buildRowsKernel(int n, int firstCenter, int numCenters, GraphBox<real> box, const GraphGrid<real>* __restrict__ gridPtr,
+                    const GraphDouble4* __restrict__ sortedPositions, const int* __restrict__ cellStart, real cutoff, int capacity,
+                    uint64_t* __restrict__ entryScratch, int* __restrict__ neighbors, int* __restrict__ rowCount, GraphStatus* status) {
     beginChainedKernel();
     const GraphGrid<real> grid = *gridPtr;
     const int lane = threadIdx.x & 31;
@@ -316,10 +375,11 @@ __global__ void buildRowsKernel(int n, int firstCenter, int numCenters, GraphBox
     const bool hasColumn =
         lane < columnAxisCount(grid.numCells[1], box.periodic != 0) * columnAxisCount(grid.numCells[2], box.periodic != 0);
     for (int b = warp; b < n; b += numWarps) {
-        const int center = sortedNodes[b];
+        const GraphDouble4 position = sortedPositions[b];
+        const int center = (int) position.w;
         if (center < firstCenter || center >= firstCenter + numCenters)
             continue;
-        RowBuilder<real> row(center, sortedPositions[b], cutoff, capacity, unsortedScratch, keyScratch);
+        RowBuilder<real> row(center, position, cutoff, capacity, entryScratch);
         real u[3];
         int cell[3];
         cellCoordinates(row.xi, box, grid, u, cell);
@@ -365,22 +425,13 @@ __global__ void buildRowsKernel(int n, int firstCenter, int numCenters, GraphBox
 template <typename real>
 __global__ void __launch_bounds__(32 * AllPairsWarps, 4)
     buildRowsAllPairsKernel(const real* __restrict__ positions, int n, int firstCenter, int numCenters, GraphBox<real> box, real cutoff,
-                            int capacity, int* __restrict__ unsortedScratch, uint32_t* __restrict__ keyScratch, int* __restrict__ neighbors,
-                            int* __restrict__ rowCount, GraphStatus* status) {
+                            int capacity, uint64_t* __restrict__ entryScratch, int* __restrict__ neighbors, int* __restrict__ rowCount,
+                            GraphStatus* status) {
     beginChainedKernel();
-    extern __shared__ unsigned char rowShared[];
+    extern __shared__ uint64_t rowShared[];
     __shared__ int count;
     const int lane = threadIdx.x & 31;
-    int* scratch;
-    uint32_t* keys;
-    if (capacity <= SharedRowCapacity) {
-        scratch = reinterpret_cast<int*>(rowShared);
-        keys = reinterpret_cast<uint32_t*>(rowShared) + capacity;
-    }
-    else {
-        scratch = unsortedScratch + (size_t) blockIdx.x * capacity;
-        keys = keyScratch + (size_t) blockIdx.x * capacity;
-    }
+    uint64_t* entries = capacity <= SharedRowCapacity ? rowShared : entryScratch + (size_t) blockIdx.x * capacity;
     const real cutoff2 = cutoff * cutoff, invCutoff2 = 1 / cutoff2;
     for (int b = blockIdx.x; b < numCenters; b += gridDim.x) {
         const int i = firstCenter + b;
@@ -397,10 +448,8 @@ __global__ void __launch_bounds__(32 * AllPairsWarps, 4)
             if (lane == 0 && mask != 0)
                 start = atomicAdd(&count, __popc(mask));
             const int position = __shfl_sync(0xffffffff, start, 0) + __popc(mask & ((1u << lane) - 1));
-            if (accept && position < capacity) {
-                scratch[position] = j;
-                keys[position] = key;
-            }
+            if (accept && position < capacity)
+                entries[position] = rowEntry(key, j);
         }
         __syncthreads();
         const int total = count, stored = min(total, capacity);
@@ -408,7 +457,7 @@ __global__ void __launch_bounds__(32 * AllPairsWarps, 4)
             atomicMax(&status->maxRowCount, total);
             rowCount[i] = stored;
         }
-        sortRow<AllPairsSplit>(keys, scratch, stored, i, capacity, neighbors, threadIdx.x, blockDim.x);
+        sortRowByRank<AllPairsSplit>(entries, stored, i, capacity, neighbors, threadIdx.x, blockDim.x);
         __syncthreads(); // the scratch and the count are rewritten for the block's next row
     }
 }
@@ -450,29 +499,29 @@ void launchCellSort(const double* positions, int n, GraphBox<double> box, const 
                                                                                             cellStart, sortedPositions);
 }
 
-void launchBuildRows(int n, int firstCenter, int numCenters, GraphBox<double> box, const GraphGrid<double>* grid, const int* sortedNodes,
+void launchBuildRows(int n, int firstCenter, int numCenters, GraphBox<double> box, const GraphGrid<double>* grid,
                      const GraphDouble4* sortedPositions, const int* cellStart, double cutoff, int capacity, int scratchRows,
-                     int* unsortedScratch, uint32_t* keyScratch, int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream) {
+                     uint64_t* entryScratch, int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream) {
     const int threads = 32 * WarpsPerBlock;
     if (numCenters == 0)
         return;
     const size_t warps = std::min<size_t>(numCenters, scratchRows);
-    const size_t shared = capacity <= SharedRowCapacity ? (size_t) WarpsPerBlock * capacity * (sizeof(int) + sizeof(uint32_t)) : 0;
+    const size_t shared = capacity <= SharedRowCapacity ? (size_t) WarpsPerBlock * capacity * sizeof(uint64_t) : 0;
     launchChained(buildRowsKernel<double>, (unsigned) ((warps + WarpsPerBlock - 1) / WarpsPerBlock), threads, shared, stream, n,
-                  firstCenter, numCenters, box, grid, sortedNodes, sortedPositions, cellStart, cutoff, capacity, unsortedScratch,
-                  keyScratch, neighbors, rowCount, status);
+                  firstCenter, numCenters, box, grid, sortedPositions, cellStart, cutoff, capacity, entryScratch, neighbors, rowCount,
+                  status);
 }
 
 void launchBuildRowsAllPairs(const double* positions, int n, int firstCenter, int numCenters, GraphBox<double> box, double cutoff,
-                             int capacity, int scratchRows, int* unsortedScratch, uint32_t* keyScratch, int* neighbors, int* rowCount,
-                             GraphStatus* status, cudaStream_t stream) {
+                             int capacity, int scratchRows, uint64_t* entryScratch, int* neighbors, int* rowCount, GraphStatus* status,
+                             cudaStream_t stream) {
     if (numCenters == 0)
         return;
     // One row per block; global scratch (beyond SharedRowCapacity) holds scratchRows rows, one per block.
     const int blocks = std::min(numCenters, std::max(1, scratchRows));
-    const size_t shared = capacity <= SharedRowCapacity ? (size_t) capacity * (sizeof(int) + sizeof(uint32_t)) : 0;
+    const size_t shared = capacity <= SharedRowCapacity ? (size_t) capacity * sizeof(uint64_t) : 0;
     launchChained(buildRowsAllPairsKernel<double>, blocks, 32 * AllPairsWarps, shared, stream, positions, n, firstCenter, numCenters, box,
-                  cutoff, capacity, unsortedScratch, keyScratch, neighbors, rowCount, status);
+                  cutoff, capacity, entryScratch, neighbors, rowCount, status);
 }
 
 template void launchGatherPositions<float4>(const float4*, const float4*, const int*, int, const int*, double*, int*, GraphStatus*,

@@ -58,17 +58,19 @@ size_t getCellSortScratchBytes(int n, int maxCells);
  * (neighbours among all particles of the grid): neighbors[i * capacity + e],
  * e < rowCount[i], sorted by fixed-point r^2 and then index.  Rows longer than
  * capacity raise status->maxRowCount above capacity (the caller grows and
- * recomputes).  unsortedScratch and keyScratch are [scratchRows * capacity]:
- * one row per warp, reused (rows up to 1024 long use shared memory instead);
- * the launch runs min(numCenters, scratchRows) warps.  sortedNodes and
- * sortedPositions [n] are launchCellSort's: the rows are built in cell order
- * (the warps of a multiprocessor read the same cells) from the positions in
- * that order (a warp's candidates are contiguous), n the particles of the
- * grid.
+ * recomputes).  entryScratch is [scratchRows * capacity] (a row's entries while
+ * it is collected: key << 32 | index): one row per warp, reused (rows up to
+ * 1024 long use shared memory instead); the launch runs
+ * min(numCenters, scratchRows) warps.  sortedPositions [n] is launchCellSort's
+ * (w: the particle's index): the rows are built in cell order (the warps of a
+ * multiprocessor read the same cells) from the positions in that order (a
+ * warp's candidates are contiguous), n the particles of the grid.  A row is
+ * collected from the columns of CellColumns.h and sorted in registers up to
+ * 128 entries (a bitonic sort a warp), by rank beyond.
  */
-void launchBuildRows(int n, int firstCenter, int numCenters, GraphBox<double> box, const GraphGrid<double>* grid, const int* sortedNodes,
+void launchBuildRows(int n, int firstCenter, int numCenters, GraphBox<double> box, const GraphGrid<double>* grid,
                      const GraphDouble4* sortedPositions, const int* cellStart, double cutoff, int capacity, int scratchRows,
-                     int* unsortedScratch, uint32_t* keyScratch, int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream);
+                     uint64_t* entryScratch, int* neighbors, int* rowCount, GraphStatus* status, cudaStream_t stream);
 
 /**
  * Systems up to this many particles build their rows with
@@ -84,8 +86,8 @@ constexpr int AllPairsLimit = 1024;
  * 0..n-1 a candidate of every row, for n <= AllPairsLimit.
  */
 void launchBuildRowsAllPairs(const double* positions, int n, int firstCenter, int numCenters, GraphBox<double> box, double cutoff,
-                             int capacity, int scratchRows, int* unsortedScratch, uint32_t* keyScratch, int* neighbors, int* rowCount,
-                             GraphStatus* status, cudaStream_t stream);
+                             int capacity, int scratchRows, uint64_t* entryScratch, int* neighbors, int* rowCount, GraphStatus* status,
+                             cudaStream_t stream);
 
 // ---------------------------------------------------------------- edge scans (EdgeScanKernels.cu)
 

@@ -357,7 +357,9 @@ std::vector<Result> propertyResults(const GraphTest::ModelOptions& options, cons
  * an open cluster (cells beyond the grid's edges skipped): bitwise the same trajectories.  Cells are half a cut-off
  * (CellColumns.h): 216 particles give 4 along each axis (fewer than a row's 5 columns: every cell of the axis once),
  * 1,000 give 7 and 2,000 give 9 (the columns a part of the box, cut to the cut-off sphere and wrapped across its faces,
- * so a wrong offset, cut or wrap would show).
+ * so a wrong offset, cut or wrap would show).  Then 1,000 particles with cut-offs of 0.35, 0.45 and 0.8 nm (about 18,
+ * 38 and 200 neighbours a row): rows of every length that the cell search sorts differently (in registers, one, two
+ * or four entries a lane, and by rank beyond 128), against the all-pairs search's rank sort.
  */
 TEST(CudaGraphForce, CellSearchOfLargerSystemsMatchesAllPairs) {
     GraphTest::ModelOptions options;
@@ -373,6 +375,13 @@ TEST(CudaGraphForce, CellSearchOfLargerSystemsMatchesAllPairs) {
             expectSameTrajectories(propertyResults(options, config, {{"CudaNeighborSearch", "cells"}}, 10),
                                    propertyResults(options, config, {{"CudaNeighborSearch", "allpairs"}}, 10));
         }
+    const Configuration config = makeConfiguration(Geometry::Cubic, 1000, 2, 45);
+    for (double cutoff : {0.35, 0.45, 0.8}) {
+        SCOPED_TRACE("cut-off " + std::to_string(cutoff) + " nm");
+        options.cutoff = cutoff;
+        expectSameTrajectories(propertyResults(options, config, {{"CudaNeighborSearch", "cells"}}, 10),
+                               propertyResults(options, config, {{"CudaNeighborSearch", "allpairs"}}, 10));
+    }
 }
 
 /**
