@@ -98,7 +98,9 @@ double checkRows(const System& s) {
     for (int c : cellOf)
         cellSize[c]++;
     const bool periodic = s.box.periodic != 0;
+    const ColumnGeometry<double> geometry = columnGeometry(s.box, grid, s.cutoff);
     const int columns = columnAxisCount(grid.numCells[1], periodic) * columnAxisCount(grid.numCells[2], periodic);
+    EXPECT_EQ(geometry.columns, columns);
     EXPECT_LE(columns, 32);
     long long candidates = 0, neighbors = 0;
     for (int i = 0; i < n; i++) {
@@ -108,7 +110,7 @@ double checkRows(const System& s) {
         std::multiset<int> listed;
         for (int column = 0; column < columns; column++) {
             int first[2], last[2];
-            const int parts = columnRanges(column, u, cell, s.box, grid, s.cutoff, first, last);
+            const int parts = columnRanges(column, u, cell, grid, geometry, first, last);
             EXPECT_GE(parts, 0);
             EXPECT_LE(parts, 2);
             for (int k = 0; k < parts; k++) {
@@ -219,6 +221,7 @@ TEST(CellColumns, NonFiniteCentersGiveCellsOfTheGrid) {
         const GraphGrid<double> grid = gridOf(s);
         const int cells = grid.numCells[0] * grid.numCells[1] * grid.numCells[2];
         const bool periodic = box.periodic != 0;
+        const ColumnGeometry<double> geometry = columnGeometry(box, grid, s.cutoff);
         const int columns = columnAxisCount(grid.numCells[1], periodic) * columnAxisCount(grid.numCells[2], periodic);
         const double bad[] = {NAN, INFINITY, -INFINITY, 1e300, -1e300};
         for (double value : bad)
@@ -234,7 +237,7 @@ TEST(CellColumns, NonFiniteCentersGiveCellsOfTheGrid) {
                 }
                 for (int column = 0; column < columns; column++) {
                     int first[2], last[2];
-                    const int parts = columnRanges(column, u, cell, box, grid, s.cutoff, first, last);
+                    const int parts = columnRanges(column, u, cell, grid, geometry, first, last);
                     for (int k = 0; k < parts; k++) {
                         EXPECT_GE(first[k], 0) << value;
                         EXPECT_LE(first[k], last[k]) << value;

@@ -65,9 +65,9 @@ GRAPH_HOST_DEVICE inline void setGrid(const real extent[3], const real origin[3]
 
 /** Fractional coordinates of x in the box, wrapped into [0, 1). */
 template <typename real> GRAPH_HOST_DEVICE inline void fractional(const real x[3], const GraphBox<real>& box, real s[3]) {
-    real sc = x[2] / box.c[2];
-    real sb = (x[1] - sc * box.c[1]) / box.b[1];
-    real sa = (x[0] - sb * box.b[0] - sc * box.c[0]) / box.a[0];
+    real sc = x[2] * box.inverse[2];
+    real sb = (x[1] - sc * box.c[1]) * box.inverse[1];
+    real sa = (x[0] - sb * box.b[0] - sc * box.c[0]) * box.inverse[0];
     s[0] = sa - floor(sa);
     s[1] = sb - floor(sb);
     s[2] = sc - floor(sc);
@@ -98,27 +98,47 @@ GRAPH_HOST_DEVICE inline int columnAxisCount(int numCells, bool periodic) {
     return periodic && numCells < ColumnSpan ? numCells : ColumnSpan;
 }
 
+/** What the columns of every row of one grid share (columnGeometry), worked out once a grid, not once a row. */
+template <typename real> struct ColumnGeometry {
+    bool periodic;
+    bool cut;      ///< whether columns are cut to the cut-off sphere: open boxes and rectangular periodic ones
+    int countY;    ///< columns along y (columnAxisCount)
+    int columns;   ///< columns a row: countY times those along z
+    real width[3]; ///< with cut: a cell's width (nm) along each axis, where distances in cell units are distances in nm
+    real cutoff2;  ///< nm^2
+};
+
+/** The columns' geometry of a grid in the box; cutoff in nm.  In a triclinic box the runs are the whole +-CellsPerCutoff. */
+template <typename real>
+GRAPH_HOST_DEVICE inline ColumnGeometry<real> columnGeometry(const GraphBox<real>& box, const GraphGrid<real>& grid, real cutoff) {
+    ColumnGeometry<real> g;
+    g.periodic = box.periodic != 0;
+    g.cut = !g.periodic || (box.b[0] == 0 && box.c[0] == 0 && box.c[1] == 0);
+    const int* n = grid.numCells;
+    for (int d = 0; d < 3; d++)
+        g.width[d] = g.periodic ? (d == 0   ? box.a[0]
+                                   : d == 1 ? box.b[1]
+                                            : box.c[2]) /
+                                      n[d]
+                                : (grid.cellScale[d] > 0 ? 1 / grid.cellScale[d] : real(0));
+    g.countY = columnAxisCount(n[1], g.periodic);
+    g.columns = g.countY * columnAxisCount(n[2], g.periodic);
+    g.cutoff2 = cutoff * cutoff;
+    return g;
+}
+
 /**
- * The x-run of cells of a row's column `column` (0 <= column < columnAxisCount(y) columnAxisCount(z)), as up to two
- * ranges of linear cell indices [first[k], last[k]]; returns how many (0: the column is empty or out of an open box).
- * u and cell: the center's (cellCoordinates); cutoff in nm.
+ * The x-run of cells of a row's column `column` (0 <= column < geometry.columns), as up to two ranges of linear cell
+ * indices [first[k], last[k]]; returns how many (0: the column is empty or out of an open box).  u and cell: the
+ * center's (cellCoordinates); geometry: columnGeometry of the box, the grid and the cut-off.
  */
 template <typename real>
-GRAPH_HOST_DEVICE inline int columnRanges(int column, const real u[3], const int cell[3], const GraphBox<real>& box,
-                                          const GraphGrid<real>& grid, real cutoff, int first[2], int last[2]) {
-    const bool periodic = box.periodic != 0;
+GRAPH_HOST_DEVICE inline int columnRanges(int column, const real u[3], const int cell[3], const GraphGrid<real>& grid,
+                                          const ColumnGeometry<real>& geometry, int first[2], int last[2]) {
+    const bool periodic = geometry.periodic, cut = geometry.cut;
     const int* n = grid.numCells;
-    // Widths of a cell (nm) along the axes, where distances in cell units are distances in nm: open boxes and
-    // rectangular periodic ones.  In a triclinic box the runs are the whole +-CellsPerCutoff (no cut).
-    const bool cut = !periodic || (box.b[0] == 0 && box.c[0] == 0 && box.c[1] == 0);
-    real width[3];
-    for (int d = 0; d < 3; d++)
-        width[d] = periodic ? (d == 0   ? box.a[0]
-                               : d == 1 ? box.b[1]
-                                        : box.c[2]) /
-                                  n[d]
-                            : (grid.cellScale[d] > 0 ? 1 / grid.cellScale[d] : real(0));
-    const int countY = columnAxisCount(n[1], periodic);
+    const real* width = geometry.width;
+    const int countY = geometry.countY;
     const int o[2] = {column % countY, column / countY};
     int c[3] = {0, 0, 0};
     real gap2 = 0; // squared distance (nm^2) in y and z from the center to the column, less the margin
@@ -139,7 +159,7 @@ GRAPH_HOST_DEVICE inline int columnRanges(int column, const real u[3], const int
         if (periodic)
             c[d] = (c[d] + n[d]) % n[d];
     }
-    const real cutoff2 = cutoff * cutoff;
+    const real cutoff2 = geometry.cutoff2;
     if (cut && gap2 >= cutoff2)
         return 0;
     const int row = (c[2] * n[1] + c[1]) * n[0];

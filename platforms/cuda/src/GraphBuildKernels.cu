@@ -372,8 +372,8 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock, 6)
     const int lane = threadIdx.x & 31;
     const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int numWarps = (gridDim.x * blockDim.x) >> 5;
-    const bool hasColumn =
-        lane < columnAxisCount(grid.numCells[1], box.periodic != 0) * columnAxisCount(grid.numCells[2], box.periodic != 0);
+    const ColumnGeometry<real> geometry = columnGeometry(box, grid, cutoff);
+    const bool hasColumn = lane < geometry.columns;
     for (int b = warp; b < n; b += numWarps) {
         const GraphDouble4 position = sortedPositions[b];
         const int center = (int) position.w;
@@ -386,7 +386,7 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock, 6)
         int startA = 0, sizeA = 0, startB = 0, sizeB = 0;
         if (hasColumn) {
             int first[2], last[2];
-            const int parts = columnRanges(lane, u, cell, box, grid, cutoff, first, last);
+            const int parts = columnRanges(lane, u, cell, grid, geometry, first, last);
             if (parts > 0) {
                 startA = cellStart[first[0]];
                 sizeA = cellStart[last[0] + 1] - startA;
