@@ -308,8 +308,10 @@ private:
         GRAPH_CUDA_CHECK(cudaGetLastError());
 
         // Stage 3, chunk by chunk: invariants, the fitting network, the energy, and back to dE/dA (and dE/dB); in one
-        // kernel when fused.
+        // kernel when fused.  With one chunk, no interaction block and the row force scan, the invariants' backward is
+        // done by the force scan's blocks (launchForces), from the descriptor gradient.
         GraphStatus* energySum = addEnergy ? pointer<GraphStatus>(status) : nullptr;
+        const bool invariantsInForceScan = !fused && !interaction && numChunks == 1 && !streamedForces;
         if (fused && fusedShape.clusterSize > 1)
             launchClusterFitting<real>(params, fusedTiles(), pointer<FusedNetworkWeights<real>>(fusedGroups), rowNodes, A,
                                        pointer<real>(particleEnergy), gradA, energySum, includeForces, stream);
@@ -335,7 +337,7 @@ private:
                     launchInvariantsBackward<real>(params, A, A, chunkNodes, chunkSize, gradInput, fittingInputSize, 0, gradA, gradA, true,
                                                    stream);
                 }
-                else
+                else if (!invariantsInForceScan)
                     launchInvariantsBackward<real>(params, A, A, chunkNodes, chunkSize, gradInput, fittingInputSize, 0, gradA, gradA, false,
                                                    stream);
             }
@@ -374,8 +376,9 @@ private:
                                        pointer<int>(streamedForceBlocks), streamedForceBlocks->getSize() / 4, box, rows, counts, capacity,
                                        slots, forceTarget, forceStride, pointer<GraphStatus>(status), stream);
         else
-            launchForces<real>(params, gradA, gradB, phi, x, types, rowNodes, numCenters, box, rows, counts, capacity, slots, forceTarget,
-                               forceStride, pointer<GraphStatus>(status), chooseForceWarps(numCenters, numMultiprocessors), stream);
+            launchForces<real>(params, gradA, gradB, phi, A, invariantsInForceScan ? gradInput : nullptr, fittingInputSize, x, types,
+                               rowNodes, numCenters, box, rows, counts, capacity, slots, forceTarget, forceStride,
+                               pointer<GraphStatus>(status), chooseForceWarps(numCenters, numMultiprocessors), stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
         finishEvaluation(stream, addEnergy && !rankSums);
     }
