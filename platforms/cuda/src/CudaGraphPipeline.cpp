@@ -308,10 +308,8 @@ private:
         GRAPH_CUDA_CHECK(cudaGetLastError());
 
         // Stage 3, chunk by chunk: invariants, the fitting network, the energy, and back to dE/dA (and dE/dB); in one
-        // kernel when fused.  With one chunk, no interaction block and the row force scan, the invariants' backward is
-        // done by the force scan's blocks (launchForces), from the descriptor gradient.
+        // kernel when fused.
         GraphStatus* energySum = addEnergy ? pointer<GraphStatus>(status) : nullptr;
-        const bool invariantsInForceScan = !fused && !interaction && numChunks == 1 && !streamedForces;
         if (fused && fusedShape.clusterSize > 1)
             launchClusterFitting<real>(params, fusedTiles(), pointer<FusedNetworkWeights<real>>(fusedGroups), rowNodes, A,
                                        pointer<real>(particleEnergy), gradA, energySum, includeForces, stream);
@@ -337,7 +335,7 @@ private:
                     launchInvariantsBackward<real>(params, A, A, chunkNodes, chunkSize, gradInput, fittingInputSize, 0, gradA, gradA, true,
                                                    stream);
                 }
-                else if (!invariantsInForceScan)
+                else
                     launchInvariantsBackward<real>(params, A, A, chunkNodes, chunkSize, gradInput, fittingInputSize, 0, gradA, gradA, false,
                                                    stream);
             }
@@ -376,9 +374,8 @@ private:
                                        pointer<int>(streamedForceBlocks), streamedForceBlocks->getSize() / 4, box, rows, counts, capacity,
                                        slots, forceTarget, forceStride, pointer<GraphStatus>(status), stream);
         else
-            launchForces<real>(params, gradA, gradB, phi, A, invariantsInForceScan ? gradInput : nullptr, fittingInputSize, x, types,
-                               rowNodes, numCenters, box, rows, counts, capacity, slots, forceTarget, forceStride,
-                               pointer<GraphStatus>(status), chooseForceWarps(numCenters, numMultiprocessors), stream);
+            launchForces<real>(params, gradA, gradB, phi, x, types, rowNodes, numCenters, box, rows, counts, capacity, slots, forceTarget,
+                               forceStride, pointer<GraphStatus>(status), chooseForceWarps(numCenters, numMultiprocessors), stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
         finishEvaluation(stream, addEnergy && !rankSums);
     }

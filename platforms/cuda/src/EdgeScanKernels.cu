@@ -373,85 +373,71 @@ __global__ void invariantsKernel(GraphModelParams<real> model, const real* __res
 }
 
 /**
- * The invariants' backward of one row, by the whole block (all of its threads call it; it starts and ends with the block
- * in step, its shared memory free): X_i and A_i ([H][M] each, global memory; A_i may be X_i) are staged in `shared` with
- * rows M + 1 apart, and, with StageG, the row's descriptor gradient gRow too, with its [l][k] rows of M_axis entries an
- * odd number of reals apart; without StageG (a gradient row beyond the shared memory the launch allows) it is read
- * through L1 (invariantsBackwardShared gives the bytes).  Two passes: every entry x = [lm][k] adds gx
- * (invariantGradientXSum) to gradX[x], then the H M_axis entries with k < M_axis add ga (invariantGradientASum) to
- * gradA[x] on consecutive threads: per entry the same sums in the same order as invariantGradient, so dA (and dX) are
- * bitwise those of the fused kernel.  When X is A the first pass keeps (previous + gx) of the k < M_axis entries in
- * shared memory (where A_i would be) for the second.  gradX and gradA: the row's [H][M] (global or shared memory;
- * gradA only when X is A), added to when accumulate.  Not inlined: inlined into the force scan (forcesKernel) it
- * raised the medium grade's spills there from 12 to 84 bytes of loads (24 as a call).
+ * The invariants' backward, one block per row like the forward.  X_i and A_i are staged in shared memory with rows
+ * M + 1 apart, and, with StageG, the row's descriptor gradient too, with its [l][k] rows of M_axis entries an odd number
+ * of reals apart (invariantsBackwardShared); without StageG (a gradient row beyond the shared memory the launch allows)
+ * it is read through L1.  Two passes: every entry x = [lm][k] adds gx (invariantGradientXSum), then the H M_axis entries
+ * with k < M_axis add ga (invariantGradientASum) on consecutive threads: per entry the same sums in the same order as
+ * invariantGradient, so dA (and dX) are bitwise those of the fused kernel.  When X is A the first pass keeps
+ * (previous + gx) of the k < M_axis entries in shared memory (where A_i would be) for the second.
  */
-template <typename real, int LMAX, bool StageG>
-__device__ __noinline__ void invariantsBackwardRow(const GraphModelParams<real>& model, const real* __restrict__ Xi,
-                                                   const real* __restrict__ Ai, const real* __restrict__ gRow, real* gradX, real* gradA,
-                                                   bool accumulate, real* shared) {
-    constexpr int H = (LMAX + 1) * (LMAX + 1);
-    const int M = model.numChannels, Maxis = model.numAxis, ld = M + 1;
-    const int gld = StageG ? Maxis | 1 : Maxis;             // between the gradient's [l][k] rows
-    const int gDegree = model.descriptorLSum ? 0 : M * gld; // between its degrees
-    const int gRows = (model.descriptorLSum ? 1 : LMAX + 1) * M;
-    const bool same = Xi == Ai;
-    real* Xs = shared;
-    real* As = same ? Xs : Xs + H * ld;
-    real* partial = Xs + H * ld; // [H][M_axis] when same (M_axis <= M)
-    real* gs = Xs + 2 * H * ld;
-    const int stepK = blockDim.x % M, stepLm = blockDim.x / M;
-    stageRows(Xi, H, M, Xs, ld);
-    if (!same)
-        stageRows(Ai, H, M, As, ld);
-    if (StageG)
-        stageRows(gRow, gRows, Maxis, gs, gld);
-    const real* g = StageG ? gs : gRow;
-    __syncthreads();
-    int lm = threadIdx.x / M, k = threadIdx.x % M;
-    for (int x = threadIdx.x; x < H * M; x += blockDim.x) {
-        const real gx = invariantGradientXSum(g + degreeOf(lm) * gDegree + k * gld, As + lm * ld, Maxis);
-        if (same) {
-            const real sum = (accumulate ? gradA[x] : real(0)) + gx;
-            if (k < Maxis)
-                partial[lm * Maxis + k] = sum;
-            else
-                gradA[x] = sum + real(0); // + ga, which is 0 here
-        }
-        else {
-            gradX[x] = (accumulate ? gradX[x] : real(0)) + gx;
-            if (k >= Maxis)
-                gradA[x] = (accumulate ? gradA[x] : real(0)) + real(0);
-        }
-        k += stepK;
-        lm += stepLm;
-        if (k >= M) {
-            k -= M;
-            lm++;
-        }
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < H * Maxis; e += blockDim.x) {
-        const int elm = e / Maxis, ek = e % Maxis;
-        const real ga = invariantGradientASum(g + degreeOf(elm) * gDegree + ek, gld, Xs + elm * ld, M);
-        const int x = elm * M + ek;
-        gradA[x] = (same ? partial[e] : accumulate ? gradA[x] : real(0)) + ga;
-    }
-    __syncthreads();
-}
-
-/** The invariants' backward, one block per row like the forward (invariantsBackwardRow). */
 template <typename real, int LMAX, bool StageG>
 __global__ void invariantsBackwardKernel(GraphModelParams<real> model, const real* __restrict__ X, const real* __restrict__ A,
                                          const int* __restrict__ rowNodes, int numRows, const real* __restrict__ gradIn, int gradStride,
                                          int gradOffset, real* __restrict__ gradX, real* __restrict__ gradA, int accumulate) {
     constexpr int H = (LMAX + 1) * (LMAX + 1);
     extern __shared__ unsigned char sharedBytes[];
-    const int M = model.numChannels;
+    const int M = model.numChannels, Maxis = model.numAxis, ld = M + 1;
+    const int gld = StageG ? Maxis | 1 : Maxis;             // between the gradient's [l][k] rows
+    const int gDegree = model.descriptorLSum ? 0 : M * gld; // between its degrees
+    const int gRows = (model.descriptorLSum ? 1 : LMAX + 1) * M;
+    const bool same = X == A;
+    real* Xs = reinterpret_cast<real*>(sharedBytes);
+    real* As = same ? Xs : Xs + H * ld;
+    real* partial = Xs + H * ld; // [H][M_axis] when same (M_axis <= M)
+    real* gs = Xs + 2 * H * ld;
+    const int stepK = blockDim.x % M, stepLm = blockDim.x / M;
     for (int row = blockIdx.x; row < numRows; row += gridDim.x) {
-        const size_t i = rowNodes[row];
-        invariantsBackwardRow<real, LMAX, StageG>(model, X + i * H * M, A + i * H * M, gradIn + (size_t) row * gradStride + gradOffset,
-                                                  X == A ? nullptr : gradX + i * H * M, gradA + i * H * M, accumulate != 0,
-                                                  reinterpret_cast<real*>(sharedBytes));
+        const int i = rowNodes[row];
+        const real* gRow = gradIn + (size_t) row * gradStride + gradOffset;
+        stageRows(X + (size_t) i * H * M, H, M, Xs, ld);
+        if (!same)
+            stageRows(A + (size_t) i * H * M, H, M, As, ld);
+        if (StageG)
+            stageRows(gRow, gRows, Maxis, gs, gld);
+        const real* g = StageG ? gs : gRow;
+        __syncthreads();
+        int lm = threadIdx.x / M, k = threadIdx.x % M;
+        for (int x = threadIdx.x; x < H * M; x += blockDim.x) {
+            const real gx = invariantGradientXSum(g + degreeOf(lm) * gDegree + k * gld, As + lm * ld, Maxis);
+            const size_t out = (size_t) i * H * M + x;
+            if (same) {
+                const real sum = (accumulate ? gradA[out] : real(0)) + gx;
+                if (k < Maxis)
+                    partial[lm * Maxis + k] = sum;
+                else
+                    gradA[out] = sum + real(0); // + ga, which is 0 here
+            }
+            else {
+                gradX[out] = (accumulate ? gradX[out] : real(0)) + gx;
+                if (k >= Maxis)
+                    gradA[out] = (accumulate ? gradA[out] : real(0)) + real(0);
+            }
+            k += stepK;
+            lm += stepLm;
+            if (k >= M) {
+                k -= M;
+                lm++;
+            }
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < H * Maxis; e += blockDim.x) {
+            const int elm = e / Maxis, ek = e % Maxis;
+            const real ga = invariantGradientASum(g + degreeOf(elm) * gDegree + ek, gld, Xs + elm * ld, M);
+            const size_t out = (size_t) i * H * M + elm * M + ek;
+            gradA[out] = (same ? partial[e] : accumulate ? gradA[out] : real(0)) + ga;
+        }
+        __syncthreads();
     }
 }
 
@@ -524,16 +510,11 @@ __global__ void __launch_bounds__(32 * WarpsPerBlock)
  * P); one reduce-scatter of the three components over the lanes (6 shuffles,
  * not the 2H-value reduction of S and P) leaves component c in lanes 8c..8c+7,
  * and lanes 0, 8 and 16 add it to OpenMM's buffer.  Edges are staged a batch at
- * a time as in the moments.  The block stages its center's dE/dA (and dE/dB) in
- * shared memory first: read from gradA, or, with descriptorGrad (no interaction
- * block), worked out there from the center's moments and its row b of
- * descriptorGrad (invariantsBackwardRow in the warps' stages, which are free
- * then), bitwise what invariantsBackwardKernel would have written to gradA.
+ * a time as in the moments.
  */
 template <typename real, int LMAX, typename Shape>
 __global__ void __launch_bounds__(32 * MaxForceWarps, forceMinBlocks<real, LMAX, Shape>())
     forcesKernel(GraphModelParams<real> model, const real* __restrict__ gradA, const real* __restrict__ gradB, const real* __restrict__ phi,
-                 const real* __restrict__ moments, const real* __restrict__ descriptorGrad, int descriptorGradStride,
                  const double* __restrict__ positions, const int* __restrict__ types, const int* __restrict__ centers, int numCenters,
                  GraphBox<double> box, const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity,
                  const int* __restrict__ slotOfNode, long long* __restrict__ forceBuffer, int paddedAtoms, GraphStatus* status) {
@@ -551,16 +532,10 @@ __global__ void __launch_bounds__(32 * MaxForceWarps, forceMinBlocks<real, LMAX,
     for (int b = blockIdx.x; b < numCenters; b += gridDim.x) {
         const int i = centers[b];
         const int ti = types[i];
-        __syncthreads(); // the last center's gradient and edges are no longer read
-        if (descriptorGrad != nullptr)
-            invariantsBackwardRow<real, LMAX, true>(model, moments + (size_t) i * HM, moments + (size_t) i * HM,
-                                                    descriptorGrad + (size_t) b * descriptorGradStride, nullptr, grad, false,
-                                                    reinterpret_cast<real*>(sharedBytes));
-        else {
-            for (int x = threadIdx.x; x < numBlocks * HM; x += blockDim.x)
-                grad[x] = x < HM ? gradA[(size_t) i * HM + x] : gradB[(size_t) i * HM + x - HM];
-            __syncthreads();
-        }
+        __syncthreads(); // the last center's gradient is no longer read
+        for (int x = threadIdx.x; x < numBlocks * HM; x += blockDim.x)
+            grad[x] = x < HM ? gradA[(size_t) i * HM + x] : gradB[(size_t) i * HM + x - HM];
+        __syncthreads();
         int first, last;
         rowChunk(rowCount[i], warp, numWarps, first, last);
         // This lane's component of F_i in fixed point, edge by edge: the sum does not depend on how the row is split over warps.
@@ -700,10 +675,10 @@ int chooseForceWarps(int n, int numMultiprocessors) {
 }
 
 template <typename real>
-void launchForces(const GraphModelParams<real>& model, real* gradA, const real* gradB, const real* phi, const real* moments,
-                  const real* descriptorGrad, int descriptorGradStride, const double* positions, const int* types, const int* centers,
-                  int numCenters, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity, const int* slotOfNode,
-                  long long* forceBuffer, int paddedAtoms, GraphStatus* status, int warpsPerCenter, cudaStream_t stream) {
+void launchForces(const GraphModelParams<real>& model, const real* gradA, const real* gradB, const real* phi, const double* positions,
+                  const int* types, const int* centers, int numCenters, GraphBox<double> box, const int* neighbors, const int* rowCount,
+                  int capacity, const int* slotOfNode, long long* forceBuffer, int paddedAtoms, GraphStatus* status, int warpsPerCenter,
+                  cudaStream_t stream) {
     if (numCenters == 0)
         return;
     dispatchEdgeShape<real>(model.lMax, model.numChannels, [&](auto l, auto shape) {
@@ -716,18 +691,10 @@ void launchForces(const GraphModelParams<real>& model, real* gradA, const real* 
         // Vector shapes work on 32 / LPE edges at once: 4 warps per center are as many edges in flight as 8 of a lane per channel.
         const int most = decltype(shape)::V > 1 ? WarpsPerBlock : MaxForceWarps;
         const int warps = std::max(1, std::min({warpsPerCenter, most, (int) ((48 * 1024 - gradient) / stage)}));
-        // The invariants' backward in the block where the warps' stages hold its staged rows; else its own kernel first.
-        const real* inBlock = descriptorGrad;
-        if (descriptorGrad != nullptr && invariantsBackwardShared(model, true) > warps * stage) {
-            launchInvariantsBackward<real>(model, moments, moments, centers, numCenters, descriptorGrad, descriptorGradStride, 0, gradA,
-                                           gradA, false, stream);
-            inBlock = nullptr;
-        }
         auto kernel = forcesKernel<real, decltype(l)::value, decltype(shape)>;
         L1Preference::apply(kernel, 32 * warps, warps * stage + gradient); // the table is read through L1
-        launchChained(kernel, centerBlocks(numCenters), 32 * warps, warps * stage + gradient, stream, model, gradA, gradB, phi, moments,
-                      inBlock, descriptorGradStride, positions, types, centers, numCenters, box, neighbors, rowCount, capacity, slotOfNode,
-                      forceBuffer, paddedAtoms, status);
+        launchChained(kernel, centerBlocks(numCenters), 32 * warps, warps * stage + gradient, stream, model, gradA, gradB, phi, positions,
+                      types, centers, numCenters, box, neighbors, rowCount, capacity, slotOfNode, forceBuffer, paddedAtoms, status);
     });
 }
 
@@ -740,9 +707,9 @@ void launchForces(const GraphModelParams<real>& model, real* gradA, const real* 
                                                  int, int, real*, real*, bool, cudaStream_t);                                              \
     template void launchNodeFeatureGradient<real>(const GraphModelParams<real>&, const real*, const double*, const int*, const int*, int,  \
                                                   GraphBox<double>, const int*, const int*, int, real*, cudaStream_t);                     \
-    template void launchForces<real>(const GraphModelParams<real>&, real*, const real*, const real*, const real*, const real*, int,        \
-                                     const double*, const int*, const int*, int, GraphBox<double>, const int*, const int*, int,            \
-                                     const int*, long long*, int, GraphStatus*, int, cudaStream_t);
+    template void launchForces<real>(const GraphModelParams<real>&, const real*, const real*, const real*, const double*, const int*,      \
+                                     const int*, int, GraphBox<double>, const int*, const int*, int, const int*, long long*, int,          \
+                                     GraphStatus*, int, cudaStream_t);
 GRAPH_INSTANTIATE_EDGES(float)
 GRAPH_INSTANTIATE_EDGES(double)
 

@@ -212,20 +212,13 @@ void launchNodeFeatureGradient(const GraphModelParams<real>& model, const real* 
  * force buffer ([3][paddedAtoms], slot order).  Each center's
  * row is split over warpsPerCenter warps (4 or 8; chooseForceWarps); every
  * edge's contribution is converted to fixed point on its own, so the forces do
- * not depend on the split.  dE/dA is read from gradA, or, when descriptorGrad is
- * given (a model without an interaction block; device memory, the descriptor
- * gradient of center centers[b] in row b, descriptorGradStride reals apart),
- * worked out by each center's block from it and the center's moments
- * ([node][H][M]) as launchInvariantsBackward would (bitwise the same), which
- * saves that kernel and gradA's round trip through memory; where the block's
- * stages cannot hold the invariants' staged rows, launchInvariantsBackward
- * runs first into gradA.
+ * not depend on the split.
  */
 template <typename real>
-void launchForces(const GraphModelParams<real>& model, real* gradA, const real* gradB, const real* phi, const real* moments,
-                  const real* descriptorGrad, int descriptorGradStride, const double* positions, const int* types, const int* centers,
-                  int numCenters, GraphBox<double> box, const int* neighbors, const int* rowCount, int capacity, const int* slotOfNode,
-                  long long* forceBuffer, int paddedAtoms, GraphStatus* status, int warpsPerCenter, cudaStream_t stream);
+void launchForces(const GraphModelParams<real>& model, const real* gradA, const real* gradB, const real* phi, const double* positions,
+                  const int* types, const int* centers, int numCenters, GraphBox<double> box, const int* neighbors, const int* rowCount,
+                  int capacity, const int* slotOfNode, long long* forceBuffer, int paddedAtoms, GraphStatus* status, int warpsPerCenter,
+                  cudaStream_t stream);
 
 /** forceBuffer[slotOfNode[i] + c * paddedAtoms] += forces[c * n + i] (64-bit fixed point), for i < n, c < 3. */
 void launchAddForces(const long long* forces, int n, const int* slotOfNode, long long* forceBuffer, int paddedAtoms, cudaStream_t stream);
