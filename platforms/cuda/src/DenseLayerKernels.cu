@@ -19,6 +19,9 @@ namespace {
 
 constexpr int SharedPad = 4;
 
+/** energyOutputKernel's block size and most blocks (launchEnergyOutput). */
+constexpr int EnergyOutputThreads = 256, EnergyOutputBlocks = 1024;
+
 /** The group of a row tile, and of a row. */
 template <typename real> __device__ inline int groupOfTile(const DenseBatch<real>& batch, int tile) {
     return groupOf(batch.tileStart, batch.numGroups, tile);
@@ -508,13 +511,22 @@ __global__ void __launch_bounds__(SmallTile<real>::Threads)
  */
 constexpr int NotStaged = -1;
 
-template <typename real> struct StreamedTile {
-    static constexpr int Rows = 128, Cols = 128, TileK = 16, Stages = 3;
+/**
+ * The k-slice and stages of each pass (a forward stage holds two arrays, a backward one three).  At medium 100,800 on an
+ * H200 forward slices of 32 k (2.006 against 1.944 ms for the first layer), 4 forward stages (1.945), backward slices of
+ * 32 k in 2 stages (1.846 against 1.696) and 4 backward stages (the hidden layers 0.401 against 0.368) were no faster
+ * (bench/NOTES.md v36).
+ */
+constexpr int ForwardTileK = 16, ForwardStages = 3, BackwardTileK = 16, BackwardStages = 3;
+
+template <typename real, bool Forward> struct StreamedTile {
+    static constexpr int Rows = 128, Cols = 128, TileK = Forward ? ForwardTileK : BackwardTileK,
+                         Stages = Forward ? ForwardStages : BackwardStages;
     static constexpr int Stride = Rows + SharedPad; ///< of As, Ds and Bs rows (Cols == Rows)
 };
 
 template <typename real, bool Forward> constexpr size_t denseStreamedBytes() {
-    using Tile = StreamedTile<real>;
+    using Tile = StreamedTile<real, Forward>;
     return (size_t) Tile::Stages * (Forward ? 2 : 3) * Tile::TileK * Tile::Stride * sizeof(real) + Tile::Rows * sizeof(int);
 }
 
@@ -523,7 +535,7 @@ __global__ void __launch_bounds__(256, 2)
     denseStreamedKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ A, int aStride, int K, int N,
                         int ldw, int activation, int residual, real* __restrict__ deriv, int derivStride, real* __restrict__ out,
                         int outStride, int outMapped, int vectorB, int vectorOut) {
-    using Tile = StreamedTile<real>;
+    using Tile = StreamedTile<real, Forward>;
     constexpr int Rows = Tile::Rows, Cols = Tile::Cols, TileK = Tile::TileK, Stages = Tile::Stages, Stride = Tile::Stride;
     constexpr int ALoads = TileK * Rows / 256, BLoads = TileK * Cols / 256, StageSize = (Forward ? 2 : 3) * TileK * Stride;
     static_assert(!(Forward && Mapped), "the forward pass reads A by row");
@@ -759,13 +771,17 @@ void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const
  * E_i = w . h_i + b + shift per row (a warp per row, fixed butterfly);
  * particleEnergy[node] = E_i; gradHidden[local] = w when gradHidden; when
  * status, E_i is added to the evaluation's fixed-point energy (or reported
- * when not finite).
+ * when not finite).  The fixed-point parts of a block's rows are summed in
+ * the block (integers: the same total in any order) and added with one pair
+ * of atomics a block, not a pair a row (bench/NOTES.md v36).
  */
 template <typename real>
-__global__ void energyOutputKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ hidden, int stride,
-                                   int width, real* __restrict__ particleEnergy, real* __restrict__ gradHidden, GraphStatus* status) {
+__global__ void __launch_bounds__(EnergyOutputThreads)
+    energyOutputKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ hidden, int stride, int width,
+                       real* __restrict__ particleEnergy, real* __restrict__ gradHidden, GraphStatus* status) {
     const int lane = threadIdx.x & 31;
     const int firstRow = batch.rowStart[0], lastRow = batch.rowStart[batch.numGroups];
+    long long high = 0, low = 0; // lane 0's sums of its rows' fixed-point parts
     for (int row = firstRow + ((blockIdx.x * blockDim.x + threadIdx.x) >> 5); row < lastRow; row += (gridDim.x * blockDim.x) >> 5) {
         const int group = groupOfRow(batch, row);
         const real* __restrict__ weight = batch.weight[group];
@@ -778,8 +794,29 @@ __global__ void energyOutputKernel(DenseBatch<real> batch, const int* __restrict
             const int node = rowNodes[row];
             const real energy = sum + batch.bias[group][0] + batch.energyShift[group];
             particleEnergy[node] = energy;
-            if (status)
-                addParticleEnergy(status, node, energy);
+            long long h, l;
+            if (status && energyFixedPoint(energy, h, l)) {
+                high += h;
+                low += l;
+            }
+            else if (status)
+                reportError(status, GraphErrorNonFiniteEnergy, node, -1, (double) energy);
+        }
+    }
+    if (status) { // the same for the whole block
+        __shared__ long long warpHigh[EnergyOutputThreads / 32], warpLow[EnergyOutputThreads / 32];
+        if (lane == 0) {
+            warpHigh[threadIdx.x >> 5] = high;
+            warpLow[threadIdx.x >> 5] = low;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int w = 1; w < EnergyOutputThreads / 32; w++) {
+                high += warpHigh[w];
+                low += warpLow[w];
+            }
+            if (high != 0 || low != 0)
+                addEnergyFixedPoint(status, high, low);
         }
     }
 }
@@ -797,8 +834,8 @@ template <typename real> bool configureDenseLayers() {
             cudaGetLastError();
             return false;
         }
-        // The backward's stages (the larger), two blocks a multiprocessor (1 KB of each block's shared memory is the system's).
-        const size_t bytes = denseStreamedBytes<real, false>();
+        // The larger of the two passes' stages, two blocks a multiprocessor (1 KB of each block's shared memory is the system's).
+        const size_t bytes = std::max(denseStreamedBytes<real, false>(), denseStreamedBytes<real, true>());
         if ((size_t) perBlock < bytes || (size_t) perMultiprocessor < 2 * (bytes + 1024))
             return false;
         auto allow = [](auto kernel, size_t size) {
@@ -857,10 +894,12 @@ void launchEnergyOutput(const DenseBatch<real>& batch, const int* rowNodes, cons
     const int rows = rowsOf(batch);
     if (rows == 0)
         return;
-    const int warpsPerBlock = 4;
-    const int blocks = (int) std::min<size_t>(((size_t) rows + warpsPerBlock - 1) / warpsPerBlock, 65535 * 8);
+    // A warp a row up to EnergyOutputBlocks blocks (a wave on devices of up to 128 multiprocessors at 8 blocks each), then
+    // a few rows a warp: the fewer blocks, the fewer atomics on the energy's two words.
+    constexpr int WarpsPerBlock = EnergyOutputThreads / 32;
+    const int blocks = (int) std::min<size_t>(((size_t) rows + WarpsPerBlock - 1) / WarpsPerBlock, EnergyOutputBlocks);
     energyOutputKernel<real>
-        <<<blocks, 32 * warpsPerBlock, 0, stream>>>(batch, rowNodes, hidden, stride, width, particleEnergy, gradHidden, status);
+        <<<blocks, EnergyOutputThreads, 0, stream>>>(batch, rowNodes, hidden, stride, width, particleEnergy, gradHidden, status);
 }
 
 #define GRAPH_INSTANTIATE_DENSE(real)                                                                                                      \
