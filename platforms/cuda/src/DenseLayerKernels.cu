@@ -19,9 +19,6 @@ namespace {
 
 constexpr int SharedPad = 4;
 
-/** energyOutputKernel's block size and most blocks (launchEnergyOutput). */
-constexpr int EnergyOutputThreads = 256, EnergyOutputBlocks = 1024;
-
 /** The group of a row tile, and of a row. */
 template <typename real> __device__ inline int groupOfTile(const DenseBatch<real>& batch, int tile) {
     return groupOf(batch.tileStart, batch.numGroups, tile);
@@ -771,17 +768,13 @@ void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const
  * E_i = w . h_i + b + shift per row (a warp per row, fixed butterfly);
  * particleEnergy[node] = E_i; gradHidden[local] = w when gradHidden; when
  * status, E_i is added to the evaluation's fixed-point energy (or reported
- * when not finite).  The fixed-point parts of a block's rows are summed in
- * the block (integers: the same total in any order) and added with one pair
- * of atomics a block, not a pair a row (bench/NOTES.md v36).
+ * when not finite).
  */
 template <typename real>
-__global__ void __launch_bounds__(EnergyOutputThreads)
-    energyOutputKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ hidden, int stride, int width,
-                       real* __restrict__ particleEnergy, real* __restrict__ gradHidden, GraphStatus* status) {
+__global__ void energyOutputKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ hidden, int stride,
+                                   int width, real* __restrict__ particleEnergy, real* __restrict__ gradHidden, GraphStatus* status) {
     const int lane = threadIdx.x & 31;
     const int firstRow = batch.rowStart[0], lastRow = batch.rowStart[batch.numGroups];
-    long long high = 0, low = 0; // lane 0's sums of its rows' fixed-point parts
     for (int row = firstRow + ((blockIdx.x * blockDim.x + threadIdx.x) >> 5); row < lastRow; row += (gridDim.x * blockDim.x) >> 5) {
         const int group = groupOfRow(batch, row);
         const real* __restrict__ weight = batch.weight[group];
@@ -794,29 +787,8 @@ __global__ void __launch_bounds__(EnergyOutputThreads)
             const int node = rowNodes[row];
             const real energy = sum + batch.bias[group][0] + batch.energyShift[group];
             particleEnergy[node] = energy;
-            long long h, l;
-            if (status && energyFixedPoint(energy, h, l)) {
-                high += h;
-                low += l;
-            }
-            else if (status)
-                reportError(status, GraphErrorNonFiniteEnergy, node, -1, (double) energy);
-        }
-    }
-    if (status) { // the same for the whole block
-        __shared__ long long warpHigh[EnergyOutputThreads / 32], warpLow[EnergyOutputThreads / 32];
-        if (lane == 0) {
-            warpHigh[threadIdx.x >> 5] = high;
-            warpLow[threadIdx.x >> 5] = low;
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            for (int w = 1; w < EnergyOutputThreads / 32; w++) {
-                high += warpHigh[w];
-                low += warpLow[w];
-            }
-            if (high != 0 || low != 0)
-                addEnergyFixedPoint(status, high, low);
+            if (status)
+                addParticleEnergy(status, node, energy);
         }
     }
 }
@@ -894,12 +866,10 @@ void launchEnergyOutput(const DenseBatch<real>& batch, const int* rowNodes, cons
     const int rows = rowsOf(batch);
     if (rows == 0)
         return;
-    // A warp a row up to EnergyOutputBlocks blocks (a wave on devices of up to 128 multiprocessors at 8 blocks each), then
-    // a few rows a warp: the fewer blocks, the fewer atomics on the energy's two words.
-    constexpr int WarpsPerBlock = EnergyOutputThreads / 32;
-    const int blocks = (int) std::min<size_t>(((size_t) rows + WarpsPerBlock - 1) / WarpsPerBlock, EnergyOutputBlocks);
+    const int warpsPerBlock = 4;
+    const int blocks = (int) std::min<size_t>(((size_t) rows + warpsPerBlock - 1) / warpsPerBlock, 65535 * 8);
     energyOutputKernel<real>
-        <<<blocks, EnergyOutputThreads, 0, stream>>>(batch, rowNodes, hidden, stride, width, particleEnergy, gradHidden, status);
+        <<<blocks, 32 * warpsPerBlock, 0, stream>>>(batch, rowNodes, hidden, stride, width, particleEnergy, gradHidden, status);
 }
 
 #define GRAPH_INSTANTIATE_DENSE(real)                                                                                                      \

@@ -83,36 +83,20 @@ template <typename real> __device__ inline real warpDot(const real* __restrict__
 }
 
 /**
- * A particle energy e (kJ/mol) as the fixed-point parts of GraphStatus
- * (e = high / 2^8 + low / 2^40, both exact integers), or false when e is not
- * finite or beyond the fixed-point range.
- */
-__device__ inline bool energyFixedPoint(double e, long long& high, long long& low) {
-    if (!(fabs(e) < FixedPointLimit))
-        return false;
-    const double h = floor(e * EnergyHighScale);
-    high = (long long) h;
-    low = llrint((e - h * (1.0 / EnergyHighScale)) * EnergyLowScale);
-    return true;
-}
-
-/** Adds fixed-point energy parts (energyFixedPoint, or sums of them) to the evaluation's sum: integer atomics, order independent. */
-__device__ inline void addEnergyFixedPoint(GraphStatus* status, long long high, long long low) {
-    atomicAdd((unsigned long long*) &status->energyHigh, (unsigned long long) high);
-    atomicAdd((unsigned long long*) &status->energyLow, (unsigned long long) low);
-}
-
-/**
  * Adds a particle's energy to the evaluation's fixed-point sum
  * (GraphStatus::energyHigh/Low, integer atomics: order independent), or
  * reports it when not finite or beyond the fixed-point range.
  */
 __device__ inline void addParticleEnergy(GraphStatus* status, int node, double e) {
-    long long high, low;
-    if (energyFixedPoint(e, high, low))
-        addEnergyFixedPoint(status, high, low);
-    else
+    if (!(fabs(e) < FixedPointLimit))
         reportError(status, GraphErrorNonFiniteEnergy, node, -1, e);
+    else {
+        // e = high / 2^8 + low / 2^40, both parts exact integers (see GraphStatus).
+        const double high = floor(e * EnergyHighScale);
+        atomicAdd((unsigned long long*) &status->energyHigh, (unsigned long long) (long long) high);
+        atomicAdd((unsigned long long*) &status->energyLow,
+                  (unsigned long long) llrint((e - high * (1.0 / EnergyHighScale)) * EnergyLowScale));
+    }
 }
 
 /**
