@@ -490,11 +490,11 @@ __global__ void __launch_bounds__(SmallTile<real>::Threads)
  * waits on its next slice's loads (v5: 3.7 of 8.6 cycles an instruction at
  * medium 100,800), and its registers hold 8-deep slices at most.  A (and
  * act'(z)) is copied 4 bytes at a time into the transposed layout [k][row].
- * B is stored [k][c]: with `vectorB` its rows are copied 16 bytes at a time
- * (whole vectors only) from W itself in the backward (every group's weights
- * 16-byte aligned, ldw == N, N % 4 == 0) and from the transposed copy
- * DenseBatch::weightT ([K][N], aligned the same way) in the forward; without
- * it the forward reads W^T 4 bytes at a time (W[c][k], one address a copy).
+ * B is stored [k][c], its rows copied 16 bytes at a time (whole vectors
+ * only) from the transposed copy DenseBatch::weightT ([K][N]) in the
+ * forward, which launchGemm takes only where every group's copy is 16-byte
+ * aligned with N % 4 == 0, and from W itself in the backward when
+ * `vectorB` (aligned the same way, ldw == N; otherwise 4 bytes at a time).
  * Backward: when a slice has landed each thread turns the A values it copied
  * into dE/dz (denseOutputGradient, as the register kernel does on its loads)
  * before the barrier.  One block per (row tile, column tile), the column
@@ -543,9 +543,8 @@ __global__ void __launch_bounds__(256, 2)
     const int colTiles = (N + Cols - 1) / Cols;
     const DenseTileOrigin<real> origin(batch, Rows, Cols, rowNodes, Mapped ? 1 : 0, blockIdx.x / colTiles, blockIdx.x % colTiles);
     const int rowBase = origin.rowBase, colBase = origin.colBase;
-    const real* __restrict__ W = origin.W;
-    // With vectorB, B(k, c) = rowsB[k * ldb + c]: the backward's W, or the forward's transposed copy of it ([K][N]).
-    const real* __restrict__ rowsB = Forward ? batch.weightT[origin.group] : W;
+    // B(k, c) = rowsB[k * ldb + c]: the backward's W, or the forward's transposed copy of it ([K][N]).
+    const real* __restrict__ rowsB = Forward ? batch.weightT[origin.group] : origin.W;
     const int ldb = Forward ? N : ldw;
     const bool withDeriv = !Forward && activation != GraphIdentity;
     // This thread copies A(row, k0 + aK) (and act'(z)) of tile rows r0 + RowStep m, m < ALoads, as in denseGemmKernel.
@@ -603,14 +602,7 @@ __global__ void __launch_bounds__(256, 2)
                 copyTileRows(Ds(stage) + aK * Stride + r0, dFirst, derivStride, deriv);
             auto copyB = [&](auto whole) {
                 constexpr bool Whole = decltype(whole)::value;
-                if (Forward && !vectorB) // B(k, c) = W[c][k]: consecutive threads read consecutive k
-#pragma unroll
-                    for (int m = 0; m < BLoads; m++) {
-                        const int e = threadIdx.x + 256 * m, kk = e % TileK, cc = e / TileK, col = colBase + cc, k = k0 + kk;
-                        const int valid = Whole || (col < N && k < K) ? 1 : 0;
-                        copyAsync<real, 1>(Bs(stage) + kk * Stride + cc, valid ? W + (size_t) col * ldw + k : W, valid);
-                    }
-                else if (vectorB) { // B(k, c) = rowsB[k][c]: 16 bytes at a time along c; ldb = N, N % V == 0 (launchGemm)
+                if (Forward || vectorB) { // B(k, c) = rowsB[k][c]: 16 bytes at a time along c; ldb = N, N % V == 0 (launchGemm)
                     constexpr int V = 16 / sizeof(real);
 #pragma unroll
                     for (int m = 0; m < BLoads / V; m++) {
@@ -620,13 +612,13 @@ __global__ void __launch_bounds__(256, 2)
                         copyAsync<real, V>(Bs(stage) + kk * Stride + cc, valid > 0 ? rowsB + (size_t) k * ldb + col : rowsB, valid);
                     }
                 }
-                else // unaligned weights (ldw != N or an odd base; the pipeline's products never are): rolled, so that the
-                     // compiler does not keep its copies' indices live across the products (they spilled, v21)
+                else // the backward's unaligned weights (ldw != N or an odd base; the pipeline's products never are): rolled, so
+                     // that the compiler does not keep its copies' indices live across the products (they spilled, v21)
 #pragma unroll 1
                     for (int m = 0; m < BLoads; m++) {
                         const int e = threadIdx.x + 256 * m, kk = e / Cols, cc = e % Cols, col = colBase + cc, k = k0 + kk;
                         const int valid = Whole || (col < N && k < K) ? 1 : 0;
-                        copyAsync<real, 1>(Bs(stage) + kk * Stride + cc, valid ? W + (size_t) k * ldw + col : W, valid);
+                        copyAsync<real, 1>(Bs(stage) + kk * Stride + cc, valid ? origin.W + (size_t) k * ldw + col : origin.W, valid);
                     }
             };
             if (wholeB)
@@ -733,11 +725,16 @@ void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const
         // Both passes streamed where the device has the shared memory: at medium 100,800 the first layer's forward takes
         // 2.07 ms against 2.25 through registers, its backward 2.31 against 3.67 (bench/NOTES.md v18, dense_layers_bench).
         // (A read by node happens only in a backward product; a forward one would take the register kernel.)
-        if (batch.tileRows == 128 && batch.streamedWide && !(Forward && aMapped)) {
-            // B's rows 16 bytes at a time, whole vectors only (the kernel copies no partial vector): the backward's W (ldw == N
-            // there) or the forward's transposed copy ([K][N]).  At medium 100,800 the copies of W^T by 4 bytes took about 8% of
-            // the first layer's forward instructions (bench/NOTES.md v23).
-            const bool vectorB = Forward ? rowsAligned16(batch, batch.weightT, N) : ldw == N && rowsAligned16(batch, batch.weight, ldw);
+        // B's rows 16 bytes at a time, whole vectors only (the kernel copies no partial vector): the backward's W (ldw == N
+        // there) or the forward's transposed copy ([K][N]).  At medium 100,800 the copies of W^T by 4 bytes took about 8% of
+        // the first layer's forward instructions (bench/NOTES.md v23); compiled out of the forward kernels, their indices no
+        // longer hold registers through the products' loop, which now loads the next k's operands ahead (the first layer's
+        // forward 1.945 -> 1.757 ms, v36).  Forward products with other weights take the register kernel, whose tiles are
+        // bitwise the same; the backward keeps a 4-byte fallback (without it the compiler scheduled its loop worse: 1.696 ->
+        // 1.799 ms).
+        const bool vectorB = batch.tileRows == 128 &&
+                             (Forward ? rowsAligned16(batch, batch.weightT, N) : ldw == N && rowsAligned16(batch, batch.weight, ldw));
+        if (batch.tileRows == 128 && batch.streamedWide && (vectorB || !Forward) && !(Forward && aMapped)) {
             // The forward products of residual layers (the hidden layers of equal width) finish their tiles through shared
             // memory: at medium 100,800 the 240-wide forward takes 0.445 ms against 0.565 with storeTile; the first layer's
             // forward (2.146 against 2.041) and the backward products (0.476 against 0.471) lose by it (bench/NOTES.md v21, v22).
