@@ -14,7 +14,8 @@
 // node map; the backward also with DenseBatch::gradScale (its product with
 // the unscaled input gradient, bitwise); the streamed 128 x 128 tiles also
 // with the transposed weights (DenseBatch::weightT: the forward's 16-byte
-// copies of W^T where N is a multiple of 4, 4-byte copies otherwise).
+// copies of W^T where N is a multiple of 4; otherwise, and without weightT,
+// the forward takes the register kernel).
 #include "GraphKernelLaunch.h"
 #include <algorithm>
 #include <cstdio>
