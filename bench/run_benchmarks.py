@@ -383,10 +383,34 @@ def parse_force_properties(pairs) -> dict:
     return properties
 
 
-def make_context(system, positions, platform_name: str, properties: dict):
+def resident_evaluator(group: int):
+    """A CustomIntegrator whose step is one evaluation of force group `group`'s energy and forces, both left on the
+    device (the forces in a per-dof variable, the energy in a global), as the PyTorch peers leave theirs. Its first
+    step rewrites x with itself, which marks the forces stale, so every step evaluates again; OpenMM computes the
+    forces and the energy of the next two steps in one evaluation (CustomIntegratorUtilities::analyzeComputations)."""
+    import openmm
+
+    evaluator = openmm.CustomIntegrator(TIMESTEP_PS)
+    evaluator.addPerDofVariable("forceKept", 0)
+    evaluator.addGlobalVariable("energyKept", 0)
+    evaluator.addComputePerDof("x", "x")
+    evaluator.addComputePerDof("forceKept", f"f{group}")
+    evaluator.addComputeGlobal("energyKept", f"energy{group}")
+    return evaluator
+
+
+def make_context(system, positions, platform_name: str, properties: dict, evaluator_group: int | None = None):
+    """A Context with a VerletIntegrator; with evaluator_group, a CompoundIntegrator of that Verlet integrator (index
+    0, current) and resident_evaluator(evaluator_group) (index 1), so one Context serves both timings."""
     import openmm
 
     integrator = openmm.VerletIntegrator(TIMESTEP_PS)
+    if evaluator_group is not None:
+        compound = openmm.CompoundIntegrator()
+        compound.addIntegrator(integrator)
+        compound.addIntegrator(resident_evaluator(evaluator_group))
+        compound.setCurrentIntegrator(0)
+        integrator = compound
     platform = openmm.Platform.getPlatformByName(platform_name)
     context = openmm.Context(system, integrator, platform, properties)
     context.setPositions(positions)
@@ -405,6 +429,26 @@ def time_force(context, settings: Settings, budget: Budget, share: float) -> tup
     for _ in range(reps):
         context.getState(getForces=True, groups=groups)
     return (time.perf_counter() - start) / reps, reps, note
+
+
+def time_resident_force(context, integrator, settings: Settings, budget: Budget, share: float) -> tuple[float, int, str | None]:
+    """Mean seconds of one evaluation of the GraphForce's energy and forces left on the device: steps of the
+    CompoundIntegrator's resident_evaluator (index 1). Each step reads the energy back (OpenMM sums it on the host), so
+    the evaluations do not overlap; the forces are not downloaded (getState(getForces=True) downloads and reorders them
+    on the host: time_force)."""
+    integrator.setCurrentIntegrator(1)
+    try:
+        integrator.step(max(2, settings.warmup_reps))
+        start = time.perf_counter()
+        integrator.step(1)
+        single_s = time.perf_counter() - start
+        reps, note = repetitions(single_s, settings.force_min_reps, settings, budget, share)
+        start = time.perf_counter()
+        integrator.step(reps)
+        context.getState(getPositions=True)
+        return (time.perf_counter() - start) / reps, reps, note
+    finally:
+        integrator.setCurrentIntegrator(0)
 
 
 def time_steps(context, integrator, settings: Settings, budget: Budget, share: float) -> tuple[float, int, str | None]:
@@ -714,17 +758,25 @@ class Run:
             system = make_openmm_system(n, box, trivial, path, types, force_properties)
             self.free_torch_memory()
             before_bytes = self.memory.used_bytes()
-            context, integrator = make_context(system, positions, self.platform_name, properties)
+            context, integrator = make_context(system, positions, self.platform_name, properties,
+                                               None if trivial else GRAPH_FORCE_GROUP)
             for _ in range(self.settings.warmup_reps):
                 context.getState(getForces=True, groups={GRAPH_FORCE_GROUP})
             used = [self.memory.used_bytes()]
             fields["force_time_s"], force_reps, note = time_force(context, self.settings, self.budget, 0.25)
             notes += [note] if note else []
+            resident_reps = None
+            if not trivial:
+                fields["resident_force_time_s"], resident_reps, note = time_resident_force(
+                    context, integrator, self.settings, self.budget, 0.1)
+                notes += [note] if note else []
             integrator.step(self.settings.warmup_reps)
             fields["step_time_s"], steps, note = time_steps(context, integrator, self.settings, self.budget, 0.25)
             notes += [note] if note else []
             used.append(self.memory.used_bytes())
             fields["reps"] = {"force_evaluations": force_reps, "steps": steps}
+            if resident_reps is not None:
+                fields["reps"]["resident_force_evaluations"] = resident_reps
             if before_bytes is not None and None not in used:
                 fields["peak_memory_bytes"] = max(used) - before_bytes
                 fields["memory_basis"] = "device memory in use after the timing minus before Context creation (nvidia-smi/NVML), OpenMM's CUDA context included"
@@ -997,7 +1049,10 @@ class Run:
                     continue
                 row = {"grade": grade, "n": n, "implementation": self.graph_implementation,
                        "force_time_s": graph["force_time_s"], "step_time_s": graph["step_time_s"],
-                       "floor_step_time_s": None, "step_overhead_s": None, "speedup_over": {}}
+                       "resident_force_time_s": graph.get("resident_force_time_s"),
+                       "floor_step_time_s": None, "step_overhead_s": None, "speedup_over": {}, "resident_speedup_over": {}}
+                if row["resident_force_time_s"] and graph.get("model_flops") and self.peak_flops:
+                    row["resident_fraction_of_peak"] = graph["model_flops"] / row["resident_force_time_s"] / self.peak_flops
                 floor = floors.get(n)
                 if floor is not None:
                     row["floor_step_time_s"] = floor["step_time_s"]
@@ -1012,6 +1067,9 @@ class Run:
                         continue
                     # force time against force time: both one evaluation of energy and forces
                     row["speedup_over"][name] = record["force_time_s"] / graph["force_time_s"]
+                    # the peers keep their forces on the device; so does the resident evaluation
+                    if row["resident_force_time_s"] and not name.startswith("openmm"):
+                        row["resident_speedup_over"][name] = record["force_time_s"] / row["resident_force_time_s"]
                 table.append(row)
         return table
 
@@ -1057,6 +1115,12 @@ class Run:
             cells += [f"{row['speedup_over'][p]:.3g}" if p in row["speedup_over"] else "-" for p in peers]
             log("  ".join(c.rjust(w) for c, w in zip(cells, widths)))
         log("(x PEER = PEER's force time / openmm-graph's force time: > 1 means openmm-graph is faster)")
+        for row in self.ratios():
+            if row["resident_force_time_s"]:
+                against = ", ".join(f"{row['resident_speedup_over'][p]:.3g}x {p}" for p in sorted(row["resident_speedup_over"]))
+                fraction = row.get("resident_fraction_of_peak")
+                log(f"forces kept on the device, {row['grade']} {row['n']}: {ms(row['resident_force_time_s'])} ms"
+                    + (f", {fraction:.1%} of the fp32 peak" if fraction else "") + (f"; {against}" if against else ""))
         overhead = self.step_overhead()
         if overhead and overhead["step_overhead_s"] is not None:
             log(f"step overhead, small grade at 512: step {overhead['step_time_s'] * 1e6:.1f} us, floor "
