@@ -28,7 +28,12 @@ int main(int argc, char** argv) {
     // the order fwd0 bwd0 fwd1 bwd1 fwd2 bwd2 and then one evaluation; the streamed scheme's 12-23).
     const bool once = argc > 1 && std::strcmp(argv[1], "--once") == 0;
     const int warmUps = once ? 0 : 3, timed = once ? 1 : 10;
-    constexpr int Groups = 4, GroupRows = 25200, R = Groups * GroupRows, D = 1536, H = 240, Layers = 3;
+    // -DDENSE_BENCH_GROUP_ROWS=N: N rows a group instead of 25,200 (medium 10,296: 2,574); -DDENSE_BENCH_TILE_ROWS=T: tiles of
+    // T rows whatever chooseDenseTileRows would take (to compare launch choices at one shape).
+#ifndef DENSE_BENCH_GROUP_ROWS
+#define DENSE_BENCH_GROUP_ROWS 25200
+#endif
+    constexpr int Groups = 4, GroupRows = DENSE_BENCH_GROUP_ROWS, R = Groups * GroupRows, D = 1536, H = 240, Layers = 3;
     const int width[Layers + 1] = {D, H, H, H};
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
@@ -69,15 +74,25 @@ int main(int argc, char** argv) {
     const bool streamable = configureDenseLayers<float>();
     int numMultiprocessors = 0;
     CHECK(cudaDeviceGetAttribute(&numMultiprocessors, cudaDevAttrMultiProcessorCount, 0));
+    auto chooseTile = [&](int columns) {
+#ifdef DENSE_BENCH_TILE_ROWS
+        (void) columns;
+        return DENSE_BENCH_TILE_ROWS;
+#else
+        return chooseDenseTileRows(R, columns, numMultiprocessors, true);
+#endif
+    };
     cudaDeviceProp prop;
     CHECK(cudaGetDeviceProperties(&prop, 0));
-    std::printf("%s: configureDenseLayers<float>() %s\n", prop.name, streamable ? "true" : "false");
+    std::printf("%s: configureDenseLayers<float>() %s; %d rows in %d groups; tile rows: forward %d %d, backward %d %d (layers 0 1)\n",
+                prop.name, streamable ? "true" : "false", R, Groups, chooseTile(width[1]), chooseTile(width[2]), chooseTile(width[0]),
+                chooseTile(width[1]));
 
     auto batchOf = [&](int l, int columns, bool streamed) {
         DenseBatch<float> b{};
         b.numGroups = Groups;
         b.chunkStart = 0;
-        b.tileRows = chooseDenseTileRows(R, columns, numMultiprocessors, true);
+        b.tileRows = chooseTile(columns);
         b.streamedWide = streamed ? 1 : 0;
         for (int g = 0; g <= Groups; g++) {
             b.rowStart[g] = g * GroupRows;

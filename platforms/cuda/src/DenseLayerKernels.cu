@@ -827,7 +827,8 @@ int chooseDenseTileRows(int rows, int numOutputs, int numMultiprocessors, bool a
         if (tileRows == 128 && !allowWide)
             continue;
         const int columnTiles = (numOutputs + denseTileColumns(tileRows) - 1) / denseTileColumns(tileRows);
-        if ((long long) ((rows + tileRows - 1) / tileRows) * columnTiles >= 2LL * numMultiprocessors)
+        const long long blocks = (long long) ((rows + tileRows - 1) / tileRows) * columnTiles;
+        if (2 * blocks >= (long long) denseTileBlocksPerTwoMultiprocessors(tileRows, allowWide) * numMultiprocessors)
             return tileRows;
     }
     return DenseTileRowChoices[4];

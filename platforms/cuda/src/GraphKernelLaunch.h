@@ -289,11 +289,30 @@ inline constexpr int denseTileColumns(int tileRows) {
 }
 
 /**
- * Launch choice of the dense kernels: the largest tile that still gives at
- * least two blocks per multiprocessor for `rows` rows and `numOutputs`
- * columns (allowWide: 128 x 128 tiles are allowed, i.e. `real` is float);
- * small batches get short tiles, so more blocks share the device.  The choice
- * never changes a result: every output element sums over k in the same order.
+ * The blocks per two multiprocessors from which chooseDenseTileRows takes a
+ * tile of `tileRows` rows (allowWide: fp32, where 128-row tiles exist).  In
+ * fp32 a 128 x 128 tile from one block per two multiprocessors on (a lone
+ * block on a multiprocessor runs at about 89% of the rate of two), 64-row
+ * tiles from one block per multiprocessor; the others, and every tile in
+ * fp64, from two per multiprocessor.  H200, medium grade's layers, 4 types
+ * (bench/NOTES.md v37): at 5,148 rows the 128-row tiles (82 blocks) took
+ * the first layer's forward in 0.170 ms against 0.281 for 64-row tiles (324
+ * blocks); at 2,576 rows 64-row tiles (164 blocks) 0.128 ms against 0.169
+ * for 128-row tiles (42 blocks) and 0.151 for 32-row tiles (324 blocks).
+ */
+inline constexpr int denseTileBlocksPerTwoMultiprocessors(int tileRows, bool allowWide) {
+    return !allowWide ? 4 : tileRows == 128 ? 1 : tileRows == 64 ? 2 : 4;
+}
+
+/**
+ * Launch choice of the dense kernels: the largest tile that gives at least
+ * denseTileBlocksPerTwoMultiprocessors blocks for `rows` rows and
+ * `numOutputs` columns (allowWide: 128 x 128 tiles are allowed, i.e. `real`
+ * is float); small batches get short tiles, so more blocks share the device.
+ * The 8-row tiles (and so CudaFusedNetwork "auto") are taken exactly where
+ * even 16-row tiles give fewer than two blocks per multiprocessor.  The
+ * choice never changes a result: every output element sums over k in the
+ * same order.
  */
 int chooseDenseTileRows(int rows, int numOutputs, int numMultiprocessors, bool allowWide);
 

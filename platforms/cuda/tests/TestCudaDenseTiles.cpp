@@ -255,6 +255,24 @@ TEST(CudaDenseTiles, SmallBatchesGetTheStreamedTiles) {
     EXPECT_EQ(64, chooseDenseTileRows(100800, 240, 132, false));
 }
 
+TEST(CudaDenseTiles, WideTilesFromOneBlockPerTwoMultiprocessors) {
+    // fp32: 128-row tiles from 66 blocks on 132 multiprocessors (5,148 rows of 240 outputs: 41 x 2 = 82 blocks; 10,296:
+    // 162), 64-row tiles from 132 (2,576 rows: 21 x 2 = 42 blocks of 128 rows, 41 x 4 = 164 of 64).
+    EXPECT_EQ(128, chooseDenseTileRows(10296, 240, 132, true));
+    EXPECT_EQ(128, chooseDenseTileRows(5148, 240, 132, true));
+    EXPECT_EQ(64, chooseDenseTileRows(2576, 240, 132, true));
+    EXPECT_EQ(128, chooseDenseTileRows(768, 1536, 132, true)); // 6 x 12 = 72 blocks
+    EXPECT_EQ(64, chooseDenseTileRows(512, 1536, 132, true));  // 4 x 12 = 48 blocks of 128 rows, 8 x 24 = 192 of 64
+    EXPECT_EQ(16, chooseDenseTileRows(2000, 240, 132, true));  // 32 x 4 = 128 blocks of 64 rows, 63 x 4 = 252 of 32, 500 of 16
+    // fp64 keeps two blocks per multiprocessor for every tile: 2,576 rows of 240 outputs take 32-row tiles (324 blocks).
+    EXPECT_EQ(32, chooseDenseTileRows(2576, 240, 132, false));
+    // the 8-row tiles (and the fused network) exactly where 16-row tiles give fewer than 264 blocks
+    for (int rows = 64; rows <= 20000; rows += 61)
+        for (int outputs : {32, 64, 128, 240, 256})
+            EXPECT_EQ((long long) ((rows + 15) / 16) * ((outputs + 63) / 64) < 264, chooseDenseTileRows(rows, outputs, 132, true) == 8)
+                << rows << " rows, " << outputs << " outputs";
+}
+
 TEST(CudaDenseTiles, WideTilesStreamWhereTheDeviceHasTheSharedMemory) {
     if (!haveDevice())
         GTEST_SKIP() << "no CUDA device";
