@@ -30,10 +30,18 @@ int main(int argc, char** argv) {
     const int warmUps = once ? 0 : 3, timed = once ? 1 : 10;
     // -DDENSE_BENCH_GROUP_ROWS=N: N rows a group instead of 25,200 (medium 10,296: 2,574); -DDENSE_BENCH_TILE_ROWS=T: tiles of
     // T rows whatever chooseDenseTileRows would take (to compare launch choices at one shape).
+    // -DDENSE_BENCH_INPUTS=D -DDENSE_BENCH_WIDTH=H: another network (the large grade: 6144 -> 256 -> 256 -> 256).
 #ifndef DENSE_BENCH_GROUP_ROWS
 #define DENSE_BENCH_GROUP_ROWS 25200
 #endif
-    constexpr int Groups = 4, GroupRows = DENSE_BENCH_GROUP_ROWS, R = Groups * GroupRows, D = 1536, H = 240, Layers = 3;
+#ifndef DENSE_BENCH_INPUTS
+#define DENSE_BENCH_INPUTS 1536
+#endif
+#ifndef DENSE_BENCH_WIDTH
+#define DENSE_BENCH_WIDTH 240
+#endif
+    constexpr int Groups = 4, GroupRows = DENSE_BENCH_GROUP_ROWS, R = Groups * GroupRows, D = DENSE_BENCH_INPUTS, H = DENSE_BENCH_WIDTH,
+                  Layers = 3;
     const int width[Layers + 1] = {D, H, H, H};
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
