@@ -3,7 +3,7 @@
 the GPU's SM clock and power read between blocks (nvidia-smi): whether the benchmark's step time of a large case is
 lower than its evaluation time for the code's sake or for the clock's (bench/NOTES.md v37).
 
-    python bench/step_vs_resident.py --grade medium --n 100800 --rounds 6 --steps 100 --evaluations 20 [--long-steps 1000]
+    python bench/step_vs_resident.py --grade medium --n 100800 --rounds 6 --steps 100 --evaluations 20 [--long-steps 1000] [--edges]
 
 Each round times `--steps` steps, `--evaluations` resident evaluations (run_benchmarks.time_resident_force's
 integrator) and as many getState(getForces=True) calls; `--long-steps` then times one block as long as the standard
@@ -50,6 +50,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--evaluations", type=int, default=20)
     parser.add_argument("--long-steps", type=int, default=1000)
+    parser.add_argument("--edges", action="store_true",
+                        help="also count the ordered pairs within the cut-off after each block (run_benchmarks.cell_list_pairs, "
+                             "in PyTorch, on the GPU when there is one): whether the rows grow along the trajectory")
     parser.add_argument("--out", default="step_vs_resident.json")
     args = parser.parse_args()
     if min(args.rounds, args.steps, args.evaluations) < 1 or args.long_steps < 0:
@@ -57,6 +60,8 @@ def main() -> int:
 
     bench = load_bench()
     import tempfile
+
+    import openmm
 
     from openmmgraph.grades import lattice_system, make_model
 
@@ -70,6 +75,20 @@ def main() -> int:
         context, integrator = bench.make_context(system, positions, args.platform, properties, bench.GRAPH_FORCE_GROUP)
     groups = {bench.GRAPH_FORCE_GROUP}
     records = []
+
+    def count_edges() -> int | None:
+        if not args.edges:
+            return None
+        import numpy as np
+        import torch
+
+        from openmmgraph.grades import DEFAULT_CUTOFF_NM
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        positions_nm = context.getState(getPositions=True).getPositions(asNumpy=True).value_in_unit(openmm.unit.nanometer)
+        p = torch.as_tensor(np.asarray(positions_nm), dtype=torch.float64, device=device)
+        b = torch.as_tensor(np.asarray(box, dtype=np.float64), device=device)
+        return int(bench.cell_list_pairs(p, b, DEFAULT_CUTOFF_NM)[0].shape[0])
 
     def block(kind: str, count: int):
         before = gpu_sample()
@@ -86,10 +105,11 @@ def main() -> int:
             for _ in range(count):
                 context.getState(getForces=True, groups=groups)
         ms = (time.perf_counter() - start) / count * 1e3
-        record = {"kind": kind, "count": count, "ms": ms, "before": before, "after": gpu_sample()}
+        record = {"kind": kind, "count": count, "ms": ms, "before": before, "after": gpu_sample(), "edges_after": count_edges()}
         records.append(record)
         print(f"{kind:>9} x{count:<5} {ms:8.4f} ms   clock {before.get('sm_mhz')} -> {record['after'].get('sm_mhz')} MHz, "
-              f"power {before.get('power_w')} -> {record['after'].get('power_w')} W", flush=True)
+              f"power {before.get('power_w')} -> {record['after'].get('power_w')} W"
+              + (f", edges after {record['edges_after']:,}" if args.edges else ""), flush=True)
 
     for kind in ("step", "resident", "getstate"):  # warm-up: kernels, graphs
         block(kind, 3)
