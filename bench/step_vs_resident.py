@@ -17,7 +17,6 @@ import argparse
 import importlib.util
 import json
 import os
-import subprocess
 import threading
 import time
 
@@ -31,14 +30,15 @@ def load_bench():
     return module
 
 
-def gpu_sample() -> dict:
+def gpu_sample(bench) -> dict:
+    """The first GPU's SM clock (MHz), power (W) and temperature (C) from nvidia-smi (run_benchmarks.nvidia_smi_query);
+    empty without nvidia-smi (the timings still count)."""
+    values = bench.nvidia_smi_query(0, "clocks.sm,power.draw,temperature.gpu")
     try:
-        text = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu", "--format=csv,noheader,nounits",
-                               "-i", "0"], capture_output=True, text=True, timeout=10).stdout.strip()
-        clock, power, temperature = (float(x) for x in text.split(",")[:3])
-        return {"sm_mhz": clock, "power_w": power, "temperature_c": temperature}
-    except Exception as error:  # no nvidia-smi: the timings still count
-        return {"error": str(error)}
+        clock, power, temperature = (float(x) for x in values[:3])
+    except (TypeError, ValueError):
+        return {}
+    return {"sm_mhz": clock, "power_w": power, "temperature_c": temperature}
 
 
 def main() -> int:
@@ -91,7 +91,7 @@ def main() -> int:
         return int(bench.cell_list_pairs(p, b, DEFAULT_CUTOFF_NM)[0].shape[0])
 
     def block(kind: str, count: int):
-        before = gpu_sample()
+        before = gpu_sample(bench)
         start = time.perf_counter()
         if kind == "step":
             integrator.step(count)
@@ -105,7 +105,7 @@ def main() -> int:
             for _ in range(count):
                 context.getState(getForces=True, groups=groups)
         ms = (time.perf_counter() - start) / count * 1e3
-        record = {"kind": kind, "count": count, "ms": ms, "before": before, "after": gpu_sample(), "edges_after": count_edges()}
+        record = {"kind": kind, "count": count, "ms": ms, "before": before, "after": gpu_sample(bench), "edges_after": count_edges()}
         records.append(record)
         print(f"{kind:>9} x{count:<5} {ms:8.4f} ms   clock {before.get('sm_mhz')} -> {record['after'].get('sm_mhz')} MHz, "
               f"power {before.get('power_w')} -> {record['after'].get('power_w')} W"
@@ -123,7 +123,7 @@ def main() -> int:
 
         def sample():
             while not stop.wait(1.0):
-                samples.append(gpu_sample())
+                samples.append(gpu_sample(bench))
 
         sampler = threading.Thread(target=sample)
         sampler.start()
