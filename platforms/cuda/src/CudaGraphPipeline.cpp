@@ -1054,7 +1054,7 @@ private:
         batch.chunkStart = begin;
         batch.tileRows = chooseDenseTileRows(clip(typeOffsets[batchTypes.back() + 1]) - clip(typeOffsets[batchTypes[0]]), columns,
                                              numMultiprocessors, sizeof(real) == 4);
-        batch.streamedWide = streamedWideTiles;
+        batch.streamedWide = streamedWideTiles ? 1 : 0;
         batch.rowStart[0] = clip(typeOffsets[batchTypes[0]]);
         batch.tileStart[0] = 0;
         for (int g = 0; g < batch.numGroups; g++) {
@@ -1211,7 +1211,7 @@ private:
     StreamedScanPlan streamedForcePlan;                                   ///< its ring, stages and blocks
     std::unique_ptr<CudaArray> streamedForceBlocks;                       ///< [blocks][4] (streamedScanBlocks of its centersPerBlock)
     bool fused = false;           ///< the fitting network runs in the fused kernel (CudaFusedNetwork)
-    int streamedWideTiles = 0;    ///< the per-layer network's 128 x 128 tiles stream k-slices (configureDenseLayers)
+    bool streamedWideTiles = false; ///< the per-layer network's 128 x 128 tiles stream k-slices (configureDenseLayers)
     FusedNetworkShape fusedShape{}; ///< its widths, tile rows and shared-memory layout
     int maxSharedPerBlock = 0;      ///< the device's shared memory per block (opt-in), bytes
     /**

@@ -89,7 +89,7 @@ template <int RPT> __device__ inline int tileRowOf(int x) {
 
 template <int CPT> __device__ inline int tileColOf(int y) {
     const int tx = threadIdx.x % 16;
-    return CPT >= 8 ? (y / 4) * 64 + tx * 4 + y % 4 : tx * CPT + y;
+    return CPT == 8 ? (y / 4) * 64 + tx * 4 + y % 4 : tx * CPT + y;
 }
 
 /**
@@ -110,10 +110,9 @@ __device__ inline void multiplyTileSlice(const real* As, const real* Bs, real ac
         }
         else
             loadVector<real, RPT>(As + kk * StrideA + ty * RPT, a);
-        if constexpr (CPT >= 8) {
-#pragma unroll
-            for (int q = 0; q < CPT / 4; q++)
-                loadVector<real, 4>(Bs + kk * StrideB + 64 * q + tx * 4, b + 4 * q);
+        if constexpr (CPT == 8) {
+            loadVector<real, 4>(Bs + kk * StrideB + tx * 4, b);
+            loadVector<real, 4>(Bs + kk * StrideB + 64 + tx * 4, b + 4);
         }
         else
             loadVector<real, CPT>(Bs + kk * StrideB + tx * CPT, b);
@@ -195,12 +194,12 @@ __device__ inline void storeTile(const DenseBatch<real>& batch, const DenseTileO
  * instead of runs of 4 values 64 apart, and the activation is a compile-time constant.  Each element goes through
  * storeDenseOutput as in storeTile: bitwise the same outputs.  Every thread of the block calls it (block barriers inside).
  */
-template <typename real, int Activation, int Cols>
+template <typename real, int Activation>
 __device__ inline void storeTileStaged(const DenseBatch<real>& batch, const DenseTileOrigin<real>& origin, const int* rowNodes,
                                        const real* __restrict__ A, int aStride, int N, real* __restrict__ deriv, int derivStride,
-                                       real* __restrict__ out, int outStride, int outMapped, const real acc[8][Cols / 16], real* staging) {
-    constexpr int Half = 64, Stride = Cols + SharedPad, CPT = Cols / 16, RowsAtOnce = 256 / Cols;
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16, c = threadIdx.x % Cols, col = origin.colBase + c;
+                                       real* __restrict__ out, int outStride, int outMapped, const real acc[8][8], real* staging) {
+    constexpr int Half = 64, Stride = 128 + SharedPad;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16, c = threadIdx.x % 128, col = origin.colBase + c;
     const real* __restrict__ bias = batch.bias[origin.group];
     const int* outMap = outMapped ? rowNodes : nullptr;
 #pragma unroll
@@ -209,13 +208,13 @@ __device__ inline void storeTileStaged(const DenseBatch<real>& batch, const Dens
 #pragma unroll
         for (int x = 0; x < 4; x++)
 #pragma unroll
-            for (int y = 0; y < CPT; y++) // tileRowOf<8>(4 h + x) - 64 h, tileColOf<CPT>(y)
+            for (int y = 0; y < 8; y++) // tileRowOf<8>(4 h + x) - 64 h, tileColOf<8>(y)
                 staging[(ty * 4 + x) * Stride + (y / 4) * 64 + tx * 4 + y % 4] = acc[4 * h + x][y];
         __syncthreads();
         if (col < N)
 #pragma unroll 8
-            for (int j = 0; j < Half / RowsAtOnce; j++) {
-                const int i = RowsAtOnce * j + threadIdx.x / Cols, row = origin.rowBase + h * Half + i;
+            for (int j = 0; j < Half / 2; j++) {
+                const int i = 2 * j + threadIdx.x / 128, row = origin.rowBase + h * Half + i;
                 if (row < origin.rowEnd)
                     storeDenseOutput<real, true>(bias, origin.timestep, A, aStride, Activation, 1, deriv, derivStride, nullptr, 0, out,
                                                  outStride, rowIndex(batch, origin.aMap, row), rowIndex(batch, outMap, row),
@@ -509,10 +508,6 @@ __global__ void __launch_bounds__(SmallTile<real>::Threads)
  */
 constexpr int NotStaged = -1;
 
-#ifndef GRAPH_DENSE_WIDE_STREAMED
-#define GRAPH_DENSE_WIDE_STREAMED 0
-#endif
-
 /**
  * The k-slice and stages of each pass (a forward stage holds two arrays, a backward one three).  At medium 100,800 on an
  * H200 forward slices of 32 k (2.006 against 1.944 ms for the first layer), 4 forward stages (1.945), backward slices of
@@ -521,28 +516,25 @@ constexpr int NotStaged = -1;
  */
 constexpr int ForwardTileK = 16, ForwardStages = 3, BackwardTileK = 16, BackwardStages = 3;
 
-template <typename real, bool Forward, int TileCols> struct StreamedTile {
-    static constexpr int Rows = 128, Cols = TileCols, TileK = Forward ? ForwardTileK : BackwardTileK,
+template <typename real, bool Forward> struct StreamedTile {
+    static constexpr int Rows = 128, Cols = 128, TileK = Forward ? ForwardTileK : BackwardTileK,
                          Stages = Forward ? ForwardStages : BackwardStages;
-    static constexpr int StrideA = Rows + SharedPad, StrideB = Cols + SharedPad; ///< of As and Ds rows, of Bs rows
-    /// A stage: As [TileK][StrideA], Bs [TileK][StrideB] and, backward, Ds [TileK][StrideA].
-    static constexpr int StageSize = TileK * ((Forward ? 1 : 2) * StrideA + StrideB);
+    static constexpr int Stride = Rows + SharedPad; ///< of As, Ds and Bs rows (Cols == Rows)
 };
 
-template <typename real, bool Forward, int Cols> constexpr size_t denseStreamedBytes() {
-    using Tile = StreamedTile<real, Forward, Cols>;
-    return (size_t) Tile::Stages * Tile::StageSize * sizeof(real) + Tile::Rows * sizeof(int);
+template <typename real, bool Forward> constexpr size_t denseStreamedBytes() {
+    using Tile = StreamedTile<real, Forward>;
+    return (size_t) Tile::Stages * (Forward ? 2 : 3) * Tile::TileK * Tile::Stride * sizeof(real) + Tile::Rows * sizeof(int);
 }
 
-template <typename real, bool Forward, bool Mapped, int Staged, int TileCols>
-__global__ void __launch_bounds__(256, TileCols == 128 ? 2 : 1)
+template <typename real, bool Forward, bool Mapped, int Staged>
+__global__ void __launch_bounds__(256, 2)
     denseStreamedKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ A, int aStride, int K, int N,
                         int ldw, int activation, int residual, real* __restrict__ deriv, int derivStride, real* __restrict__ out,
                         int outStride, int outMapped, int vectorB, int vectorOut) {
-    using Tile = StreamedTile<real, Forward, TileCols>;
-    constexpr int Rows = Tile::Rows, Cols = Tile::Cols, TileK = Tile::TileK, Stages = Tile::Stages, Stride = Tile::StrideA,
-                  StrideB = Tile::StrideB;
-    constexpr int ALoads = TileK * Rows / 256, BLoads = TileK * Cols / 256, StageSize = Tile::StageSize;
+    using Tile = StreamedTile<real, Forward>;
+    constexpr int Rows = Tile::Rows, Cols = Tile::Cols, TileK = Tile::TileK, Stages = Tile::Stages, Stride = Tile::Stride;
+    constexpr int ALoads = TileK * Rows / 256, BLoads = TileK * Cols / 256, StageSize = (Forward ? 2 : 3) * TileK * Stride;
     static_assert(!(Forward && Mapped), "the forward pass reads A by row");
     static_assert(Staged == NotStaged || (Forward && !Mapped), "the staged epilogue is for forward products (of residual layers)");
     static_assert(64 * (Cols + SharedPad) <= Stages * StageSize, "storeTileStaged's half tile fits in the stages");
@@ -574,7 +566,7 @@ __global__ void __launch_bounds__(256, TileCols == 128 ? 2 : 1)
     const real* dFirst = withDeriv ? deriv + firstLocal * derivStride + aK : deriv;
     auto As = [&](int stage) { return shared + stage * StageSize; };
     auto Bs = [&](int stage) { return shared + stage * StageSize + TileK * Stride; };
-    auto Ds = [&](int stage) { return shared + stage * StageSize + TileK * (Stride + StrideB); };
+    auto Ds = [&](int stage) { return shared + stage * StageSize + 2 * TileK * Stride; };
     auto issue = [&](int s) {
         if (s < numSlices) {
             const int stage = s % Stages, k0 = s * TileK, kA = k0 + aK; // kA: the k of this thread's A copies
@@ -617,7 +609,7 @@ __global__ void __launch_bounds__(256, TileCols == 128 ? 2 : 1)
                         const int e = threadIdx.x + 256 * m, kk = e / (Cols / V), cc = V * (e % (Cols / V)), col = colBase + cc,
                                   k = k0 + kk;
                         const int valid = Whole || (k < K && col < N) ? V : 0;
-                        copyAsync<real, V>(Bs(stage) + kk * StrideB + cc, valid > 0 ? rowsB + (size_t) k * ldb + col : rowsB, valid);
+                        copyAsync<real, V>(Bs(stage) + kk * Stride + cc, valid > 0 ? rowsB + (size_t) k * ldb + col : rowsB, valid);
                     }
                 }
                 else // the backward's unaligned weights (ldw != N or an odd base; the pipeline's products never are): rolled, so
@@ -626,7 +618,7 @@ __global__ void __launch_bounds__(256, TileCols == 128 ? 2 : 1)
                     for (int m = 0; m < BLoads; m++) {
                         const int e = threadIdx.x + 256 * m, kk = e / Cols, cc = e % Cols, col = colBase + cc, k = k0 + kk;
                         const int valid = Whole || (col < N && k < K) ? 1 : 0;
-                        copyAsync<real, 1>(Bs(stage) + kk * StrideB + cc, valid ? origin.W + (size_t) k * ldw + col : origin.W, valid);
+                        copyAsync<real, 1>(Bs(stage) + kk * Stride + cc, valid ? origin.W + (size_t) k * ldw + col : origin.W, valid);
                     }
             };
             if (wholeB)
@@ -636,8 +628,7 @@ __global__ void __launch_bounds__(256, TileCols == 128 ? 2 : 1)
         }
         __pipeline_commit(); // also past the last slice, so that the wait below counts slices
     };
-    constexpr int CPT = Cols / 16;
-    real acc[8][CPT] = {};
+    real acc[8][8] = {};
     for (int s = 0; s < Stages - 1; s++)
         issue(s);
     for (int s = 0; s < numSlices; s++) {
@@ -656,14 +647,14 @@ __global__ void __launch_bounds__(256, TileCols == 128 ? 2 : 1)
         }
         __syncthreads(); // everyone's copies (and dE/dz); stage (s - 1) % Stages is free again
         issue(s + Stages - 1);
-        multiplyTileSlice<real, 8, CPT, TileK>(As(stage), Bs(stage), acc);
+        multiplyTileSlice<real, 8, 8, TileK>(As(stage), Bs(stage), acc);
     }
     if constexpr (Staged != NotStaged) // forward products of residual layers (launchGemm)
-        storeTileStaged<real, Staged, Cols>(batch, origin, rowNodes, A, aStride, N, deriv, derivStride, out, outStride, outMapped, acc,
-                                            shared);
+        storeTileStaged<real, Staged>(batch, origin, rowNodes, A, aStride, N, deriv, derivStride, out, outStride, outMapped, acc,
+                                               shared);
     else
-        storeTile<real, Forward, 8, CPT>(batch, origin, rowNodes, A, aStride, N, activation, residual, deriv, derivStride, out, outStride,
-                                         outMapped, vectorOut, acc);
+        storeTile<real, Forward, 8, 8>(batch, origin, rowNodes, A, aStride, N, activation, residual, deriv, derivStride, out, outStride,
+                                       outMapped, vectorOut, acc);
 }
 
 inline bool aligned16(const void* p) {
@@ -747,25 +738,18 @@ void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const
             // The forward products of residual layers (the hidden layers of equal width) finish their tiles through shared
             // memory: at medium 100,800 the 240-wide forward takes 0.445 ms against 0.565 with storeTile; the first layer's
             // forward (2.146 against 2.041) and the backward products (0.476 against 0.471) lose by it (bench/NOTES.md v21, v22).
-            auto launchStreamed = [&](auto cols) {
-                constexpr int Cols = decltype(cols)::value;
-                auto kernel = denseStreamedKernel<real, Forward, false, NotStaged, Cols>;
-                if (aMapped)
-                    kernel = denseStreamedKernel<real, Forward, !Forward, NotStaged, Cols>;
-                else if constexpr (Forward) {
-                    if (residual)
-                        kernel = activation == GraphTanh   ? denseStreamedKernel<real, true, false, GraphTanh, Cols>
-                                 : activation == GraphSilu ? denseStreamedKernel<real, true, false, GraphSilu, Cols>
-                                                           : denseStreamedKernel<real, true, false, GraphIdentity, Cols>;
-                }
-                kernel<<<blocks.x*((N + Cols - 1) / Cols), 256, denseStreamedBytes<real, Forward, Cols>(), stream>>>(
-                    batch, rowNodes, A, aStride, K, N, ldw, activation, residual ? 1 : 0, deriv, derivStride, out, outStride,
-                    outMapped ? 1 : 0, vectorB ? 1 : 0, vectorOut);
-            };
-            if (batch.streamedWide == 2 && N > 128)
-                launchStreamed(std::integral_constant<int, 256>());
-            else
-                launchStreamed(std::integral_constant<int, 128>());
+            auto kernel = denseStreamedKernel<real, Forward, false, NotStaged>;
+            if (aMapped)
+                kernel = denseStreamedKernel<real, Forward, !Forward, NotStaged>;
+            else if constexpr (Forward) {
+                if (residual)
+                    kernel = activation == GraphTanh   ? denseStreamedKernel<real, true, false, GraphTanh>
+                             : activation == GraphSilu ? denseStreamedKernel<real, true, false, GraphSilu>
+                                                       : denseStreamedKernel<real, true, false, GraphIdentity>;
+            }
+            kernel<<<blocks.x * blocks.y, 256, denseStreamedBytes<real, Forward>(), stream>>>(
+                batch, rowNodes, A, aStride, K, N, ldw, activation, residual ? 1 : 0, deriv, derivStride, out, outStride, outMapped ? 1 : 0,
+                vectorB ? 1 : 0, vectorOut);
         }
         else if (batch.tileRows == 128)
             GRAPH_GEMM(8, 8);
@@ -808,40 +792,33 @@ __global__ void energyOutputKernel(DenseBatch<real> batch, const int* __restrict
 
 } // namespace
 
-template <typename real> int configureDenseLayers() {
+template <typename real> bool configureDenseLayers() {
     if constexpr (sizeof(real) != 4)
-        return 0; // 128 x 128 tiles are float only
+        return false; // 128 x 128 tiles are float only
     else {
         int device = 0, perBlock = 0, perMultiprocessor = 0;
         if (cudaGetDevice(&device) != cudaSuccess ||
             cudaDeviceGetAttribute(&perBlock, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
             cudaDeviceGetAttribute(&perMultiprocessor, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess) {
             cudaGetLastError();
-            return 0;
+            return false;
         }
         // The larger of the two passes' stages, two blocks a multiprocessor (1 KB of each block's shared memory is the system's).
-        const size_t bytes = std::max(denseStreamedBytes<real, false, 128>(), denseStreamedBytes<real, true, 128>());
+        const size_t bytes = std::max(denseStreamedBytes<real, false>(), denseStreamedBytes<real, true>());
         if ((size_t) perBlock < bytes || (size_t) perMultiprocessor < 2 * (bytes + 1024))
-            return 0;
-        auto allow = [](auto cols) {
-            constexpr int Cols = decltype(cols)::value;
-            const size_t forward = denseStreamedBytes<real, true, Cols>(), backward = denseStreamedBytes<real, false, Cols>();
-            auto set = [](auto kernel, size_t size) {
-                return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) size) == cudaSuccess;
-            };
-            return set(denseStreamedKernel<real, true, false, NotStaged, Cols>, forward) &&
-                   set(denseStreamedKernel<real, true, false, GraphTanh, Cols>, forward) &&
-                   set(denseStreamedKernel<real, true, false, GraphSilu, Cols>, forward) &&
-                   set(denseStreamedKernel<real, true, false, GraphIdentity, Cols>, forward) &&
-                   set(denseStreamedKernel<real, false, false, NotStaged, Cols>, backward) &&
-                   set(denseStreamedKernel<real, false, true, NotStaged, Cols>, backward);
+            return false;
+        auto allow = [](auto kernel, size_t size) {
+            return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) size) == cudaSuccess;
         };
-        bool ok = allow(std::integral_constant<int, 128>());
-        // 128 x 256 tiles (one block a multiprocessor) where a block may have their backward stages.
-        const bool wide = ok && GRAPH_DENSE_WIDE_STREAMED && (size_t) perBlock >= denseStreamedBytes<real, false, 256>() &&
-                          allow(std::integral_constant<int, 256>());
+        const size_t forwardBytes = denseStreamedBytes<real, true>();
+        const bool ok = allow(denseStreamedKernel<real, true, false, NotStaged>, forwardBytes) &&
+                        allow(denseStreamedKernel<real, true, false, GraphTanh>, forwardBytes) &&
+                        allow(denseStreamedKernel<real, true, false, GraphSilu>, forwardBytes) &&
+                        allow(denseStreamedKernel<real, true, false, GraphIdentity>, forwardBytes) &&
+                        allow(denseStreamedKernel<real, false, false, NotStaged>, bytes) &&
+                        allow(denseStreamedKernel<real, false, true, NotStaged>, bytes);
         cudaGetLastError(); // reported by the return value, not left for the next launch's check
-        return ok ? (wide ? 2 : 1) : 0;
+        return ok;
     }
 }
 
@@ -894,7 +871,7 @@ void launchEnergyOutput(const DenseBatch<real>& batch, const int* rowNodes, cons
 }
 
 #define GRAPH_INSTANTIATE_DENSE(real)                                                                                                      \
-    template int configureDenseLayers<real>();                                                                                             \
+    template bool configureDenseLayers<real>();                                                                                            \
     template void launchDenseForward<real>(const DenseBatch<real>&, const int*, const real*, int, int, int, int, bool, real*, real*, int,  \
                                            bool, cudaStream_t);                                                                            \
     template void launchDenseBackward<real>(const DenseBatch<real>&, const int*, const real*, int, bool, const real*, int, int, int, int,  \

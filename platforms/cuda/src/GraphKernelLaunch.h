@@ -327,7 +327,7 @@ int chooseDenseTileRows(int rows, int numOutputs, int numMultiprocessors, bool a
  * when it returns true; call it with the device current.  The choice never
  * changes a result (the sums run in the same order).
  */
-template <typename real> int configureDenseLayers();
+template <typename real> bool configureDenseLayers();
 
 /**
  * One dense layer for every group of the batch: z = W h + b; out = act(z)
