@@ -29,8 +29,14 @@ int main(int argc, char** argv) {
     const bool once = argc > 1 && std::strcmp(argv[1], "--once") == 0;
     const int warmUps = once ? 0 : 3, timed = once ? 1 : 10;
     // -DDENSE_BENCH_GROUP_ROWS=N: N rows a group instead of 25,200 (medium 10,296: 2,574); -DDENSE_BENCH_TILE_ROWS=T: tiles of
-    // T rows whatever chooseDenseTileRows would take (to compare launch choices at one shape).
+    // T rows whatever chooseDenseTileRows would take (to compare launch choices at one shape; T = 64 takes the streamed
+    // 64 x 128 tiles in the streamed scheme where configureDenseLayers gives 2, else the chooser's 128 x 128 tiles stay, as
+    // in the pipeline, or become 64 x 128 where denseStreamedHalfTiles says so).
     // -DDENSE_BENCH_INPUTS=D -DDENSE_BENCH_WIDTH=H: another network (the large grade: 6144 -> 256 -> 256 -> 256).
+    // -DDENSE_BENCH_GROUPS=G: G type groups instead of 4 (the small grade: 2 of 5,148 rows, 256 -> 128 -> 128 -> 128).
+#ifndef DENSE_BENCH_GROUPS
+#define DENSE_BENCH_GROUPS 4
+#endif
 #ifndef DENSE_BENCH_GROUP_ROWS
 #define DENSE_BENCH_GROUP_ROWS 25200
 #endif
@@ -40,8 +46,8 @@ int main(int argc, char** argv) {
 #ifndef DENSE_BENCH_WIDTH
 #define DENSE_BENCH_WIDTH 240
 #endif
-    constexpr int Groups = 4, GroupRows = DENSE_BENCH_GROUP_ROWS, R = Groups * GroupRows, D = DENSE_BENCH_INPUTS, H = DENSE_BENCH_WIDTH,
-                  Layers = 3;
+    constexpr int Groups = DENSE_BENCH_GROUPS, GroupRows = DENSE_BENCH_GROUP_ROWS, R = Groups * GroupRows, D = DENSE_BENCH_INPUTS,
+                  H = DENSE_BENCH_WIDTH, Layers = 3;
     const int width[Layers + 1] = {D, H, H, H};
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
@@ -79,7 +85,7 @@ int main(int argc, char** argv) {
         CHECK(cudaMalloc(&rowNodes, R * sizeof(int)));
         CHECK(cudaMemcpy(rowNodes, nodes.data(), R * sizeof(int), cudaMemcpyHostToDevice));
     }
-    const bool streamable = configureDenseLayers<float>();
+    const int streamable = configureDenseLayers<float>(); // 2: the streamed 64 x 128 tiles too
     int numMultiprocessors = 0;
     CHECK(cudaDeviceGetAttribute(&numMultiprocessors, cudaDevAttrMultiProcessorCount, 0));
     auto chooseTile = [&](int columns) {
@@ -93,15 +99,32 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop;
     CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("%s: configureDenseLayers<float>() %s; %d rows in %d groups; tile rows: forward %d %d, backward %d %d (layers 0 1)\n",
-                prop.name, streamable ? "true" : "false", R, Groups, chooseTile(width[1]), chooseTile(width[2]), chooseTile(width[0]),
-                chooseTile(width[1]));
+                prop.name,
+                streamable == 2 ? "2"
+                : streamable    ? "1"
+                                : "0",
+                R, Groups, chooseTile(width[1]), chooseTile(width[2]), chooseTile(width[0]), chooseTile(width[1]));
 
-    auto batchOf = [&](int l, int columns, bool streamed) {
+    auto batchOf = [&](int l, int columns, bool streamed, bool forward) {
         DenseBatch<float> b{};
         b.numGroups = Groups;
         b.chunkStart = 0;
         b.tileRows = chooseTile(columns);
         b.streamedWide = streamed ? 1 : 0;
+        if (streamed && streamable == 2) {
+#ifdef DENSE_BENCH_TILE_ROWS
+            (void) forward;
+            b.streamedHalf = b.tileRows == 64 ? 1 : 0;
+#else
+            // as CudaGraphPipeline::makeBatch
+            if (b.tileRows == 128 &&
+                denseStreamedHalfTiles((long long) Groups * ((GroupRows + 127) / 128), (long long) Groups * ((GroupRows + 63) / 64),
+                                       columns, numMultiprocessors, forward)) {
+                b.tileRows = 64;
+                b.streamedHalf = 1;
+            }
+#endif
+        }
         for (int g = 0; g <= Groups; g++) {
             b.rowStart[g] = g * GroupRows;
             b.tileStart[g] = g * ((GroupRows + b.tileRows - 1) / b.tileRows);
@@ -115,7 +138,7 @@ int main(int argc, char** argv) {
         return b;
     };
     auto forward = [&](int l, bool streamed) {
-        launchDenseForward<float>(batchOf(l, width[l + 1], streamed), rowNodes, h[l], width[l], width[l], width[l + 1], GraphTanh,
+        launchDenseForward<float>(batchOf(l, width[l + 1], streamed, true), rowNodes, h[l], width[l], width[l], width[l + 1], GraphTanh,
                                   width[l] == width[l + 1], deriv[l], h[l + 1], width[l + 1], false, 0);
     };
     // As the pipeline does: the product above a plain layer (layer 1's, above layer 0) multiplies its output by that
@@ -128,7 +151,7 @@ int main(int argc, char** argv) {
     constexpr bool gradScale = true;
 #endif
     auto backward = [&](int l, bool streamed) {
-        DenseBatch<float> b = batchOf(l, width[l], streamed);
+        DenseBatch<float> b = batchOf(l, width[l], streamed, false);
         if (gradScale && l == 1) {
             b.gradScale = deriv[0];
             b.gradScaleStride = width[1];

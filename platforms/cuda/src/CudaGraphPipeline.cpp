@@ -1046,7 +1046,8 @@ private:
      * The DenseBatch of layer `layer` (-1: the output layer) for the given types,
      * restricted to the rows of chunk `chunk`.
      */
-    DenseBatch<real> makeBatch(const DeviceNetworks& networks, int layer, const std::vector<int>& batchTypes, int columns, int chunk) {
+    DenseBatch<real> makeBatch(const DeviceNetworks& networks, int layer, const std::vector<int>& batchTypes, int columns, int chunk,
+                               bool forward) {
         const int begin = chunkBegin(chunk), end = chunkEnd(chunk);
         auto clip = [&](int row) { return std::min(end, std::max(begin, row)); };
         DenseBatch<real> batch;
@@ -1054,7 +1055,20 @@ private:
         batch.chunkStart = begin;
         batch.tileRows = chooseDenseTileRows(clip(typeOffsets[batchTypes.back() + 1]) - clip(typeOffsets[batchTypes[0]]), columns,
                                              numMultiprocessors, sizeof(real) == 4);
-        batch.streamedWide = streamedWideTiles ? 1 : 0;
+        batch.streamedWide = streamedWideTiles > 0 ? 1 : 0;
+        batch.streamedHalf = 0;
+        if (batch.tileRows == 128 && streamedWideTiles == 2) {
+            long long tiles128 = 0, tiles64 = 0;
+            for (int t : batchTypes) {
+                const int rows = clip(typeOffsets[t + 1]) - clip(typeOffsets[t]);
+                tiles128 += (rows + 127) / 128;
+                tiles64 += (rows + 63) / 64;
+            }
+            if (denseStreamedHalfTiles(tiles128, tiles64, columns, numMultiprocessors, forward)) {
+                batch.tileRows = 64;
+                batch.streamedHalf = 1;
+            }
+        }
         batch.rowStart[0] = clip(typeOffsets[batchTypes[0]]);
         batch.tileStart[0] = 0;
         for (int g = 0; g < batch.numGroups; g++) {
@@ -1092,20 +1106,20 @@ private:
             int stride = inputStride;
             for (int l = 0; l < H; l++) {
                 const DeviceLayer& layer = networks.hidden[t0][l];
-                launchDenseForward<real>(makeBatch(networks, l, batchTypes, layer.numOutputs, chunk), rowNodes, h, stride, layer.numInputs,
-                                         layer.numOutputs, activation, layer.residual, pointer<real>(derivatives[l]),
+                launchDenseForward<real>(makeBatch(networks, l, batchTypes, layer.numOutputs, chunk, true), rowNodes, h, stride,
+                                         layer.numInputs, layer.numOutputs, activation, layer.residual, pointer<real>(derivatives[l]),
                                          pointer<real>(activations[l]), networks.layerWidth[l], false, stream);
                 h = pointer<real>(activations[l]);
                 stride = networks.layerWidth[l];
             }
             const DeviceLayer& out = networks.output[t0];
             if (isNode)
-                launchDenseForward<real>(makeBatch(networks, -1, batchTypes, out.numOutputs, chunk), rowNodes, h, stride, out.numInputs,
-                                         out.numOutputs, GraphIdentity, false, nullptr, output, outputStride, true, stream);
+                launchDenseForward<real>(makeBatch(networks, -1, batchTypes, out.numOutputs, chunk, true), rowNodes, h, stride,
+                                         out.numInputs, out.numOutputs, GraphIdentity, false, nullptr, output, outputStride, true, stream);
             else {
                 // E = w . h_H + b + shift: dE/dh_H = w (into the input gradient directly when there are no hidden layers).
                 real* gradHidden = withGradient ? (H > 0 ? pointer<real>(gradientScratch[0]) : pointer<real>(fittingInputGrad)) : nullptr;
-                launchEnergyOutput<real>(makeBatch(networks, -1, batchTypes, 1, chunk), rowNodes, h, stride, out.numInputs,
+                launchEnergyOutput<real>(makeBatch(networks, -1, batchTypes, 1, chunk, true), rowNodes, h, stride, out.numInputs,
                                          pointer<real>(particleEnergy), gradHidden, energySum, stream);
             }
         }
@@ -1138,7 +1152,7 @@ private:
             if (isNode) {
                 // phi = W_out h + b: dE/dh = W_out^T dE/dphi.
                 const DeviceLayer& out = networks.output[t0];
-                launchDenseBackward<real>(scaledFor(makeBatch(networks, -1, batchTypes, out.numInputs, chunk), H - 1), rowNodes,
+                launchDenseBackward<real>(scaledFor(makeBatch(networks, -1, batchTypes, out.numInputs, chunk, false), H - 1), rowNodes,
                                           pointer<real>(nodeFeatureGrad), M, true, nullptr, 0, out.numInputs, out.numOutputs, GraphIdentity,
                                           false, grad, H > 0 ? networks.layerWidth[H - 1] : gradInputStride, stream);
             }
@@ -1159,8 +1173,8 @@ private:
                     target = pointer<real>(gradientScratch[current]);
                     targetStride = networks.layerWidth[l - 1];
                 }
-                launchDenseBackward<real>(scaledFor(makeBatch(networks, l, batchTypes, layer.numInputs, chunk), l - 1), rowNodes, grad,
-                                          networks.layerWidth[l], false, pointer<real>(derivatives[l]), networks.layerWidth[l],
+                launchDenseBackward<real>(scaledFor(makeBatch(networks, l, batchTypes, layer.numInputs, chunk, false), l - 1), rowNodes,
+                                          grad, networks.layerWidth[l], false, pointer<real>(derivatives[l]), networks.layerWidth[l],
                                           layer.numInputs, layer.numOutputs, gradIsDz ? GraphIdentity : activation, layer.residual, target,
                                           targetStride, stream);
                 grad = target;
@@ -1211,7 +1225,8 @@ private:
     StreamedScanPlan streamedForcePlan;                                   ///< its ring, stages and blocks
     std::unique_ptr<CudaArray> streamedForceBlocks;                       ///< [blocks][4] (streamedScanBlocks of its centersPerBlock)
     bool fused = false;           ///< the fitting network runs in the fused kernel (CudaFusedNetwork)
-    bool streamedWideTiles = false; ///< the per-layer network's 128 x 128 tiles stream k-slices (configureDenseLayers)
+    /// the per-layer network's 128 x 128 tiles stream k-slices (1), and the 64 x 128 tiles too (2): configureDenseLayers
+    int streamedWideTiles = 0;
     FusedNetworkShape fusedShape{}; ///< its widths, tile rows and shared-memory layout
     int maxSharedPerBlock = 0;      ///< the device's shared memory per block (opt-in), bytes
     /**

@@ -82,9 +82,9 @@ __device__ inline void storeDenseOutput(const real* __restrict__ bias, const rea
  * tileRowOf(x), column y tile column tileColOf(y).  With 8 per thread the rows (and columns) are two runs of 4 that
  * lie 64 apart, so the shared-memory vector reads of a quarter warp are contiguous.
  */
-template <int RPT> __device__ inline int tileRowOf(int x) {
+template <int RPT, int Rows = 16 * RPT> __device__ inline int tileRowOf(int x) {
     const int ty = threadIdx.x / 16;
-    return RPT == 8 ? (x / 4) * 64 + ty * 4 + x % 4 : ty * RPT + x;
+    return RPT == 8 ? (x / 4) * (Rows / 2) + ty * 4 + x % 4 : ty * RPT + x;
 }
 
 template <int CPT> __device__ inline int tileColOf(int y) {
@@ -97,16 +97,16 @@ template <int CPT> __device__ inline int tileColOf(int y) {
  * (A transposed) and Bs [TileK][16 CPT + SharedPad].  Fully unrolled: unrolled 8 or 4 deep, the streamed kernel's
  * products took 2.12 ms against 1.98 for the first layer's forward at medium 100,800 (bench/NOTES.md v22).
  */
-template <typename real, int RPT, int CPT, int TileK>
+template <typename real, int RPT, int CPT, int TileK, int Rows = 16 * RPT>
 __device__ inline void multiplyTileSlice(const real* As, const real* Bs, real acc[RPT][CPT]) {
-    constexpr int StrideA = 16 * RPT + SharedPad, StrideB = 16 * CPT + SharedPad;
+    constexpr int StrideA = Rows + SharedPad, StrideB = 16 * CPT + SharedPad;
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 #pragma unroll
     for (int kk = 0; kk < TileK; kk++) {
         real a[RPT], b[CPT];
         if constexpr (RPT == 8) {
             loadVector<real, 4>(As + kk * StrideA + ty * 4, a);
-            loadVector<real, 4>(As + kk * StrideA + 64 + ty * 4, a + 4);
+            loadVector<real, 4>(As + kk * StrideA + Rows / 2 + ty * 4, a + 4);
         }
         else
             loadVector<real, RPT>(As + kk * StrideA + ty * RPT, a);
@@ -132,7 +132,7 @@ __device__ inline void multiplyTileSlice(const real* As, const real* Bs, real ac
  * the same.  Forward products store one value at a time: with 16-byte runs the first layer's forward took 2.13 ms
  * against 2.03 at medium 100,800, where the backward products gained 0.04-0.09 ms each (bench/NOTES.md v22).
  */
-template <typename real, bool Forward, int RPT, int CPT>
+template <typename real, bool Forward, int RPT, int CPT, int Rows = 16 * RPT>
 __device__ inline void storeTile(const DenseBatch<real>& batch, const DenseTileOrigin<real>& origin, const int* rowNodes,
                                  const real* __restrict__ A, int aStride, int N, int activation, int residual, real* __restrict__ deriv,
                                  int derivStride, real* __restrict__ out, int outStride, int outMapped, int vectorOut,
@@ -142,7 +142,7 @@ __device__ inline void storeTile(const DenseBatch<real>& batch, const DenseTileO
     const int* outMap = outMapped ? rowNodes : nullptr;
 #pragma unroll
     for (int x = 0; x < RPT; x++) {
-        const int row = origin.rowBase + tileRowOf<RPT>(x);
+        const int row = origin.rowBase + tileRowOf<RPT, Rows>(x);
         if (row >= origin.rowEnd)
             continue;
         const size_t a = rowIndex(batch, origin.aMap, row), o = rowIndex(batch, outMap, row), local = row - batch.chunkStart;
@@ -194,11 +194,11 @@ __device__ inline void storeTile(const DenseBatch<real>& batch, const DenseTileO
  * instead of runs of 4 values 64 apart, and the activation is a compile-time constant.  Each element goes through
  * storeDenseOutput as in storeTile: bitwise the same outputs.  Every thread of the block calls it (block barriers inside).
  */
-template <typename real, int Activation>
+template <typename real, int Activation, int Rows, int Threads>
 __device__ inline void storeTileStaged(const DenseBatch<real>& batch, const DenseTileOrigin<real>& origin, const int* rowNodes,
                                        const real* __restrict__ A, int aStride, int N, real* __restrict__ deriv, int derivStride,
                                        real* __restrict__ out, int outStride, int outMapped, const real acc[8][8], real* staging) {
-    constexpr int Half = 64, Stride = 128 + SharedPad;
+    constexpr int Half = Rows / 2, Stride = 128 + SharedPad, RowsAtOnce = Threads / 128;
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16, c = threadIdx.x % 128, col = origin.colBase + c;
     const real* __restrict__ bias = batch.bias[origin.group];
     const int* outMap = outMapped ? rowNodes : nullptr;
@@ -208,13 +208,13 @@ __device__ inline void storeTileStaged(const DenseBatch<real>& batch, const Dens
 #pragma unroll
         for (int x = 0; x < 4; x++)
 #pragma unroll
-            for (int y = 0; y < 8; y++) // tileRowOf<8>(4 h + x) - 64 h, tileColOf<8>(y)
+            for (int y = 0; y < 8; y++) // tileRowOf<8, Rows>(4 h + x) - Half h, tileColOf<8>(y)
                 staging[(ty * 4 + x) * Stride + (y / 4) * 64 + tx * 4 + y % 4] = acc[4 * h + x][y];
         __syncthreads();
         if (col < N)
 #pragma unroll 8
-            for (int j = 0; j < Half / 2; j++) {
-                const int i = 2 * j + threadIdx.x / 128, row = origin.rowBase + h * Half + i;
+            for (int j = 0; j < Half / RowsAtOnce; j++) {
+                const int i = RowsAtOnce * j + threadIdx.x / 128, row = origin.rowBase + h * Half + i;
                 if (row < origin.rowEnd)
                     storeDenseOutput<real, true>(bias, origin.timestep, A, aStride, Activation, 1, deriv, derivStride, nullptr, 0, out,
                                                  outStride, rowIndex(batch, origin.aMap, row), rowIndex(batch, outMap, row),
@@ -516,28 +516,31 @@ constexpr int NotStaged = -1;
  */
 constexpr int ForwardTileK = 16, ForwardStages = 3, BackwardTileK = 16, BackwardStages = 3;
 
-template <typename real, bool Forward> struct StreamedTile {
-    static constexpr int Rows = 128, Cols = 128, TileK = Forward ? ForwardTileK : BackwardTileK,
+template <typename real, bool Forward, int TileRows> struct StreamedTile {
+    static constexpr int Rows = TileRows, Cols = 128, Threads = 2 * TileRows, TileK = Forward ? ForwardTileK : BackwardTileK,
                          Stages = Forward ? ForwardStages : BackwardStages;
-    static constexpr int Stride = Rows + SharedPad; ///< of As, Ds and Bs rows (Cols == Rows)
+    static constexpr int StrideA = Rows + SharedPad, StrideB = Cols + SharedPad; ///< of As and Ds rows, of Bs rows
+    /// A stage: As [TileK][StrideA], Bs [TileK][StrideB] and, backward, Ds [TileK][StrideA].
+    static constexpr int StageSize = TileK * ((Forward ? 1 : 2) * StrideA + StrideB);
 };
 
-template <typename real, bool Forward> constexpr size_t denseStreamedBytes() {
-    using Tile = StreamedTile<real, Forward>;
-    return (size_t) Tile::Stages * (Forward ? 2 : 3) * Tile::TileK * Tile::Stride * sizeof(real) + Tile::Rows * sizeof(int);
+template <typename real, bool Forward, int Rows> constexpr size_t denseStreamedBytes() {
+    using Tile = StreamedTile<real, Forward, Rows>;
+    return (size_t) Tile::Stages * Tile::StageSize * sizeof(real) + Tile::Rows * sizeof(int);
 }
 
-template <typename real, bool Forward, bool Mapped, int Staged>
-__global__ void __launch_bounds__(256, 2)
+template <typename real, bool Forward, bool Mapped, int Staged, int TileRows>
+__global__ void __launch_bounds__(2 * TileRows, 256 / TileRows)
     denseStreamedKernel(DenseBatch<real> batch, const int* __restrict__ rowNodes, const real* __restrict__ A, int aStride, int K, int N,
                         int ldw, int activation, int residual, real* __restrict__ deriv, int derivStride, real* __restrict__ out,
                         int outStride, int outMapped, int vectorB, int vectorOut) {
-    using Tile = StreamedTile<real, Forward>;
-    constexpr int Rows = Tile::Rows, Cols = Tile::Cols, TileK = Tile::TileK, Stages = Tile::Stages, Stride = Tile::Stride;
-    constexpr int ALoads = TileK * Rows / 256, BLoads = TileK * Cols / 256, StageSize = (Forward ? 2 : 3) * TileK * Stride;
+    using Tile = StreamedTile<real, Forward, TileRows>;
+    constexpr int Rows = Tile::Rows, Cols = Tile::Cols, Threads = Tile::Threads, TileK = Tile::TileK, Stages = Tile::Stages,
+                  Stride = Tile::StrideA, StrideB = Tile::StrideB;
+    constexpr int ALoads = TileK * Rows / Threads, BLoads = TileK * Cols / Threads, StageSize = Tile::StageSize;
     static_assert(!(Forward && Mapped), "the forward pass reads A by row");
     static_assert(Staged == NotStaged || (Forward && !Mapped), "the staged epilogue is for forward products (of residual layers)");
-    static_assert(64 * (Cols + SharedPad) <= Stages * StageSize, "storeTileStaged's half tile fits in the stages");
+    static_assert(Rows / 2 * StrideB <= Stages * StageSize, "storeTileStaged's half tile fits in the stages");
     extern __shared__ __align__(16) unsigned char streamedShared[];
     real* shared = reinterpret_cast<real*>(streamedShared);
     const int colTiles = (N + Cols - 1) / Cols;
@@ -548,7 +551,7 @@ __global__ void __launch_bounds__(256, 2)
     const int ldb = Forward ? N : ldw;
     const bool withDeriv = !Forward && activation != GraphIdentity;
     // This thread copies A(row, k0 + aK) (and act'(z)) of tile rows r0 + RowStep m, m < ALoads, as in denseGemmKernel.
-    constexpr int RowStep = 256 / TileK;
+    constexpr int RowStep = Threads / TileK;
     const int aK = threadIdx.x % TileK, r0 = threadIdx.x / TileK, numSlices = (K + TileK - 1) / TileK;
     const int rowsHere = min(Rows, origin.rowEnd - rowBase); // tile rows inside the group
     // Whole tiles (every row in the group, every column below N, K a multiple of the slice) copy without checks.
@@ -566,7 +569,7 @@ __global__ void __launch_bounds__(256, 2)
     const real* dFirst = withDeriv ? deriv + firstLocal * derivStride + aK : deriv;
     auto As = [&](int stage) { return shared + stage * StageSize; };
     auto Bs = [&](int stage) { return shared + stage * StageSize + TileK * Stride; };
-    auto Ds = [&](int stage) { return shared + stage * StageSize + 2 * TileK * Stride; };
+    auto Ds = [&](int stage) { return shared + stage * StageSize + TileK * (Stride + StrideB); };
     auto issue = [&](int s) {
         if (s < numSlices) {
             const int stage = s % Stages, k0 = s * TileK, kA = k0 + aK; // kA: the k of this thread's A copies
@@ -606,19 +609,19 @@ __global__ void __launch_bounds__(256, 2)
                     constexpr int V = 16 / sizeof(real);
 #pragma unroll
                     for (int m = 0; m < BLoads / V; m++) {
-                        const int e = threadIdx.x + 256 * m, kk = e / (Cols / V), cc = V * (e % (Cols / V)), col = colBase + cc,
+                        const int e = threadIdx.x + Threads * m, kk = e / (Cols / V), cc = V * (e % (Cols / V)), col = colBase + cc,
                                   k = k0 + kk;
                         const int valid = Whole || (k < K && col < N) ? V : 0;
-                        copyAsync<real, V>(Bs(stage) + kk * Stride + cc, valid > 0 ? rowsB + (size_t) k * ldb + col : rowsB, valid);
+                        copyAsync<real, V>(Bs(stage) + kk * StrideB + cc, valid > 0 ? rowsB + (size_t) k * ldb + col : rowsB, valid);
                     }
                 }
                 else // the backward's unaligned weights (ldw != N or an odd base; the pipeline's products never are): rolled, so
                      // that the compiler does not keep its copies' indices live across the products (they spilled, v21)
 #pragma unroll 1
                     for (int m = 0; m < BLoads; m++) {
-                        const int e = threadIdx.x + 256 * m, kk = e / Cols, cc = e % Cols, col = colBase + cc, k = k0 + kk;
+                        const int e = threadIdx.x + Threads * m, kk = e / Cols, cc = e % Cols, col = colBase + cc, k = k0 + kk;
                         const int valid = Whole || (col < N && k < K) ? 1 : 0;
-                        copyAsync<real, 1>(Bs(stage) + kk * Stride + cc, valid ? origin.W + (size_t) k * ldw + col : origin.W, valid);
+                        copyAsync<real, 1>(Bs(stage) + kk * StrideB + cc, valid ? origin.W + (size_t) k * ldw + col : origin.W, valid);
                     }
             };
             if (wholeB)
@@ -647,14 +650,14 @@ __global__ void __launch_bounds__(256, 2)
         }
         __syncthreads(); // everyone's copies (and dE/dz); stage (s - 1) % Stages is free again
         issue(s + Stages - 1);
-        multiplyTileSlice<real, 8, 8, TileK>(As(stage), Bs(stage), acc);
+        multiplyTileSlice<real, 8, 8, TileK, Rows>(As(stage), Bs(stage), acc);
     }
     if constexpr (Staged != NotStaged) // forward products of residual layers (launchGemm)
-        storeTileStaged<real, Staged>(batch, origin, rowNodes, A, aStride, N, deriv, derivStride, out, outStride, outMapped, acc,
-                                               shared);
+        storeTileStaged<real, Staged, Rows, Threads>(batch, origin, rowNodes, A, aStride, N, deriv, derivStride, out, outStride, outMapped,
+                                                     acc, shared);
     else
-        storeTile<real, Forward, 8, 8>(batch, origin, rowNodes, A, aStride, N, activation, residual, deriv, derivStride, out, outStride,
-                                       outMapped, vectorOut, acc);
+        storeTile<real, Forward, 8, 8, Rows>(batch, origin, rowNodes, A, aStride, N, activation, residual, deriv, derivStride, out,
+                                             outStride, outMapped, vectorOut, acc);
 }
 
 inline bool aligned16(const void* p) {
@@ -732,24 +735,32 @@ void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const
         // forward 1.945 -> 1.757 ms, v36).  Forward products with other weights take the register kernel, whose tiles are
         // bitwise the same; the backward keeps a 4-byte fallback (without it the compiler scheduled its loop worse: 1.696 ->
         // 1.799 ms).
-        const bool vectorB = batch.tileRows == 128 &&
-                             (Forward ? rowsAligned16(batch, batch.weightT, N) : ldw == N && rowsAligned16(batch, batch.weight, ldw));
-        if (batch.tileRows == 128 && batch.streamedWide && (vectorB || !Forward) && !(Forward && aMapped)) {
+        const bool streamedRows = batch.tileRows == 128 || (batch.tileRows == 64 && batch.streamedHalf);
+        const bool vectorB =
+            streamedRows && (Forward ? rowsAligned16(batch, batch.weightT, N) : ldw == N && rowsAligned16(batch, batch.weight, ldw));
+        if (streamedRows && batch.streamedWide && (vectorB || !Forward) && !(Forward && aMapped)) {
             // The forward products of residual layers (the hidden layers of equal width) finish their tiles through shared
             // memory: at medium 100,800 the 240-wide forward takes 0.445 ms against 0.565 with storeTile; the first layer's
             // forward (2.146 against 2.041) and the backward products (0.476 against 0.471) lose by it (bench/NOTES.md v21, v22).
-            auto kernel = denseStreamedKernel<real, Forward, false, NotStaged>;
-            if (aMapped)
-                kernel = denseStreamedKernel<real, Forward, !Forward, NotStaged>;
-            else if constexpr (Forward) {
-                if (residual)
-                    kernel = activation == GraphTanh   ? denseStreamedKernel<real, true, false, GraphTanh>
-                             : activation == GraphSilu ? denseStreamedKernel<real, true, false, GraphSilu>
-                                                       : denseStreamedKernel<real, true, false, GraphIdentity>;
-            }
-            kernel<<<blocks.x * blocks.y, 256, denseStreamedBytes<real, Forward>(), stream>>>(
-                batch, rowNodes, A, aStride, K, N, ldw, activation, residual ? 1 : 0, deriv, derivStride, out, outStride, outMapped ? 1 : 0,
-                vectorB ? 1 : 0, vectorOut);
+            auto launchStreamed = [&](auto rows) {
+                constexpr int Rows = decltype(rows)::value;
+                auto kernel = denseStreamedKernel<real, Forward, false, NotStaged, Rows>;
+                if (aMapped)
+                    kernel = denseStreamedKernel<real, Forward, !Forward, NotStaged, Rows>;
+                else if constexpr (Forward) {
+                    if (residual)
+                        kernel = activation == GraphTanh   ? denseStreamedKernel<real, true, false, GraphTanh, Rows>
+                                 : activation == GraphSilu ? denseStreamedKernel<real, true, false, GraphSilu, Rows>
+                                                           : denseStreamedKernel<real, true, false, GraphIdentity, Rows>;
+                }
+                kernel<<<blocks.x*((N + 127) / 128), 2 * Rows, denseStreamedBytes<real, Forward, Rows>(), stream>>>(
+                    batch, rowNodes, A, aStride, K, N, ldw, activation, residual ? 1 : 0, deriv, derivStride, out, outStride,
+                    outMapped ? 1 : 0, vectorB ? 1 : 0, vectorOut);
+            };
+            if (batch.tileRows == 64)
+                launchStreamed(std::integral_constant<int, 64>());
+            else
+                launchStreamed(std::integral_constant<int, 128>());
         }
         else if (batch.tileRows == 128)
             GRAPH_GEMM(8, 8);
@@ -792,33 +803,40 @@ __global__ void energyOutputKernel(DenseBatch<real> batch, const int* __restrict
 
 } // namespace
 
-template <typename real> bool configureDenseLayers() {
+template <typename real> int configureDenseLayers() {
     if constexpr (sizeof(real) != 4)
-        return false; // 128 x 128 tiles are float only
+        return 0; // 128 x 128 tiles are float only
     else {
         int device = 0, perBlock = 0, perMultiprocessor = 0;
         if (cudaGetDevice(&device) != cudaSuccess ||
             cudaDeviceGetAttribute(&perBlock, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
             cudaDeviceGetAttribute(&perMultiprocessor, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) != cudaSuccess) {
             cudaGetLastError();
-            return false;
+            return 0;
         }
         // The larger of the two passes' stages, two blocks a multiprocessor (1 KB of each block's shared memory is the system's).
-        const size_t bytes = std::max(denseStreamedBytes<real, false>(), denseStreamedBytes<real, true>());
+        const size_t bytes = std::max(denseStreamedBytes<real, false, 128>(), denseStreamedBytes<real, true, 128>());
         if ((size_t) perBlock < bytes || (size_t) perMultiprocessor < 2 * (bytes + 1024))
-            return false;
-        auto allow = [](auto kernel, size_t size) {
-            return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) size) == cudaSuccess;
+            return 0;
+        auto allow = [](auto rows) {
+            constexpr int Rows = decltype(rows)::value;
+            const size_t forward = denseStreamedBytes<real, true, Rows>(), backward = denseStreamedBytes<real, false, Rows>();
+            auto set = [](auto kernel, size_t size) {
+                return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) size) == cudaSuccess;
+            };
+            return set(denseStreamedKernel<real, true, false, NotStaged, Rows>, forward) &&
+                   set(denseStreamedKernel<real, true, false, GraphTanh, Rows>, forward) &&
+                   set(denseStreamedKernel<real, true, false, GraphSilu, Rows>, forward) &&
+                   set(denseStreamedKernel<real, true, false, GraphIdentity, Rows>, forward) &&
+                   set(denseStreamedKernel<real, false, false, NotStaged, Rows>, backward) &&
+                   set(denseStreamedKernel<real, false, true, NotStaged, Rows>, backward);
         };
-        const size_t forwardBytes = denseStreamedBytes<real, true>();
-        const bool ok = allow(denseStreamedKernel<real, true, false, NotStaged>, forwardBytes) &&
-                        allow(denseStreamedKernel<real, true, false, GraphTanh>, forwardBytes) &&
-                        allow(denseStreamedKernel<real, true, false, GraphSilu>, forwardBytes) &&
-                        allow(denseStreamedKernel<real, true, false, GraphIdentity>, forwardBytes) &&
-                        allow(denseStreamedKernel<real, false, false, NotStaged>, bytes) &&
-                        allow(denseStreamedKernel<real, false, true, NotStaged>, bytes);
+        const bool ok = allow(std::integral_constant<int, 128>()) && allow(std::integral_constant<int, 64>());
+        // The 64 x 128 tiles where four blocks fit a multiprocessor (as denseStreamedHalfTiles assumes).
+        const size_t halfBytes = std::max(denseStreamedBytes<real, false, 64>(), denseStreamedBytes<real, true, 64>());
+        const bool half = (size_t) perMultiprocessor >= 4 * (halfBytes + 1024);
         cudaGetLastError(); // reported by the return value, not left for the next launch's check
-        return ok;
+        return ok ? (half ? 2 : 1) : 0;
     }
 }
 
@@ -871,7 +889,7 @@ void launchEnergyOutput(const DenseBatch<real>& batch, const int* rowNodes, cons
 }
 
 #define GRAPH_INSTANTIATE_DENSE(real)                                                                                                      \
-    template bool configureDenseLayers<real>();                                                                                            \
+    template int configureDenseLayers<real>();                                                                                             \
     template void launchDenseForward<real>(const DenseBatch<real>&, const int*, const real*, int, int, int, int, bool, real*, real*, int,  \
                                            bool, cudaStream_t);                                                                            \
     template void launchDenseBackward<real>(const DenseBatch<real>&, const int*, const real*, int, bool, const real*, int, int, int, int,  \

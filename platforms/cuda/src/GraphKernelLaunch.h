@@ -249,6 +249,9 @@ template <typename real> struct DenseBatch {
     int numGroups;
     int tileRows;   ///< one of DenseTileRowChoices (chooseDenseTileRows)
     int streamedWide; ///< 128-row tiles: 1 streams k-slices with asynchronous copies, 0 prefetches through registers (configureDenseLayers)
+    /// 64-row tiles: 1 takes the streamed 64 x 128 tiles (128 threads, needs streamedWide; denseStreamedHalfTiles), 0 the
+    /// 64 x 64 tiles through registers
+    int streamedHalf;
     int chunkStart; ///< the first row of the chunk: row r is at local index r - chunkStart of the chunk arrays
     int rowStart[MaxBatchedGroups + 1];
     int tileStart[MaxBatchedGroups + 1];
@@ -317,17 +320,49 @@ inline constexpr int denseTileBlocksPerTwoMultiprocessors(int tileRows, bool all
 int chooseDenseTileRows(int rows, int numOutputs, int numMultiprocessors, bool allowWide);
 
 /**
+ * Whether a product that chooseDenseTileRows gives 128-row tiles (streamed)
+ * takes the streamed 64 x 128 tiles instead (DenseBatch::streamedHalf: four
+ * blocks of 128 threads a multiprocessor against two of 256), from the row
+ * tiles of each size over the batch's groups (each group rounded up), the
+ * product's columns (128 a tile either way) and the pass.  Each
+ * multiprocessor's share of the busiest wave, counted in 64-row tiles, is
+ * 2 ceil(B128 / SMs) with 128-row tiles and ceil(B64 / SMs) with 64-row
+ * ones; a forward product takes the 64-row tiles where that share is
+ * smaller, a backward product where it is at most 3/4 as large (the
+ * backward 64-row tiles run about 7-15% slower than the 128-row ones on
+ * the same share).  H200, dense_layers_bench (bench/NOTES.md v38), ms, 128
+ * against 64-row tiles: medium grade at 10,296 rows, first layer's forward
+ * 0.304 against 0.243, hidden forward 0.065 against 0.055, hidden backward
+ * 0.064 against 0.061 (taken), first layer's backward 0.194 against 0.201
+ * (not); at 20,592 rows the first layer's forward 0.459 against 0.403
+ * (taken), the hidden backward 0.104 against 0.127 (not); at 100,800 rows
+ * the same shares, 128-row tiles kept (1.756 against 1.807); large grade at
+ * 10,296 rows, first layer's forward 1.134 against 0.903.  The choice never
+ * changes a result (the sums run in the same order).
+ */
+inline constexpr bool denseStreamedHalfTiles(long long rowTiles128, long long rowTiles64, int numOutputs, int numMultiprocessors,
+                                             bool forward) {
+    const long long columnTiles = (numOutputs + 127) / 128;
+    const long long share128 = 2 * ((rowTiles128 * columnTiles + numMultiprocessors - 1) / numMultiprocessors);
+    const long long share64 = (rowTiles64 * columnTiles + numMultiprocessors - 1) / numMultiprocessors;
+    return forward ? share64 < share128 : 4 * share64 <= 3 * share128;
+}
+
+/**
  * Whether the 128 x 128 tiles may stream their k-slices through shared
  * memory with asynchronous copies on the current device (DenseBatch's
  * streamedWide): three stages of 16-deep slices and the rows' indices take
  * 74.8 KB a block in the backward pass, so it needs the opt-in to more than
  * 48 KB and room for two blocks a multiprocessor (164 KB or more: compute
  * capability 8.0, 9.0 and 10.0; not 7.5, 8.6, 8.9 or 12.0, nor double
- * precision).  Sets the kernels' shared-memory attribute
- * when it returns true; call it with the device current.  The choice never
- * changes a result (the sums run in the same order).
+ * precision): 0 where not, 1 where they may, 2 where four blocks of the
+ * streamed 64 x 128 tiles (52.4 KB each in the backward pass) fit a
+ * multiprocessor too (DenseBatch::streamedHalf; 228 KB: compute capability
+ * 9.0 and 10.0).  Sets the kernels' shared-memory attribute when it returns
+ * more than 0; call it with the device current.  The choice never changes a
+ * result (the sums run in the same order).
  */
-template <typename real> bool configureDenseLayers();
+template <typename real> int configureDenseLayers();
 
 /**
  * One dense layer for every group of the batch: z = W h + b; out = act(z)

@@ -3,7 +3,8 @@
 // for every row tile they can be launched with: the 8 x 32 tiles streamed
 // through shared memory, the 16-, 32- and 64-row tiles and (float) the
 // 128 x 128 tiles, both with k-slices prefetched through registers and
-// streamed by asynchronous copies (where configureDenseLayers allows it).  The pipeline picks a tile from the batch's size and the
+// streamed by asynchronous copies (where configureDenseLayers allows it), and
+// the streamed 64 x 128 tiles (where it gives 2).  The pipeline picks a tile from the batch's size and the
 // device (chooseDenseTileRows); this is what makes the choice free.  Two
 // type groups of 37 and 50 rows (tiles cut across the group boundary), or of
 // 150 and 60 rows in a chunk that starts at row 23 (whole 128-row tiles, and
@@ -105,12 +106,13 @@ public:
         return scaleValues;
     }
 
-    /** transposed: with DenseBatch::weightT. */
-    DenseBatch<real> batch(int tileRows, bool streamed, bool transposed) const {
+    /** transposed: with DenseBatch::weightT; half: the streamed 64 x 128 tiles (DenseBatch::streamedHalf). */
+    DenseBatch<real> batch(int tileRows, bool streamed, bool transposed, bool half) const {
         DenseBatch<real> b{};
         b.numGroups = 2;
         b.tileRows = tileRows;
         b.streamedWide = streamed ? 1 : 0;
+        b.streamedHalf = half ? 1 : 0;
         b.chunkStart = ChunkStart;
         const int rows[2] = {Rows0, Rows1};
         b.rowStart[0] = ChunkStart;
@@ -128,10 +130,10 @@ public:
     }
 
     /** Forward (z = W h + b, out, act'(z)) and backward (dE/dh from dE/d(out), then again with gradScale) with one tile. */
-    LayerResult<real> run(int tileRows, bool streamed = false, bool transposed = false) const {
+    LayerResult<real> run(int tileRows, bool streamed = false, bool transposed = false, bool half = false) const {
         Buffer<real> output((size_t) byNodeRows() * S), derivative((size_t) Rows * S), gradInput((size_t) Rows * K),
             scaledGradInput((size_t) Rows * K);
-        const DenseBatch<real> b = batch(tileRows, streamed, transposed);
+        const DenseBatch<real> b = batch(tileRows, streamed, transposed, half);
         launchDenseForward<real>(b, rowNodes->data, input->data, K, K, N, activation, residual, derivative.data, output.data, S, byNode, 0);
         launchDenseBackward<real>(b, rowNodes->data, gradOutput->data, S, byNode, derivative.data, S, K, N, activation, residual,
                                   gradInput.data, K, 0);
@@ -179,17 +181,25 @@ template <typename real> void expectScaledGradient(const DenseLayerCase<real>& l
 template <typename real> void checkEveryTile() {
     if (!haveDevice())
         GTEST_SKIP() << "no CUDA device";
-    // (rows, streamed, transposed weights): the 128 x 128 tiles both ways in float; the streamed ones only where the device
-    // takes them, with and without DenseBatch::weightT (which the other tiles ignore).
-    std::vector<std::tuple<int, bool, bool>> tiles = {{64, false, false}, {32, false, false}, {8, false, true}};
+    // (rows, streamed, transposed weights, 64 x 128): the 128 x 128 tiles both ways in float; the streamed ones only where
+    // the device takes them, with and without DenseBatch::weightT (which the other tiles ignore), and so the streamed 64 x 128
+    // tiles (DenseBatch::streamedHalf; without weightT the forward takes the 64 x 64 register tiles).
+    std::vector<std::tuple<int, bool, bool, bool>> tiles = {{64, false, false, false}, {32, false, false, false}, {8, false, true, false}};
     if (sizeof(real) == 4)
-        tiles.push_back({128, false, true});
-    if (configureDenseLayers<real>()) {
-        tiles.push_back({128, true, false});
-        tiles.push_back({128, true, true});
+        tiles.push_back({128, false, true, false});
+    const int streamable = configureDenseLayers<real>();
+    if (streamable) {
+        tiles.push_back({128, true, false, false});
+        tiles.push_back({128, true, true, false});
     }
     else if (sizeof(real) == 4)
         std::printf("this device cannot stream the 128 x 128 tiles (configureDenseLayers): only their register kernel is compared\n");
+    if (streamable == 2) {
+        tiles.push_back({64, true, true, true});
+        tiles.push_back({64, true, false, true});
+    }
+    else if (sizeof(real) == 4)
+        std::printf("this device has no room for four blocks of the streamed 64 x 128 tiles (configureDenseLayers): not compared\n");
     struct Shape {
         int K, N;
         bool residual;
@@ -223,10 +233,10 @@ template <typename real> void checkEveryTile() {
         for (real v : expected.gradInput)
             nonzero = nonzero || v != 0;
         EXPECT_TRUE(nonzero); // the backward ran
-        for (auto [tileRows, streamed, transposed] : tiles) {
+        for (auto [tileRows, streamed, transposed, half] : tiles) {
             SCOPED_TRACE(std::string(streamed ? "streamed k-slices" : "k-slices through registers") +
-                         (transposed ? ", transposed weights" : ""));
-            const LayerResult<real> found = layer.run(tileRows, streamed, transposed);
+                         (transposed ? ", transposed weights" : "") + (half ? ", 64 x 128 tiles" : ""));
+            const LayerResult<real> found = layer.run(tileRows, streamed, transposed, half);
             expectBitwiseEqual(expected.output, found.output, "output", tileRows);
             if (s.activation != GraphIdentity)
                 expectBitwiseEqual(expected.derivative, found.derivative, "act'(z)", tileRows);
@@ -273,6 +283,25 @@ TEST(CudaDenseTiles, WideTilesFromOneBlockPerTwoMultiprocessors) {
                 << rows << " rows, " << outputs << " outputs";
 }
 
+TEST(CudaDenseTiles, HalfTilesWhereTheyShortenTheBusiestWave) {
+    // 132 multiprocessors.  Medium grade, 4 groups of 2,574 rows (21 tiles of 128 rows, 41 of 64 each): 240 outputs, 168
+    // blocks of 128 rows (2 a multiprocessor, 4 in 64-row units) against 328 of 64 (3): both passes take the 64-row tiles;
+    // the first layer's backward (1,536 outputs: 16 against 15 units) does not.
+    EXPECT_TRUE(denseStreamedHalfTiles(84, 164, 240, 132, true));
+    EXPECT_TRUE(denseStreamedHalfTiles(84, 164, 240, 132, false));
+    EXPECT_FALSE(denseStreamedHalfTiles(84, 164, 1536, 132, false));
+    // 4 groups of 5,148 rows (41 and 81 tiles each): 6 against 5 units, forward only.
+    EXPECT_TRUE(denseStreamedHalfTiles(164, 324, 240, 132, true));
+    EXPECT_FALSE(denseStreamedHalfTiles(164, 324, 240, 132, false));
+    // 4 groups of 25,200 rows (197 and 394 tiles each): 24 units either way, the 128-row tiles stay.
+    EXPECT_FALSE(denseStreamedHalfTiles(788, 1576, 240, 132, true));
+    EXPECT_FALSE(denseStreamedHalfTiles(788, 1576, 1536, 132, false));
+    // Small grade, 2 groups of 5,148 rows, 128 outputs: 82 blocks (2 units) against 162 (2): not taken; its first layer's
+    // backward (256 outputs: 4 against 3 units) takes them.
+    EXPECT_FALSE(denseStreamedHalfTiles(82, 162, 128, 132, true));
+    EXPECT_TRUE(denseStreamedHalfTiles(82, 162, 256, 132, false));
+}
+
 TEST(CudaDenseTiles, WideTilesStreamWhereTheDeviceHasTheSharedMemory) {
     if (!haveDevice())
         GTEST_SKIP() << "no CUDA device";
@@ -282,11 +311,14 @@ TEST(CudaDenseTiles, WideTilesStreamWhereTheDeviceHasTheSharedMemory) {
     CUDA_OK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
     const int capability = 10 * major + minor;
     EXPECT_FALSE(configureDenseLayers<double>()); // no 128 x 128 tiles in double
-    // Two blocks of 74.8 KB fit a multiprocessor of 8.0 (164 KB) and 9.0 (228 KB), not one of 7.5 (64 KB), 8.6 or 8.9 (100 KB).
-    if (capability == 80 || capability == 90)
-        EXPECT_TRUE(configureDenseLayers<float>()) << "compute capability " << capability;
+    // Two blocks of 74.8 KB fit a multiprocessor of 8.0 (164 KB) and 9.0 (228 KB), not one of 7.5 (64 KB), 8.6 or 8.9 (100 KB);
+    // four of the 64 x 128 tiles' 52.4 KB fit 9.0's, not 8.0's.
+    if (capability == 90)
+        EXPECT_EQ(2, configureDenseLayers<float>()) << "compute capability " << capability;
+    else if (capability == 80)
+        EXPECT_EQ(1, configureDenseLayers<float>()) << "compute capability " << capability;
     else if (capability == 75 || capability == 86 || capability == 89)
-        EXPECT_FALSE(configureDenseLayers<float>()) << "compute capability " << capability;
+        EXPECT_EQ(0, configureDenseLayers<float>()) << "compute capability " << capability;
     else
         std::printf("compute capability %d: configureDenseLayers<float>() gives %d\n", capability, (int) configureDenseLayers<float>());
 }
