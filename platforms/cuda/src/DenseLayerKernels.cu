@@ -187,11 +187,12 @@ __device__ inline void storeTile(const DenseBatch<real>& batch, const DenseTileO
 }
 
 /**
- * storeTile of a forward product's 128 x 128 tiles (8 x 8 outputs a thread) through shared memory, for residual layers,
- * whose epilogue loads the residual source beside storing the output and act'(z): each half of the tile (64 rows) goes to
- * `staging` ([64][128 + SharedPad] `real`s of shared memory, free once the products are done), then thread t finishes
- * column t % 128 of rows t / 128, t / 128 + 2, ..., so that a warp's loads and stores are 32 consecutive values of one row
- * instead of runs of 4 values 64 apart, and the activation is a compile-time constant.  Each element goes through
+ * storeTile of a forward product's Rows x 128 tiles (8 x 8 outputs a thread, Threads = 2 Rows) through shared memory, for
+ * residual layers, whose epilogue loads the residual source beside storing the output and act'(z): each half of the tile
+ * (Rows / 2 rows) goes to `staging` ([Rows / 2][128 + SharedPad] `real`s of shared memory, free once the products are
+ * done), then thread t finishes column t % 128 of rows t / 128, t / 128 + Threads / 128, ..., so that a warp's loads and
+ * stores are 32 consecutive values of one row instead of runs of 4 values Rows / 2 apart, and the activation is a
+ * compile-time constant.  Each element goes through
  * storeDenseOutput as in storeTile: bitwise the same outputs.  Every thread of the block calls it (block barriers inside).
  */
 template <typename real, int Activation, int Rows, int Threads>
@@ -484,7 +485,9 @@ __global__ void __launch_bounds__(SmallTile<real>::Threads)
 
 /**
  * The 128 x 128 tiles of denseGemmKernel (same operands, epilogue, thread
- * layout and order of the sums: C is bitwise the same) with k-slices of 16
+ * layout and order of the sums: C is bitwise the same), or (TileRows 64) 64 x
+ * 128 tiles of 128 threads with the same 8 x 8 outputs a thread, their rows two
+ * runs of 4 that lie 32 apart (DenseBatch::streamedHalf), with k-slices of 16
  * streamed through shared memory by asynchronous copies, Stages - 1 slices
  * in flight, instead of prefetched through registers: the register kernel
  * waits on its next slice's loads (v5: 3.7 of 8.6 cycles an instruction at
@@ -500,7 +503,7 @@ __global__ void __launch_bounds__(SmallTile<real>::Threads)
  * before the barrier.  One block per (row tile, column tile), the column
  * tiles of a row tile next to each other (blockIdx.x = tile * colTiles +
  * colTile), so a row tile's A is read from L2 by all its column tiles.
- * Dynamic shared memory of denseStreamedBytes<real, Forward>() (over 48 KB:
+ * Dynamic shared memory of denseStreamedBytes<real, Forward, TileRows>() (over 48 KB:
  * configureDenseLayers sets the attribute).  Staged: NotStaged, the
  * epilogue is storeTile; else it goes through shared memory
  * (storeTileStaged; launchGemm takes it for the forward products of residual
