@@ -451,6 +451,14 @@ def time_resident_force(context, integrator, settings: Settings, budget: Budget,
         integrator.setCurrentIntegrator(0)
 
 
+def final_positions_nm(context) -> np.ndarray:
+    """The Context's positions (nm, n x 3 float64) wrapped into the periodic box."""
+    import openmm
+
+    state = context.getState(getPositions=True, enforcePeriodicBox=True)
+    return np.asarray(state.getPositions(asNumpy=True).value_in_unit(openmm.unit.nanometer), dtype=np.float64)
+
+
 def time_steps(context, integrator, settings: Settings, budget: Budget, share: float) -> tuple[float, int, str | None]:
     """Mean seconds per step of integrator.step(N) followed by one getState(getPositions=True), which waits for the
     device without evaluating anything (an energy there would add one force evaluation to N steps)."""
@@ -748,6 +756,7 @@ class Run:
             return self.skipped(grade, n, implementation, "time budget exhausted")
         notes, fields = [], {}
         context = integrator = None
+        final_positions = None  # after the timed steps, for edges_after_steps
         try:
             path = None if trivial else self.exported_model(grade, torch_model) if torch_model else self.model(grade)[1]
             # "aoti": the package with the default TorchCudaContext ("auto": OpenMM's own CUDA context); "aoti-primary":
@@ -774,6 +783,8 @@ class Run:
             fields["step_time_s"], steps, note = time_steps(context, integrator, self.settings, self.budget, 0.25)
             notes += [note] if note else []
             used.append(self.memory.used_bytes())
+            if not trivial:
+                final_positions = final_positions_nm(context)
             fields["reps"] = {"force_evaluations": force_reps, "steps": steps}
             if resident_reps is not None:
                 fields["reps"]["resident_force_evaluations"] = resident_reps
@@ -786,7 +797,27 @@ class Run:
         finally:
             del context, integrator
             gc.collect()
+        if final_positions is not None:  # counted with the Context gone, as the starting positions' edges were
+            fields["edges_after_steps"] = self.edges_after_steps(final_positions, box, n)
         return self.record(grade, n, implementation, notes=notes, **fields)
+
+    def edges_after_steps(self, positions, box, n: int) -> int | None:
+        """The edges at the positions the timed steps ended on (the force times are taken at the starting positions,
+        whose count is `edges`; a trajectory of the random-weight model gathers the particles, so the steps run on
+        more edges: bench/NOTES.md v38), or None where they cannot be counted (the starting count failed too, or this
+        one did: logged)."""
+        from openmmgraph.grades import DEFAULT_CUTOFF_NM
+
+        start = self.systems.get(n, {}).get("edges")
+        if start is None:
+            return None
+        try:
+            edges = self.count_edges(positions, box, DEFAULT_CUTOFF_NM)
+            log(f"  edges after the timed steps: {edges} ({100.0 * (edges - start) / max(start, 1):+.1f}% over the start's)")
+            return edges
+        except Exception as error:
+            log(f"  edge count after the steps failed: {short_error(error)}")
+            return None
 
     # -- PyTorch peers ---------------------------------------------------------------------
     def measure_torch(self, grade, n, positions, types, box, compiled: bool, with_pairs: bool):
