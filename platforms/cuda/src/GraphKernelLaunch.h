@@ -356,7 +356,7 @@ inline constexpr bool denseStreamedHalfTiles(long long rowTiles128, long long ro
  * 48 KB and room for two blocks a multiprocessor (164 KB or more: compute
  * capability 8.0, 9.0 and 10.0; not 7.5, 8.6, 8.9 or 12.0, nor double
  * precision): 0 where not, 1 where they may, 2 where four blocks of the
- * streamed 64 x 128 tiles (52.4 KB each in the backward pass) fit a
+ * streamed 64 x 128 tiles (50.5 KB each in the backward pass) fit a
  * multiprocessor too (DenseBatch::streamedHalf; 228 KB: compute capability
  * 9.0 and 10.0).  Sets the kernels' shared-memory attribute when it returns
  * more than 0; call it with the device current.  The choice never changes a

@@ -312,7 +312,7 @@ TEST(CudaDenseTiles, WideTilesStreamWhereTheDeviceHasTheSharedMemory) {
     const int capability = 10 * major + minor;
     EXPECT_FALSE(configureDenseLayers<double>()); // no 128 x 128 tiles in double
     // Two blocks of 74.8 KB fit a multiprocessor of 8.0 (164 KB) and 9.0 (228 KB), not one of 7.5 (64 KB), 8.6 or 8.9 (100 KB);
-    // four of the 64 x 128 tiles' 52.4 KB fit 9.0's, not 8.0's.
+    // four of the 64 x 128 tiles' 50.5 KB fit 9.0's, not 8.0's.
     if (capability == 90)
         EXPECT_EQ(2, configureDenseLayers<float>()) << "compute capability " << capability;
     else if (capability == 80)
