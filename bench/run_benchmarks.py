@@ -344,6 +344,25 @@ def cell_list_pairs(positions, box, cutoff: float, chunk_elements: int = 1 << 25
 # ----------------------------------------------------------------------------------------------
 # OpenMM systems and contexts
 # ----------------------------------------------------------------------------------------------
+def count_edges(positions, box, cutoff_nm: float, torch=None, device=None) -> int:
+    """Ordered pairs (i, j) within cutoff_nm of positions (n x 3, nm) in the periodic box, by cell_list_pairs in
+    PyTorch on `device` (default the CPU), checked pair for pair against the project's neighbor_pairs up to
+    PAIR_CHECK_MAX_N particles."""
+    if torch is None:
+        import torch  # noqa: F811
+    device = device if device is not None else torch.device("cpu")
+    p = torch.as_tensor(positions, dtype=torch.float64, device=device)
+    b = torch.as_tensor(box, dtype=torch.float64, device=device)
+    edges = int(cell_list_pairs(p, b, cutoff_nm)[0].shape[0])
+    if p.shape[0] <= PAIR_CHECK_MAX_N:
+        from openmmgraph.torch_model import neighbor_pairs
+
+        reference = int(neighbor_pairs(p, b, cutoff_nm)[0].shape[0])
+        if reference != edges:
+            raise RuntimeError(f"cell list found {edges} pairs, neighbor_pairs {reference}")
+    return edges
+
+
 def make_openmm_system(n: int, box, trivial_force: bool, model_path: str | None = None, types=None, force_properties=None):
     """A System of n particles in the periodic box with, as its only force, either the
     GraphForce (group GRAPH_FORCE_GROUP, with the GraphForce properties force_properties) or a trivial
@@ -655,21 +674,7 @@ class Run:
         return entry["positions"], entry[n_types], entry["box"], entry["edges"]
 
     def count_edges(self, positions, box, cutoff_nm: float) -> int:
-        torch = self.torch
-        if torch is None:
-            import torch  # noqa: F811
-        device = self.torch_device if self.torch_device is not None else torch.device("cpu")
-        p = torch.as_tensor(positions, dtype=torch.float64, device=device)
-        b = torch.as_tensor(box, dtype=torch.float64, device=device)
-        i, _, _ = cell_list_pairs(p, b, cutoff_nm)
-        edges = int(i.shape[0])
-        if positions.shape[0] <= PAIR_CHECK_MAX_N:
-            from openmmgraph.torch_model import neighbor_pairs
-
-            reference = int(neighbor_pairs(p, b, cutoff_nm)[0].shape[0])
-            if reference != edges:
-                raise RuntimeError(f"cell list found {edges} pairs, neighbor_pairs {reference}")
-        del p, b, i
+        edges = count_edges(positions, box, cutoff_nm, self.torch, self.torch_device)
         self.free_torch_memory()
         return edges
 

@@ -51,8 +51,9 @@ def main() -> int:
     parser.add_argument("--evaluations", type=int, default=20)
     parser.add_argument("--long-steps", type=int, default=1000)
     parser.add_argument("--edges", action="store_true",
-                        help="also count the ordered pairs within the cut-off after each block (run_benchmarks.cell_list_pairs, "
-                             "in PyTorch, on the GPU when there is one): whether the rows grow along the trajectory")
+                        help="also count the ordered pairs within the cut-off after each block (run_benchmarks.count_edges of "
+                             "final_positions_nm, in PyTorch, on the GPU when there is one): whether the rows grow along "
+                             "the trajectory")
     parser.add_argument("--out", default="step_vs_resident.json")
     args = parser.parse_args()
     if min(args.rounds, args.steps, args.evaluations) < 1 or args.long_steps < 0:
@@ -60,8 +61,6 @@ def main() -> int:
 
     bench = load_bench()
     import tempfile
-
-    import openmm
 
     from openmmgraph.grades import lattice_system, make_model
 
@@ -85,10 +84,8 @@ def main() -> int:
         from openmmgraph.grades import DEFAULT_CUTOFF_NM
 
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        positions_nm = context.getState(getPositions=True).getPositions(asNumpy=True).value_in_unit(openmm.unit.nanometer)
-        p = torch.as_tensor(np.asarray(positions_nm), dtype=torch.float64, device=device)
-        b = torch.as_tensor(np.asarray(box, dtype=np.float64), device=device)
-        return int(bench.cell_list_pairs(p, b, DEFAULT_CUTOFF_NM)[0].shape[0])
+        return bench.count_edges(bench.final_positions_nm(context), np.asarray(box, dtype=np.float64), DEFAULT_CUTOFF_NM,
+                                 torch, device)
 
     def block(kind: str, count: int):
         before = gpu_sample(bench)

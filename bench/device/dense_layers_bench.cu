@@ -88,47 +88,21 @@ int main(int argc, char** argv) {
     const int streamable = configureDenseLayers<float>(); // 2: the streamed 64 x 128 tiles too
     int numMultiprocessors = 0;
     CHECK(cudaDeviceGetAttribute(&numMultiprocessors, cudaDevAttrMultiProcessorCount, 0));
-    auto chooseTile = [&](int columns) {
-#ifdef DENSE_BENCH_TILE_ROWS
-        (void) columns;
-        return DENSE_BENCH_TILE_ROWS;
-#else
-        return chooseDenseTileRows(R, columns, numMultiprocessors, true);
-#endif
-    };
-    cudaDeviceProp prop;
-    CHECK(cudaGetDeviceProperties(&prop, 0));
-    std::printf("%s: configureDenseLayers<float>() %s; %d rows in %d groups; tile rows: forward %d %d, backward %d %d (layers 0 1)\n",
-                prop.name,
-                streamable == 2 ? "2"
-                : streamable    ? "1"
-                                : "0",
-                R, Groups, chooseTile(width[1]), chooseTile(width[2]), chooseTile(width[0]), chooseTile(width[1]));
-
     auto batchOf = [&](int l, int columns, bool streamed, bool forward) {
         DenseBatch<float> b{};
         b.numGroups = Groups;
         b.chunkStart = 0;
-        b.tileRows = chooseTile(columns);
-        b.streamedWide = streamed ? 1 : 0;
-        if (streamed && streamable == 2) {
-#ifdef DENSE_BENCH_TILE_ROWS
-            (void) forward;
-            b.streamedHalf = b.tileRows == 64 ? 1 : 0;
-#else
-            // as CudaGraphPipeline::makeBatch
-            if (b.tileRows == 128 &&
-                denseStreamedHalfTiles((long long) Groups * ((GroupRows + 127) / 128), (long long) Groups * ((GroupRows + 63) / 64),
-                                       columns, numMultiprocessors, forward)) {
-                b.tileRows = 64;
-                b.streamedHalf = 1;
-            }
-#endif
-        }
-        for (int g = 0; g <= Groups; g++) {
+        for (int g = 0; g <= Groups; g++)
             b.rowStart[g] = g * GroupRows;
-            b.tileStart[g] = g * ((GroupRows + b.tileRows - 1) / b.tileRows);
-        }
+#ifdef DENSE_BENCH_TILE_ROWS
+        (void) forward;
+        b.tileRows = DENSE_BENCH_TILE_ROWS;
+        b.streamedWide = streamed ? 1 : 0;
+        b.streamedHalf = streamed && streamable == 2 && b.tileRows == 64 ? 1 : 0;
+        setDenseTileStarts(b);
+#else
+        chooseDenseTiles(b, columns, numMultiprocessors, streamed ? streamable : 0, forward); // as the pipeline chooses
+#endif
         for (int g = 0; g < Groups; g++) {
             b.weight[g] = W[l][g];
             b.weightT[g] = WT[l][g];
@@ -137,6 +111,13 @@ int main(int argc, char** argv) {
         }
         return b;
     };
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    // the tiles the streamed scheme launches (the register scheme takes chooseDenseTileRows's rows)
+    std::printf("%s: configureDenseLayers<float>() %d; %d rows in %d groups; streamed tile rows: forward %d %d, backward %d %d "
+                "(layers 0 1)\n",
+                prop.name, streamable, R, Groups, batchOf(0, width[1], true, true).tileRows, batchOf(1, width[2], true, true).tileRows,
+                batchOf(0, width[0], true, false).tileRows, batchOf(1, width[1], true, false).tileRows);
     auto forward = [&](int l, bool streamed) {
         launchDenseForward<float>(batchOf(l, width[l + 1], streamed, true), rowNodes, h[l], width[l], width[l], width[l + 1], GraphTanh,
                                   width[l] == width[l + 1], deriv[l], h[l + 1], width[l + 1], false, 0);

@@ -1053,30 +1053,11 @@ private:
         DenseBatch<real> batch;
         batch.numGroups = (int) batchTypes.size();
         batch.chunkStart = begin;
-        batch.tileRows = chooseDenseTileRows(clip(typeOffsets[batchTypes.back() + 1]) - clip(typeOffsets[batchTypes[0]]), columns,
-                                             numMultiprocessors, sizeof(real) == 4);
-        batch.streamedWide = streamedWideTiles > 0 ? 1 : 0;
-        batch.streamedHalf = 0;
-        if (batch.tileRows == 128 && streamedWideTiles == 2) {
-            long long tiles128 = 0, tiles64 = 0;
-            for (int t : batchTypes) {
-                const int rows = clip(typeOffsets[t + 1]) - clip(typeOffsets[t]);
-                tiles128 += (rows + 127) / 128;
-                tiles64 += (rows + 63) / 64;
-            }
-            if (denseStreamedHalfTiles(tiles128, tiles64, columns, numMultiprocessors, forward)) {
-                batch.tileRows = 64;
-                batch.streamedHalf = 1;
-            }
-        }
         batch.rowStart[0] = clip(typeOffsets[batchTypes[0]]);
-        batch.tileStart[0] = 0;
         for (int g = 0; g < batch.numGroups; g++) {
             const int t = batchTypes[g];
             const DeviceLayer& l = layer < 0 ? networks.output[t] : networks.hidden[t][layer];
-            const int rows = clip(typeOffsets[t + 1]) - clip(typeOffsets[t]);
             batch.rowStart[g + 1] = clip(typeOffsets[t + 1]);
-            batch.tileStart[g + 1] = batch.tileStart[g] + (rows + batch.tileRows - 1) / batch.tileRows;
             batch.weight[g] = pointer<real>(l.weight);
             batch.weightT[g] = pointer<real>(l.weightT);
             batch.bias[g] = pointer<real>(l.bias);
@@ -1085,6 +1066,7 @@ private:
         }
         batch.gradScale = nullptr;
         batch.gradScaleStride = 0;
+        chooseDenseTiles(batch, columns, numMultiprocessors, streamedWideTiles, forward);
         return batch;
     }
 

@@ -348,6 +348,40 @@ inline constexpr bool denseStreamedHalfTiles(long long rowTiles128, long long ro
     return forward ? share64 < share128 : 4 * share64 <= 3 * share128;
 }
 
+/** tileStart of a batch from its rowStart and tileRows: each group's rows in tiles of their own, the groups' in turn. */
+template <typename real> void setDenseTileStarts(DenseBatch<real>& batch) {
+    batch.tileStart[0] = 0;
+    for (int g = 0; g < batch.numGroups; g++)
+        batch.tileStart[g + 1] = batch.tileStart[g] + (batch.rowStart[g + 1] - batch.rowStart[g] + batch.tileRows - 1) / batch.tileRows;
+}
+
+/**
+ * The launch choice of a product over a batch whose groups' rows (rowStart) are set: tileRows by
+ * chooseDenseTileRows over all its rows, the streamed tiles where the device has them (`streamable`:
+ * configureDenseLayers<real>()'s result), the 64 x 128 ones instead of 128 x 128 where denseStreamedHalfTiles
+ * says so for the pass (`forward`), and tileStart.  Never changes a result.
+ */
+template <typename real>
+void chooseDenseTiles(DenseBatch<real>& batch, int numOutputs, int numMultiprocessors, int streamable, bool forward) {
+    batch.tileRows =
+        chooseDenseTileRows(batch.rowStart[batch.numGroups] - batch.rowStart[0], numOutputs, numMultiprocessors, sizeof(real) == 4);
+    batch.streamedWide = streamable > 0 ? 1 : 0;
+    batch.streamedHalf = 0;
+    if (batch.tileRows == 128 && streamable == 2) {
+        long long tiles128 = 0, tiles64 = 0;
+        for (int g = 0; g < batch.numGroups; g++) {
+            const int rows = batch.rowStart[g + 1] - batch.rowStart[g];
+            tiles128 += (rows + 127) / 128;
+            tiles64 += (rows + 63) / 64;
+        }
+        if (denseStreamedHalfTiles(tiles128, tiles64, numOutputs, numMultiprocessors, forward)) {
+            batch.tileRows = 64;
+            batch.streamedHalf = 1;
+        }
+    }
+    setDenseTileStarts(batch);
+}
+
 /**
  * Whether the 128 x 128 tiles may stream their k-slices through shared
  * memory with asynchronous copies on the current device (DenseBatch's

@@ -116,16 +116,15 @@ public:
         b.chunkStart = ChunkStart;
         const int rows[2] = {Rows0, Rows1};
         b.rowStart[0] = ChunkStart;
-        b.tileStart[0] = 0;
         for (int g = 0; g < 2; g++) {
             b.rowStart[g + 1] = b.rowStart[g] + rows[g];
-            b.tileStart[g + 1] = b.tileStart[g] + (rows[g] + tileRows - 1) / tileRows;
             b.weight[g] = weights[g]->data;
             b.weightT[g] = transposed ? weightsT[g]->data : nullptr;
             b.bias[g] = biases[g]->data;
             b.timestep[g] = residual ? timesteps[g]->data : nullptr;
             b.energyShift[g] = 0;
         }
+        setDenseTileStarts(b);
         return b;
     }
 
@@ -300,6 +299,35 @@ TEST(CudaDenseTiles, HalfTilesWhereTheyShortenTheBusiestWave) {
     // backward (256 outputs: 4 against 3 units) takes them.
     EXPECT_FALSE(denseStreamedHalfTiles(82, 162, 128, 132, true));
     EXPECT_TRUE(denseStreamedHalfTiles(82, 162, 256, 132, false));
+}
+
+TEST(CudaDenseTiles, ChosenTilesAndTheirStarts) {
+    // chooseDenseTiles on the medium grade's 4 groups of 2,574 rows from row 100, 240 outputs, 132 multiprocessors.
+    DenseBatch<float> batch{};
+    batch.numGroups = 4;
+    for (int g = 0; g <= 4; g++)
+        batch.rowStart[g] = 100 + 2574 * g;
+    chooseDenseTiles(batch, 240, 132, 2, true); // the 64 x 128 tiles: 41 a group
+    EXPECT_EQ(64, batch.tileRows);
+    EXPECT_EQ(1, batch.streamedHalf);
+    EXPECT_EQ(1, batch.streamedWide);
+    for (int g = 0; g <= 4; g++)
+        EXPECT_EQ(41 * g, batch.tileStart[g]);
+    chooseDenseTiles(batch, 240, 132, 1, true); // no room for them: 128 x 128, 21 a group
+    EXPECT_EQ(128, batch.tileRows);
+    EXPECT_EQ(0, batch.streamedHalf);
+    for (int g = 0; g <= 4; g++)
+        EXPECT_EQ(21 * g, batch.tileStart[g]);
+    chooseDenseTiles(batch, 1536, 132, 2, false); // the first layer's backward keeps 128 x 128
+    EXPECT_EQ(128, batch.tileRows);
+    EXPECT_EQ(0, batch.streamedHalf);
+    DenseBatch<double> wide{};
+    wide.numGroups = 1;
+    wide.rowStart[1] = 100800;
+    chooseDenseTiles(wide, 240, 132, 0, true); // double: no 128-row tiles, no streaming
+    EXPECT_EQ(64, wide.tileRows);
+    EXPECT_EQ(0, wide.streamedWide);
+    EXPECT_EQ(1575, wide.tileStart[1]);
 }
 
 TEST(CudaDenseTiles, WideTilesStreamWhereTheDeviceHasTheSharedMemory) {
