@@ -756,7 +756,9 @@ void launchGemm(const DenseBatch<real>& batch, int N, cudaStream_t stream, const
                                  : activation == GraphSilu ? denseStreamedKernel<real, true, false, GraphSilu, Rows>
                                                            : denseStreamedKernel<real, true, false, GraphIdentity, Rows>;
                 }
-                kernel<<<blocks.x*((N + 127) / 128), 2 * Rows, denseStreamedBytes<real, Forward, Rows>(), stream>>>(
+                using Tile = StreamedTile<real, Forward, Rows>;
+                const int grid = blocks.x * ((N + Tile::Cols - 1) / Tile::Cols); // its own column tiles (blocks.y: 64 x 64 ones at 64 rows)
+                kernel<<<grid, Tile::Threads, denseStreamedBytes<real, Forward, Rows>(), stream>>>(
                     batch, rowNodes, A, aStride, K, N, ldw, activation, residual ? 1 : 0, deriv, derivStride, out, outStride,
                     outMapped ? 1 : 0, vectorB ? 1 : 0, vectorOut);
             };
