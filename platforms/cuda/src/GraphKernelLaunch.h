@@ -329,16 +329,18 @@ int chooseDenseTileRows(int rows, int numOutputs, int numMultiprocessors, bool a
  * 2 ceil(B128 / SMs) with 128-row tiles and ceil(B64 / SMs) with 64-row
  * ones; a forward product takes the 64-row tiles where that share is
  * smaller, a backward product where it is at most 3/4 as large (the
- * backward 64-row tiles run about 7-15% slower than the 128-row ones on
- * the same share).  H200, dense_layers_bench (bench/NOTES.md v38), ms, 128
- * against 64-row tiles: medium grade at 10,296 rows, first layer's forward
- * 0.304 against 0.243, hidden forward 0.065 against 0.055, hidden backward
- * 0.064 against 0.061 (taken), first layer's backward 0.194 against 0.201
- * (not); at 20,592 rows the first layer's forward 0.459 against 0.403
- * (taken), the hidden backward 0.104 against 0.127 (not); at 100,800 rows
- * the same shares, 128-row tiles kept (1.756 against 1.807); large grade at
- * 10,296 rows, first layer's forward 1.134 against 0.903.  The choice never
- * changes a result (the sums run in the same order).
+ * backward 64-row tiles, three blocks a multiprocessor, run about 4-12%
+ * slower than the 128-row ones on the same or a 5/6 share).  H200,
+ * dense_layers_bench (bench/NOTES.md v38 and v40), ms, 128 against 64-row
+ * tiles: medium grade at 10,296 rows, first layer's forward 0.304 against
+ * 0.243, hidden forward 0.065 against 0.055, hidden backward 0.064 against
+ * 0.055 (taken), first layer's backward 0.194 against 0.199 (not); at
+ * 20,592 rows the first layer's forward 0.459 against 0.403 (taken), the
+ * hidden backward 0.104 against 0.108 (not); at 100,800 rows the same
+ * shares, 128-row tiles kept (forward 1.756 against 1.807, backward 1.696
+ * against 1.797); large grade at 10,296 rows, first layer's forward 1.134
+ * against 0.903.  The choice never changes a result (the sums run in the
+ * same order).
  */
 inline constexpr bool denseStreamedHalfTiles(long long rowTiles128, long long rowTiles64, int numOutputs, int numMultiprocessors,
                                              bool forward) {
