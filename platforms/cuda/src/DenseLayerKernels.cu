@@ -536,8 +536,8 @@ template <typename real, bool Forward, int Rows> constexpr size_t denseStreamedB
  * Blocks a multiprocessor that denseStreamedKernel is compiled for: two of the 128 x 128 tiles, four of the forward
  * 64 x 128 tiles (126-128 registers), three of the backward 64 x 128 tiles (149-151 registers: at four, 128 registers,
  * they spilled 20 bytes and ran 7-15% slower than the 128-row tiles on the same share; at three, on an H200 at 10,296
- * medium rows, the hidden layers' backward 0.061 -> 0.055 and 0.058 -> 0.052 ms, and no slower at 20,592 or 100,800
- * rows: bench/NOTES.md v40).  denseStreamedHalfTiles' shares are counted in tiles, not in resident blocks.
+ * medium rows, the hidden layers' backward 0.061 -> 0.055 and 0.058 -> 0.052 ms, and faster than at four at 20,592
+ * and 100,800 rows too: bench/NOTES.md v40).  denseStreamedHalfTiles' shares are counted in tiles, not in resident blocks.
  */
 template <bool Forward, int TileRows> constexpr int denseStreamedMinBlocks() {
     return Forward || TileRows == 128 ? 256 / TileRows : 3;
