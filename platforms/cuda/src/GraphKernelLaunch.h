@@ -322,7 +322,8 @@ int chooseDenseTileRows(int rows, int numOutputs, int numMultiprocessors, bool a
 /**
  * Whether a product that chooseDenseTileRows gives 128-row tiles (streamed)
  * takes the streamed 64 x 128 tiles instead (DenseBatch::streamedHalf: four
- * blocks of 128 threads a multiprocessor against two of 256), from the row
+ * blocks of 128 threads a multiprocessor in the forward pass, three in the
+ * backward (denseStreamedMinBlocks), against two of 256), from the row
  * tiles of each size over the batch's groups (each group rounded up), the
  * product's columns (128 a tile either way) and the pass.  Each
  * multiprocessor's share of the busiest wave, counted in 64-row tiles, is
