@@ -68,6 +68,67 @@ OPENMM_TORCH_MAX_N = 20000
 PAIR_CHECK_MAX_N = 5000
 
 
+def openmm_cuda_particle_limit(precision: str) -> int:
+    """The most particles OpenMM 8.6.1's CUDA platform can hold in one Context at this precision.
+
+    Its arrays copy from the host with a byte count formed in 32-bit int (CudaArray::uploadSubArray's
+    ``elements * elementSize``), so no per-particle array may exceed 2^31 - 1 bytes. The widest are double4
+    (32 bytes a particle: posDelta and velm) in mixed and double precision and float4 (16 bytes) in single,
+    over OpenMM's padded particle count (a multiple of 32). 70,000,000 particles in mixed precision failed
+    with "Error uploading array posDelta: CUDA_ERROR_INVALID_VALUE" before any GraphForce work (bench/NOTES.md
+    v41); 67,100,000 ran."""
+    bytes_per_particle = 16 if precision == "single" else 32
+    return ((2**31 - 1) // bytes_per_particle) // 32 * 32
+
+def search_largest(attempt_size, start_n: int, *, largest_max: int, openmm_limit: int | None, bisections: int,
+                   seconds_left) -> dict:
+    """The largest system search: from start_n, double while attempt_size(n) runs, then bisect between the last n
+    that ran and the first that failed. attempt_size(n) -> {"ok", "error", "seconds", ...}; seconds_left() -> the
+    time budget left (an attempt is made only when it exceeds 2.5x the last one's time, 1.5x in the bisection).
+    Never tries more than largest_max, nor more than openmm_limit (openmm_cuda_particle_limit): a doubling past
+    that limit tries the limit itself. Returns {"largest_n", "smallest_failed_n", "limited_by", "attempts"}."""
+    attempts: list[dict] = []
+    good, bad, n, limited_by = None, None, start_n, None
+    last_seconds = 0.0
+    while True:
+        if openmm_limit is not None and n > openmm_limit:
+            if good is not None and good >= openmm_limit:
+                limited_by = f"OpenMM's CUDA platform: at most {openmm_limit:,} particles (2 GiB arrays)"
+                break
+            n = openmm_limit
+        if n > largest_max:
+            limited_by = f"cap --largest-max {largest_max}"
+            break
+        if seconds_left() <= 2.5 * last_seconds:
+            limited_by = "time budget"
+            break
+        attempt = attempt_size(n)
+        attempts.append(attempt)
+        last_seconds = attempt["seconds"]
+        if attempt["ok"]:
+            good = n
+            n *= 2
+        else:
+            bad = n
+            limited_by = "out of memory" if attempt["error"].startswith("out of memory") else "error"
+            break
+    if good is not None and bad is not None:
+        for _ in range(bisections):
+            if bad - good <= max(1, good // 100):
+                break
+            middle = (good + bad) // 2
+            if seconds_left() <= 1.5 * last_seconds:
+                break
+            attempt = attempt_size(middle)
+            attempts.append(attempt)
+            last_seconds = attempt["seconds"]
+            if attempt["ok"]:
+                good = middle
+            else:
+                bad = middle
+    return {"largest_n": good, "smallest_failed_n": bad, "limited_by": limited_by, "attempts": attempts}
+
+
 def log(message: str = "") -> None:
     print(message, flush=True)
 
@@ -1022,51 +1083,17 @@ class Run:
 
     def find_largest(self, grade: str, start_n: int):
         log(f"largest system, grade {grade}, from n = {start_n:,} (x2, then bisection)")
-        attempts: list[dict] = []
         result = {"grade": grade, "implementation": self.graph_implementation, "largest_n": None,
-                  "limited_by": None, "attempts": attempts, **self._header_keys()}
-        good, bad, n = None, None, start_n
-        last_seconds = 0.0
-
-        def affordable(seconds_estimate):
-            return self.budget.left_s() > seconds_estimate
-
-        while True:
-            if n > self.args.largest_max:
-                result["limited_by"] = f"cap --largest-max {self.args.largest_max}"
-                break
-            if not affordable(2.5 * last_seconds):
-                result["limited_by"] = "time budget"
-                break
-            attempt = self.try_size(grade, n)
-            attempts.append(attempt)
-            last_seconds = attempt["seconds"]
-            if attempt["ok"]:
-                good = n
-                n *= 2
-            else:
-                bad = n
-                result["limited_by"] = "out of memory" if attempt["error"].startswith("out of memory") else "error"
-                break
-        if good is not None and bad is not None:
-            for _ in range(self.args.bisections):
-                if bad - good <= max(1, good // 100):
-                    break
-                middle = (good + bad) // 2
-                if not affordable(1.5 * last_seconds):
-                    break
-                attempt = self.try_size(grade, middle)
-                attempts.append(attempt)
-                last_seconds = attempt["seconds"]
-                if attempt["ok"]:
-                    good = middle
-                else:
-                    bad = middle
-        result["largest_n"] = good
-        result["smallest_failed_n"] = bad
+                  "limited_by": None, "attempts": [], **self._header_keys()}
+        search = search_largest(lambda n: self.try_size(grade, n), start_n, largest_max=self.args.largest_max,
+                                openmm_limit=openmm_cuda_particle_limit(self.precision) if self.on_cuda else None,
+                                bisections=self.args.bisections, seconds_left=self.budget.left_s)
+        result.update(search)
+        if result["limited_by"] and result["limited_by"].startswith("OpenMM"):
+            result["limited_by"] += f" in {self.precision} precision"
         self.largest.append(result)
         self.write_json()
-        log(f"  largest that ran ({grade}): {good if good is not None else 'none'}"
+        log(f"  largest that ran ({grade}): {result['largest_n'] if result['largest_n'] is not None else 'none'}"
             f" (limited by {result['limited_by']})")
 
     def _header_keys(self) -> dict:
