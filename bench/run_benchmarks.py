@@ -90,6 +90,14 @@ def search_largest(attempt_size, start_n: int, *, largest_max: int, openmm_limit
     attempts: list[dict] = []
     good, bad, n, limited_by = None, None, start_n, None
     last_seconds = 0.0
+
+    def attempt_at(size: int) -> dict:
+        nonlocal last_seconds
+        attempt = attempt_size(size)
+        attempts.append(attempt)
+        last_seconds = attempt["seconds"]
+        return attempt
+
     while True:
         if openmm_limit is not None and n > openmm_limit:
             if good is not None and good >= openmm_limit:
@@ -102,9 +110,7 @@ def search_largest(attempt_size, start_n: int, *, largest_max: int, openmm_limit
         if seconds_left() <= 2.5 * last_seconds:
             limited_by = "time budget"
             break
-        attempt = attempt_size(n)
-        attempts.append(attempt)
-        last_seconds = attempt["seconds"]
+        attempt = attempt_at(n)
         if attempt["ok"]:
             good = n
             n *= 2
@@ -119,10 +125,7 @@ def search_largest(attempt_size, start_n: int, *, largest_max: int, openmm_limit
             middle = (good + bad) // 2
             if seconds_left() <= 1.5 * last_seconds:
                 break
-            attempt = attempt_size(middle)
-            attempts.append(attempt)
-            last_seconds = attempt["seconds"]
-            if attempt["ok"]:
+            if attempt_at(middle)["ok"]:
                 good = middle
             else:
                 bad = middle
