@@ -80,6 +80,7 @@ def openmm_cuda_particle_limit(precision: str) -> int:
     bytes_per_particle = 16 if precision == "single" else 32
     return ((2**31 - 1) // bytes_per_particle) // 32 * 32
 
+
 def search_largest(attempt_size, start_n: int, *, largest_max: int, openmm_limit: int | None, bisections: int,
                    seconds_left) -> dict:
     """The largest system search: from start_n, double while attempt_size(n) runs, then bisect between the last n
