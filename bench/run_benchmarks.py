@@ -1087,14 +1087,10 @@ class Run:
 
     def find_largest(self, grade: str, start_n: int):
         log(f"largest system, grade {grade}, from n = {start_n:,} (x2, then bisection)")
-        result = {"grade": grade, "implementation": self.graph_implementation, "largest_n": None,
-                  "limited_by": None, "attempts": [], **self._header_keys()}
         search = search_largest(lambda n: self.try_size(grade, n), start_n, largest_max=self.args.largest_max,
                                 openmm_limit=openmm_cuda_particle_limit(self.precision) if self.on_cuda else None,
                                 bisections=self.args.bisections, seconds_left=self.budget.left_s)
-        result.update(search)
-        if result["limited_by"] and result["limited_by"].startswith("OpenMM"):
-            result["limited_by"] += f" in {self.precision} precision"
+        result = {"grade": grade, "implementation": self.graph_implementation, **search, **self._header_keys()}
         self.largest.append(result)
         self.write_json()
         log(f"  largest that ran ({grade}): {result['largest_n'] if result['largest_n'] is not None else 'none'}"
