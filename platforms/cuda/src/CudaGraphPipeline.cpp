@@ -529,13 +529,19 @@ public:
         if (forces != nullptr) {
             ContextSelector selector(cu);
             forces->resize(3 * (size_t) std::max(1, n));
-            rankForces->download(forces->data());
+            // As rankForces->download() (blocking) does, with a size_t byte count: OpenMM 8.6.1's copies fail past 2 GiB
+            // (3 x 8 bytes a particle: 89,478,485 particles), below its own single-precision limit (bench/NOTES.md v41).
+            GRAPH_CU_CHECK(cuMemcpyDtoH(forces->data(), rankForces->getDevicePointer(), forces->size() * sizeof(int64_t)));
         }
     }
 
     void addRankForces(const std::vector<int64_t>& forces) override {
         ContextSelector selector(cu);
-        rankForces->upload(forces.data());
+        if (forces.size() != 3 * (size_t) std::max(1, n))
+            throw OpenMMException("GraphForce: Domains = \"mpi\": the summed forces hold " + std::to_string(forces.size()) +
+                                  " values, not 3 x " + std::to_string(std::max(1, n)));
+        GRAPH_CU_CHECK(cuMemcpyHtoD(rankForces->getDevicePointer(), forces.data(), forces.size() * sizeof(int64_t))); // as readRankResult
+
         launchAddForces(pointer<long long>(rankForces), n, graph->slotOfNode(), (long long*) cu.getLongForceBuffer().getDevicePointer(),
                         cu.getPaddedNumAtoms(), (cudaStream_t) cu.getCurrentStream());
         GRAPH_CUDA_CHECK(cudaGetLastError());
