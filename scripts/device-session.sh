@@ -21,7 +21,9 @@
 # AOTI test, which compiles a package), so `test,py` does not fit one 600 s device call: run `test` with `py` and
 # PYTEST_ARGS="--deselect python/tests/test_torch_cuda.py::test_aoti_package_for_cuda", then that test alone.
 # A call that builds returns the package as $OUT/pkg.txz; copied to .device/pkg.txz (carried with .device) it spares later
-# calls without `test` the build while the sources are the same (checked by a hash).
+# calls without `test` the build while the sources are the same (checked by a hash).  scripts/build-device-bundle.sh
+# makes .device/pkg.txz and .device/tests.txz on a CPU machine: carried with .device/wheels, no call builds at all, and
+# `test` runs the carried build's GPU tests (`ctest -L gpu`; its CPU tests are CI's).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 parts="${1:-all}"
@@ -35,50 +37,26 @@ python3 bench/run_benchmarks.py --source-digest > "$OUT/source-digest.txt" 2>&1 
 
 status=0
 python_parts() { has py || has profile || has bench || has timeline || has extra; }
-# The package (pip, scikit-build-core) in /tmp/graph-py; with `test` also the C++ tests in the same build, so the plugin
-# is compiled once per session (compiling it twice cost about 130 s of device time a call).
-install_package() {
-    rm -rf /tmp/graph-py
-    python3 -m pip install -q --upgrade --no-build-isolation --no-deps --no-index --target "$SITE" . -Ccmake.define.OPENMM_DIR="$OPENMM_LIBS" \
-        -Cbuild-dir=/tmp/graph-py "$@" > "$OUT/pip.log" 2>&1 || { tail -30 "$OUT/pip.log"; exit 1; }
-}
-# The built package travels back as $OUT/pkg.txz (with a hash of the sources it was built from); a later call that carries
-# it as .device/pkg.txz and has no `test` part unpacks it instead of compiling, when the sources still match (about 150 s
-# of device time a call).
-source_hash() {
-    find openmmapi platforms serialization wrappers python/openmmgraph python/CMakeLists.txt CMakeLists.txt pyproject.toml \
-        -type f ! -name '*.pyc' ! -name '_graphforce*' ! -name graphforce.py ! -path 'python/openmmgraph/lib/*' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1
-}
-SRC_HASH=$(source_hash)
-pack_package() {
-    echo "$SRC_HASH" > "$SITE/openmmgraph/source-hash.txt"
-    (cd "$SITE" && XZ_OPT="-T0 -6" tar cJf "$OUT/pkg.txz" openmmgraph openmm_graph-*.dist-info $(ls bin/openmm-graph 2>/dev/null))
-}
-reuse_package() {
-    [ -f .device/pkg.txz ] || return 1
-    tar xf .device/pkg.txz -C "$SITE" || return 1
-    if [ "$(cat "$SITE/openmmgraph/source-hash.txt" 2>/dev/null)" = "$SRC_HASH" ]; then
-        echo "package: unpacked from .device/pkg.txz (built from these sources)"
-        return 0
-    fi
-    echo "package: .device/pkg.txz was built from other sources; building"
-    rm -rf "$SITE"/openmmgraph "$SITE"/openmm_graph-*.dist-info
-    return 1
-}
+source scripts/device-build.sh
 if has test; then
-    if python_parts; then
+    labels=
+    if reuse_tests && { ! python_parts || reuse_package; }; then
         BUILD=/tmp/graph-py
-        install_package -Ccmake.define.GRAPH_BUILD_TESTS=ON -Ccmake.define.GTEST_ROOT="$PWD/.device/gtest"
-        pack_package
+        labels="-L gpu"
+    elif python_parts; then
+        BUILD=/tmp/graph-py
+        install_package_with_tests || exit 1
+        pack_package "$OUT/pkg.txz"
     else
         BUILD=/tmp/graph-build
         cmake -S . -B "$BUILD" -G Ninja -DOPENMM_DIR="$OPENMM_LIBS" -DGRAPH_BUILD_PYTHON=OFF -DGTEST_ROOT="$PWD/.device/gtest" \
             -DCMAKE_BUILD_TYPE=Release > "$OUT/cmake.log" 2>&1 && ninja -C "$BUILD" > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log" "$OUT/cmake.log"; exit 1; }
     fi
-    ctest --test-dir "$BUILD" --output-on-failure -j 4 --timeout "${CTEST_TIMEOUT:-400}" > "$OUT/ctest.log" 2>&1 || status=1
+    # A carried build runs its GPU tests only (its CPU tests name tools of the machine that built it; CI runs those).
+    ctest --test-dir "$BUILD" $labels --output-on-failure -j 4 --timeout "${CTEST_TIMEOUT:-400}" > "$OUT/ctest.log" 2>&1 || status=1
     grep -E "tests passed|Passed|Failed|\*\*\*" "$OUT/ctest.log" | tail -20
 elif python_parts; then
-    reuse_package || { install_package; pack_package; }
+    reuse_package || { install_package || exit 1; pack_package "$OUT/pkg.txz"; }
 fi
 # The extra scripts (bench/device/ab-package.sh) know the package in $SITE is this call's, not a warm machine's leftover.
 if python_parts; then

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Builds, on a CPU machine with the CUDA toolkit, what a device call would otherwise build (about 200 s of device time a
+# session): .device/pkg.txz (the package) and .device/tests.txz (the C++ tests), both for the device machine's Python
+# (DEVICE_PYTHON, default python3.12; the wheels in .device/wheels are cp312) and sm_90 with PTX, from the working tree as
+# it is.  Carry [".device/wheels", ".device/pkg.txz", ".device/tests.txz"] (about 47 MiB of the 64 a call may carry);
+# scripts/device-session.sh then unpacks them when their source hash matches.
+#
+#   bash scripts/build-device-bundle.sh      (needs network for scikit-build-core, cmake and ninja; about 4 min on 2 cores)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+python=${DEVICE_PYTHON:-python3.12}
+"$python" --version > /dev/null 2>&1 || python=$(ls "$HOME"/.pyenv/versions/3.12.*/bin/python3.12 2>/dev/null | head -n 1)
+"${python:-none}" --version > /dev/null 2>&1 || { echo "no Python 3.12: set DEVICE_PYTHON"; exit 1; }
+venv=/tmp/graph-bundle-venv
+[ -x $venv/bin/python3 ] || "$python" -m venv $venv || exit 1
+$venv/bin/python3 -m pip install -q "scikit-build-core>=0.10" cmake ninja || exit 1
+export PATH="$venv/bin:$PATH"
+export OUT="$PWD/.device/bundle-logs"
+rm -rf "$OUT" /tmp/graph-site
+source scripts/device-env.sh > /dev/null 2>&1 || { echo "device-env.sh failed (.device/wheels?)"; exit 1; }
+source scripts/device-build.sh
+[ -d .device/gtest ] || { echo "no .device/gtest (GoogleTest headers and static libraries)"; exit 1; }
+install_package_with_tests || exit 1
+pack_package "$PWD/.device/pkg.txz" && pack_tests "$PWD/.device/tests.txz" || exit 1
+echo "source hash $(cat /tmp/graph-py/source-hash.txt)"
+ls -la .device/pkg.txz .device/tests.txz
