@@ -8,11 +8,11 @@
 #   .device/tests.txz  the C++ tests of the same build (test binaries, CTest files, the plugins), with the same hash and
 #                      the source folder it was configured in (the tests read tests/data from there)
 
-# The hash of the sources that go into the package and the tests.
+# The hash of the sources that go into the package and the tests (in C order: the same on machines of other locales).
 source_hash() {
     find openmmapi platforms serialization wrappers python/openmmgraph python/CMakeLists.txt CMakeLists.txt pyproject.toml tests \
         -type f ! -name '*.pyc' ! -name '_graphforce*' ! -name graphforce.py ! -path 'python/openmmgraph/lib/*' ! -path 'tests/data/*' \
-        -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1
+        -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1
 }
 
 # install_package [pip -C options...]: builds and installs the package into $SITE (log: $OUT/pip.log).
@@ -49,7 +49,7 @@ reuse_package() {
         echo "package: unpacked from .device/pkg.txz (built from these sources)"
         return 0
     fi
-    echo "package: .device/pkg.txz was built from other sources"
+    echo "package: .device/pkg.txz was built from other sources ($(cat "$SITE/openmmgraph/source-hash.txt" 2>/dev/null), here $(source_hash))"
     rm -rf "$SITE"/openmmgraph "$SITE"/openmm_graph-*.dist-info
     return 1
 }
@@ -61,7 +61,7 @@ reuse_tests() {
     rm -rf /tmp/graph-py
     tar xf .device/tests.txz -C / || return 1
     if [ "$(cat /tmp/graph-py/source-hash.txt 2>/dev/null)" != "$(source_hash)" ]; then
-        echo "tests: .device/tests.txz was built from other sources"
+        echo "tests: .device/tests.txz was built from other sources ($(cat /tmp/graph-py/source-hash.txt 2>/dev/null), here $(source_hash))"
         rm -rf /tmp/graph-py
         return 1
     fi
