@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds, on a CPU machine with the CUDA toolkit, what a device call would otherwise build (about 200 s of device time a
 # session): .device/pkg.txz (the package) and .device/tests.txz (the C++ tests), both for the device machine's Python
-# (DEVICE_PYTHON, default python3.12; the wheels in .device/wheels are cp312) and sm_90 with PTX, from the working tree as
-# it is.  Carry [".device/wheels", ".device/pkg.txz", ".device/tests.txz"] (about 47 MiB of the 64 a call may carry);
-# scripts/device-session.sh then unpacks them when their source hash matches.
+# (DEVICE_PYTHON, default python3.12; the wheels in .device/wheels are cp312), its torch (DEVICE_TORCH, default 2.11.0)
+# and sm_90 with PTX, from the working tree as it is.  Carry [".device/wheels", ".device/pkg.txz", ".device/tests.txz"]
+# (about 47 MiB of the 64 a call may carry); scripts/device-session.sh unpacks them when their source hash matches.
 #
-#   bash scripts/build-device-bundle.sh      (needs network for scikit-build-core, cmake and ninja; about 4 min on 2 cores)
+#   bash scripts/build-device-bundle.sh      (needs network for scikit-build-core, cmake, ninja and torch; about 5 min on 2 cores)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python=${DEVICE_PYTHON:-python3.12}
@@ -13,7 +13,9 @@ python=${DEVICE_PYTHON:-python3.12}
 "${python:-none}" --version > /dev/null 2>&1 || { echo "no Python 3.12: set DEVICE_PYTHON"; exit 1; }
 venv=/tmp/graph-bundle-venv
 [ -x $venv/bin/python3 ] || "$python" -m venv $venv || exit 1
-$venv/bin/python3 -m pip install -q "scikit-build-core>=0.10" cmake ninja || exit 1
+# The device's torch (bench/NOTES.md: 2.11.0+cu130; PyPI's 2.11.0 is that build): the torch operators and the LibTorch
+# plugins link it, and without it the package would lack them and their GPU tests would be skipped.
+$venv/bin/python3 -m pip install -q "scikit-build-core>=0.10" cmake ninja numpy "torch==${DEVICE_TORCH:-2.11.0}" || exit 1
 export PATH="$venv/bin:$PATH"
 export OUT="$PWD/.device/bundle-logs"
 rm -rf "$OUT" /tmp/graph-site
@@ -21,6 +23,9 @@ source scripts/device-env.sh > /dev/null 2>&1 || { echo "device-env.sh failed (.
 source scripts/device-build.sh
 [ -d .device/gtest ] || { echo "no .device/gtest (GoogleTest headers and static libraries)"; exit 1; }
 install_package_with_tests || exit 1
+for lib in libOpenMMGraphTorchOps.so libOpenMMGraphTorchCUDA.so; do
+    [ -n "$(find "$SITE/openmmgraph" -name "$lib")" ] || { echo "the package has no $lib (torch not found by the build?): not packed"; exit 1; }
+done
 pack_package "$PWD/.device/pkg.txz" && pack_tests "$PWD/.device/tests.txz" || exit 1
 echo "source hash $(cat /tmp/graph-py/source-hash.txt)"
 ls -la .device/pkg.txz .device/tests.txz
