@@ -43,6 +43,10 @@ if has test; then
     if reuse_tests && { ! python_parts || reuse_package; }; then
         BUILD=/tmp/graph-py
         labels="-L gpu"
+        # Its LibTorch plugins find torch through the build machine's paths: give them this machine's (as the package's
+        # RPATH does), so that the plugin folder loads whole.
+        torch_lib=$(python3 -c "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))" 2> /dev/null)
+        [ -n "$torch_lib" ] && export LD_LIBRARY_PATH="$torch_lib:${LD_LIBRARY_PATH:-}"
     elif python_parts; then
         BUILD=/tmp/graph-py
         install_package_with_tests || exit 1
