@@ -541,7 +541,6 @@ public:
             throw OpenMMException("GraphForce: Domains = \"mpi\": the summed forces hold " + std::to_string(forces.size()) +
                                   " values, not 3 x " + std::to_string(std::max(1, n)));
         GRAPH_CU_CHECK(cuMemcpyHtoD(rankForces->getDevicePointer(), forces.data(), forces.size() * sizeof(int64_t))); // as readRankResult
-
         launchAddForces(pointer<long long>(rankForces), n, graph->slotOfNode(), (long long*) cu.getLongForceBuffer().getDevicePointer(),
                         cu.getPaddedNumAtoms(), (cudaStream_t) cu.getCurrentStream());
         GRAPH_CUDA_CHECK(cudaGetLastError());
