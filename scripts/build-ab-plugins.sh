@@ -15,7 +15,8 @@
 # Every build uses the same compiler and options (Release, sm_90 with PTX, OpenMM from .venv), in /tmp/ab-build-NAME
 # from a worktree in /tmp/ab-src-NAME.  A device call carries at most 64 MiB: with .device/wheels and .device/pkg.txz
 # (about 30 MiB) that is three builds; the script says when the carry would be larger.  Only the CUDA plugin is swapped:
-# .device/pkg.txz (the rest of the package, from a device build) must come from sources with the same openmmapi/.
+# .device/pkg.txz (the rest of the package, from a device build or scripts/build-device-bundle.sh) must come from sources
+# with the same openmmapi/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD

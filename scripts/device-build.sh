@@ -29,13 +29,13 @@ install_package_with_tests() {
 
 # pack_package DEST: the installed package as DEST (tar.xz).
 pack_package() {
-    echo "$(source_hash)" > "$SITE/openmmgraph/source-hash.txt"
+    source_hash > "$SITE/openmmgraph/source-hash.txt"
     (cd "$SITE" && XZ_OPT="-T0 -6" tar cJf "$1" openmmgraph openmm_graph-*.dist-info $(ls bin/openmm-graph 2>/dev/null))
 }
 
 # pack_tests DEST: the C++ tests of /tmp/graph-py as DEST (tar.xz, paths from /).
 pack_tests() {
-    echo "$(source_hash)" > /tmp/graph-py/source-hash.txt
+    source_hash > /tmp/graph-py/source-hash.txt
     echo "$PWD" > /tmp/graph-py/source-dir.txt
     (cd / && XZ_OPT="-T0 -6" tar cJf "$1" tmp/graph-py/source-hash.txt tmp/graph-py/source-dir.txt tmp/graph-py/CTestTestfile.cmake \
         tmp/graph-py/tests/CTestTestfile.cmake tmp/graph-py/tests/Test* tmp/graph-py/plugins $(cd / && ls tmp/graph-py/lib*.so))
@@ -45,11 +45,13 @@ pack_tests() {
 reuse_package() {
     [ -f .device/pkg.txz ] || return 1
     tar xf .device/pkg.txz -C "$SITE" || return 1
-    if [ "$(cat "$SITE/openmmgraph/source-hash.txt" 2>/dev/null)" = "$(source_hash)" ]; then
+    local built here
+    built=$(cat "$SITE/openmmgraph/source-hash.txt" 2>/dev/null) here=$(source_hash)
+    if [ "$built" = "$here" ]; then
         echo "package: unpacked from .device/pkg.txz (built from these sources)"
         return 0
     fi
-    echo "package: .device/pkg.txz was built from other sources ($(cat "$SITE/openmmgraph/source-hash.txt" 2>/dev/null), here $(source_hash))"
+    echo "package: .device/pkg.txz was built from other sources ($built, here $here)"
     rm -rf "$SITE"/openmmgraph "$SITE"/openmm_graph-*.dist-info
     return 1
 }
@@ -60,12 +62,13 @@ reuse_tests() {
     [ -f .device/tests.txz ] || return 1
     rm -rf /tmp/graph-py
     tar xf .device/tests.txz -C / || return 1
-    if [ "$(cat /tmp/graph-py/source-hash.txt 2>/dev/null)" != "$(source_hash)" ]; then
-        echo "tests: .device/tests.txz was built from other sources ($(cat /tmp/graph-py/source-hash.txt 2>/dev/null), here $(source_hash))"
+    local built here dir
+    built=$(cat /tmp/graph-py/source-hash.txt 2>/dev/null) here=$(source_hash)
+    if [ "$built" != "$here" ]; then
+        echo "tests: .device/tests.txz was built from other sources ($built, here $here)"
         rm -rf /tmp/graph-py
         return 1
     fi
-    local dir
     dir=$(cat /tmp/graph-py/source-dir.txt)
     if [ "$(readlink -f "$dir" 2>/dev/null)" != "$(readlink -f "$PWD")" ]; then
         [ -e "$dir" ] && { echo "tests: configured in $dir, which exists here and is not this tree"; return 1; }

@@ -16,7 +16,7 @@ if [ "${GRAPH_PACKAGE_INSTALLED:-}" = "$SITE" ] && [ -d "$SITE/openmmgraph/lib/p
 elif [ -f .device/pkg.txz ]; then
     tar xf .device/pkg.txz -C "$SITE" || return 1
 else
-    echo "ab-package: no package installed and .device/pkg.txz is missing (the package of a device build)"
+    echo "ab-package: no package installed and .device/pkg.txz is missing (the package of a device build or of scripts/build-device-bundle.sh)"
     return 1
 fi
 export LD_LIBRARY_PATH="$SITE/openmmgraph/lib:$OPENMM_LIBS/lib:$OPENMM_LIBS/lib/plugins:${LD_LIBRARY_PATH:-}"
