@@ -540,6 +540,34 @@ TEST(GraphForce, CutoffLargerThanHalfTheBoxIsRejected) {
     EXPECT_THROW(context.getState(State::Forces), OpenMMException);
 }
 
+TEST(GraphForce, CutoffRoundedAboveHalfTheBoxIsAccepted) {
+    // A model written in angstrom with r_c = 6 has r_c = 6 * 0.1 = 0.6000000000000001 nm after the unit conversion; a
+    // box of exactly twice the cut-off must still be accepted, and give the energy of the same model with r_c exactly
+    // half the box (the tables differ by the rounding of their grid only).  A cut-off clearly beyond is still refused.
+    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 27);
+    const double half = 0.5 * config.box[0][0];
+    auto energyWithCutoff = [&](double cutoff) {
+        GraphTest::ModelOptions options;
+        options.cutoff = cutoff;
+        std::unique_ptr<System> system(makeSystem(config, options));
+        VerletIntegrator integrator(0.001);
+        Context context(*system, integrator, testPlatform(), testPlatformProperties());
+        context.setPositions(config.positions);
+        return context.getState(State::Energy).getPotentialEnergy();
+    };
+    const double exact = energyWithCutoff(half);
+    const double rounded = energyWithCutoff(std::nextafter(half, 1.0 + half));
+    EXPECT_TRUE(std::isfinite(rounded));
+    EXPECT_NEAR(rounded, exact, 1e-6 * std::abs(exact));
+    try {
+        energyWithCutoff(half * (1 + 1e-9));
+        FAIL() << "a cut-off beyond half the box was accepted";
+    }
+    catch (const OpenMMException& e) {
+        EXPECT_NE(std::string(e.what()).find("larger than half the smallest height"), std::string::npos) << e.what();
+    }
+}
+
 TEST(GraphForce, ParticlesAtTheSamePositionAreRejected) {
     GraphTest::ModelOptions options;
     Configuration config = makeConfiguration(Geometry::Cluster, 30, 2, 18);

@@ -31,13 +31,18 @@ void GraphForceImpl::validate(const GraphForce& force, const System& system) {
     if (force.usesPeriodicBoundaryConditions()) {
         Vec3 a, b, c;
         system.getDefaultPeriodicBoxVectors(a, b, c);
-        double smallest = std::min(a[0], std::min(b[1], c[2]));
-        if (force.getCutoff() > 0.5 * smallest) {
-            std::stringstream s;
-            s << "GraphForce: the model's cut-off (" << force.getCutoff() << " nm) is larger than half the smallest height of the "
-              << "periodic box (" << 0.5 * smallest << " nm); use a box at least " << 2 * force.getCutoff() << " nm in every direction";
-            throw OpenMMException(s.str());
-        }
+        checkCutoffFitsBox(force.getCutoff(), a, b, c);
+    }
+}
+
+void GraphForceImpl::checkCutoffFitsBox(double cutoff, const Vec3& a, const Vec3& b, const Vec3& c) {
+    const double smallest = std::min(a[0], std::min(b[1], c[2]));
+    if (cutoff > 0.5 * smallest * (1 + 1e-12)) {
+        std::stringstream s;
+        s.precision(15);
+        s << "GraphForce: the model's cut-off (" << cutoff << " nm) is larger than half the smallest height of the periodic box ("
+          << 0.5 * smallest << " nm); use a box at least " << 2 * cutoff << " nm in every direction or a model with a shorter cut-off";
+        throw OpenMMException(s.str());
     }
 }
 

@@ -37,7 +37,9 @@ def _as_tensor(value, dtype=None, device=None) -> torch.Tensor:
 
 def check_box(box: torch.Tensor, cutoff: float) -> None:
     """Check that ``box`` [3, 3] (rows a, b, c) is OpenMM's reduced triclinic form
-    and that ``cutoff`` (same length unit) is at most half its smallest height.
+    and that ``cutoff`` (same length unit) is at most half its smallest height
+    (up to a relative 1e-12, the rounding of a unit conversion; the C++ check
+    GraphForceImpl::checkCutoffFitsBox allows the same).
     """
     values = box.detach().to("cpu", torch.float64).tolist()
     (ax, ay, az), (bx, by, bz), (cx, cy, cz) = values
@@ -55,7 +57,7 @@ def check_box(box: torch.Tensor, cutoff: float) -> None:
             f"b = {values[1]}, c = {values[2]}"
         )
     smallest_height = min(ax, by, cz)
-    if cutoff > 0.5 * smallest_height:
+    if cutoff > 0.5 * smallest_height * slack:
         raise ValueError(
             f"box: the cut-off {cutoff} exceeds half the smallest box height {smallest_height} "
             f"(min(ax, by, cz)); use a box at least {2 * cutoff} wide or a smaller cut-off"

@@ -8,7 +8,7 @@ import torch
 
 from openmmgraph import grades
 from openmmgraph.modelfile import convert_model_units, read_model
-from openmmgraph.torch_model import GraphModelTorch, neighbor_pairs
+from openmmgraph.torch_model import GraphModelTorch, check_box, neighbor_pairs
 
 CUBIC_BOX = np.diag([1.3, 1.3, 1.3])
 TRICLINIC_BOX = np.array([[1.4, 0.0, 0.0], [0.5, 1.3, 0.0], [-0.6, 0.45, 1.25]])
@@ -356,6 +356,10 @@ def test_errors_name_the_problem():
     positions, types = random_system(10, CUBIC_BOX, seed=1)
     with pytest.raises(ValueError, match="cut-off 0.6 exceeds half the smallest box height 1.0"):
         model.energy(torch.tensor(positions), torch.tensor(types), torch.tensor(np.diag([1.3, 1.0, 1.3])))
+    # A cut-off one rounding above half the box (6 angstrom is 0.6000000000000001 nm) fits a box of twice 0.6.
+    check_box(torch.tensor(np.diag([1.2, 1.2, 1.2])), 6.0 * 0.1)
+    with pytest.raises(ValueError, match="exceeds half the smallest box height"):
+        check_box(torch.tensor(np.diag([1.2, 1.2, 1.2])), 0.6 * (1 + 1e-9))
     coincident = positions.copy()
     coincident[7] = coincident[3]
     with pytest.raises(ValueError, match="particles 3 and 7 are at distance 0"):

@@ -2,6 +2,7 @@
 #define OPENMM_GRAPH_FORCE_IMPL_H_
 
 #include "GraphForce.h"
+#include "internal/windowsExportGraph.h"
 #include "openmm/Kernel.h"
 #include "openmm/internal/ForceImpl.h"
 #include <map>
@@ -15,7 +16,7 @@ namespace GraphPlugin {
  * The internal implementation of GraphForce: validates the force against the
  * System once, at Context creation, and dispatches to the platform's kernel.
  */
-class GraphForceImpl : public OpenMM::ForceImpl {
+class OPENMM_EXPORT_GRAPH GraphForceImpl : public OpenMM::ForceImpl {
 public:
     explicit GraphForceImpl(const GraphForce& owner);
     void initialize(OpenMM::ContextImpl& context) override;
@@ -36,6 +37,18 @@ public:
      * OpenMMException that says what is wrong and how to fix it.
      */
     static void validate(const GraphForce& force, const OpenMM::System& system);
+    /**
+     * Check that a cut-off (nm) is at most half the smallest height (nm) of
+     * the periodic box a, b, c (OpenMM's reduced form, so the heights are
+     * a[0], b[1], c[2]): then only one image of a pair lies within the
+     * cut-off.  The comparison allows a relative rounding of 1e-12, so that
+     * a cut-off converted from the model's unit (6 angstrom is
+     * 0.6000000000000001 nm) fits a box of exactly twice its length; the
+     * tables vanish with two derivatives at the cut-off, so the pairs that
+     * this admits contribute nothing.  Every platform calls this one check.
+     * Throws an OpenMMException naming both lengths and the box needed.
+     */
+    static void checkCutoffFitsBox(double cutoff, const OpenMM::Vec3& a, const OpenMM::Vec3& b, const OpenMM::Vec3& c);
 
 private:
     const GraphForce& owner;

@@ -1,6 +1,7 @@
 #include "CudaNeighborGraph.h"
 #include "CudaGraphErrors.h"
 #include "GraphKernelLaunch.h"
+#include "internal/GraphForceImpl.h"
 #include "openmm/OpenMMException.h"
 #include "openmm/common/ContextSelector.h"
 #include <algorithm>
@@ -117,13 +118,7 @@ void CudaNeighborGraph::checkBox(CudaContext& cu, double cutoff, bool periodic) 
         return;
     Vec3 a, b, c;
     cu.getPeriodicBoxVectors(a, b, c);
-    const double smallest = std::min(a[0], std::min(b[1], c[2]));
-    if (cutoff > 0.5 * smallest) {
-        std::stringstream s;
-        s << "GraphForce: the model's cut-off (" << cutoff << " nm) is larger than half the smallest height of the periodic box ("
-          << 0.5 * smallest << " nm); the box must be at least " << 2 * cutoff << " nm in every direction";
-        throw OpenMMException(s.str());
-    }
+    GraphForceImpl::checkCutoffFitsBox(cutoff, a, b, c);
 }
 
 GraphBox<double> CudaNeighborGraph::currentBox() const {

@@ -1,8 +1,7 @@
 #include "ReferenceGraphInput.h"
+#include "internal/GraphForceImpl.h"
 #include "openmm/OpenMMException.h"
-#include <algorithm>
 #include <cmath>
-#include <sstream>
 
 using namespace GraphPlugin;
 using namespace OpenMM;
@@ -25,13 +24,7 @@ const Vec3* GraphPlugin::buildReferenceGraph(ContextImpl& context, double cutoff
     const Vec3* box = nullptr;
     if (periodic) {
         box = data.periodicBoxVectors;
-        const double smallest = std::min(box[0][0], std::min(box[1][1], box[2][2]));
-        if (cutoff > 0.5 * smallest) {
-            std::stringstream s;
-            s << "GraphForce: the model's cut-off (" << cutoff << " nm) is larger than half the smallest height of the periodic box ("
-              << 0.5 * smallest << " nm); the box must be at least " << 2 * cutoff << " nm in every direction";
-            throw OpenMMException(s.str());
-        }
+        GraphForceImpl::checkCutoffFitsBox(cutoff, box[0], box[1], box[2]);
     }
     graph.build(localPositions, box, cutoff, particles);
     return box;
