@@ -140,9 +140,9 @@ class GraphModel;
  *    The forces are bitwise the same for every value.
  *  - "CudaNeighborSearch": "auto" (default), "cells" or "allpairs".  CUDA
  *    platform only: how the rows of the neighbour graph find their
- *    candidates.  "cells" bins the particles into a cell grid at least one
- *    cut-off thick (sorted by cell) and scans the 27 cells around each
- *    particle; "allpairs" tests every particle against every other (O(n^2),
+ *    candidates.  "cells" bins the particles into a cell grid at least half
+ *    a cut-off thick (sorted by cell) and scans up to 25 columns of cells
+ *    around each particle, cut to the cut-off sphere; "allpairs" tests every particle against every other (O(n^2),
  *    no grid, sort or indirection: the fastest for small systems); "auto"
  *    uses "allpairs" up to 1,024 particles and "cells" beyond.  The graph,
  *    and so every result, is bitwise the same for every value.

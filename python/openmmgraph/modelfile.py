@@ -679,6 +679,33 @@ def write_model(path, metadata: dict, tensors: dict, dtype: str | None = "float6
     ModelFile(dict(metadata), dict(tensors)).write(path, dtype=dtype, validate=validate)
 
 
+# The container limits of the C++ loader (GraphModelLoader.cpp MaxHeaderBytes, JsonValue.cpp MaxDepth).
+_MAX_HEADER_BYTES = 100 * 1024 * 1024
+_MAX_JSON_DEPTH = 64
+
+
+def _json_depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in JSON text (brackets inside strings do not count)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
 def _reject_duplicate_keys(pairs):
     result = {}
     for key, value in pairs:
@@ -695,14 +722,20 @@ def decode_safetensors(buffer: bytes, source: str | None = None) -> tuple[dict, 
     if len(buffer) < 8:
         raise errors.error(f"header length: expected 8 bytes, found a file of {len(buffer)} bytes")
     (header_length,) = struct.unpack("<Q", buffer[:8])
-    if header_length > len(buffer) - 8:
+    available = len(buffer) - 8
+    if header_length == 0 or header_length > available or header_length > _MAX_HEADER_BYTES:
         raise errors.error(
-            f"header length: expected at most {len(buffer) - 8} (the bytes after it), found {header_length}"
+            f"header length: expected 1 to {min(available, _MAX_HEADER_BYTES)} bytes (the rest of the file), "
+            f"found {header_length} (truncated or not a safetensors file)"
         )
     header_bytes = bytes(buffer[8 : 8 + header_length])
     data = buffer[8 + header_length :]
     try:
-        header = json.loads(header_bytes.decode("utf-8"), object_pairs_hook=_reject_duplicate_keys)
+        text = header_bytes.decode("utf-8")
+        depth = _json_depth(text)
+        if depth > _MAX_JSON_DEPTH:
+            raise ValueError(f"nesting deeper than {_MAX_JSON_DEPTH} levels ({depth})")
+        header = json.loads(text, object_pairs_hook=_reject_duplicate_keys)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise errors.error(f"header: expected a UTF-8 JSON object, found invalid JSON ({exc})") from None
     if not isinstance(header, dict):

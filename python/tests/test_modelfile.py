@@ -239,7 +239,12 @@ def _container_cases():
 
     cases.append(("short", b"\x01\x00\x00", "header length"))
     cases.append(("header too long", struct.pack("<Q", 10**6) + b"{}", "header length"))
+    cases.append(("empty header", struct.pack("<Q", 0) + b"{}", "header length"))
     cases.append(("not json", struct.pack("<Q", 3) + b"{x}", "header"))
+    nested = b'{"a": ' + b"[" * 65 + b"]" * 65 + b"}"
+    cases.append(("nested 66 deep", struct.pack("<Q", len(nested)) + nested, "nesting deeper than 64"))
+    in_strings = b'{"__metadata__": {"a": "' + b"[" * 100 + b'"}}'
+    cases.append(("brackets in a string", struct.pack("<Q", len(in_strings)) + in_strings, "metadata 'a'"))
     cases.append(("not object", raw_file([], b""), "header"))
     no_metadata = {k: v for k, v in header.items() if k != "__metadata__"}
     cases.append(("no metadata", raw_file(no_metadata, data), "__metadata__"))

@@ -76,8 +76,10 @@ void launchBuildRows(int n, int firstCenter, int numCenters, GraphBox<double> bo
  * Systems up to this many particles build their rows with
  * launchBuildRowsAllPairs: every particle is a candidate of every row (no
  * cell grid, sort or indirection).  For the standard systems (0.6 nm cut-off,
- * 100 particles/nm^3) a periodic box of 1,024 particles is 2.2 cut-offs a
- * side, so a row's candidates are most of the box anyway.
+ * 100 particles/nm^3) a periodic box of 1,024 particles is 2.2 nm (3.6
+ * cut-offs) a side: 1,023 candidates a row against the cells' ~229, but
+ * without the grid's kernels, which cost more than the extra candidates
+ * at this size.
  */
 constexpr int AllPairsLimit = 1024;
 
