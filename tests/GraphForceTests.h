@@ -20,6 +20,7 @@
 #include "openmm/State.h"
 #include "openmm/System.h"
 #include "openmm/VerletIntegrator.h"
+#include <algorithm>
 #include <cmath>
 #include <gtest/gtest.h>
 #include <memory>
@@ -483,6 +484,63 @@ TEST(GraphForce, UpdateParametersInContextChangesTypes) {
     EXPECT_THROW(force->updateParametersInContext(context), OpenMMException);
 }
 
+TEST(GraphForce, UpdateParametersInContextRefusesOtherChanges) {
+    // Periodicity and properties are read when the Context is created: a later change would be silently ignored.
+    GraphTest::ModelOptions options;
+    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 29);
+    GraphForce* force;
+    std::unique_ptr<System> system(makeSystem(config, options, &force));
+    VerletIntegrator integrator(0.001);
+    Context context(*system, integrator, testPlatform(), testPlatformProperties());
+    context.setPositions(config.positions);
+    force->updateParametersInContext(context); // nothing changed: accepted
+    force->setUsesPeriodicBoundaryConditions(false);
+    try {
+        force->updateParametersInContext(context);
+        FAIL() << "a change of periodicity was accepted";
+    }
+    catch (const OpenMMException& e) {
+        EXPECT_NE(std::string(e.what()).find("usesPeriodicBoundaryConditions changed from true to false"), std::string::npos) << e.what();
+    }
+    force->setUsesPeriodicBoundaryConditions(true);
+    force->setProperty("CheckFinite", "false");
+    try {
+        force->updateParametersInContext(context);
+        FAIL() << "a change of a property was accepted";
+    }
+    catch (const OpenMMException& e) {
+        EXPECT_NE(std::string(e.what()).find("property CheckFinite changed from \"true\" to \"false\""), std::string::npos) << e.what();
+    }
+}
+
+TEST(GraphForce, NonFiniteParticleEnergiesAreRejected) {
+    // Radial functions of 1e200 overflow the invariants: E_i is not finite for some particles.
+    GraphTest::ModelOptions options;
+    options.radialScale = 1e200;
+    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 30);
+    for (const std::string& checkFinite : {"false", "true"}) {
+        GraphForce* force;
+        std::unique_ptr<System> system(makeSystem(config, options, &force));
+        force->setProperty("CheckFinite", checkFinite);
+        VerletIntegrator integrator(0.001);
+        Context context(*system, integrator, testPlatform(), testPlatformProperties());
+        context.setPositions(config.positions);
+        if (checkFinite == "false") {
+            std::vector<double> energies = force->getParticleEnergies(context);
+            ASSERT_TRUE(std::any_of(energies.begin(), energies.end(), [](double e) { return !std::isfinite(e); }))
+                << "the model did not overflow: the test needs larger radial functions";
+            continue;
+        }
+        try {
+            force->getParticleEnergies(context);
+            FAIL() << "non-finite particle energies were returned with CheckFinite true";
+        }
+        catch (const OpenMMException& e) {
+            EXPECT_NE(std::string(e.what()).find("is not finite"), std::string::npos) << e.what();
+        }
+    }
+}
+
 TEST(GraphForce, ForceGroupsSelectTheForce) {
     GraphTest::ModelOptions options;
     Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 15);
@@ -584,6 +642,39 @@ TEST(GraphForce, ParticlesAtTheSamePositionAreRejected) {
     catch (const OpenMMException& e) {
         std::string message = e.what();
         EXPECT_NE(message.find("4"), std::string::npos) << message;
+        EXPECT_NE(message.find("17"), std::string::npos) << message;
+        EXPECT_NE(message.find("same position"), std::string::npos) << message;
+    }
+}
+
+TEST(GraphForce, ParticlesAtTheSamePositionThroughAnImageAreRejected) {
+    // Particle 17 one box vector from particle k: the minimum image leaves a rounding residue (about 1e-16 nm), which
+    // must count as distance zero, not as a pair at r ~ 1e-16 with a meaningless direction (GraphSamePosition.h).
+    GraphTest::ModelOptions options;
+    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 28);
+    std::unique_ptr<System> system(makeSystem(config, options));
+    const Vec3 a = config.box[0];
+    int k = -1;
+    for (int candidate = 0; candidate < 17 && k < 0; candidate++) {
+        const double x = config.positions[candidate][0], moved = x + a[0];
+        double d = moved - x;
+        d -= a[0] * std::floor(d / a[0] + 0.5);
+        if (d != 0)
+            k = candidate;
+    }
+    ASSERT_GE(k, 0) << "no particle whose image leaves a residue";
+    std::vector<Vec3> positions = config.positions;
+    positions[17] = positions[k] + a;
+    VerletIntegrator integrator(0.001);
+    Context context(*system, integrator, testPlatform(), testPlatformProperties());
+    context.setPositions(positions);
+    try {
+        context.getState(State::Forces | State::Energy);
+        FAIL() << "two particles at one position (through an image) were accepted";
+    }
+    catch (const OpenMMException& e) {
+        std::string message = e.what();
+        EXPECT_NE(message.find(std::to_string(k)), std::string::npos) << message;
         EXPECT_NE(message.find("17"), std::string::npos) << message;
         EXPECT_NE(message.find("same position"), std::string::npos) << message;
     }

@@ -4,6 +4,7 @@
 #include "openmm/OpenMMException.h"
 #include "openmm/internal/ContextImpl.h"
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 using namespace GraphPlugin;
@@ -65,6 +66,10 @@ void GraphForceImpl::initialize(ContextImpl& context) {
                                   : "GraphForce: the " + context.getPlatform().getName() + " platform has no GraphForce kernel");
     kernel = context.getPlatform().createKernel(name, context);
     kernel.getAs<CalcGraphForceKernel>().initialize(context.getSystem(), owner);
+    initialPeriodic = owner.usesPeriodicBoundaryConditions();
+    initialProperties.clear();
+    for (const std::string& key : GraphForce::getPropertyKeys())
+        initialProperties[key] = owner.getProperty(key);
 }
 
 double GraphForceImpl::calcForcesAndEnergy(ContextImpl& context, bool includeForces, bool includeEnergy, int groups) {
@@ -78,6 +83,17 @@ std::vector<std::string> GraphForceImpl::getKernelNames() {
 }
 
 void GraphForceImpl::updateParametersInContext(ContextImpl& context) {
+    const std::string where = "GraphForce: updateParametersInContext: ";
+    const std::string only = "; only types can change (reinitialize the Context to change it)";
+    auto onOff = [](bool value) { return std::string(value ? "true" : "false"); };
+    if (owner.usesPeriodicBoundaryConditions() != initialPeriodic)
+        throw OpenMMException(where + "usesPeriodicBoundaryConditions changed from " + onOff(initialPeriodic) + " to " +
+                              onOff(owner.usesPeriodicBoundaryConditions()) + only);
+    for (const auto& entry : initialProperties) {
+        const std::string now = owner.getProperty(entry.first);
+        if (now != entry.second)
+            throw OpenMMException(where + "property " + entry.first + " changed from \"" + entry.second + "\" to \"" + now + "\"" + only);
+    }
     kernel.getAs<CalcGraphForceKernel>().copyParametersToContext(context, owner);
     context.systemChanged();
 }
@@ -85,5 +101,14 @@ void GraphForceImpl::updateParametersInContext(ContextImpl& context) {
 std::vector<double> GraphForceImpl::getParticleEnergies(ContextImpl& context) {
     std::vector<double> energies;
     kernel.getAs<CalcGraphForceKernel>().getParticleEnergies(context, energies);
+    if (initialProperties.at("CheckFinite") != "false")
+        for (size_t i = 0; i < energies.size(); i++)
+            if (!std::isfinite(energies[i])) {
+                int particle, type;
+                owner.getParticleParameters((int) i, particle, type);
+                throw OpenMMException("GraphForce: the energy of particle " + std::to_string(i) + " (System particle " +
+                                      std::to_string(particle) + ") is not finite (" + std::to_string(energies[i]) +
+                                      "); check the positions and the model");
+            }
     return energies;
 }

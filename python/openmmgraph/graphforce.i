@@ -42,6 +42,7 @@
 #include "openmm/RPMDMonteCarloBarostat.h"
 #include "openmm/OpenMMException.h"
 #include "openmm/serialization/XmlSerializer.h"
+#include <climits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -59,16 +60,27 @@ static_assert(std::string_view(SWIG_RUNTIME_VERSION) == std::string_view(GRAPH_O
               "was built with; use a SWIG of the same major.minor series as OpenMM's");
 #endif
 
-/* Raise openmm.OpenMMException (RuntimeError if openmm cannot be imported). */
+/*
+ * Raise openmm.OpenMMException (RuntimeError if openmm cannot be imported).
+ * The message may quote bytes of the user's input (a path, a model header)
+ * that are not UTF-8: they are kept as backslash escapes, so the message
+ * always arrives instead of a UnicodeDecodeError.
+ */
 static void graphSetOpenMMException(const char* message) {
+    PyObject* text = PyUnicode_DecodeUTF8(message, (Py_ssize_t) strlen(message), "backslashreplace");
+    if (text == NULL) {
+        PyErr_Clear();
+        text = PyUnicode_FromString("(an error message that could not be decoded)");
+    }
     PyObject* module = PyImport_ImportModule("openmm");
     PyObject* exceptionType = module != NULL ? PyObject_GetAttrString(module, "OpenMMException") : NULL;
     if (exceptionType == NULL) {
         PyErr_Clear();
-        PyErr_SetString(PyExc_RuntimeError, message);
+        PyErr_SetObject(PyExc_RuntimeError, text);
     }
     else
-        PyErr_SetString(exceptionType, message);
+        PyErr_SetObject(exceptionType, text);
+    Py_XDECREF(text);
     Py_XDECREF(exceptionType);
     Py_XDECREF(module);
 }
@@ -206,6 +218,32 @@ static void graphSetOpenMMException(const char* message) {
             SWIG_fail;
         }
     }
+}
+
+/*
+ * int arguments take any Python integer, including NumPy's (anything with
+ * __index__, as OpenMM's own forces do; grades.lattice_system returns int64
+ * types), but not floats; a value outside C's int is an OverflowError.
+ */
+%typemap(in) int (long long value, int overflow = 0) {
+    PyObject* index = PyNumber_Index($input);
+    if (index == NULL) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "in method '$symname', argument '$1_name': expected an integer, found %s",
+                     Py_TYPE($input)->tp_name);
+        SWIG_fail;
+    }
+    value = PyLong_AsLongLongAndOverflow(index, &overflow);
+    Py_DECREF(index);
+    if (overflow != 0 || value < INT_MIN || value > INT_MAX) {
+        PyErr_Format(PyExc_OverflowError, "in method '$symname', argument '$1_name': %S is out of the range of a C int",
+                     $input);
+        SWIG_fail;
+    }
+    $1 = (int) value;
+}
+%typemap(typecheck, precedence=SWIG_TYPECHECK_INTEGER) int {
+    $1 = PyIndex_Check($input) ? 1 : 0;
 }
 
 /* getParticleParameters(index) -> (particle, type), a tuple. */

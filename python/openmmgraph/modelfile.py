@@ -634,9 +634,50 @@ class ModelFile:
         return _encode(self.metadata, self.tensors, dtype, validate)
 
     def write(self, path, dtype: str | None = None, validate: bool = True) -> None:
+        """Write the model to ``path`` (str or os.PathLike), validated first.
+
+        Atomic: the bytes go to a temporary file in the same folder, which
+        then replaces ``path`` (through a symbolic link, its target), so a
+        failed write (disk full, interruption) leaves an existing file as it
+        was and never a truncated model.
+        """
         encoded = self.to_bytes(dtype, validate)  # validate before creating the file
-        with open(path, "wb") as stream:
-            stream.write(encoded)
+        write_atomically(path, encoded)
+
+
+def write_atomically(path, data: bytes) -> None:
+    """Replace the file at ``path`` by ``data`` at once (temporary file + os.replace).
+
+    A new file gets the permissions open() would give it; an existing one keeps
+    its own. On any failure the temporary file is removed and ``path`` is
+    untouched.
+    """
+    import tempfile
+
+    target = os.path.realpath(os.fspath(path))
+    if os.path.isdir(target):
+        raise IsADirectoryError(f"cannot write the model: {os.fspath(path)!r} is a directory")
+    folder = os.path.dirname(target)
+    try:
+        mode = os.stat(target).st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    descriptor, temporary = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(target) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.chmod(temporary, mode)
+        os.replace(temporary, target)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except FileNotFoundError:
+            pass
+        raise
 
 
 def _encode(metadata, tensors, dtype, validate) -> bytes:

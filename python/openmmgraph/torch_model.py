@@ -35,6 +35,21 @@ def _as_tensor(value, dtype=None, device=None) -> torch.Tensor:
     return torch.as_tensor(np.asarray(value), dtype=dtype, device=device)
 
 
+# Pairs closer than SAME_POSITION_TOLERANCE * sqrt(r_c^2 + m_i^2 + m_j^2) (m: a particle's largest
+# |coordinate|) are two particles at the same position, whose rounding residue after the minimum image
+# must not be taken for a real pair (GraphSamePosition.h).
+SAME_POSITION_TOLERANCE = 1e-6
+
+
+def check_finite_positions(positions: torch.Tensor) -> None:
+    """Raise ValueError naming the first particle of ``positions`` [n, 3] with a NaN or infinite coordinate
+    (as the OpenMM platforms do: such a particle would silently lose its neighbours)."""
+    finite = torch.isfinite(positions.detach()).all(dim=-1)
+    if not bool(finite.all()):
+        particle = int((~finite).nonzero()[0, 0])
+        raise ValueError(f"positions: particle {particle} has a coordinate that is not finite ({positions[particle].tolist()})")
+
+
 def check_box(box: torch.Tensor, cutoff: float) -> None:
     """Check that ``box`` [3, 3] (rows a, b, c) is OpenMM's reduced triclinic form
     and that ``cutoff`` (same length unit) is at most half its smallest height
@@ -42,6 +57,8 @@ def check_box(box: torch.Tensor, cutoff: float) -> None:
     GraphForceImpl::checkCutoffFitsBox allows the same).
     """
     values = box.detach().to("cpu", torch.float64).tolist()
+    if not all(math.isfinite(v) for row in values for v in row):
+        raise ValueError(f"box: expected finite vectors, found a = {values[0]}, b = {values[1]}, c = {values[2]}")
     (ax, ay, az), (bx, by, bz), (cx, cy, cz) = values
     if ay != 0.0 or az != 0.0 or bz != 0.0:
         raise ValueError(
@@ -94,17 +111,20 @@ def neighbor_pairs(positions, box, cutoff: float):
     (n_a, n_b, n_c), stored in the positions' dtype, such that
     d_ij = x_j - x_i + n_a a + n_b b + n_c c.
     Raises ValueError when cutoff exceeds half the smallest box height or when
-    two particles are at distance 0 (naming both).
+    two particles are at distance 0, up to the rounding of their coordinates
+    (SAME_POSITION_TOLERANCE; naming both).
     """
     positions = _as_tensor(positions)
     if not positions.is_floating_point():
         positions = positions.to(torch.float64)
     device, dtype = positions.device, positions.dtype
     n = positions.shape[0]
+    check_finite_positions(positions)
     if box is not None:
         box = _as_tensor(box, dtype=dtype, device=device)
         check_box(box, cutoff)
     cutoff_squared = cutoff * cutoff
+    magnitude_squared = positions.abs().amax(dim=-1) ** 2 if n > 0 else positions.new_zeros(0)
     rows = max(1, _PAIR_CHUNK_ELEMENTS // max(n, 1))
     columns = torch.arange(n, device=device)
     i_chunks, j_chunks, shift_chunks = [], [], []
@@ -117,10 +137,15 @@ def neighbor_pairs(positions, box, cutoff: float):
         distance_squared = (displacements * displacements).sum(-1)
         row_ids = torch.arange(start, stop, device=device)
         not_self = row_ids[:, None] != columns[None, :]
-        coincident = (distance_squared == 0) & not_self
+        # Distance 0 up to the rounding of the coordinates, the rule of every platform
+        # (openmmapi/include/internal/GraphSamePosition.h).
+        tolerance_squared = SAME_POSITION_TOLERANCE**2 * (
+            cutoff_squared + magnitude_squared[start:stop, None] + magnitude_squared[None, :]
+        )
+        coincident = (distance_squared <= tolerance_squared) & (distance_squared < cutoff_squared) & not_self
         if bool(coincident.any()):
             row, column = (int(v) for v in coincident.nonzero()[0])
-            raise ValueError(f"particles {start + row} and {column} are at distance 0")
+            raise ValueError(f"particles {start + row} and {column} are at distance 0 (the same position)")
         row, column = torch.nonzero((distance_squared < cutoff_squared) & not_self, as_tuple=True)
         i_chunks.append(row + start)
         j_chunks.append(column)
@@ -371,9 +396,13 @@ class GraphModelTorch(torch.nn.Module):
     # -- public API (OpenMM units) ---------------------------------------------------
     def _prepare(self, positions_nm, types, box_nm):
         positions_nm = _as_tensor(positions_nm, dtype=self.dtype, device=self.radial_intervals_table.device)
-        types = _as_tensor(types, dtype=torch.long, device=positions_nm.device)
+        types = _as_tensor(types)
+        if types.is_floating_point() or types.is_complex() or types.dtype == torch.bool:
+            raise ValueError(f"types: expected integers, found dtype {types.dtype}")
+        types = types.to(dtype=torch.long, device=positions_nm.device)
         if positions_nm.ndim != 2 or positions_nm.shape[1] != 3:
             raise ValueError(f"positions: expected shape [n, 3], found {list(positions_nm.shape)}")
+        check_finite_positions(positions_nm)
         if types.shape != (positions_nm.shape[0],):
             raise ValueError(f"types: expected shape [{positions_nm.shape[0]}], found {list(types.shape)}")
         if types.numel() and (int(types.min()) < 0 or int(types.max()) >= self.n_types):

@@ -209,6 +209,34 @@ def test_write_refuses_an_invalid_model(tmp_path):
     assert not (tmp_path / "bad.safetensors").exists()
 
 
+def test_a_failed_write_leaves_the_old_file_intact(tmp_path, monkeypatch):
+    import os
+
+    path = tmp_path / "model.safetensors"
+    small_model().write(path)
+    path.chmod(0o640)
+    before = path.read_bytes()
+    other = small_model(fitting_widths=[12, 12])
+
+    def disk_full(descriptor):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        other.write(path)
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors"]  # no temporary file left
+    # A successful write replaces the file, keeps its permissions, and writes through a symbolic link.
+    link = tmp_path / "link.safetensors"
+    link.symlink_to(path)
+    other.write(link)
+    assert link.is_symlink() and path.read_bytes() == other.to_bytes()
+    assert path.stat().st_mode & 0o777 == 0o640
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        other.write(tmp_path)
+
+
 def test_error_names_the_path(tmp_path):
     model = small_model()
     path = tmp_path / "bad.safetensors"

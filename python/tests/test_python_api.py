@@ -215,6 +215,26 @@ def test_add_get_set_particles(modelBytes):
         force.getParticleParameters(2)
 
 
+def test_integer_arguments_take_numpy_integers_not_floats(modelBytes):
+    force = GraphForce.fromModelBytes(modelBytes)
+    assert force.addParticle(np.int64(4), np.int32(1)) == 0
+    force.setParticleParameters(np.int64(0), np.uint16(5), np.int8(0))
+    assert force.getParticleParameters(np.intp(0)) == (5, 0)
+    with pytest.raises(TypeError, match="argument 'particle': expected an integer, found float"):
+        force.addParticle(1.0, 0)
+    with pytest.raises(TypeError, match="argument 'type': expected an integer, found numpy.float64"):
+        force.addParticle(1, np.float64(0))
+    with pytest.raises(OverflowError, match="argument 'particle': 2147483648 is out of the range of a C int"):
+        force.addParticle(2**31, 0)
+
+
+def test_messages_with_bytes_that_are_not_utf8_arrive_escaped(tmp_path):
+    # The loader quotes the path (and header text) as given; bytes that are not UTF-8 are escaped, not a
+    # UnicodeDecodeError in place of the message.
+    with pytest.raises(openmm.OpenMMException, match=r"model-\\xff\.safetensors"):
+        GraphForce(os.fsencode(str(tmp_path)) + b"/model-\xff.safetensors")
+
+
 def test_type_lookup_by_name(modelBytes):
     force = GraphForce.fromModelBytes(modelBytes)
     assert [force.getTypeName(t) for t in range(force.getNumTypes())] == ["O", "H"]

@@ -8,7 +8,7 @@ import torch
 
 from openmmgraph import grades
 from openmmgraph.modelfile import convert_model_units, read_model
-from openmmgraph.torch_model import GraphModelTorch, check_box, neighbor_pairs
+from openmmgraph.torch_model import GraphModelTorch, check_box, minimum_image, neighbor_pairs
 
 CUBIC_BOX = np.diag([1.3, 1.3, 1.3])
 TRICLINIC_BOX = np.array([[1.4, 0.0, 0.0], [0.5, 1.3, 0.0], [-0.6, 0.45, 1.25]])
@@ -360,6 +360,22 @@ def test_errors_name_the_problem():
     check_box(torch.tensor(np.diag([1.2, 1.2, 1.2])), 6.0 * 0.1)
     with pytest.raises(ValueError, match="exceeds half the smallest box height"):
         check_box(torch.tensor(np.diag([1.2, 1.2, 1.2])), 0.6 * (1 + 1e-9))
+    # Non-finite input is named, not silently dropped from the graph.
+    broken = positions.copy()
+    broken[4, 1] = np.nan
+    with pytest.raises(ValueError, match="particle 4 has a coordinate that is not finite"):
+        model.energy(torch.tensor(broken), torch.tensor(types))
+    with pytest.raises(ValueError, match="box: expected finite vectors"):
+        model.energy(torch.tensor(positions), torch.tensor(types), torch.tensor(np.diag([2.0, 2.0, np.inf])))
+    with pytest.raises(ValueError, match="types: expected integers"):
+        model.energy(torch.tensor(positions), torch.tensor(types, dtype=torch.float64))
+    # Two particles one box vector apart are at the same position, although the image subtraction leaves a residue.
+    imaged = positions.copy()
+    imaged[7] = imaged[0] + CUBIC_BOX[0]
+    residue = minimum_image(torch.tensor(imaged[7] - imaged[0]), torch.tensor(CUBIC_BOX))[0]
+    assert float(residue.abs().max()) > 0  # what an exact test of r = 0 would take for a real pair
+    with pytest.raises(ValueError, match="particles 0 and 7 are at distance 0"):
+        model.energy(torch.tensor(imaged), torch.tensor(types), torch.tensor(CUBIC_BOX))
     coincident = positions.copy()
     coincident[7] = coincident[3]
     with pytest.raises(ValueError, match="particles 3 and 7 are at distance 0"):

@@ -29,7 +29,18 @@ public:
         return {};
     }
     std::vector<std::string> getKernelNames() override;
+    /**
+     * Copy the force's particle types to the kernel.  Anything else that
+     * changed since the Context was created (particles, periodic boundary
+     * conditions, properties) is refused with an OpenMMException that says
+     * to reinitialize the Context.
+     */
     void updateParametersInContext(OpenMM::ContextImpl& context);
+    /**
+     * E_i (kJ/mol) in the force's particle order, at the Context's positions;
+     * with CheckFinite (not "false") a non-finite E_i is an OpenMMException
+     * naming the particle, as a non-finite total energy is in execute().
+     */
     std::vector<double> getParticleEnergies(OpenMM::ContextImpl& context);
     /**
      * Check a force against a System (particle indices in range and unique,
@@ -53,6 +64,9 @@ public:
 private:
     const GraphForce& owner;
     OpenMM::Kernel kernel;
+    /** The settings the kernel was initialized with: updateParametersInContext refuses to change them. */
+    bool initialPeriodic = false;
+    std::map<std::string, std::string> initialProperties;
 };
 
 } // namespace GraphPlugin

@@ -13,6 +13,7 @@
 #include "ChainedLaunch.cuh"
 #include "GraphDeviceFunctions.cuh"
 #include "GraphKernelLaunch.h"
+#include "internal/GraphSamePosition.h"
 #include <algorithm>
 #include <cub/device/device_radix_sort.cuh>
 
@@ -141,9 +142,10 @@ __global__ void cellRangesKernel(const uint32_t* __restrict__ sortedCells, const
 constexpr int SharedRowCapacity = 1024;
 
 /**
- * Whether j (at xj) is a neighbour of center i (at xi): 0 < r < r_c after the
- * minimum image; its sort key (distanceKey) in key.  Two particles at the same
- * position are reported.
+ * Whether j (at xj) is a neighbour of center i (at xi): r < r_c after the
+ * minimum image, j != i and not at i's position (isSamePosition: distance 0
+ * up to the rounding of the coordinates, reported as an error); its sort key
+ * (distanceKey) in key.
  */
 template <typename real>
 __device__ inline bool acceptCandidate(int i, const real xi[3], int j, const real xj[3], const GraphBox<real>& box, real cutoff2,
@@ -151,10 +153,14 @@ __device__ inline bool acceptCandidate(int i, const real xi[3], int j, const rea
     real d[3] = {xj[0] - xi[0], xj[1] - xi[1], xj[2] - xi[2]};
     minimumImage(d, box);
     real r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2];
-    if (j != i && r2 == 0)
-        reportError(status, GraphErrorSamePosition, min(i, j), max(i, j), 0.0);
     key = distanceKey(r2, invCutoff2);
-    return j != i && r2 < cutoff2 && r2 > 0;
+    if (j == i || !(r2 < cutoff2))
+        return false;
+    if (isSamePosition(r2, xi, xj, cutoff2)) {
+        reportError(status, GraphErrorSamePosition, min(i, j), max(i, j), 0.0);
+        return false;
+    }
+    return true;
 }
 
 /** A collected entry of a row: its sort key above, the neighbour's index below, so that entries order as (key, index). */

@@ -1,4 +1,5 @@
 #include "ReferenceNeighborGraph.h"
+#include "internal/GraphSamePosition.h"
 #include "openmm/OpenMMException.h"
 #include <algorithm>
 #include <cmath>
@@ -127,15 +128,18 @@ void ReferenceNeighborGraph::build(const std::vector<Vec3>& positions, const Vec
                             d -= box[0] * std::floor(d[0] / box[0][0] + 0.5);
                         }
                         double r2 = d.dot(d);
-                        if (r2 == 0.0) {
+                        if (!(r2 < cutoff2))
+                            continue;
+                        const double xi[3] = {positions[i][0], positions[i][1], positions[i][2]};
+                        const double xj[3] = {positions[j][0], positions[j][1], positions[j][2]};
+                        if (isSamePosition(r2, xi, xj, cutoff2)) {
                             std::stringstream s;
                             s << "GraphForce: particles " << particleNames[std::min(i, j)] << " and " << particleNames[std::max(i, j)]
                               << " are at the same position" << (periodic ? " (minimum image)" : "")
                               << "; the model is undefined at zero distance";
                             throw OpenMMException(s.str());
                         }
-                        if (r2 < cutoff2)
-                            row.push_back(Candidate{r2, j, d});
+                        row.push_back(Candidate{r2, j, d});
                     }
                 }
         std::sort(row.begin(), row.end(), [](const Candidate& x, const Candidate& y) { return x.r2 != y.r2 ? x.r2 < y.r2 : x.j < y.j; });

@@ -28,7 +28,7 @@ public:
      * @param cutoff      r_c in nm
      * Throws an OpenMMException naming both particles (as indices of
      * `positions`, translated through `particleNames`) when two of them are at
-     * distance zero.
+     * distance zero (up to the rounding of the coordinates: isSamePosition).
      */
     void build(const std::vector<OpenMM::Vec3>& positions, const OpenMM::Vec3* boxVectors, double cutoff,
                const std::vector<int>& particleNames);
