@@ -25,6 +25,7 @@ When openmm-ml is installed, importing this module (which the first use of
 
 import copy
 import math
+import operator
 import re
 import xml.etree.ElementTree as ET
 
@@ -56,6 +57,22 @@ _TERM_LISTS = (("Bonds", "Bond"), ("Angles", "Angle"), ("Torsions", "Torsion"))
 
 # --------------------------------------------------------------------------
 # Helpers
+
+
+def _checkArguments(topology, forceGroup, caller):
+    """The topology and force group of createSystem / createMixedSystem, checked
+    (TypeError or ValueError naming the argument); returns the force group as an int."""
+    from openmm.app import Topology
+
+    if not isinstance(topology, Topology):
+        raise TypeError(f"{caller}: topology must be an openmm.app.Topology, found {type(topology).__name__}")
+    try:
+        group = operator.index(forceGroup)
+    except TypeError:
+        raise TypeError(f"{caller}: forceGroup must be an integer in 0..31, found {forceGroup!r}") from None
+    if not 0 <= group <= 31:
+        raise ValueError(f"{caller}: forceGroup must be an integer in 0..31, found {group}")
+    return group
 
 
 def _atomIndexList(topology, atoms, caller):
@@ -328,6 +345,7 @@ def createSystem(topology, model, removeCMMotion=True, periodic=None, forceGroup
     openmm.System
     """
     caller = "createSystem"
+    forceGroup = _checkArguments(topology, forceGroup, caller)
     box = topology.getPeriodicBoxVectors()
     if periodic is None:
         periodic = box is not None
@@ -440,6 +458,7 @@ def createMixedSystem(topology, classicalSystem, mlAtoms, model, interpolate=Fal
         A new System; the classical System is unchanged.
     """
     caller = "createMixedSystem"
+    forceGroup = _checkArguments(topology, forceGroup, caller)
     if not isinstance(classicalSystem, openmm.System):
         raise TypeError(f"{caller}: classicalSystem must be an openmm.System, found {type(classicalSystem).__name__}")
     numParticles = classicalSystem.getNumParticles()

@@ -274,6 +274,12 @@ def test_create_system_errors(model, waterModel):
     topology.addAtom("EP", None, residue)
     with pytest.raises(ValueError, match="createSystem: atom 2 'EP'.*no element"):
         openmmgraph.createSystem(topology, model)
+    with pytest.raises(TypeError, match="createSystem: topology must be an openmm.app.Topology, found NoneType"):
+        openmmgraph.createSystem(None, model)
+    with pytest.raises(TypeError, match="createSystem: forceGroup must be an integer in 0..31, found 'a'"):
+        openmmgraph.createSystem(topology, model, forceGroup="a")
+    with pytest.raises(ValueError, match="createSystem: forceGroup must be an integer in 0..31, found 32"):
+        openmmgraph.createSystem(topology, model, forceGroup=32)
 
 
 # --------------------------------------------------------------------------
@@ -458,6 +464,8 @@ def test_mixed_system_errors(forcefield, solvated, model, waterModel):
         openmmgraph.createMixedSystem(topology, classical, mlAtoms, waterModel)
     with pytest.raises(ValueError, match="listed twice"):
         openmmgraph.createMixedSystem(topology, classical, [3, 3], model)
+    with pytest.raises(TypeError, match="createMixedSystem: forceGroup must be an integer in 0..31, found 2.0"):
+        openmmgraph.createMixedSystem(topology, classical, mlAtoms, model, forceGroup=2.0)
     with pytest.raises(ValueError, match="empty"):
         openmmgraph.createMixedSystem(topology, classical, [], model)
     small = openmm.System()
