@@ -6,7 +6,9 @@
 #include "internal/GraphModelLoader.h"
 #include "openmm/OpenMMException.h"
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
 #include <random>
@@ -45,6 +47,160 @@ void expectMetadataRejected(const std::string& key, const std::string& value, co
     GraphTest::ModelParts parts = GraphTest::makeModelParts(smallOptions());
     parts.metadata[key] = value;
     expectRejected(parts.bytes(), words);
+}
+
+/** Expect the bytes to be rejected with a message that starts with `prefix` and contains every one of `words`. */
+void expectRejectedWith(const std::string& bytes, const std::string& prefix, const std::vector<std::string>& words) {
+    try {
+        GraphModelLoader::fromBytes(bytes);
+        ADD_FAILURE() << "a malformed model was accepted (expected a message with '" << words[0] << "')";
+    }
+    catch (const OpenMMException& e) {
+        std::string message = e.what();
+        EXPECT_EQ(message.find(prefix), 0u) << message;
+        for (const std::string& word : words)
+            EXPECT_NE(message.find(word), std::string::npos) << "'" << word << "' missing from: " << message;
+    }
+}
+
+/** A model whose type names are `first` and `second` (raw bytes in the header). */
+std::string modelWithTypeNames(const std::string& first, const std::string& second) {
+    GraphTest::ModelParts parts = GraphTest::makeModelParts(smallOptions());
+    parts.metadata["type_names"] = "[\"" + first + "\",\"" + second + "\"]";
+    return parts.bytes();
+}
+
+// ------------------------------------------------------------------ zip archives (TorchScript models) built by hand
+
+uint32_t referenceCrc32(const std::string& data) {
+    uint32_t crc = 0xFFFFFFFFu;
+    for (unsigned char byte : data) {
+        crc ^= byte;
+        for (int k = 0; k < 8; k++)
+            crc = (crc & 1) ? 0xEDB88320u ^ (crc >> 1) : crc >> 1;
+    }
+    return ~crc;
+}
+
+struct ZipEntry {
+    std::string name, content;
+    int method = 0;            ///< 0 stored, 8 deflated
+    std::string deflated;      ///< the raw deflate stream of `content` when method is 8
+    int64_t recordedSize = -1; ///< the uncompressed size the archive records (-1: the real one)
+};
+
+void putLittleEndian(std::string& out, uint64_t value, int bytes) {
+    for (int i = 0; i < bytes; i++)
+        out += (char) ((value >> (8 * i)) & 0xFF);
+}
+
+/** A zip archive as torch.jit.save writes one: local headers and data, the central directory, the end record. */
+std::string makeZip(const std::vector<ZipEntry>& entries) {
+    std::string out, directory;
+    for (const ZipEntry& entry : entries) {
+        const std::string& data = entry.method == 0 ? entry.content : entry.deflated;
+        const uint32_t crc = referenceCrc32(entry.content);
+        const uint64_t size = entry.recordedSize >= 0 ? (uint64_t) entry.recordedSize : entry.content.size();
+        const uint64_t offset = out.size();
+        for (std::string* record : {&out, &directory}) {
+            const bool central = record == &directory;
+            putLittleEndian(*record, central ? 0x02014b50 : 0x04034b50, 4);
+            if (central)
+                putLittleEndian(*record, 20, 2); // made by
+            putLittleEndian(*record, 20, 2);     // needed
+            putLittleEndian(*record, 0, 2);      // flags
+            putLittleEndian(*record, entry.method, 2);
+            putLittleEndian(*record, 0, 4); // time, date
+            putLittleEndian(*record, crc, 4);
+            putLittleEndian(*record, data.size(), 4);
+            putLittleEndian(*record, size, 4);
+            putLittleEndian(*record, entry.name.size(), 2);
+            putLittleEndian(*record, 0, 2); // extra
+            if (central) {
+                putLittleEndian(*record, 0, 2 + 2 + 2 + 4); // comment, disk, attributes
+                putLittleEndian(*record, offset, 4);
+            }
+            *record += entry.name;
+        }
+        out += data;
+    }
+    const uint64_t directoryOffset = out.size();
+    out += directory;
+    putLittleEndian(out, 0x06054b50, 4);
+    putLittleEndian(out, 0, 4);
+    putLittleEndian(out, entries.size(), 2);
+    putLittleEndian(out, entries.size(), 2);
+    putLittleEndian(out, directory.size(), 4);
+    putLittleEndian(out, directoryOffset, 4);
+    putLittleEndian(out, 0, 2);
+    return out;
+}
+
+/** 600 bytes of a skewed alphabet (an LCG), whose deflate stream (zlib level 9) is one dynamic-Huffman block. */
+std::string dynamicText() {
+    std::string text;
+    uint64_t x = 1;
+    for (int i = 0; i < 600; i++) {
+        x = (x * 1103515245 + 12345) % (1ULL << 31);
+        text += "aaaaaaaabbbbccd\n"[(x >> 16) % 16];
+    }
+    return text;
+}
+
+const std::string DynamicDeflated(
+    "\x45\x51\xc1\x01\xc4\x30\x08\xfa\xbb\xa5\xe0\xfe\x33\x1c\xa0\xe9\xe5\xd1\x1a\x05\x94\xd8\xd3\x00\x1a\xdd\x2c\xb2\xbb\xab"
+    "\xc7\x1f\x1d\xe5\xa9\x92\x6b\x0d\x6e\xc5\x50\xc5\xe8\x29\xa0\x2a\x29\x12\x63\xd0\x10\x9c\x65\xd6\x23\x49\xc0\x12\xcd\x2e"
+    "\xac\xa6\x71\xaa\xba\x55\xfa\x58\x0d\x8b\xf5\x67\x42\x95\x00\x4d\x92\x74\x73\xa6\xa2\xbf\x02\xab\xd1\xa7\xf7\x0e\x6a\x46"
+    "\x79\xd1\x30\x57\xb7\x82\x1d\x34\x3e\x66\x0e\x5f\xe8\x20\x60\x61\xc4\x66\xb4\xdd\x89\x38\xb8\x2d\x2e\x30\xf7\x29\xae\xa7"
+    "\x5e\xc8\x99\x58\x5b\xe5\x6b\x7e\xee\x5a\x27\xf0\x47\x99\x7a\xad\xf5\x74\x1d\xbb\x78\xca\xd8\xe2\x64\x70\x1e\x91\x73\xea"
+    "\xc2\x6b\x4e\x59\xcc\x4e\xb4\x28\x47\x9e\xa4\x18\x13\xfb\x14\x7a\xd6\x49\xfb\x9d\x2f\x8b\xc2\xc5\x3a\xa1\xac\x66\x7a\xa7"
+    "\x73\xf6\xeb\x34\xef\x95\x90\x35\x7b\x7f\xb2\xb0\x0f\x39\x19\xaf\xa2\x18\x2f\x4c\x72\x67\xbf\xa1\xb7\xb1\xd7\x87\xcd\xe0"
+    "\x07",
+    211);
+const std::string FixedText = "class M(Module): pass\n";
+const std::string FixedDeflated("\x4b\xce\x49\x2c\x2e\x56\xf0\xd5\xf0\xcd\x4f\x29\xcd\x49\xd5\xb4\x52\x28\x00\xf2\xb9\x00", 22);
+
+/** A deflate stream of one stored block. */
+std::string storedBlock(const std::string& content) {
+    std::string out(1, '\x01');
+    putLittleEndian(out, content.size(), 2);
+    putLittleEndian(out, ~content.size() & 0xFFFF, 2);
+    return out + content;
+}
+
+std::string torchMetadata(const std::string& types = "[{\"name\": \"H\", \"atomic_number\": 1}, {\"name\": \"O\", \"atomic_number\": 8}]",
+                          const std::string& extra = "") {
+    return "{\"format\": \"openmm-graph-torch\", \"version\": 1, \"interface\": \"particle_energies\", \"length_unit\": \"angstrom\", "
+           "\"energy_unit\": \"eV\", \"length_scale_nm\": 0.1, \"cutoff\": 5.0, \"types\": " +
+           types + ", \"dtype\": \"float64\"" + extra + "}";
+}
+
+const std::string TorchData = std::string("\x80\x02}q\x00(X\x06\x00\x00\x00weightsq\x01", 20) + std::string(300, '\x3f');
+
+/** The entries of a small TorchScript-like archive: stored data, deflated code (dynamic, fixed and stored blocks), metadata. */
+std::vector<ZipEntry> torchEntries(const std::string& metadata = torchMetadata()) {
+    std::vector<ZipEntry> entries(5);
+    entries[0].name = "m/data.pkl";
+    entries[0].content = TorchData;
+    entries[1].name = "m/code/__torch__/m.py";
+    entries[1].content = dynamicText();
+    entries[1].method = 8;
+    entries[1].deflated = DynamicDeflated;
+    entries[2].name = "m/code/__torch__/fixed.py";
+    entries[2].content = FixedText;
+    entries[2].method = 8;
+    entries[2].deflated = FixedDeflated;
+    entries[3].name = "m/code/__torch__/stored.py";
+    entries[3].content = "def stored(): return 1\n";
+    entries[3].method = 8;
+    entries[3].deflated = storedBlock(entries[3].content);
+    entries[4].name = "m/extra/openmmgraph.json";
+    entries[4].content = metadata;
+    return entries;
+}
+
+void expectTorchRejected(const std::string& bytes, const std::vector<std::string>& words) {
+    expectRejectedWith(bytes, "GraphForce: ", words);
 }
 
 } // namespace
@@ -269,4 +425,271 @@ TEST(GraphModelLoader, FuzzedFilesNeverCrash) {
     EXPECT_GT(rejected, numCases / 2);
     std::printf("fuzz: %d mutated files, %d accepted (harmless edits such as a changed weight), %d rejected\n", numCases, accepted,
                 rejected);
+}
+
+TEST(GraphModelLoader, HeaderStringsMustBeUtf8) {
+    // Well-formed UTF-8 of every length, at the edges of the ranges, is accepted.
+    for (auto names : std::vector<std::pair<std::string, std::string>>{{"\xC3\x96", "\xE6\xB0\xB4"},             // Ö, 水
+                                                                       {"\xF0\x9D\x90\x80", "\xF4\x8F\xBF\xBF"}, // U+1D400, U+10FFFF
+                                                                       {"\xED\x9F\xBF", "\xEE\x80\x80"},         // U+D7FF, U+E000
+                                                                       {"\xC2\x80", "\xEF\xBF\xBF"}}) {          // U+0080, U+FFFF
+        auto model = GraphModelLoader::fromBytes(modelWithTypeNames(names.first, names.second));
+        EXPECT_EQ(model->typeNames[0], names.first);
+        EXPECT_EQ(model->typeNames[1], names.second);
+    }
+    // Each ill-formed sequence is rejected, with the problem and the byte (of the header) where the sequence starts.
+    const std::vector<std::pair<std::string, std::string>> bad = {
+        {"\xE7", "byte 2 is not a continuation byte"}, // the review's case: a lone lead byte
+        {"\x80", "continuation byte without a lead byte"},
+        {"\xBF"
+         "a",
+         "continuation byte without a lead byte"},
+        {"\xC0\x80", "overlong"},
+        {"\xC1\xBF", "overlong"},
+        {"\xE0\x80\xAF", "overlong"},
+        {"\xE0\x9F\xBF", "overlong"},
+        {"\xF0\x8F\xBF\xBF", "overlong"},
+        {"\xED\xA0\x80", "surrogate"},
+        {"\xED\xBF\xBF", "surrogate"},
+        {"\xF4\x90\x80\x80", "beyond U+10FFFF"},
+        {"\xF5\x80\x80\x80", "never occurs in UTF-8"},
+        {"\xF8\x88\x80\x80\x80", "never occurs in UTF-8"},
+        {"\xFE", "never occurs in UTF-8"},
+        {"\xFF", "never occurs in UTF-8"},
+        {"\xE6\xB0", "byte 3 is not a continuation byte"},
+        {"\xF0\x9D\x90", "byte 4 is not a continuation byte"},
+        {"\xC3"
+         "A",
+         "byte 2 is not a continuation byte"},
+    };
+    for (const auto& entry : bad) {
+        const std::string bytes = modelWithTypeNames("H", "C" + entry.first);
+        uint64_t headerSize = 0;
+        for (int i = 7; i >= 0; i--)
+            headerSize = (headerSize << 8) | (unsigned char) bytes[i];
+        const size_t offset = std::string(bytes, 8, headerSize).find("C" + entry.first) + 1;
+        expectRejected(bytes, {"the safetensors header is not valid JSON", "not valid UTF-8", entry.second});
+        try {
+            GraphModelLoader::fromBytes(bytes);
+        }
+        catch (const OpenMMException& e) {
+            const std::string message = e.what(), end = " at byte " + std::to_string(offset);
+            EXPECT_TRUE(message.size() > end.size() && message.compare(message.size() - end.size(), end.size(), end) == 0)
+                << "expected the message to end with '" << end << "': " << message;
+        }
+    }
+    // A sequence cut off by the end of the text (here the metadata JSON of a TorchScript archive).
+    std::vector<ZipEntry> entries = torchEntries();
+    entries[4].content = "{\"format\": \"\xE6\xB0";
+    expectTorchRejected(makeZip(entries),
+                        {"openmmgraph.json is not valid JSON", "not valid UTF-8", "the text ends inside it", "at byte 12"});
+    // A message never carries the raw byte (it must stay valid UTF-8): a stray byte outside a string is shown in hex.
+    GraphTest::ModelParts parts = GraphTest::makeModelParts(smallOptions());
+    std::string stray = parts.bytes();
+    stray[8] = '\xE7';
+    try {
+        GraphModelLoader::fromBytes(stray);
+        ADD_FAILURE() << "a header starting with byte 0xE7 was accepted";
+    }
+    catch (const OpenMMException& e) {
+        const std::string message = e.what();
+        EXPECT_NE(message.find("unexpected character byte 0xE7 at byte 0"), std::string::npos) << message;
+        EXPECT_EQ(message.find('\xE7'), std::string::npos) << message;
+    }
+}
+
+TEST(GraphModelLoader, ReadsTorchScriptMetadata) {
+    auto model = GraphModelLoader::fromBytes(makeZip(torchEntries(torchMetadata(
+        "[{\"name\": \"H\", \"atomic_number\": 1}, {\"name\": \"\xE6\xB0\xB4\", \"atomic_number\": 8.0}]", ", \"n_interactions\": 1"))));
+    EXPECT_EQ(model->kind, ModelKind::TorchScript);
+    ASSERT_EQ(model->numTypes, 2);
+    EXPECT_EQ(model->typeNames[1], "\xE6\xB0\xB4");
+    EXPECT_EQ(model->typeAtomicNumbers[1], 8);
+    EXPECT_EQ(model->numInteractions, 1);
+    EXPECT_NEAR(model->cutoff, 0.5, 1e-15);
+}
+
+TEST(GraphModelLoader, TorchScriptArchiveEntriesMustMatchTheirCrc) {
+    const std::string good = makeZip(torchEntries());
+    ASSERT_NO_THROW(GraphModelLoader::fromBytes(good));
+    // One flipped byte in each kind of entry (stored data, deflated code of each block type, the metadata itself).
+    const std::vector<std::pair<std::string, std::string>> targets = {{TorchData, "m/data.pkl"},
+                                                                      {DynamicDeflated, "m/code/__torch__/m.py"},
+                                                                      {FixedDeflated, "m/code/__torch__/fixed.py"},
+                                                                      {"def stored()", "m/code/__torch__/stored.py"},
+                                                                      {"openmm-graph-torch", "m/extra/openmmgraph.json"}};
+    for (const auto& target : targets) {
+        const size_t at = good.find(target.first);
+        ASSERT_NE(at, std::string::npos) << target.second;
+        // (Not the last byte of a deflate stream: its high bits can be padding after the end-of-block code.)
+        for (size_t offset : {size_t(0), target.first.size() / 2}) {
+            std::string bytes = good;
+            bytes[at + offset] ^= 0x10;
+            expectTorchRejected(bytes, {"GraphForce: TorchScript model: the zip entry '" + target.second + "' is corrupt"});
+        }
+    }
+    // The review's case: a flipped byte in the stored data says it is the CRC-32 that does not match.
+    std::string flipped = good;
+    flipped[good.find(TorchData) + 100] ^= 0xFF;
+    expectTorchRejected(flipped, {"'m/data.pkl'", "CRC-32", "damaged"});
+    // A recorded size that disagrees with the data.
+    std::vector<ZipEntry> entries = torchEntries();
+    entries[1].recordedSize = 599;
+    expectTorchRejected(makeZip(entries), {"'m/code/__torch__/m.py'", "more than the 599 bytes"});
+    entries = torchEntries();
+    entries[1].recordedSize = 601;
+    expectTorchRejected(makeZip(entries), {"'m/code/__torch__/m.py'", "inflates to 600 bytes", "601"});
+    entries = torchEntries();
+    entries[0].recordedSize = 10;
+    expectTorchRejected(makeZip(entries), {"'m/data.pkl'", "stored"});
+    entries = torchEntries();
+    entries[1].recordedSize = 1LL << 31;
+    expectTorchRejected(makeZip(entries), {"'m/code/__torch__/m.py'", "2147483648 bytes of content for 211 deflated bytes"});
+    // Deflate streams that are not: a reserved block type, a truncated stream, a bad stored-block length.
+    entries = torchEntries();
+    entries[2].deflated = std::string(1, '\x07') + FixedDeflated.substr(1);
+    expectTorchRejected(makeZip(entries), {"'m/code/__torch__/fixed.py'", "invalid block type"});
+    entries = torchEntries();
+    entries[1].deflated = DynamicDeflated.substr(0, 100);
+    expectTorchRejected(makeZip(entries), {"'m/code/__torch__/m.py'", "ends early"});
+    entries = torchEntries();
+    entries[3].deflated[3] ^= 1;
+    expectTorchRejected(makeZip(entries), {"'m/code/__torch__/stored.py'", "invalid stored block lengths"});
+    // Methods other than stored and deflated, and encrypted entries, cannot be checked: refused.
+    entries = torchEntries();
+    entries[1].method = 12;
+    expectTorchRejected(makeZip(entries), {"'m/code/__torch__/m.py'", "compression method 12"});
+    std::string encrypted = makeZip(torchEntries());
+    const size_t central = encrypted.find(std::string("PK\x01\x02", 4));
+    encrypted[central + 8] = 1;
+    expectTorchRejected(encrypted, {"'m/data.pkl'", "encrypted"});
+    // Entry names in messages are printable ASCII (a message must stay valid UTF-8).
+    entries = torchEntries();
+    entries[0].name = "m/d\xE7ta.pkl";
+    entries[0].method = 12;
+    expectTorchRejected(makeZip(entries), {"'m/d\\xE7ta.pkl'"});
+    // The metadata entry must still be stored, even though deflated entries are understood.
+    entries = torchEntries();
+    entries[4].method = 8;
+    entries[4].deflated = storedBlock(entries[4].content);
+    expectTorchRejected(makeZip(entries), {"'m/extra/openmmgraph.json' is compressed"});
+}
+
+TEST(GraphModelLoader, TorchScriptMetadataIsRangeChecked) {
+    auto withTypes = [](const std::string& types) { return makeZip(torchEntries(torchMetadata(types))); };
+    auto withExtra = [](const std::string& extra) {
+        return makeZip(torchEntries(torchMetadata("[{\"name\": \"H\", \"atomic_number\": 1}]", extra)));
+    };
+    expectTorchRejected(withTypes("[{\"name\": \"H\", \"atomic_number\": 1}, {\"name\": \"H\", \"atomic_number\": 1}]"),
+                        {"'types'", "expected unique names", "\"H\" twice"});
+    expectTorchRejected(withTypes("[{\"name\": \"\", \"atomic_number\": 1}]"), {"'types'", "non-empty"});
+    for (const std::string z : {"1e300", "-1e300", "-1", "119", "6.5", "2147483648"})
+        expectTorchRejected(withTypes("[{\"name\": \"H\", \"atomic_number\": " + z + "}]"),
+                            {"'types'", "\"H\" atomic_number", "[0, 118]", z});
+    for (const std::string n : {"1e300", "-1e300", "2", "-1", "0.5", "4294967296"})
+        expectTorchRejected(withExtra(", \"n_interactions\": " + n), {"'n_interactions'", "an integer in [0, 1]", n});
+    expectTorchRejected(withExtra(", \"n_interactions\": true"), {"'n_interactions'", "expected a number"});
+    const std::string metadata = torchMetadata();
+    expectTorchRejected(makeZip(torchEntries(std::string(metadata).replace(metadata.find("0.1"), 3, "1e300"))),
+                        {"'length_scale_nm'", "disagrees"});
+    expectTorchRejected(withExtra(", \"energy_scale_kj_per_mol\": -1e300"), {"'energy_scale_kj_per_mol'", "disagrees"});
+    EXPECT_EQ(GraphModelLoader::fromBytes(withExtra(", \"n_interactions\": 0"))->numInteractions, 0);
+    expectTorchRejected(makeZip(torchEntries(torchMetadata().replace(torchMetadata().find("5.0"), 3, "1e999"))), {"'cutoff'"});
+}
+
+TEST(GraphModelLoader, FuzzedTorchScriptArchivesNeverCrash) {
+    // 3,000 mutations of a small archive: every outcome is a model or an OpenMMException.  A changed byte of a stored entry's
+    // data is always found (by its CRC-32); what is accepted is a changed byte in a field that nothing reads (a time, a
+    // version, the local copy of a size) or in the padding bits at the end of a deflate stream.
+    const std::string good = makeZip(torchEntries());
+    const std::vector<std::pair<size_t, size_t>> storedData = {{good.find(TorchData), TorchData.size()},
+                                                               {good.find(torchMetadata()), torchMetadata().size()}};
+    std::mt19937_64 rng(7);
+    int accepted = 0, rejected = 0;
+    for (int c = 0; c < 3000; c++) {
+        std::string bytes = good;
+        bool flip = false;
+        size_t flipped = 0;
+        switch (rng() % 4) {
+        case 0:
+        case 1:
+            flip = true;
+            flipped = rng() % bytes.size();
+            bytes[flipped] ^= (char) (1 + rng() % 255);
+            break;
+        case 2:
+            bytes.resize(rng() % bytes.size());
+            break;
+        case 3:
+            bytes.erase(rng() % bytes.size(), 1 + rng() % 8);
+            break;
+        }
+        try {
+            GraphModelLoader::fromBytes(bytes);
+            accepted++;
+            ASSERT_TRUE(flip) << "a truncated or shortened archive was accepted";
+            for (const auto& data : storedData)
+                ASSERT_FALSE(flipped >= data.first && flipped < data.first + data.second)
+                    << "a changed byte at " << flipped << " was accepted";
+        }
+        catch (const OpenMMException&) {
+            rejected++;
+        }
+    }
+    EXPECT_GT(rejected, 2400);
+    std::printf("zip fuzz: %d accepted, %d rejected\n", accepted, rejected);
+}
+
+TEST(GraphModelLoader, FileErrorsNameThePath) {
+    // A directory.
+    const std::string directory = testing::TempDir();
+    try {
+        GraphForce force(directory);
+        ADD_FAILURE() << "a directory was accepted";
+    }
+    catch (const OpenMMException& e) {
+        EXPECT_NE(std::string(e.what()).find("'" + directory + "' is a directory"), std::string::npos) << e.what();
+    }
+    // A damaged model file and a damaged TorchScript archive: the loader's message, with the path.
+    const std::string path = testing::TempDir() + "graph_model_loader_bad.safetensors";
+    std::ofstream(path, std::ios::binary) << "abc";
+    try {
+        GraphForce force(path);
+        ADD_FAILURE() << "a 3-byte file was accepted";
+    }
+    catch (const OpenMMException& e) {
+        EXPECT_EQ(std::string(e.what()).find("GraphForce: model file '" + path + "': the file is 3 bytes long"), 0u) << e.what();
+    }
+    std::string archive = makeZip(torchEntries());
+    archive[archive.find(TorchData) + 7] ^= 1;
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << archive;
+    try {
+        GraphForce force(path);
+        ADD_FAILURE() << "a damaged archive was accepted";
+    }
+    catch (const OpenMMException& e) {
+        EXPECT_EQ(std::string(e.what()).find("GraphForce: TorchScript model '" + path + "': the zip entry 'm/data.pkl' is corrupt"), 0u)
+            << e.what();
+    }
+    std::remove(path.c_str());
+}
+
+TEST(GraphModelLoader, CudaChunkRowsIsExactlyADecimalWholeNumber) {
+    GraphForce* force = GraphForce::fromModelBytes(GraphTest::makeModelBytes(smallOptions()));
+    for (const std::string value : {"1", "5", "05", "2147483647", "auto"}) {
+        EXPECT_NO_THROW(force->setProperty("CudaChunkRows", value)) << value;
+        EXPECT_EQ(force->getProperty("CudaChunkRows"), value);
+    }
+    for (const std::string value :
+         {" 5", "+5", "5 ", "\t5", "0x5", "5.0", "5e0", "", "-", "0", "-5", "2147483648", "99999999999999999999", "5a", "Auto"}) {
+        try {
+            force->setProperty("CudaChunkRows", value);
+            ADD_FAILURE() << "CudaChunkRows \"" << value << "\" was accepted";
+        }
+        catch (const OpenMMException& e) {
+            EXPECT_NE(std::string(e.what()).find("found \"" + value + "\""), std::string::npos) << e.what();
+        }
+    }
+    EXPECT_EQ(force->getProperty("CudaChunkRows"), "auto");
+    delete force;
 }

@@ -4,6 +4,8 @@
 #include "openmm/OpenMMException.h"
 #include "openmm/internal/AssertionUtilities.h"
 #include "openmm/internal/ContextImpl.h"
+#include <cerrno>
+#include <cstdlib>
 
 using namespace GraphPlugin;
 using namespace OpenMM;
@@ -19,22 +21,44 @@ const std::map<std::string, std::string>& propertyDefaults() {
     return defaults;
 }
 
-/** Whether `value` is exactly a decimal whole number in [least, most]. */
+/**
+ * Whether `value` is exactly a decimal whole number in [least, most]: an optional '-' and digits, nothing else
+ * (no space, '+', hexadecimal prefix or trailing text).
+ */
 bool isWholeNumberIn(const std::string& value, long long least, long long most) {
-    size_t end = 0;
-    long long number = 0;
-    try {
-        number = std::stoll(value, &end);
-    }
-    catch (const std::exception&) {
+    const size_t first = !value.empty() && value[0] == '-' ? 1 : 0;
+    if (first == value.size())
         return false;
+    for (size_t i = first; i < value.size(); i++)
+        if (value[i] < '0' || value[i] > '9')
+            return false;
+    errno = 0;
+    const long long number = std::strtoll(value.c_str(), nullptr, 10);
+    return errno == 0 && number >= least && number <= most;
+}
+
+/** A loader's message about a model read from a file, with the path after its subject ("GraphForce: model file 'PATH': ..."). */
+std::string withPath(const std::string& message, const std::string& path) {
+    for (const char* subject : {"GraphForce: model file", "GraphForce: TorchScript model", "GraphForce: AOTInductor model"}) {
+        const std::string prefix = std::string(subject) + ": ";
+        if (message.compare(0, prefix.size(), prefix) == 0)
+            return subject + (" '" + path + "': ") + message.substr(prefix.size());
     }
-    return end == value.size() && number >= least && number <= most;
+    const std::string generic = "GraphForce: ";
+    return "GraphForce: model file '" + path +
+           "': " + (message.compare(0, generic.size(), generic) == 0 ? message.substr(generic.size()) : message);
 }
 
 } // namespace
 
-GraphForce::GraphForce(const std::string& modelPath) : GraphForce(GraphModelLoader::readFile(modelPath), true) {}
+GraphForce::GraphForce(const std::string& modelPath) : modelBytes(GraphModelLoader::readFile(modelPath)), periodic(false) {
+    try {
+        model = GraphModelLoader::fromBytes(modelBytes);
+    }
+    catch (const OpenMMException& error) {
+        throw OpenMMException(withPath(error.what(), modelPath));
+    }
+}
 
 GraphForce::GraphForce(const std::string& bytes, bool) : modelBytes(bytes), periodic(false) {
     model = GraphModelLoader::fromBytes(modelBytes);

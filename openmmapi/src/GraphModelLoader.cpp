@@ -1,7 +1,6 @@
 #include "internal/GraphModelLoader.h"
 #include "JsonValue.h"
 #include "ZipArchive.h"
-#include <map>
 #include "openmm/OpenMMException.h"
 #include <algorithm>
 #include <cctype>
@@ -10,8 +9,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -519,9 +520,14 @@ bool GraphModelLoader::unitScale(const std::string& unit, bool length, double& s
 }
 
 std::string GraphModelLoader::readFile(const std::string& path) {
+    std::error_code error;
+    if (std::filesystem::is_directory(path, error))
+        throw OpenMMException("GraphForce: the model file '" + path + "' is a directory, not a file");
     std::ifstream file(path, std::ios::binary);
     if (!file)
-        throw OpenMMException("GraphForce: cannot open the model file '" + path + "'");
+        throw OpenMMException(
+            "GraphForce: cannot open the model file '" + path + "'" +
+            (std::filesystem::exists(path, error) ? " (it exists but cannot be read; check its permissions)" : ": there is no such file"));
     std::stringstream content;
     content << file.rdbuf();
     if (file.bad())

@@ -1,6 +1,7 @@
 #include "JsonValue.h"
 #include "openmm/OpenMMException.h"
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
@@ -49,6 +50,68 @@ private:
                 fail(std::string("expected '") + word + "'");
             pos++;
         }
+    }
+    /** A byte for a message: 'c' when printable ASCII, else byte 0xNN (a message must stay valid UTF-8). */
+    static std::string describe(char c) {
+        const unsigned char b = (unsigned char) c;
+        if (b >= 0x20 && b < 0x7F)
+            return std::string("'") + c + "'";
+        char hex[16];
+        std::snprintf(hex, sizeof(hex), "byte 0x%02X", b);
+        return hex;
+    }
+    /**
+     * Check the UTF-8 sequence that starts at the byte `start` (0x80 or more) of a string and return its
+     * length: exactly the well-formed sequences of RFC 3629 (no overlong form, no surrogate, nothing
+     * beyond U+10FFFF, no truncated sequence), as Python's UTF-8 decoder requires.
+     */
+    size_t checkUtf8(size_t start) {
+        const unsigned char lead = (unsigned char) text[start];
+        size_t length = 0;
+        unsigned char low = 0x80, high = 0xBF; // the range of the second byte
+        if (lead >= 0xC2 && lead <= 0xDF)
+            length = 2;
+        else if (lead >= 0xE0 && lead <= 0xEF) {
+            length = 3;
+            if (lead == 0xE0)
+                low = 0xA0;
+            if (lead == 0xED)
+                high = 0x9F;
+        }
+        else if (lead >= 0xF0 && lead <= 0xF4) {
+            length = 4;
+            if (lead == 0xF0)
+                low = 0x90;
+            if (lead == 0xF4)
+                high = 0x8F;
+        }
+        std::string problem;
+        if (lead < 0xC0)
+            problem = "a continuation byte without a lead byte";
+        else if (lead < 0xC2)
+            problem = "an overlong encoding";
+        else if (lead > 0xF4)
+            problem = "a byte that never occurs in UTF-8";
+        for (size_t i = 1; problem.empty() && i < length; i++) {
+            if (start + i >= size) {
+                problem = "a truncated sequence (the text ends inside it)";
+                break;
+            }
+            const unsigned char next = (unsigned char) text[start + i];
+            if (next < 0x80 || next > 0xBF)
+                problem = "a truncated sequence (byte " + std::to_string(i + 1) + " is not a continuation byte)";
+            else if (i == 1 && next < low)
+                problem = "an overlong encoding";
+            else if (i == 1 && next > high)
+                problem = lead == 0xED ? "a surrogate (U+D800 to U+DFFF)" : "a code point beyond U+10FFFF";
+        }
+        if (!problem.empty()) {
+            pos = start;
+            char hex[16];
+            std::snprintf(hex, sizeof(hex), "0x%02X", lead);
+            fail(std::string("a string is not valid UTF-8: the sequence starting with byte ") + hex + " is " + problem);
+        }
+        return length;
     }
     JsonValue parseValue(int depth) {
         if (depth > MaxDepth)
@@ -168,7 +231,7 @@ private:
             value.number = std::strtod(value.numberText.c_str(), nullptr);
             return value;
         }
-        fail(std::string("unexpected character '") + c + "'");
+        fail("unexpected character " + describe(c));
     }
     static void appendUtf8(std::string& out, unsigned code) {
         if (code < 0x80)
@@ -216,8 +279,16 @@ private:
             char c = text[pos++];
             if (c == '"')
                 return out;
-            if ((unsigned char) c < 0x20)
+            if ((unsigned char) c < 0x20) {
+                pos--;
                 fail("control character in string");
+            }
+            if ((unsigned char) c >= 0x80) {
+                const size_t length = checkUtf8(pos - 1);
+                out.append(text + pos - 1, length);
+                pos += length - 1;
+                continue;
+            }
             if (c != '\\') {
                 out += c;
                 continue;
@@ -267,7 +338,7 @@ private:
                 break;
             }
             default:
-                fail(std::string("bad escape '\\") + e + "'");
+                fail("bad escape: '\\' followed by " + describe(e));
             }
         }
     }

@@ -9,9 +9,11 @@ namespace GraphPlugin {
 
 /**
  * A parsed JSON value (RFC 8259), for the safetensors header and the JSON
- * strings inside its metadata.  The parser is strict, bounded (nesting depth
- * at most 64) and never reads outside the buffer it is given; on bad input it
- * throws an OpenMMException that says where and what.  Private to the loader.
+ * strings inside its metadata.  The parser is strict (strings must be valid
+ * UTF-8: no overlong form, surrogate, code point beyond U+10FFFF or truncated
+ * sequence), bounded (nesting depth at most 64) and never reads outside the
+ * buffer it is given; on bad input it throws an OpenMMException that says
+ * what and at which byte of the text.  Private to the loader.
  */
 class JsonValue {
 public:

@@ -38,11 +38,21 @@ double number(const JsonValue& object, const std::string& key) {
     return member(object, key, JsonValue::Kind::Number).number;
 }
 
+/** A whole number in [low, high] (checked before any conversion to int); `what` names it in the message. */
+int wholeNumber(const JsonValue& object, const std::string& key, int low, int high, const std::string& what) {
+    const JsonValue& value = member(object, key, JsonValue::Kind::Number);
+    if (!(value.number >= low && value.number <= high && value.number == std::floor(value.number)))
+        fail(what + ": expected an integer in [" + std::to_string(low) + ", " + std::to_string(high) + "], found " + value.numberText);
+    return (int) value.number;
+}
+
 } // namespace
 
 std::shared_ptr<const GraphModel> GraphModelLoader::fromTorchScriptBytes(const std::string& bytes) {
     std::string json;
     try {
+        // Every entry's CRC-32, before LibTorch reads any of them (it does not check them): a damaged archive is an error.
+        ZipArchive::checkEntries(bytes);
         if (!ZipArchive::readEntry(bytes, "/extra/openmmgraph.json", json))
             fail("the archive has no extra file openmmgraph.json: it is not a model exported for openmm-graph "
                  "(see docs/torch-models.md; openmmgraph.torch_export.export_torchscript writes one)");
@@ -95,7 +105,7 @@ std::shared_ptr<const GraphModel> GraphModelLoader::fromTorchScriptBytes(const s
     for (const char* key : {"length_scale_nm", "energy_scale_kj_per_mol"})
         if (meta.object.count(key)) {
             const double expected = std::string(key) == "length_scale_nm" ? model->lengthScale : model->energyScale;
-            if (std::fabs(number(meta, key) - expected) > 1e-9 * expected)
+            if (!(std::fabs(number(meta, key) - expected) <= 1e-9 * expected))
                 fail(std::string("openmmgraph.json key '") + key + "' (" + std::to_string(number(meta, key)) +
                      ") disagrees with the unit (" + std::to_string(expected) + ")");
         }
@@ -106,15 +116,18 @@ std::shared_ptr<const GraphModel> GraphModelLoader::fromTorchScriptBytes(const s
     const JsonValue& types = member(meta, "types", JsonValue::Kind::Array);
     if (types.array.empty() || types.array.size() > 256)
         fail("openmmgraph.json key 'types': expected 1 to 256 types, found " + std::to_string(types.array.size()));
+    std::set<std::string> seen;
     for (const JsonValue& type : types.array) {
         if (type.kind != JsonValue::Kind::Object)
             fail("openmmgraph.json key 'types': each entry must be an object {\"name\", \"atomic_number\"}");
         const std::string& name = text(type, "name");
-        const double z = number(type, "atomic_number");
-        if (name.empty() || z < 0 || z > 118 || z != std::floor(z))
-            fail("openmmgraph.json key 'types': bad entry \"" + name + "\" (a non-empty name and an atomic number in 0..118)");
+        if (name.empty())
+            fail("openmmgraph.json key 'types': expected non-empty names, found \"\"");
+        if (!seen.insert(name).second)
+            fail("openmmgraph.json key 'types': expected unique names, found \"" + name + "\" twice");
+        const int z = wholeNumber(type, "atomic_number", 0, 118, "openmmgraph.json key 'types': type \"" + name + "\" atomic_number");
         model->typeNames.push_back(name);
-        model->typeAtomicNumbers.push_back((int) z);
+        model->typeAtomicNumbers.push_back(z);
     }
     model->numTypes = (int) model->typeNames.size();
     const std::string& dtype = text(meta, "dtype");
@@ -127,6 +140,6 @@ std::shared_ptr<const GraphModel> GraphModelLoader::fromTorchScriptBytes(const s
     if (meta.object.count("capturable"))
         model->torchCapturable = member(meta, "capturable", JsonValue::Kind::Bool).boolean;
     if (meta.object.count("n_interactions"))
-        model->numInteractions = (int) number(meta, "n_interactions");
+        model->numInteractions = wholeNumber(meta, "n_interactions", 0, 1, "openmmgraph.json key 'n_interactions'");
     return model;
 }

@@ -309,6 +309,71 @@ def test_torchscript_archives_are_checked(tmp_path):
     assert force.getCutoff() == pytest.approx(metadata["cutoff"] * metadata["length_scale_nm"])
 
 
+def test_damaged_torchscript_archives_are_refused(tmp_path):
+    """Every entry's CRC-32 is checked when the GraphForce is created (LibTorch does not check them): a changed byte in the
+    stored tensor data or in a deflated code file is an error that names the entry, as Python's zipfile finds it."""
+    import io
+    import zipfile
+    import zlib
+
+    path = tmp_path / "model.pt"
+    export_torchscript(small_model("plain"), str(path))
+    good = path.read_bytes()
+    archive = zipfile.ZipFile(path)
+    kinds = {zipfile.ZIP_STORED: None, zipfile.ZIP_DEFLATED: None}
+    for info in archive.infolist():
+        if info.compress_size > 16 and kinds.get(info.compress_type, 0) is None:
+            kinds[info.compress_type] = info
+    for info in kinds.values():
+        assert info is not None, "the exported archive has both stored and deflated entries"
+        start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+        damaged = bytearray(good)
+        damaged[start + info.compress_size // 2] ^= 0x10
+        with pytest.raises((zipfile.BadZipFile, zlib.error)):  # Python's zipfile finds it too
+            zipfile.ZipFile(io.BytesIO(bytes(damaged))).read(info.filename)
+        bad = tmp_path / "damaged.pt"
+        bad.write_bytes(bytes(damaged))
+        with pytest.raises(openmm.OpenMMException, match=f"zip entry '{info.filename}' is corrupt"):
+            openmmgraph.GraphForce(str(bad))
+        with pytest.raises(openmm.OpenMMException, match=f"zip entry '{info.filename}' is corrupt"):
+            openmmgraph.GraphForce.fromModelBytes(bytes(damaged))
+
+
+def test_torchscript_metadata_is_range_checked(tmp_path):
+    """Duplicate type names and out-of-range numbers in openmmgraph.json are refused (as the native loader refuses them)."""
+    plain = torch.jit.script(torch.nn.Linear(2, 2))
+    metadata = export_torchscript(small_model("plain"), str(tmp_path / "model.pt"))
+    first = metadata["types"][0]
+    for change, message in [({"types": [first, first]}, f"expected unique names, found \"{first['name']}\" twice"),
+                            ({"n_interactions": 1e300}, r"'n_interactions': expected an integer in \[0, 1\]"),
+                            ({"n_interactions": 2}, r"'n_interactions': expected an integer in \[0, 1\]"),
+                            ({"n_interactions": 0.5}, r"'n_interactions': expected an integer in \[0, 1\]"),
+                            ({"types": [{**first, "atomic_number": 1e300}]}, r"atomic_number: expected an integer in \[0, 118\]"),
+                            ({"types": [{**first, "atomic_number": -1}]}, r"atomic_number: expected an integer in \[0, 118\]")]:
+        path = str(tmp_path / "bad.pt")
+        torch.jit.save(plain, path, _extra_files={"openmmgraph.json": json.dumps({**metadata, **change})})
+        with pytest.raises(openmm.OpenMMException, match=message):
+            openmmgraph.GraphForce(path)
+    # A type name that is not UTF-8 (the JSON text must be UTF-8, RFC 8259).
+    path = str(tmp_path / "latin1.pt")
+    text = json.dumps({**metadata, "types": [{**first, "name": "\u00e7"}]}, ensure_ascii=False).encode("latin-1")
+    torch.jit.save(plain, path, _extra_files={"openmmgraph.json": text})
+    with pytest.raises(openmm.OpenMMException, match="not valid UTF-8: the sequence starting with byte 0xE7"):
+        openmmgraph.GraphForce(path)
+
+
+def test_model_file_errors_name_the_path(tmp_path):
+    """A directory is named as one; a loader error for a file names the file."""
+    with pytest.raises(openmm.OpenMMException, match="is a directory"):
+        openmmgraph.GraphForce(str(tmp_path))
+    path = tmp_path / "short.pt"
+    export_torchscript(small_model("plain"), str(path))
+    path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(openmm.OpenMMException) as error:
+        openmmgraph.GraphForce(str(path))
+    assert f"GraphForce: TorchScript model '{path}': " in str(error.value)
+
+
 @needs_plugin
 def test_a_module_with_the_wrong_output_is_refused(tmp_path):
     class Wrong(torch.nn.Module):
