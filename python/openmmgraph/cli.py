@@ -142,6 +142,8 @@ def _width_list(text: str) -> list[int]:
 
 
 def _make_model(arguments) -> int:
+    if arguments.seed < 0:
+        raise _UsageError(f"argument --seed: expected an integer >= 0, found {arguments.seed}")
     model = grades.make_model(
         grade=arguments.grade,
         seed=arguments.seed,
@@ -215,7 +217,13 @@ def _train(arguments) -> int:
 
 def _convert_deepmd(arguments) -> int:
     from .convert.deepmd import convert_deepmd
+    from .training.train import check_output_path, same_or_inside
 
+    # Before any work: the output must not be the input model, and must be writable.
+    if same_or_inside(arguments.output, arguments.model) == "is":
+        raise _UsageError(f"convert-deepmd: the output {arguments.output!r} is the input model {arguments.model!r}; "
+                          "choose another output path")
+    check_output_path(arguments.output, "convert-deepmd: output")
     model_file = convert_deepmd(arguments.model, intervals=arguments.intervals, r0=arguments.r0)
     model_file.write(arguments.output, dtype=arguments.dtype)
     print(f"wrote {arguments.output}: DeePMD-kit se_e2_a model {arguments.model} ({model_file.n_types} types "

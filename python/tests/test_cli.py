@@ -69,6 +69,7 @@ def test_inspect_text_names_units_types_and_shapes(tmp_path, capsys):
         (["make-model", "--grade", "huge", "-o", "x.safetensors"], "invalid choice"),
         (["make-model", "-o", "x.safetensors", "--widths", "12,a"], "comma-separated integers"),
         (["make-model", "-o", "x.safetensors", "--axis", "64"], "n_axis"),
+        (["make-model", "-o", "x.safetensors", "--seed", "-1"], "--seed: expected an integer >= 0, found -1"),
         (["frobnicate"], "invalid choice"),
     ],
 )
@@ -101,3 +102,77 @@ def test_runs_as_a_module(tmp_path):
     failed = subprocess.run([sys.executable, "-m", "openmmgraph.cli", "inspect", str(tmp_path / "missing")],
                             capture_output=True, text=True, env=environment)
     assert failed.returncode == 2 and "Traceback" not in failed.stderr and failed.stderr.count("\n") == 1
+
+
+def _write_tiny_extxyz(path, frames=3):
+    rng = np.random.default_rng(0)
+    with open(path, "w") as stream:
+        for _ in range(frames):
+            stream.write('4\nLattice="8.0 0.0 0.0 0.0 8.0 0.0 0.0 0.0 8.0" Properties=species:S:1:pos:R:3:forces:R:3 '
+                         f'energy={-10.0 + rng.normal():.6f} pbc="T T T"\n')
+            for position in np.array([[0, 0, 0], [2, 2, 0], [0, 2, 2], [2, 0, 2]]) + rng.uniform(-0.2, 0.2, (4, 3)):
+                stream.write("Si " + " ".join(f"{v:.6f}" for v in (*position, *rng.normal(size=3))) + "\n")
+
+
+_TRAIN = ["--epochs", "1", "--cutoff", "3", "--channels", "2", "--axis", "1", "--embedding-widths", "4",
+          "--fitting-widths", "4", "--intervals", "10", "--checkpoint-every", "0", "--no-progress"]
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["-o", "data.extxyz"], "'output' 'data.extxyz' is the training data 'data.extxyz'; choose another path"),
+        (["-o", "./sub/../data.extxyz"], "is the training data 'data.extxyz'"),
+        (["-o", "."], "'output' '.': is a folder"),
+        (["-o", "missing/m.safetensors"], "'output' 'missing/m.safetensors': the folder '.*missing' does not exist"),
+        (["--cutoff", "inf"], "'cutoff': expected a finite number, found inf"),
+        (["--cutoff", "nan"], "'cutoff': expected a finite number, found nan"),
+        (["--set", "type_map=5"], "'type_map': expected a list of type names"),
+        (["--set", "fitting_widths=5"], "'fitting_widths': expected a list of integer widths, found 5"),
+        (["--fitting-widths", "0"], r"'fitting_widths': expected widths >= 1, found \[0\]"),
+        (["--dtype", "float16"], "'output_dtype': expected 'float64' or 'float32', found 'float16'"),
+        (["--set", "intervals=0"], "'intervals': expected an integer >= 1, found 0"),
+        (["--r0", "10"], "'r0': expected 0 <= r0 < cutoff = 3.0, found 10.0"),
+        (["--data", "empty.extxyz"], "training data empty.extxyz: cannot read it as extended XYZ"),
+        (["--data", "bad.extxyz"], "training data bad.extxyz: cannot read it .*AttributeError"),
+    ],
+)
+def test_train_errors_are_one_line_before_training_and_keep_the_data(tmp_path, capsys, monkeypatch, arguments,
+                                                                       message):
+    import re
+
+    monkeypatch.chdir(tmp_path)
+    _write_tiny_extxyz(tmp_path / "data.extxyz")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "empty.extxyz").write_text("")
+    (tmp_path / "bad.extxyz").write_text("2\nnot a comment line with Properties\nSi 0 0 0\n")
+    before = (tmp_path / "data.extxyz").read_bytes()
+    if "--data" not in arguments:
+        arguments = ["--data", "data.extxyz", "-o", "m.safetensors"] + arguments
+    else:
+        arguments = ["-o", "m.safetensors"] + arguments
+    assert main(["train"] + _TRAIN + arguments) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("openmm-graph: error: ") and captured.err.count("\n") == 1, captured.err
+    assert re.search(message, captured.err), captured.err
+    assert "epoch" not in captured.out and "data:" not in captured.out  # refused before any training
+    assert (tmp_path / "data.extxyz").read_bytes() == before
+    assert not (tmp_path / "m.safetensors").exists() and not (tmp_path / "m.checkpoints").exists()
+
+
+def test_convert_deepmd_refuses_to_overwrite_its_input(tmp_path, capsys, monkeypatch):
+    """Checked before DeePMD-kit is imported: no DeePMD-kit needed."""
+    monkeypatch.chdir(tmp_path)
+    model = tmp_path / "model.pth"
+    model.write_bytes(b"PK\x03\x04 stands for a DeePMD-kit model")
+    os.link(model, tmp_path / "hard.pth")
+    for output in ("model.pth", str(model), "./model.pth", "hard.pth"):
+        assert main(["convert-deepmd", "model.pth", "-o", output]) == 2
+        error = capsys.readouterr().err
+        assert error == (f"openmm-graph: error: convert-deepmd: the output {output!r} is the input model 'model.pth'; "
+                         "choose another output path\n")
+    assert model.read_bytes() == b"PK\x03\x04 stands for a DeePMD-kit model"
+    assert main(["convert-deepmd", "model.pth", "-o", "missing/x.safetensors"]) == 2
+    assert "convert-deepmd: output 'missing/x.safetensors': the folder" in capsys.readouterr().err
+    assert main(["convert-deepmd", "model.pth", "-o", "."]) == 2
+    assert "convert-deepmd: output '.': is a folder" in capsys.readouterr().err

@@ -221,3 +221,36 @@ def test_type_embedding_model_definition_is_refused(models):
 def test_not_a_pytorch_model_is_refused(tmp_path):
     with pytest.raises(DeepmdConversionError, match="dp convert-backend"):
         convert_deepmd(str(tmp_path / "frozen_model.pb"))
+
+
+def test_unreadable_models_are_refused_naming_the_file(models, tmp_path, capsys):
+    original = models["two_side"].read_bytes()
+    cases = {
+        "garbage.pth": b"garbage\n",
+        "empty.pth": b"",
+        "truncated.pth": original[:5000],
+        "truncated_end.pth": original[:-100],
+    }
+    other = tmp_path / "other.pt"
+    torch.save({"weights": torch.zeros(3)}, other)  # a PyTorch file, but not a DeePMD-kit checkpoint
+    for name, content in cases.items():
+        (tmp_path / name).write_bytes(content)
+    for path in [tmp_path / name for name in cases] + [other]:
+        with pytest.raises(DeepmdConversionError,
+                           match=f"^convert-deepmd: {path}: cannot read it as a DeePMD-kit PyTorch model"):
+            convert_deepmd(str(path), intervals=50)
+        assert main(["convert-deepmd", str(path), "-o", str(tmp_path / "out.safetensors")]) == 2
+        error = capsys.readouterr().err
+        assert error.startswith(f"openmm-graph: error: convert-deepmd: {path}: cannot read it") and error.count("\n") == 1
+    assert not (tmp_path / "out.safetensors").exists()
+    with pytest.raises(DeepmdConversionError, match="intervals: expected an integer >= 1, found 0"):
+        convert_deepmd(str(tmp_path / "garbage.pth"), intervals=0)  # before the model is read
+
+
+def test_cli_refuses_to_overwrite_the_model(models, tmp_path, capsys):
+    model = tmp_path / "same.pth"
+    model.write_bytes(models["two_side"].read_bytes())
+    before = model.read_bytes()
+    assert main(["convert-deepmd", str(model), "-o", str(model), "--intervals", "50"]) == 2
+    assert "is the input model" in capsys.readouterr().err
+    assert model.read_bytes() == before

@@ -303,3 +303,192 @@ def test_cli_train_end_to_end(tmp_path, capsys):
     assert main(["inspect", str(output)]) == 0
     assert main(["train", "--data", str(data), "--set", "no_such_option=1"]) == 2
     assert "unknown key 'no_such_option'" in capsys.readouterr().err
+
+
+# -- bad input: clear errors before any work, and the data is never overwritten ------------------
+
+
+def _write_tiny_extxyz(path, frames=3):
+    """Frames of 4 Si atoms in an 8 angstrom periodic cell, written by hand (no ASE needed)."""
+    rng = np.random.default_rng(0)
+    with open(path, "w") as stream:
+        for _ in range(frames):
+            stream.write('4\nLattice="8.0 0.0 0.0 0.0 8.0 0.0 0.0 0.0 8.0" Properties=species:S:1:pos:R:3:forces:R:3 '
+                         f'energy={-10.0 + rng.normal():.6f} pbc="T T T"\n')
+            for position in np.array([[0, 0, 0], [2, 2, 0], [0, 2, 2], [2, 0, 2]]) + rng.uniform(-0.2, 0.2, (4, 3)):
+                stream.write("Si " + " ".join(f"{v:.6f}" for v in (*position, *rng.normal(size=3))) + "\n")
+
+
+TINY = dict(cutoff=3.0, epochs=1, n_channels=2, n_axis=1, embedding_widths=[4], fitting_widths=[4], intervals=10,
+            checkpoint_every=0, progress=False)
+
+
+def test_train_refuses_an_output_that_is_its_training_data(tmp_path):
+    data = tmp_path / "data.extxyz"
+    _write_tiny_extxyz(data)
+    before = data.read_bytes()
+    with pytest.raises(ValueError, match="'output' .*data.extxyz.* is the training data .*data.extxyz"):
+        train(data=[str(data)], output=str(data), log=None, **TINY)
+    (tmp_path / "link.extxyz").symlink_to(data)
+    os.link(data, tmp_path / "hard.extxyz")
+    for output in ("link.extxyz", "hard.extxyz"):  # the same file under another name
+        with pytest.raises(ValueError, match="is the training data"):
+            train(data=[str(data)], output=str(tmp_path / output), log=None, **TINY)
+    assert data.read_bytes() == before
+    assert not (tmp_path / "data.checkpoints").exists()
+
+    # An existing file inside a DeePMD-kit data folder, or the data folder itself (a new file beside the data is fine).
+    _write_deepmd_system(tmp_path / "npy", np.random.default_rng(0), frames=2)
+    with pytest.raises(ValueError, match="'output' .* is a file inside the training data folder .*npy"):
+        train(data=[str(data), str(tmp_path / "npy")], output=str(tmp_path / "npy" / "set.000" / "coord.npy"),
+              log=None, **TINY)
+    with pytest.raises(ValueError, match="'checkpoint_dir' .* is the training data"):
+        train(data=[str(tmp_path / "npy")], output=str(tmp_path / "m.safetensors"),
+              checkpoint_dir=str(tmp_path / "npy"), log=None, **TINY)
+    with pytest.raises(ValueError, match="'output' .* is the training data"):
+        train(data=[str(tmp_path / "npy")], output=str(tmp_path / "npy"), log=None, **TINY)
+    assert sorted(os.listdir(tmp_path / "npy" / "set.000")) == ["box.npy", "coord.npy", "energy.npy", "force.npy"]
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(output_dtype="float16"), "'output_dtype': expected 'float64' or 'float32', found 'float16'"),
+    (dict(intervals=0), "'intervals': expected an integer >= 1, found 0"),
+    (dict(r0=10.0), r"'r0': expected 0 <= r0 < cutoff = 3.0, found 10.0"),
+    (dict(r0=-1.0), r"'r0': expected 0 <= r0 < cutoff"),
+    (dict(r0=0.0, radial="deepmd"), "'r0': expected r0 > 0 with radial 'deepmd'"),
+    (dict(fitting_widths=[8, 0]), r"'fitting_widths': expected widths >= 1, found \[8, 0\]"),
+    (dict(node_widths=[0], n_interactions=1), "'node_widths': expected widths >= 1"),
+    (dict(embedding_widths=[-2]), "'embedding_widths': expected widths >= 1"),
+    (dict(cutoff=float("inf")), "'cutoff': expected a finite number, found inf"),
+    (dict(cutoff=float("nan")), "'cutoff': expected a finite number, found nan"),
+    (dict(cutoff="nan"), "'cutoff': expected a finite number"),
+    (dict(start_lr=float("inf")), "'start_lr': expected a finite number"),
+    (dict(cutoff=-1.0), "'cutoff': expected a number > 0"),
+    (dict(type_map=5), "'type_map': expected a list of type names"),
+    (dict(type_map="Si"), "'type_map': expected a list of type names"),
+    (dict(type_map=["Si", "Si"]), "'type_map': type 'Si' is named twice"),
+    (dict(fitting_widths=5), "'fitting_widths': expected a list of integer widths, found 5"),
+    (dict(embedding_widths=[8, 2.5]), "'embedding_widths': expected a list of integer widths"),
+    (dict(epochs=True), "'epochs': expected an integer, found True"),
+    (dict(epochs=[2]), "'epochs': expected an integer"),
+    (dict(seed=-1), "'seed': expected an integer >= 0"),
+    (dict(data=5), "'data': expected a path or a list of paths, found 5"),
+    (dict(output=5), "'output': expected a path, found 5"),
+    (dict(cutoff=None), "'cutoff': expected a value, found null"),
+    (dict(output="OUT_DIR"), "'output' .*: is a folder; expected a file path"),
+    (dict(output="OUT_DIR/missing/m.safetensors"), "'output' .*: the folder .*missing.* does not exist"),
+    (dict(checkpoint_dir="A_FILE"), "'checkpoint_dir' .*a_file': exists and is not a folder"),
+])
+def test_bad_options_are_refused_before_the_data_is_read(tmp_path, options, message):
+    """A path that does not exist as the data: any option error must come first."""
+    (tmp_path / "a_file").write_text("x")
+    options = {key: value.replace("OUT_DIR", str(tmp_path)).replace("A_FILE", str(tmp_path / "a_file"))
+               if isinstance(value, str) and key in ("output", "checkpoint_dir") else value
+               for key, value in options.items()}
+    values = dict(TINY, data=[str(tmp_path / "missing.extxyz")], output=str(tmp_path / "m.safetensors"))
+    values.update(options)
+    with pytest.raises(ValueError, match="^training config: " + message):
+        train(values, log=None)
+    assert not (tmp_path / "m.checkpoints").exists()
+
+
+def test_numbers_given_as_text_still_work():
+    from openmmgraph.training.train import TrainingConfig
+
+    config = TrainingConfig.from_dict(dict(data="x.extxyz", cutoff=".5", epochs=3.0, r0="0.25"))
+    assert (config.data, config.cutoff, config.epochs, config.r0) == (["x.extxyz"], 0.5, 3, 0.25)
+    assert isinstance(config.epochs, int)
+
+
+def _npy_header_only(path, shape):
+    """A .npy file whose header claims ``shape`` (float64) with 64 bytes of data."""
+    with open(path, "wb") as stream:
+        np.lib.format.write_array_header_1_0(stream, dict(descr="<f8", fortran_order=False, shape=shape))
+        stream.write(bytes(64))
+
+
+def _deepmd_copy(tmp_path, change):
+    folder = tmp_path / "system"
+    _write_deepmd_system(folder, np.random.default_rng(0), frames=3)
+    change(folder)
+    return folder
+
+
+_BAD_DEEPMD = [
+    ("empty energy.npy", lambda f: (f / "set.000" / "energy.npy").write_bytes(b""),
+     r"set.000/energy.npy: not a readable .npy file \(EOFError"),
+    ("truncated coord.npy", lambda f: (f / "set.000" / "coord.npy").write_bytes(
+        (f / "set.000" / "coord.npy").read_bytes()[:100]), "set.000/coord.npy: not a readable .npy file"),
+    ("text force.npy", lambda f: (f / "set.000" / "force.npy").write_text("hello\n"), "set.000/force.npy: not a readable"),
+    ("wrong coord shape", lambda f: np.save(f / "set.000" / "coord.npy", np.zeros((2, 7))),
+     r"set.000/coord.npy: expected frames x 18 values \(3 coordinates per atom; 6 atoms in type.raw\), "
+     r"found an array of shape \[2, 7\]"),
+    ("wrong energy count", lambda f: np.save(f / "set.000" / "energy.npy", np.zeros(5)),
+     r"set.000/energy.npy: expected 2 x 1 values"),
+    ("wrong force shape", lambda f: np.save(f / "set.001" / "force.npy", np.zeros((1, 17))),
+     r"set.001/force.npy: expected 1 x 18 values"),
+    ("wrong box shape", lambda f: np.save(f / "set.000" / "box.npy", np.zeros((2, 3))), r"set.000/box.npy: expected 2 x 9"),
+    ("object array", lambda f: np.save(f / "set.000" / "energy.npy", np.array([{"a": 1}] * 2, dtype=object),
+                                       allow_pickle=True), "set.000/energy.npy: not a readable .npy file"),
+    ("string array", lambda f: np.save(f / "set.000" / "energy.npy", np.array(["a", "b"])),
+     "set.000/energy.npy: expected a numeric array"),
+    ("header claims 8 TB", lambda f: _npy_header_only(f / "set.000" / "energy.npy", (10 ** 12,)),
+     "set.000/energy.npy: not a readable .npy file"),
+    ("header shape overflows", lambda f: _npy_header_only(f / "set.000" / "force.npy", (10 ** 22,)),
+     "set.000/force.npy: not a readable .npy file"),
+    ("empty type.raw", lambda f: (f / "type.raw").write_text(""), "type.raw: no atoms"),
+    ("names in type.raw", lambda f: (f / "type.raw").write_text("Si\nO\n"), "type.raw: expected one integer type per atom"),
+    ("empty type_map.raw", lambda f: (f / "type_map.raw").write_text("\n"), "type_map.raw: no type names"),
+    ("type_map.raw not UTF-8", lambda f: (f / "type_map.raw").write_bytes(b"O\n\xff\n"),
+     "type_map.raw: expected one type name per line"),
+]
+
+
+@pytest.mark.parametrize("change, message", [c[1:] for c in _BAD_DEEPMD], ids=[c[0] for c in _BAD_DEEPMD])
+def test_malformed_deepmd_files_are_named(tmp_path, change, message):
+    folder = _deepmd_copy(tmp_path, change)
+    with pytest.raises(ValueError, match="^training data " + str(folder) + ".*" + message):
+        load_data(folder)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "Empty file"),
+    ("2\nnot a comment line with Properties\nSi 0 0 0\n", "AttributeError"),
+    ('3\nenergy=1.0 pbc="F F F"\nSi 0 0 0\nSi 1 1 1\n', "Frame has 2 atoms, expected 3"),
+    ("abc\n", "XYZError"),
+    ('1\nProperties=species:S:1:pos:R:3:forces:R:3 energy=abc pbc="F F F"\nSi 0 0 0 0 0 0\n', "energy"),
+])
+def test_malformed_extxyz_is_named(tmp_path, text, message):
+    path = tmp_path / "bad.extxyz"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"^training data {path}.*{message}"):
+        load_data(path)
+
+
+def _flat_system(tmp_path, cell):
+    folder = tmp_path / "flat"
+    _write_deepmd_system(folder, np.random.default_rng(0), frames=2)
+    for name in ("set.000", "set.001"):
+        count = np.load(folder / name / "energy.npy").shape[0]
+        np.save(folder / name / "box.npy", np.tile(np.asarray(cell, float).reshape(1, 9), (count, 1)))
+    return folder
+
+
+@pytest.mark.parametrize("cell, message", [
+    (np.diag([11.0, 11.0, 1e-4]), "height along lattice vector c .* is 0.0001, against a cut-off of 3"),
+    ([[11.0, 0, 0], [0, 0.02, 0], [0, 0, 11.0]], "height along lattice vector b .* is 0.02"),  # < cutoff / 100
+    (np.diag([0.1, 0.1, 0.1]), r"height along lattice vector a .* is 0.1, .* would visit 2.5e\+05 periodic images"),
+])
+def test_flat_cell_is_refused_quickly(tmp_path, cell, message):
+    import time
+
+    folder = _flat_system(tmp_path, cell)
+    started = time.time()
+    with pytest.raises(ValueError, match=f"^training data {folder}/set.00[01] frame [01]: the periodic cell's {message}"):
+        train(data=[str(folder)], output=str(tmp_path / "m.safetensors"), log=None, **TINY)
+    assert time.time() - started < 20
+    with pytest.raises(ValueError, match="expected every height >= 0.01 \\* cutoff and at most 100000 images"):
+        frame_pairs(np.zeros((1, 3)), np.asarray(cell, float), 3.0)
+    # A small but real cell (every height cutoff / 10) is searched: ~4/3 pi 10^3 images of the atom.
+    i, _, _ = frame_pairs(np.zeros((1, 3)), np.eye(3) * 0.3, 3.0)
+    assert abs(len(i) - 4 * np.pi / 3 * 1000) < 100

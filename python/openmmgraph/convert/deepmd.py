@@ -39,8 +39,10 @@ Everything else is refused with a DeepmdConversionError that says why.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import types as _types
 from dataclasses import dataclass
 
@@ -115,10 +117,22 @@ def load_deepmd(path: str) -> dict:
     if not (path.endswith(".pth") or path.endswith(".pt")):
         _refuse(f"{path}: expected a DeePMD-kit PyTorch model (.pth from `dp --pt freeze` or a .pt "
                 "checkpoint); convert other backends first with `dp convert-backend MODEL OUT.pth`")
+    if not os.path.exists(path):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+    if not os.path.isfile(path):
+        _refuse(f"{path}: not a file")
     _ensure_deepmd_pytorch()
     from deepmd.pt.utils.serialization import serialize_from_file
 
-    return serialize_from_file(path)
+    try:
+        return serialize_from_file(path)
+    except DeepmdConversionError:
+        raise
+    except Exception as error:  # torch's and DeePMD-kit's readers raise anything (RuntimeError, KeyError, ...)
+        lines = str(error).strip().splitlines()
+        reason = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+        _refuse(f"{path}: cannot read it as a DeePMD-kit PyTorch model (truncated, corrupt or another kind of "
+                f"file?): {reason}")
 
 
 def _variables(node: dict) -> dict:
@@ -344,6 +358,12 @@ def convert_deepmd(source, intervals: int = DEFAULT_INTERVALS, r0: float = DEFAU
     of the worst table errors on ``check_points`` points per interval.
     Raises DeepmdConversionError for anything that cannot be mapped exactly.
     """
+    try:  # before reading the model (the r0 range needs its cut-off, below)
+        valid = int(intervals) == intervals and int(intervals) >= 1
+    except (TypeError, ValueError, OverflowError):
+        valid = False
+    if not valid:
+        _refuse(f"intervals: expected an integer >= 1, found {intervals!r}")
     data = load_deepmd(source) if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__") else source
     model = _check_model(data)
     type_names = [str(name) for name in model.get("type_map", [])]

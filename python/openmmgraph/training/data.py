@@ -10,11 +10,26 @@ from __future__ import annotations
 import glob
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..grades import ELEMENT_SYMBOLS, atomic_number
+
+# Limits of the periodic image search (frame_pairs): a cell height (distance
+# between opposite faces) below MIN_HEIGHT_FRACTION * cutoff, or a search over
+# more than MAX_IMAGES periodic images, is refused (docs/training.md, "Types,
+# cells and neighbours"). Real cells are far from both: a one-atom primitive
+# cell with a 1 angstrom height and a 10 angstrom cut-off needs 23^3 images.
+MIN_HEIGHT_FRACTION = 0.01
+MAX_IMAGES = 100_000
+
+
+def _reason(error: BaseException) -> str:
+    """An exception as one line for a message: 'Type: first line' (or just the type)."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
 
 @dataclass
@@ -84,7 +99,11 @@ def read_extxyz(path, type_map=None, energy_key: str = "energy", forces_key: str
         import ase.io
     except ImportError:  # pragma: no cover - ase is in scripts/requirements.txt
         raise ValueError("reading extended XYZ needs ASE: pip install ase") from None
-    images = ase.io.read(str(path), index=index)
+    try:
+        images = ase.io.read(str(path), index=index)
+    except Exception as error:  # ASE's readers raise anything (AttributeError, XYZError, UnknownFileTypeError, ...)
+        raise ValueError(f"training data {path}: cannot read it as extended XYZ (or another format ASE reads): "
+                         f"{_reason(error)}") from None
     if not isinstance(images, list):
         images = [images]
     if not images:
@@ -93,14 +112,21 @@ def read_extxyz(path, type_map=None, energy_key: str = "energy", forces_key: str
     for number, atoms in enumerate(images):
         where = f"{path} frame {number}"
         if energy_key in atoms.info:
-            energy = float(atoms.info[energy_key])
+            try:
+                energy = float(atoms.info[energy_key])
+            except (TypeError, ValueError):
+                raise ValueError(f"training data {where}: info['{energy_key}']: expected a number, found "
+                                 f"{atoms.info[energy_key]!r}") from None
         else:
             try:
                 energy = float(atoms.get_potential_energy())
             except Exception:
                 raise ValueError(f"training data {where}: no energy (expected info['{energy_key}'] or a calculator energy)") from None
         if forces_key in atoms.arrays:
-            forces = np.asarray(atoms.arrays[forces_key], dtype=np.float64)
+            try:
+                forces = np.asarray(atoms.arrays[forces_key], dtype=np.float64)
+            except (TypeError, ValueError):
+                raise ValueError(f"training data {where}: arrays['{forces_key}']: expected numbers") from None
         else:
             try:
                 forces = np.asarray(atoms.get_forces(), dtype=np.float64)
@@ -116,7 +142,7 @@ def read_extxyz(path, type_map=None, energy_key: str = "energy", forces_key: str
             positions=np.asarray(atoms.positions, dtype=np.float64).copy(),
             types=np.array([local[s] for s in symbols], dtype=np.int64),
             energy=energy,
-            forces=forces.reshape(-1, 3).copy(),
+            forces=(forces.reshape(-1, 3) if forces.size % 3 == 0 else forces).copy(),
             cell=np.asarray(atoms.cell.array, dtype=np.float64).copy() if pbc.all() else None,
             source=where,
         )
@@ -146,11 +172,25 @@ def read_deepmd(path, type_map=None) -> Dataset:
     """
     frames = []
     for system in _deepmd_systems(str(path)):
-        atom_types = np.loadtxt(os.path.join(system, "type.raw"), dtype=np.int64, ndmin=1)
+        type_file = os.path.join(system, "type.raw")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # "input contained no data": reported below
+                atom_types = np.loadtxt(type_file, dtype=np.int64, ndmin=1).reshape(-1)
+        except (OSError, ValueError, OverflowError, MemoryError) as error:
+            raise ValueError(f"training data {type_file}: expected one integer type per atom ({_reason(error)})") from None
+        if atom_types.size == 0:
+            raise ValueError(f"training data {type_file}: no atoms (expected one integer type per atom)")
         map_path = os.path.join(system, "type_map.raw")
         if os.path.isfile(map_path):
-            with open(map_path) as stream:
-                names = [line.strip() for line in stream if line.strip()]
+            try:
+                with open(map_path, encoding="utf-8") as stream:
+                    names = [line.strip() for line in stream if line.strip()]
+            except (OSError, ValueError) as error:
+                raise ValueError(f"training data {map_path}: expected one type name per line "
+                                 f"({_reason(error)})") from None
+            if not names:
+                raise ValueError(f"training data {map_path}: no type names (expected one name per line)")
         elif type_map is not None:
             names = list(type_map)
         else:
@@ -163,19 +203,32 @@ def read_deepmd(path, type_map=None) -> Dataset:
         if not sets:
             raise ValueError(f"training data {system}: no set.* folder")
         for set_dir in sets:
-            def load(name, required=True):
+            def load(name, per_frame, what, count=None, required=True):
+                """The array of set_dir/name as float64 [frames, per_frame] (None if absent and optional)."""
                 file = os.path.join(set_dir, name)
                 if not os.path.isfile(file):
                     if required:
                         raise ValueError(f"training data {set_dir}: missing {name}")
                     return None
-                return np.load(file).astype(np.float64)
+                try:
+                    array = np.load(file, allow_pickle=False)
+                except (OSError, ValueError, EOFError, OverflowError, MemoryError) as error:  # a header can claim TiB
+                    raise ValueError(f"training data {file}: not a readable .npy file ({_reason(error)})") from None
+                if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
+                    raise ValueError(f"training data {file}: expected a numeric array, found "
+                                     f"{getattr(array, 'dtype', type(array).__name__)}")
+                frames_found = array.size // per_frame if per_frame else 0
+                if array.size % per_frame or (count is not None and frames_found != count):
+                    expected = f"{count} x {per_frame}" if count is not None else f"frames x {per_frame}"
+                    raise ValueError(f"training data {file}: expected {expected} values ({what}; {n} atoms in "
+                                     f"type.raw), found an array of shape {list(array.shape)}")
+                return array.astype(np.float64).reshape(frames_found, per_frame)
 
-            coord = load("coord.npy").reshape(-1, n, 3)
+            coord = load("coord.npy", 3 * n, "3 coordinates per atom").reshape(-1, n, 3)
             count = coord.shape[0]
-            energy = load("energy.npy").reshape(count)
-            force = load("force.npy").reshape(count, n, 3)
-            box = None if nopbc else load("box.npy", required=False)
+            energy = load("energy.npy", 1, "one energy per frame", count).reshape(count)
+            force = load("force.npy", 3 * n, "3 force components per atom", count).reshape(count, n, 3)
+            box = None if nopbc else load("box.npy", 9, "the 9 cell components per frame", count, required=False)
             if box is not None:
                 box = box.reshape(count, 3, 3)
             for f in range(count):
@@ -222,13 +275,31 @@ def load_data(paths, data_format: str = "auto", type_map=None, energy_key="energ
     return _remap(merged, type_map)
 
 
+def _check_image_search(heights, cutoff: float) -> None:
+    """Refuse a cell whose image search would be huge (a height far below the cut-off)."""
+    if not (math.isfinite(cutoff) and cutoff > 0):
+        raise ValueError(f"cutoff: expected a finite number > 0, found {cutoff}")
+    axis = int(np.argmin(heights))
+    height = float(heights[axis])
+    ratios = [cutoff / h if h > 0 else math.inf for h in heights]
+    images = math.prod(2 * (math.ceil(r) + 1) + 1 for r in ratios) if all(map(math.isfinite, ratios)) else math.inf
+    if not height >= MIN_HEIGHT_FRACTION * cutoff or images > MAX_IMAGES:
+        raise ValueError(
+            f"the periodic cell's height along lattice vector {'abc'[axis]} (the distance between its opposite "
+            f"faces) is {height:.6g}, against a cut-off of {cutoff:g}: the pair search would visit "
+            f"{images:.3g} periodic images; expected every height >= {MIN_HEIGHT_FRACTION:g} * cutoff and at most "
+            f"{MAX_IMAGES} images (is the cell flat, or in other units than the positions?)")
+
+
 def frame_pairs(positions: np.ndarray, cell: np.ndarray | None, cutoff: float):
     """All ordered pairs (i, j) within ``cutoff``, every periodic image counted.
 
     positions [n, 3]; cell None or [3, 3] lattice vectors as rows (any shape,
     even smaller than the cut-off). Returns (i [P], j [P], shifts [P, 3]) as
     numpy int64, int64, float64 with d_ij = x_j - x_i + shift. Raises
-    ValueError for two particles (or a particle and an image) at distance 0.
+    ValueError for two particles (or a particle and an image) at distance 0,
+    and for a cell with a height below MIN_HEIGHT_FRACTION * cutoff or whose
+    search would visit more than MAX_IMAGES periodic images.
     """
     positions = np.asarray(positions, dtype=np.float64)
     n = positions.shape[0]
@@ -239,6 +310,7 @@ def frame_pairs(positions: np.ndarray, cell: np.ndarray | None, cutoff: float):
         cell = np.asarray(cell, dtype=np.float64)
         volume = abs(np.linalg.det(cell))
         heights = [volume / np.linalg.norm(np.cross(cell[(k + 1) % 3], cell[(k + 2) % 3])) for k in range(3)]
+        _check_image_search(heights, cutoff)
         # Displacements are taken between wrapped positions (fractional differences in (-1, 1)).
         fractional = positions @ np.linalg.inv(cell)
         wrap = -np.floor(fractional)
@@ -269,4 +341,5 @@ def frame_pairs(positions: np.ndarray, cell: np.ndarray | None, cutoff: float):
             np.concatenate(s_list).astype(np.float64))
 
 
-__all__ = ["Frame", "Dataset", "read_extxyz", "read_deepmd", "load_data", "frame_pairs", "ELEMENT_SYMBOLS"]
+__all__ = ["Frame", "Dataset", "read_extxyz", "read_deepmd", "load_data", "frame_pairs", "ELEMENT_SYMBOLS",
+           "MIN_HEIGHT_FRACTION", "MAX_IMAGES"]

@@ -35,6 +35,66 @@ from .model import EmbeddingModel
 
 
 _OPTIONAL_FLOATS = ("r_smooth", "n_norm", "energy_weight", "force_weight", "r0")
+_WIDTH_LISTS = ("embedding_widths", "fitting_widths", "node_widths")
+_PATHS = ("output", "checkpoint_dir")
+_OUTPUT_DTYPES = ("float64", "float32")
+
+
+def _is_path(value) -> bool:
+    return isinstance(value, (str, os.PathLike))
+
+
+def same_or_inside(path, other) -> str | None:
+    """'is' when ``path`` is the file or folder ``other`` (same file, or same resolved path),
+    'is inside' when it lies inside the folder ``other``, else None."""
+    path, other = os.fspath(path), os.fspath(other)
+    try:
+        if os.path.exists(path) and os.path.exists(other) and os.path.samefile(path, other):
+            return "is"
+    except OSError:
+        pass
+    real, other_real = os.path.realpath(path), os.path.realpath(other)
+    if real == other_real:
+        return "is"
+    if os.path.isdir(other_real) and os.path.commonpath([real, other_real]) == other_real:
+        return "is inside"
+    return None
+
+
+def check_output_path(path, what: str = "output") -> None:
+    """Raise ValueError unless a model file can be written at ``path``: not a folder, in an
+    existing folder that is writable, and not an existing read-only file (checked before any work)."""
+    path = os.fspath(path)
+    if not path:
+        raise ValueError(f"{what}: expected a file path, found ''")
+    if os.path.isdir(path):
+        raise ValueError(f"{what} {path!r}: is a folder; expected a file path")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"{what} {path!r}: the folder {folder!r} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"{what} {path!r}: the folder {folder!r} is not writable")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise ValueError(f"{what} {path!r}: the file exists and is not writable")
+
+
+def _check_folder_path(path, what: str) -> None:
+    """Raise ValueError unless ``path`` is a folder or can be made as one (its nearest existing
+    ancestor is a writable folder)."""
+    path = os.path.abspath(os.fspath(path))
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise ValueError(f"{what} {path!r}: exists and is not a folder")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ValueError(f"{what} {path!r}: the folder is not writable")
+        return
+    ancestor = os.path.dirname(path)
+    while not os.path.exists(ancestor) and os.path.dirname(ancestor) != ancestor:
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise ValueError(f"{what} {path!r}: cannot be made ({ancestor!r} is not a folder)")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ValueError(f"{what} {path!r}: cannot be made (the folder {ancestor!r} is not writable)")
 
 
 @dataclass
@@ -90,31 +150,31 @@ class TrainingConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> "TrainingConfig":
+        """A TrainingConfig from a dict of its fields, each checked for its kind (numbers finite,
+        lists of the right items); the checks of values against each other are in ``check``."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"training config: unknown key {unknown[0]!r} (known keys: {', '.join(sorted(known))})")
         config = cls(**values)
-        if isinstance(config.data, (str, os.PathLike)):
-            config.data = [config.data]
         defaults = cls()
         for item in dataclasses.fields(cls):
-            value, default = getattr(config, item.name), getattr(defaults, item.name)
-            kind = type(default) if default is not None else (float if item.name in _OPTIONAL_FLOATS else None)
-            if value is None or kind not in (int, float, bool):
+            name = item.name
+            value, default = getattr(config, name), getattr(defaults, name)
+            if value is None:
+                if default is not None and name not in _PATHS:
+                    raise ValueError(f"training config: {name!r}: expected a value, found null (leave the key "
+                                     f"out for the default {default!r})")
+                if name == "output":
+                    raise ValueError("training config: 'output': expected a file path, found null")
                 continue
-            if kind is bool and not isinstance(value, bool):
-                raise ValueError(f"training config: {item.name!r}: expected true or false, found {value!r}")
-            try:
-                converted = kind(value)
-            except (TypeError, ValueError):
-                raise ValueError(f"training config: {item.name!r}: expected a number, found {value!r}") from None
-            if kind is int and converted != value:
-                raise ValueError(f"training config: {item.name!r}: expected an integer, found {value!r}")
-            setattr(config, item.name, converted)
+            setattr(config, name, _converted(name, value, default))
         return config
 
     def check(self) -> None:
+        """Check the options against each other and the output paths, before any data is read
+        (every option that can be checked without the data is checked here, so that a bad one
+        never costs a training run)."""
         if not self.data:
             raise ValueError("training config: 'data': expected at least one path, found none")
         if (self.energy_weight is None) != (self.force_weight is None):
@@ -127,6 +187,108 @@ class TrainingConfig:
             raise ValueError(f"training config: 'precision': expected float64 or float32, found {self.precision!r}")
         if not (self.start_lr > 0 and self.stop_lr > 0):
             raise ValueError("training config: expected start_lr > 0 and stop_lr > 0")
+        if self.seed < 0:
+            raise ValueError(f"training config: 'seed': expected an integer >= 0, found {self.seed}")
+        if not self.cutoff > 0:
+            raise ValueError(f"training config: 'cutoff': expected a number > 0, found {self.cutoff}")
+        if self.output_dtype not in _OUTPUT_DTYPES:
+            raise ValueError(f"training config: 'output_dtype': expected 'float64' or 'float32', "
+                             f"found {self.output_dtype!r}")
+        if self.intervals < 1:
+            raise ValueError(f"training config: 'intervals': expected an integer >= 1, found {self.intervals}")
+        if self.r0 is not None:
+            if not 0.0 <= self.r0 < self.cutoff:
+                raise ValueError(f"training config: 'r0': expected 0 <= r0 < cutoff = {self.cutoff}, found {self.r0}")
+            if self.radial == "deepmd" and self.r0 <= 0.0:
+                raise ValueError("training config: 'r0': expected r0 > 0 with radial 'deepmd' "
+                                 "(s(r) = sw(r)/r diverges at 0)")
+        for name in _WIDTH_LISTS:
+            widths = getattr(self, name)
+            if widths is not None and any(width < 1 for width in widths):
+                raise ValueError(f"training config: {name!r}: expected widths >= 1, found {widths}")
+        if self.type_map is not None:
+            if not self.type_map:
+                raise ValueError("training config: 'type_map': expected at least one type name, found []")
+            repeated = sorted({name for name in self.type_map if self.type_map.count(name) > 1})
+            if repeated:
+                raise ValueError(f"training config: 'type_map': type {repeated[0]!r} is named twice in {self.type_map}")
+        self.check_paths()
+
+    def check_paths(self) -> None:
+        """The output file and the checkpoint folder: writable, neither one of the data paths, and
+        the output not an existing file inside a data folder (so that the model never overwrites
+        the training data; a new file or folder beside the data is fine)."""
+        checkpoint_dir = self.checkpoint_folder()
+        for path in self.data:
+            for name, target in (("output", self.output), ("checkpoint_dir", checkpoint_dir)):
+                relation = same_or_inside(target, path)
+                if relation == "is":
+                    raise ValueError(f"training config: {name!r} {target!r} is the training data {path!r}; "
+                                     "choose another path")
+                if relation == "is inside" and name == "output" and os.path.exists(target):
+                    raise ValueError(f"training config: {name!r} {target!r} is a file inside the training data "
+                                     f"folder {path!r}; choose another path")
+        check_output_path(self.output, "training config: 'output'")
+        _check_folder_path(checkpoint_dir, "training config: 'checkpoint_dir'")
+
+    def checkpoint_folder(self) -> str:
+        """checkpoint_dir, or the output path without suffix + '.checkpoints'."""
+        return self.checkpoint_dir or os.path.splitext(self.output)[0] + ".checkpoints"
+
+
+def _converted(name: str, value, default):
+    """A config value checked against the kind of its field (``default``: the field's default)."""
+    where = f"training config: {name!r}"
+    if name == "data":
+        paths = [value] if _is_path(value) else value
+        if not isinstance(paths, (list, tuple)) or not all(_is_path(path) for path in paths):
+            raise ValueError(f"{where}: expected a path or a list of paths, found {value!r}")
+        if not all(os.fspath(path) for path in paths):
+            raise ValueError(f"{where}: expected non-empty paths, found {value!r}")
+        return [os.fspath(path) for path in paths]
+    if name in _PATHS:
+        if not _is_path(value) or not os.fspath(value):
+            raise ValueError(f"{where}: expected a path, found {value!r}")
+        return os.fspath(value)
+    if name == "type_map":
+        if not isinstance(value, (list, tuple)) or not all(isinstance(n, str) and n.strip() == n and n
+                                                           for n in value):
+            raise ValueError(f"{where}: expected a list of type names (non-empty strings), found {value!r}")
+        return list(value)
+    if name in _WIDTH_LISTS:
+        if not isinstance(value, (list, tuple)) or not all(
+                isinstance(w, int) and not isinstance(w, bool) for w in value):
+            raise ValueError(f"{where}: expected a list of integer widths, found {value!r}")
+        return [int(w) for w in value]
+    kind = type(default) if default is not None else (float if name in _OPTIONAL_FLOATS else None)
+    if kind is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{where}: expected a string, found {value!r}")
+        return value
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{where}: expected true or false, found {value!r}")
+        return value
+    if kind in (int, float):
+        expected = "an integer" if kind is int else "a number"
+        if isinstance(value, (bool, list, tuple, dict)):
+            raise ValueError(f"{where}: expected {expected}, found {value!r}")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: expected {expected}, found {value!r}") from None
+        if not math.isfinite(number):
+            raise ValueError(f"{where}: expected a finite number, found {value!r}")
+        if kind is float:
+            return number
+        try:
+            converted = int(value)
+        except (TypeError, ValueError):
+            converted = None
+        if converted is None or converted != value:
+            raise ValueError(f"{where}: expected an integer, found {value!r}")
+        return converted
+    return value
 
 
 @dataclass
@@ -148,7 +310,10 @@ class _Frames:
     def __init__(self, frames, cutoff, dtype):
         self.items = []
         for frame in frames:
-            i, j, shift = frame_pairs(frame.positions, frame.cell, cutoff)
+            try:
+                i, j, shift = frame_pairs(frame.positions, frame.cell, cutoff)
+            except ValueError as error:
+                raise ValueError(f"training data {frame.source}: {error}") from None
             self.items.append(dict(
                 positions=torch.tensor(frame.positions, dtype=dtype),
                 types=torch.as_tensor(frame.types, dtype=torch.long),
@@ -327,7 +492,7 @@ def train(config: TrainingConfig | dict | None = None, *, log=print, **options) 
     fixed = config.energy_weight is not None
     val_pref_e = config.energy_weight if fixed else config.limit_pref_e
     val_pref_f = config.force_weight if fixed else config.limit_pref_f
-    checkpoint_dir = config.checkpoint_dir or os.path.splitext(config.output)[0] + ".checkpoints"
+    checkpoint_dir = config.checkpoint_folder()
     os.makedirs(checkpoint_dir, exist_ok=True)
 
     optimizer = torch.optim.Adam(model.parameters(), lr=config.start_lr)
