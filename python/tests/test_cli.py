@@ -13,6 +13,9 @@ from openmmgraph import grades
 from openmmgraph.cli import main
 from openmmgraph.modelfile import read_model
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared tiny_training_data module (importlib mode)
+from tiny_training_data import write_tiny_extxyz  # noqa: E402
+
 PYTHON_DIR = Path(__file__).resolve().parents[1]
 
 
@@ -104,16 +107,6 @@ def test_runs_as_a_module(tmp_path):
     assert failed.returncode == 2 and "Traceback" not in failed.stderr and failed.stderr.count("\n") == 1
 
 
-def _write_tiny_extxyz(path, frames=3):
-    rng = np.random.default_rng(0)
-    with open(path, "w") as stream:
-        for _ in range(frames):
-            stream.write('4\nLattice="8.0 0.0 0.0 0.0 8.0 0.0 0.0 0.0 8.0" Properties=species:S:1:pos:R:3:forces:R:3 '
-                         f'energy={-10.0 + rng.normal():.6f} pbc="T T T"\n')
-            for position in np.array([[0, 0, 0], [2, 2, 0], [0, 2, 2], [2, 0, 2]]) + rng.uniform(-0.2, 0.2, (4, 3)):
-                stream.write("Si " + " ".join(f"{v:.6f}" for v in (*position, *rng.normal(size=3))) + "\n")
-
-
 _TRAIN = ["--epochs", "1", "--cutoff", "3", "--channels", "2", "--axis", "1", "--embedding-widths", "4",
           "--fitting-widths", "4", "--intervals", "10", "--checkpoint-every", "0", "--no-progress"]
 
@@ -142,7 +135,7 @@ def test_train_errors_are_one_line_before_training_and_keep_the_data(tmp_path, c
     import re
 
     monkeypatch.chdir(tmp_path)
-    _write_tiny_extxyz(tmp_path / "data.extxyz")
+    write_tiny_extxyz(tmp_path / "data.extxyz")
     (tmp_path / "sub").mkdir()
     (tmp_path / "empty.extxyz").write_text("")
     (tmp_path / "bad.extxyz").write_text("2\nnot a comment line with Properties\nSi 0 0 0\n")

@@ -2,6 +2,8 @@
 
 import json
 import os
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +13,9 @@ from openmmgraph.cli import main
 from openmmgraph.modelfile import read_model
 from openmmgraph.torch_model import GraphModelTorch
 from openmmgraph.training import EmbeddingModel, compress, export, frame_pairs, load_data, load_checkpoint, read_deepmd, train
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared tiny_training_data module (importlib mode)
+from tiny_training_data import write_tiny_extxyz  # noqa: E402
 
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
@@ -308,24 +313,13 @@ def test_cli_train_end_to_end(tmp_path, capsys):
 # -- bad input: clear errors before any work, and the data is never overwritten ------------------
 
 
-def _write_tiny_extxyz(path, frames=3):
-    """Frames of 4 Si atoms in an 8 angstrom periodic cell, written by hand (no ASE needed)."""
-    rng = np.random.default_rng(0)
-    with open(path, "w") as stream:
-        for _ in range(frames):
-            stream.write('4\nLattice="8.0 0.0 0.0 0.0 8.0 0.0 0.0 0.0 8.0" Properties=species:S:1:pos:R:3:forces:R:3 '
-                         f'energy={-10.0 + rng.normal():.6f} pbc="T T T"\n')
-            for position in np.array([[0, 0, 0], [2, 2, 0], [0, 2, 2], [2, 0, 2]]) + rng.uniform(-0.2, 0.2, (4, 3)):
-                stream.write("Si " + " ".join(f"{v:.6f}" for v in (*position, *rng.normal(size=3))) + "\n")
-
-
 TINY = dict(cutoff=3.0, epochs=1, n_channels=2, n_axis=1, embedding_widths=[4], fitting_widths=[4], intervals=10,
             checkpoint_every=0, progress=False)
 
 
 def test_train_refuses_an_output_that_is_its_training_data(tmp_path):
     data = tmp_path / "data.extxyz"
-    _write_tiny_extxyz(data)
+    write_tiny_extxyz(data)
     before = data.read_bytes()
     with pytest.raises(ValueError, match="'output' .*data.extxyz.* is the training data .*data.extxyz"):
         train(data=[str(data)], output=str(data), log=None, **TINY)
