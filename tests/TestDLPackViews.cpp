@@ -336,6 +336,39 @@ TEST_P(DLPackViewsTest, PythonHelpersDoNothingWithoutPython) {
     EXPECT_EQ(notAPythonObject, 7);
 }
 
+TEST(DLPackBorrowTensor, RefusesWhatItCannotDescribe) {
+    double data[6] = {0, 1, 2, 3, 4, 5};
+    int64_t shape[2] = {2, 3};
+    DLTensor tensor{};
+    tensor.data = data;
+    tensor.device = {kDLCPU, 0};
+    tensor.ndim = 2;
+    tensor.dtype = {kDLFloat, 64, 1};
+    tensor.shape = shape;
+    void* out = nullptr;
+    ASSERT_EQ(ommgraph_borrow_tensor(&tensor, 1, 0, &out), OMMGRAPH_OK) << ommgraph_last_error();
+    DLManagedTensorVersioned* borrowed = static_cast<DLManagedTensorVersioned*>(out);
+    EXPECT_EQ(borrowed->dl_tensor.data, data);
+    EXPECT_EQ(borrowed->dl_tensor.shape[1], 3);
+    EXPECT_EQ(borrowed->dl_tensor.strides[0], 3);
+    borrowed->deleter(borrowed);
+    // A NULL shape, more than one lane (it would come back as one, a quarter of the elements) and negative extents.
+    auto expectRefused = [&](const std::string& words) {
+        out = nullptr;
+        EXPECT_EQ(ommgraph_borrow_tensor(&tensor, 1, 0, &out), OMMGRAPH_ERROR_ARGUMENT) << words;
+        EXPECT_EQ(out, nullptr);
+        EXPECT_NE(std::string(ommgraph_last_error()).find(words), std::string::npos) << ommgraph_last_error();
+    };
+    tensor.shape = nullptr;
+    expectRefused("shape must not be NULL");
+    tensor.shape = shape;
+    tensor.dtype.lanes = 4;
+    expectRefused("4 lanes");
+    tensor.dtype.lanes = 1;
+    shape[0] = -5;
+    expectRefused("shape[0] is negative (-5)");
+}
+
 INSTANTIATE_TEST_SUITE_P(HostPlatforms, DLPackViewsTest, ::testing::Values("Reference", "CPU"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 

@@ -113,6 +113,9 @@ class CommunicateBuffer(ctypes.Structure):
         callback).  Raises ValueError for a device buffer."""
         import numpy as np
 
+        if getattr(self, "_released", False):
+            raise ValueError("CommunicateBuffer.as_numpy: the buffer was used after its callback returned; its table "
+                             "is the caller's again (copy what you need inside the callback)")
         if self.deviceType != DEVICE_CPU:
             raise ValueError(f"CommunicateBuffer.as_numpy: a device buffer (deviceType {self.deviceType}) has no host view")
         dtype = np.float64 if self.dtype == FLOAT64 else np.float32
@@ -235,13 +238,22 @@ def _wrap(function):
     nonzero return code and its text the message."""
 
     def callback(userData, buffer, message, messageSize):
+        lent = None
         try:
-            function(buffer.contents)
+            lent = CommunicateBuffer.from_buffer_copy(buffer.contents)
+            function(lent)
             return 0
         except BaseException as error:  # noqa: B036 (nothing may escape into C)
-            text = f"{type(error).__name__}: {error}".encode("utf-8", "replace")[: max(0, messageSize - 1)]
+            try:
+                text = f"{type(error).__name__}: {error}"
+            except BaseException:  # noqa: B036 (an exception whose str() raises)
+                text = type(error).__name__
+            text = text.encode("utf-8", "replace")[: max(0, messageSize - 1)]
             ctypes.memmove(message, text + b"\0", len(text) + 1)
             return 1
+        finally:
+            if lent is not None:
+                lent._released = True  # the table is the caller's again: as_numpy() refuses from now on
 
     return _Callback(callback)
 

@@ -523,7 +523,7 @@ class View:
         if copy:
             flags |= FLAG_COPY
         streamHandle = _streamHandle(stream, device)
-        versioned = max_version is not None and int(tuple(max_version)[0]) >= 1
+        versioned = _wants_versioned(max_version)
 
         # The tensor holds a reference to the Context (released by its deleter).
         _Py_IncRef(context)
@@ -555,6 +555,19 @@ class View:
         return f"<openmmgraph.dlpack.View {self.name} of {self._context!r}>"
 
 
+def _wants_versioned(max_version):
+    """Whether a consumer's ``max_version`` (None or a (major, minor) tuple of integers) asks for a
+    versioned capsule (DLPack >= 1.0)."""
+    if max_version is None:
+        return False
+    try:
+        major, _minor = (operator.index(v) for v in max_version)
+    except (TypeError, ValueError):
+        raise TypeError(f"__dlpack__: max_version: expected None or a (major, minor) tuple of integers, "
+                        f"found {max_version!r}") from None
+    return major >= 1
+
+
 class BorrowedView:
     """A tensor lent to a :func:`callback_force` function for the duration of
     one call (positions, forces, box or atom order of the Context, in the
@@ -562,7 +575,9 @@ class BorrowedView:
     ``__dlpack__`` and ``__dlpack_device__``, so ``torch.from_dlpack(view)``,
     ``numpy.from_dlpack(view)`` and friends give zero-copy arrays; those arrays
     point into the Context's memory and must not be used after the call
-    returns (OpenMM then owns the buffers again)."""
+    returns (OpenMM then owns the buffers again; the view itself raises
+    BufferError from then on).  Positions, box and atom order are lent
+    read-only; forces writable."""
 
     def __init__(self, address, name, read_only):
         self._address = address
@@ -570,21 +585,35 @@ class BorrowedView:
         self.name = name
         self.read_only = read_only
 
+    def _release(self):
+        """End the loan (the callback returned): the tensor's memory is OpenMM's again."""
+        self._address = None
+        self._tensor = None
+
+    def _live(self):
+        if self._tensor is None:
+            raise BufferError(f"the callback's {self.name} view was used after the callback returned; its memory is "
+                              "OpenMM's again (copy what you need inside the callback)")
+        return self._tensor
+
     def __dlpack_device__(self):
-        return (DLDeviceType(self._tensor.device.device_type), int(self._tensor.device.device_id))
+        tensor = self._live()
+        return (DLDeviceType(tensor.device.device_type), int(tensor.device.device_id))
 
     @property
     def shape(self):
-        return tuple(self._tensor.shape[i] for i in range(self._tensor.ndim))
+        tensor = self._live()
+        return tuple(tensor.shape[i] for i in range(tensor.ndim))
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        self._live()
         if copy:
             raise BufferError(f"__dlpack__: the callback's {self.name} view cannot be copied here; copy the array you get")
         if dl_device is not None and (int(dl_device[0]), int(dl_device[1])) != tuple(int(d) for d in self.__dlpack_device__()):
             raise BufferError(f"__dlpack__: the callback's {self.name} view lives on {self.__dlpack_device__()}, not {tuple(dl_device)}")
         # No stream handshake: inside the callback the caller works on OpenMM's stream (the `stream` argument).
         lib = _library()
-        versioned = max_version is not None and int(tuple(max_version)[0]) >= 1
+        versioned = _wants_versioned(max_version)
         out = ctypes.c_void_p()
         lib.check(lib.borrowTensor(self._address, 1 if versioned else 0, FLAG_READ_ONLY if self.read_only else 0, ctypes.byref(out)),
                   f"callback view {self.name}")
@@ -592,6 +621,8 @@ class BorrowedView:
         return _PyCapsule_New(out.value, name, lib.capsuleDestructor)
 
     def __repr__(self):
+        if self._tensor is None:
+            return f"<openmmgraph.dlpack.BorrowedView {self.name} (released)>"
         return f"<openmmgraph.dlpack.BorrowedView {self.name} {self.shape}>"
 
 
@@ -627,6 +658,11 @@ def callback_force(function, periodic=False):
     kJ/mol.  On CUDA, queue GPU work on ``stream`` (OpenMM's CUstream, e.g.
     ``torch.cuda.ExternalStream(stream)``) or synchronise with it.  An exception
     in the function is printed and makes OpenMM raise an OpenMMException.
+    Positions, box and atom order are lent read-only; the views raise
+    BufferError once the call has returned.  The function must not evaluate
+    its own Context (``getState`` with energy or forces, a step): that is an
+    OpenMMException, as the nested evaluation would refill the force buffer
+    the outer one is filling.
 
     Returns the force (an openmm.Force; add it to a System).  Function and
     force live as long as the process (OpenMM may call the function whenever a
@@ -639,21 +675,30 @@ def callback_force(function, periodic=False):
         raise TypeError(f"callback_force: function must be callable, found {type(function).__name__}")
 
     def trampoline(userData, positions, forces, box, atomOrder, stream, energy):
+        views = []
         try:
-            result = function(
-                BorrowedView(positions, "positions", False),
+            # Positions are lent read-only (the C signature's const): a write would change them mid-evaluation.
+            views = [
+                BorrowedView(positions, "positions", True),
                 BorrowedView(forces, "forces", False) if forces else None,
                 BorrowedView(box, "box", True),
                 BorrowedView(atomOrder, "atom_order", True),
-                int(stream),
-            )
+            ]
+            result = function(*views, int(stream))
             energy[0] = float(result)
             return 0
         except BaseException:  # noqa: B902 - reported to OpenMM, never raised through C
-            import traceback
+            try:  # the report must not stop the failure from reaching OpenMM (a broken stderr, the recursion limit)
+                import traceback
 
-            traceback.print_exc()
+                traceback.print_exc()
+            except BaseException:  # noqa: B902
+                pass
             return 1
+        finally:
+            for view in views:
+                if view is not None:
+                    view._release()
 
     callback = _CALLBACK_TYPE(trampoline)
     _CALLBACK_TRAMPOLINES.append(callback)

@@ -30,6 +30,7 @@ so that ``mpiexec`` sees the failure and stops the whole job.
 
 import atexit
 import ctypes
+import operator
 import os
 import sys
 import threading
@@ -239,13 +240,25 @@ class Communicator(Endpoint):
 
     def __init__(self, ghost_owner_rank, ghost_owner_row, num_owned):
         dll = _library()
-        ranks = np.ascontiguousarray(np.asarray(ghost_owner_rank, dtype=np.int64).reshape(-1))
-        rows = np.ascontiguousarray(np.asarray(ghost_owner_row, dtype=np.int64).reshape(-1))
-        self.num_owned = int(num_owned)
+        problem = None
+        lists = []
+        for name, values in (("ghost_owner_rank", ghost_owner_rank), ("ghost_owner_row", ghost_owner_row)):
+            array = np.asarray(values)
+            if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+                problem = problem or f"{name} must be a 1-D list of integers, found shape {list(array.shape)} of {array.dtype}"
+                array = np.zeros(0, dtype=np.int64)
+            lists.append(np.ascontiguousarray(array, dtype=np.int64))
+        ranks, rows = lists
+        try:
+            self.num_owned = operator.index(num_owned)
+        except TypeError:
+            problem = problem or f"num_owned must be an integer, found {num_owned!r}"
+            self.num_owned = 0
         self.num_ghost = len(rows)
         self.handle = 0
-        problem = None
-        if len(ranks) != len(rows):
+        if problem is not None:
+            pass
+        elif len(ranks) != len(rows):
             problem = f"ghost_owner_rank has {len(ranks)} entries but ghost_owner_row has {len(rows)}"
         elif len(ranks) and (ranks.min() < np.iinfo(np.int32).min or ranks.max() > np.iinfo(np.int32).max):
             problem = "ghost_owner_rank has entries outside the int32 range"

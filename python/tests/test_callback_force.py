@@ -93,6 +93,80 @@ def test_an_exception_in_the_callback_becomes_an_openmm_exception(capsys):
     assert "bias failed on purpose" in capsys.readouterr().err
 
 
+def reference_context(system, positions=None):
+    context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName("Reference"))
+    context.setPositions(np.arange(15, dtype=float).reshape(5, 3) * 0.1 if positions is None else positions)
+    return context
+
+
+def test_misuse_of_the_callback_is_an_error_not_a_crash(monkeypatch):
+    kept = {}
+
+    def keep(positions, forces, box, atom_order, stream):
+        kept["positions"] = positions
+        assert not np.from_dlpack(positions).flags.writeable  # lent read-only, as the C signature's const says
+        return 0.0
+
+    system = make_system()
+    force = dlpack.callback_force(keep)
+    system.addForce(force)
+    context = reference_context(system)
+    context.getState(getEnergy=True)
+    # A view kept past the call: its memory is OpenMM's again.
+    with pytest.raises(BufferError, match="positions view was used after the callback returned"):
+        kept["positions"].shape
+    with pytest.raises(BufferError, match="after the callback returned"):
+        np.from_dlpack(kept["positions"])
+    # The function cleared after the Context was created.
+    force.setFunctionAddress(0, 0)
+    with pytest.raises(openmm.OpenMMException, match="function was cleared after the Context was created"):
+        context.getState(getEnergy=True)
+
+
+def test_a_callback_that_evaluates_its_own_context_is_refused(capsys):
+    holder = {}
+
+    def reentrant(positions, forces, box, atom_order, stream):
+        holder["context"].getState(getEnergy=True, groups={0})  # the rest of the System's energy, from inside
+        return 0.0
+
+    # The callback first in the System, so that a nested evaluation would refill the force buffer before the bonds
+    # add theirs (their forces doubled, with no error, before the check).
+    system = openmm.System()
+    for _ in range(5):
+        system.addParticle(12.0)
+    bias = dlpack.callback_force(reentrant)
+    bias.setForceGroup(1)
+    system.addForce(bias)
+    bonds = openmm.HarmonicBondForce()
+    for i in range(4):
+        bonds.addBond(i, i + 1, 0.15, 500.0)
+    system.addForce(bonds)
+    holder["context"] = reference_context(system)
+    with pytest.raises(openmm.OpenMMException, match="CallbackForce: the callback function reported failure"):
+        holder["context"].getState(getForces=True)
+    assert "evaluated its own Context" in capsys.readouterr().err
+
+
+def test_a_callback_failure_is_reported_even_when_printing_it_fails(monkeypatch):
+    class BrokenStream:
+        def write(self, text):
+            raise OSError("stderr is gone")
+
+        def flush(self):
+            pass
+
+    def broken(positions, forces, box, atom_order, stream):
+        raise ValueError("bias failed")
+
+    system = make_system()
+    system.addForce(dlpack.callback_force(broken))
+    context = reference_context(system)
+    monkeypatch.setattr("sys.stderr", BrokenStream())
+    with pytest.raises(openmm.OpenMMException, match="reported failure"):
+        context.getState(getEnergy=True)
+
+
 def test_callback_views_describe_the_state():
     seen = {}
 

@@ -384,6 +384,27 @@ def test_errors_name_the_problem():
     assert torch.ops.openmmgraph.communicate(torch.zeros(5, 3, device="meta"), 0, 3).shape == (5, 3)
 
 
+def test_a_closed_endpoint_and_a_kept_buffer_are_errors():
+    kept = []
+
+    def keep(buffer):
+        kept.append(buffer)
+        buffer.as_numpy()  # fine during the call
+
+    features = torch.randn(5, 3, dtype=torch.float64)
+    engine = communicate.Communicator(keep, keep, name="keeper")
+    torch.ops.openmmgraph.communicate(features, engine.handle, 3)
+    with pytest.raises(ValueError, match="used after its callback returned"):
+        kept[0].as_numpy()
+    engine.close()
+    engine.close()  # idempotent
+    # Handle 0 would mean "one domain": a closed endpoint must not silently become the identity.
+    with pytest.raises(ValueError, match="the endpoint is closed"):
+        engine.handle
+    with pytest.raises(ValueError, match="the endpoint is closed"):
+        torch.ops.openmmgraph.communicate(features, int(engine), 3)
+
+
 def test_a_failing_domain_fails_the_others_without_a_hang():
     x, h0, parameters = make_system()
     owned, ghosts = decompose(x, 2)

@@ -281,6 +281,7 @@ for case, lists in {
     "lengths": ([0, 0], [0]),
     "owner_rank": ([size + 2], [0]),
     "owner_row": ([0], [owned_count(0) + 5]),
+    "fractional": ([0.9], [1.7]),  # never truncated to 0 and 1
 }.items():
     try:
         if rank == 1:
@@ -315,10 +316,12 @@ def test_exchange_through_the_c_interface(mpiexec, tmp_path, ranks):
             assert "ValueError: openmmgraph.mpi.Communicator: ghost_owner_rank has 2 entries but ghost_owner_row has 1" == r["create_lengths"]
             assert f"ghost 0 has owner rank {ranks + 2}, not in [0, {ranks})" in r["create_owner_rank"]
             assert "ghost 0 copies row 9 of rank 0, which owns 4 rows" in r["create_owner_row"]
+            assert "ghost_owner_rank must be a 1-D list of integers, found shape [1] of float64" in r["create_fractional"]
         else:
             assert "rank 1 failed" in r["create_lengths"] and "numGhost is -1" in r["create_lengths"]
             assert "rank 1 failed" in r["create_owner_rank"] and "not in [0," in r["create_owner_rank"]
             assert "rank 1 failed" in r["create_owner_row"] and "which owns 4 rows" in r["create_owner_row"]
+            assert "rank 1 failed" in r["create_fractional"] and "numGhost is -1" in r["create_fractional"]
     assert results[last]["ghosts"] == 0 and all(results[r]["ghosts"] > 0 for r in range(last))
 
 

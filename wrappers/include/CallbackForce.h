@@ -34,7 +34,10 @@ namespace GraphPlugin {
  * - stream is OpenMM's CUDA stream (a CUstream) on the CUDA platform, 0 on
  *   host platforms: device work must be queued on it (or synchronised with it);
  * - return 0 on success; anything else makes the evaluation throw an
- *   OpenMMException.
+ *   OpenMMException;
+ * - it must not evaluate its own Context (getState with energy or forces, a
+ *   step): the nested evaluation throws an OpenMMException, as it would
+ *   refill the force buffer the outer one is filling.
  *
  * A CallbackForce holds a function pointer, so it cannot be serialized.
  */
@@ -44,7 +47,11 @@ public:
     typedef int (*Function)(void* userData, const void* positions, void* forces, const void* box, const void* atomOrder,
                             uintptr_t stream, double* energy);
     CallbackForce();
-    /** Set the function and the pointer passed to it as userData (both may be changed before Context creation). */
+    /**
+     * Set the function and the pointer passed to it as userData.  The Context
+     * calls whatever is set at each evaluation; a function cleared (NULL)
+     * after Context creation makes the next evaluation throw.
+     */
     void setFunction(Function function, void* userData);
     /** The same as integers (for bindings such as Python's ctypes and Julia's @cfunction). */
     void setFunctionAddress(unsigned long long function, unsigned long long userData);

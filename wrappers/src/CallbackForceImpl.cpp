@@ -34,8 +34,27 @@ void CallbackForceImpl::initialize(ContextImpl& context) {
 }
 
 double CallbackForceImpl::calcForcesAndEnergy(ContextImpl& context, bool includeForces, bool includeEnergy, int groups) {
+    // Before the group test: a nested evaluation of any group would clear and refill the force buffer that the outer
+    // one is filling (its forces doubled), and one of the callback's own group would recurse without end.
+    if (inCall)
+        throw OpenMMException("CallbackForce: the callback function evaluated its own Context (getState with energy or forces, or a "
+                              "step) while the Context was evaluating it; compute what it needs from the views it is given, or "
+                              "use another Context");
     if ((groups & (1 << owner.getForceGroup())) == 0)
         return 0.0;
+    const CallbackForce::Function function = owner.getFunction();
+    if (function == nullptr)
+        throw OpenMMException("CallbackForce: the function was cleared after the Context was created; set one again (or "
+                              "reinitialize the Context)");
+    struct InCall {
+        bool& flag;
+        explicit InCall(bool& flag) : flag(flag) {
+            flag = true;
+        }
+        ~InCall() {
+            flag = false;
+        }
+    } guard(inCall);
     double energy = 0.0;
     int status;
     try {
@@ -45,8 +64,8 @@ double CallbackForceImpl::calcForcesAndEnergy(ContextImpl& context, bool include
         StateView box = provider->describe(OMMGRAPH_VIEW_BOX);
         StateView order = provider->describe(OMMGRAPH_VIEW_ATOM_ORDER);
         BorrowedTensor positionsTensor(positions), forcesTensor(forces), boxTensor(box), orderTensor(order);
-        status = owner.getFunction()(owner.getUserData(), &positionsTensor.tensor, includeForces ? &forcesTensor.tensor : nullptr,
-                                     &boxTensor.tensor, &orderTensor.tensor, provider->stream(), &energy);
+        status = function(owner.getUserData(), &positionsTensor.tensor, includeForces ? &forcesTensor.tensor : nullptr, &boxTensor.tensor,
+                          &orderTensor.tensor, provider->stream(), &energy);
     }
     catch (const DLPackError& e) {
         throw OpenMMException(std::string("CallbackForce: ") + e.what());

@@ -33,6 +33,9 @@ public:
 
 private:
     const CallbackForce& owner;
+    /** Whether the function is running: an evaluation of the Context from inside it is refused (it would reuse the force buffer being
+     * filled). */
+    bool inCall = false;
 };
 
 } // namespace GraphPlugin

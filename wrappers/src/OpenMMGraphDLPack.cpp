@@ -157,6 +157,15 @@ OMMGRAPH_C_EXPORT int ommgraph_borrow_tensor(const DLTensor* tensor, int version
         if (tensor->ndim < 1 || tensor->ndim > OMMGRAPH_VIEW_MAX_DIMS || tensor->byte_offset != 0)
             throw DLPackError(OMMGRAPH_ERROR_ARGUMENT, "only tensors of 1 or 2 dimensions without byte_offset can be borrowed (found ndim " +
                                                            std::to_string(tensor->ndim) + ")");
+        if (tensor->shape == nullptr)
+            throw DLPackError(OMMGRAPH_ERROR_ARGUMENT, "the tensor's shape must not be NULL");
+        if (tensor->dtype.lanes != 1)
+            throw DLPackError(OMMGRAPH_ERROR_ARGUMENT,
+                              "only tensors of one lane can be borrowed (found " + std::to_string(tensor->dtype.lanes) + " lanes)");
+        for (int i = 0; i < tensor->ndim; i++)
+            if (tensor->shape[i] < 0)
+                throw DLPackError(OMMGRAPH_ERROR_ARGUMENT,
+                                  "the tensor's shape[" + std::to_string(i) + "] is negative (" + std::to_string(tensor->shape[i]) + ")");
         StateView view;
         view.layout.structSize = sizeof(OMMGraphViewDescriptor);
         view.layout.data = tensor->data;
