@@ -657,8 +657,9 @@ def callback_force(function, periodic=False):
     the sum independent of the order of additions) and return the energy in
     kJ/mol.  On CUDA, queue GPU work on ``stream`` (OpenMM's CUstream, e.g.
     ``torch.cuda.ExternalStream(stream)``) or synchronise with it.  An exception
-    in the function is printed and makes OpenMM raise an OpenMMException.
-    Positions, box and atom order are lent read-only; the views raise
+    in the function is printed and makes OpenMM raise an OpenMMException, as
+    does a non-finite energy; the forces it adds are not checked (as with
+    OpenMM's own custom forces).  Positions, box and atom order are lent read-only; the views raise
     BufferError once the call has returned.  The function must not evaluate
     its own Context (``getState`` with energy or forces, a step): that is an
     OpenMMException, as the nested evaluation would refill the force buffer
