@@ -555,6 +555,9 @@ TEST(GraphModelLoader, TorchScriptArchiveEntriesMustMatchTheirCrc) {
     entries = torchEntries();
     entries[3].deflated[3] ^= 1;
     expectTorchRejected(makeZip(entries), {"'m/code/__torch__/stored.py'", "invalid stored block lengths"});
+    entries = torchEntries();
+    entries[1].deflated += "junk";
+    expectTorchRejected(makeZip(entries), {"'m/code/__torch__/m.py'", "4 bytes after the end of its deflated data"});
     // Methods other than stored and deflated, and encrypted entries, cannot be checked: refused.
     entries = torchEntries();
     entries[1].method = 12;

@@ -242,14 +242,16 @@ public:
     static std::vector<std::string> getPropertyKeys();
     /**
      * Copy the particle types into a Context that was created with this force.
-     * The set of particles (their number and System indices) cannot change this
-     * way; only their types can.
+     * Only types can change this way: a changed set of particles (their number
+     * and System indices), periodicity or property throws an OpenMMException
+     * (reinitialize the Context for those).
      */
     void updateParametersInContext(OpenMM::Context& context);
     /**
      * Evaluate the model on the Context's current positions and return the
      * energy of each particle of this force (E_i of the model, kJ/mol), in the
-     * order of addParticle().  They sum to the force's energy.
+     * order of addParticle().  They sum to the force's energy.  With
+     * CheckFinite not "false", a non-finite E_i throws an OpenMMException.
      */
     std::vector<double> getParticleEnergies(OpenMM::Context& context) const;
     /**

@@ -146,16 +146,18 @@ uint64_t dataOffset(const std::string& bytes, const Entry& entry) {
 }
 
 /**
- * Inflate the raw deflate stream (RFC 1951) of an entry, `inputSize` bytes at `input`, with zlib into `out`, which
- * grows only as the data really inflate and never beyond `limit` bytes (the size the directory records); a damaged
- * stream throws naming the entry.
+ * Inflate the raw deflate stream (RFC 1951) of an entry, `inputSize` bytes at `input`, with zlib, chunk by chunk:
+ * returns the inflated size and its CRC-32 in `crc`, and appends the data to `out` when given (so a check alone holds
+ * one chunk, never the whole entry).  A stream that inflates beyond `limit` bytes (the size the directory records),
+ * ends early, is invalid or has bytes after its end throws naming the entry.
  */
-void inflateEntry(const Entry& entry, const unsigned char* input, uint64_t inputSize, uint64_t limit, std::string& out) {
+uint64_t inflateEntry(const Entry& entry, const unsigned char* input, uint64_t inputSize, uint64_t limit, std::string* out, uint32_t& crc) {
     z_stream stream{};
     if (inflateInit2(&stream, -MAX_WBITS) != Z_OK) // negative window bits: a raw stream, as zip stores it
         entryError(entry, "cannot be inflated: zlib could not start");
     std::vector<unsigned char> chunk(1 << 20);
-    uint64_t consumed = 0;
+    uint64_t consumed = 0, inflated = 0;
+    crc = 0;
     std::string problem;
     while (problem.empty()) {
         if (stream.avail_in == 0 && consumed < inputSize) {
@@ -168,14 +170,20 @@ void inflateEntry(const Entry& entry, const unsigned char* input, uint64_t input
         stream.avail_out = (uInt) chunk.size();
         const int status = inflate(&stream, Z_NO_FLUSH);
         const size_t produced = chunk.size() - stream.avail_out;
-        if (produced > limit - std::min<uint64_t>(limit, out.size()))
+        if (produced > limit - std::min<uint64_t>(limit, inflated)) {
             problem = "is corrupt: it inflates to more than the " + std::to_string(limit) + " bytes the directory records";
-        else
-            out.append(reinterpret_cast<const char*>(chunk.data()), produced);
-        if (status == Z_STREAM_END)
             break;
-        if (!problem.empty())
+        }
+        inflated += produced;
+        crc = ZipArchive::crc32(chunk.data(), produced, crc);
+        if (out != nullptr)
+            out->append(reinterpret_cast<const char*>(chunk.data()), produced);
+        if (status == Z_STREAM_END) {
+            const uint64_t left = stream.avail_in + (inputSize - consumed);
+            if (left != 0)
+                problem = "is corrupt: it has " + std::to_string(left) + " bytes after the end of its deflated data";
             break;
+        }
         if (status == Z_BUF_ERROR && stream.avail_in == 0 && consumed == inputSize)
             problem = "is corrupt: its deflated stream ends early (before its last block)";
         else if (status != Z_OK && status != Z_BUF_ERROR)
@@ -185,6 +193,7 @@ void inflateEntry(const Entry& entry, const unsigned char* input, uint64_t input
     inflateEnd(&stream);
     if (!problem.empty())
         entryError(entry, problem);
+    return inflated;
 }
 
 /** Check one entry's data against its directory record; `content` receives the data when given. */
@@ -208,11 +217,10 @@ void checkEntry(const std::string& bytes, const Entry& entry, std::string* conte
             entryError(entry, "is corrupt: the directory records " + std::to_string(entry.size) + " bytes of content for " +
                                   std::to_string(entry.compressed) + " deflated bytes");
         std::string inflated;
-        inflateEntry(entry, begin, entry.compressed, entry.size, inflated);
-        if (inflated.size() != entry.size)
-            entryError(entry, "is corrupt: it inflates to " + std::to_string(inflated.size()) + " bytes, the directory records " +
+        const uint64_t size = inflateEntry(entry, begin, entry.compressed, entry.size, content ? &inflated : nullptr, crc);
+        if (size != entry.size)
+            entryError(entry, "is corrupt: it inflates to " + std::to_string(size) + " bytes, the directory records " +
                                   std::to_string(entry.size));
-        crc = ZipArchive::crc32(reinterpret_cast<const unsigned char*>(inflated.data()), inflated.size());
         if (content)
             content->swap(inflated);
     }

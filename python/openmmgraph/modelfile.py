@@ -646,31 +646,38 @@ class ModelFile:
 
 
 def write_atomically(path, data: bytes) -> None:
-    """Replace the file at ``path`` by ``data`` at once (temporary file + os.replace).
+    """Replace the regular file at ``path`` by ``data`` at once (temporary file + os.replace).
 
-    A new file gets the permissions open() would give it; an existing one keeps
-    its own. On any failure the temporary file is removed and ``path`` is
-    untouched.
+    A new file gets the permissions open() would give it (the temporary file is
+    created with mode 0o666 less the umask); an existing one keeps its mode.
+    On any failure the temporary file is removed and ``path`` is untouched.
+    Anything else at ``path`` (a device such as /dev/null, a FIFO) is written
+    in place, as open() would.
     """
-    import tempfile
+    import secrets
+    import stat
 
     target = os.path.realpath(os.fspath(path))
     if os.path.isdir(target):
         raise IsADirectoryError(f"cannot write the model: {os.fspath(path)!r} is a directory")
-    folder = os.path.dirname(target)
     try:
-        mode = os.stat(target).st_mode & 0o7777
+        existing = os.stat(target)
     except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    descriptor, temporary = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(target) + ".", suffix=".tmp")
+        existing = None
+    if existing is not None and not stat.S_ISREG(existing.st_mode):
+        with open(target, "wb") as stream:
+            stream.write(data)
+        return
+    folder, name = os.path.split(target)
+    temporary = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(descriptor, "wb") as stream:
             stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())
-        os.chmod(temporary, mode)
+        if existing is not None:
+            os.chmod(temporary, stat.S_IMODE(existing.st_mode))
         os.replace(temporary, target)
     except BaseException:
         try:

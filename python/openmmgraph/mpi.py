@@ -243,7 +243,11 @@ class Communicator(Endpoint):
         problem = None
         lists = []
         for name, values in (("ghost_owner_rank", ghost_owner_rank), ("ghost_owner_row", ghost_owner_row)):
-            array = np.asarray(values)
+            try:
+                array = np.asarray(values)
+            except Exception as error:  # ragged lists and the like: still a local problem, never a raise before the collective
+                problem = problem or f"{name} must be a 1-D list of integers ({type(error).__name__}: {error})"
+                array = np.zeros(0, dtype=np.int64)
             if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
                 problem = problem or f"{name} must be a 1-D list of integers, found shape {list(array.shape)} of {array.dtype}"
                 array = np.zeros(0, dtype=np.int64)
@@ -251,7 +255,7 @@ class Communicator(Endpoint):
         ranks, rows = lists
         try:
             self.num_owned = operator.index(num_owned)
-        except TypeError:
+        except Exception:
             problem = problem or f"num_owned must be an integer, found {num_owned!r}"
             self.num_owned = 0
         self.num_ghost = len(rows)

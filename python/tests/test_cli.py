@@ -117,7 +117,7 @@ _TRAIN = ["--epochs", "1", "--cutoff", "3", "--channels", "2", "--axis", "1", "-
         (["-o", "data.extxyz"], "'output' 'data.extxyz' is the training data 'data.extxyz'; choose another path"),
         (["-o", "./sub/../data.extxyz"], "is the training data 'data.extxyz'"),
         (["-o", "."], "'output' '.': is a folder"),
-        (["-o", "missing/m.safetensors"], "'output' 'missing/m.safetensors': the folder '.*missing' does not exist"),
+        (["-o", "data.extxyz/m.safetensors"], "'output' .*: cannot be made .*data.extxyz' is not a folder"),
         (["--cutoff", "inf"], "'cutoff': expected a finite number, found inf"),
         (["--cutoff", "nan"], "'cutoff': expected a finite number, found nan"),
         (["--set", "type_map=5"], "'type_map': expected a list of type names"),

@@ -235,6 +235,9 @@ def test_a_failed_write_leaves_the_old_file_intact(tmp_path, monkeypatch):
     assert path.stat().st_mode & 0o777 == 0o640
     with pytest.raises(IsADirectoryError, match="is a directory"):
         other.write(tmp_path)
+    # Not a regular file (a device, a FIFO): written in place, as open() would.
+    other.write(os.devnull)
+    assert os.path.exists(os.devnull) and not os.path.isfile(os.devnull)
 
 
 def test_error_names_the_path(tmp_path):

@@ -342,6 +342,9 @@ def test_train_refuses_an_output_that_is_its_training_data(tmp_path):
     with pytest.raises(ValueError, match="'output' .* is the training data"):
         train(data=[str(tmp_path / "npy")], output=str(tmp_path / "npy"), log=None, **TINY)
     assert sorted(os.listdir(tmp_path / "npy" / "set.000")) == ["box.npy", "coord.npy", "energy.npy", "force.npy"]
+    # A new file beside the data, in folders that do not exist yet, is fine (they are made).
+    train(data=[str(data)], output=str(tmp_path / "runs" / "one" / "m.safetensors"), log=None, **TINY)
+    assert (tmp_path / "runs" / "one" / "m.safetensors").is_file()
 
 
 @pytest.mark.parametrize("options, message", [
@@ -370,7 +373,7 @@ def test_train_refuses_an_output_that_is_its_training_data(tmp_path):
     (dict(output=5), "'output': expected a path, found 5"),
     (dict(cutoff=None), "'cutoff': expected a value, found null"),
     (dict(output="OUT_DIR"), "'output' .*: is a folder; expected a file path"),
-    (dict(output="OUT_DIR/missing/m.safetensors"), "'output' .*: the folder .*missing.* does not exist"),
+    (dict(output="A_FILE/missing/m.safetensors"), "'output' .*: cannot be made .*a_file' is not a folder"),
     (dict(checkpoint_dir="A_FILE"), "'checkpoint_dir' .*a_file': exists and is not a folder"),
 ])
 def test_bad_options_are_refused_before_the_data_is_read(tmp_path, options, message):
@@ -486,3 +489,20 @@ def test_flat_cell_is_refused_quickly(tmp_path, cell, message):
     # A small but real cell (every height cutoff / 10) is searched: ~4/3 pi 10^3 images of the atom.
     i, _, _ = frame_pairs(np.zeros((1, 3)), np.eye(3) * 0.3, 3.0)
     assert abs(len(i) - 4 * np.pi / 3 * 1000) < 100
+
+
+def test_frame_pairs_refuses_particles_at_the_same_position_through_an_image():
+    # Particle 1 one lattice vector from particle 0: wrapping leaves a rounding residue, still distance 0.
+    cell = np.diag([7.3, 8.1, 9.7])
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        x0 = rng.uniform(0, 7, 3)
+        x1 = x0 + cell[0]
+        fractional = np.array([x0, x1]) @ np.linalg.inv(cell)
+        wrapped = np.array([x0, x1]) - np.floor(fractional) @ cell
+        if np.any(wrapped[0] != wrapped[1]):
+            break
+    else:
+        pytest.skip("no residue found")
+    with pytest.raises(ValueError, match="particles 0 and 1 are at distance 0"):
+        frame_pairs(np.array([x0, x1, [1.0, 1.0, 1.0]]), cell, 3.0)

@@ -36,10 +36,12 @@ void CallbackForceImpl::initialize(ContextImpl& context) {
 double CallbackForceImpl::calcForcesAndEnergy(ContextImpl& context, bool includeForces, bool includeEnergy, int groups) {
     // Before the group test: a nested evaluation of any group would clear and refill the force buffer that the outer
     // one is filling (its forces doubled), and one of the callback's own group would recurse without end.
-    if (inCall)
+    if (inCall) {
+        reentered = true; // the outer evaluation fails too, even if the callback catches this: its buffer was refilled
         throw OpenMMException("CallbackForce: the callback function evaluated its own Context (getState with energy or forces, or a "
                               "step) while the Context was evaluating it; compute what it needs from the views it is given, or "
                               "use another Context");
+    }
     if ((groups & (1 << owner.getForceGroup())) == 0)
         return 0.0;
     const CallbackForce::Function function = owner.getFunction();
@@ -55,6 +57,7 @@ double CallbackForceImpl::calcForcesAndEnergy(ContextImpl& context, bool include
             flag = false;
         }
     } guard(inCall);
+    reentered = false;
     double energy = 0.0;
     int status;
     try {
@@ -70,6 +73,10 @@ double CallbackForceImpl::calcForcesAndEnergy(ContextImpl& context, bool include
     catch (const DLPackError& e) {
         throw OpenMMException(std::string("CallbackForce: ") + e.what());
     }
+    if (reentered)
+        throw OpenMMException("CallbackForce: the callback function evaluated its own Context while the Context was evaluating it "
+                              "(refused, and the forces of this evaluation are lost); compute what it needs from the views it is "
+                              "given, or use another Context");
     if (status != 0)
         throw OpenMMException("CallbackForce: the callback function reported failure (status " + std::to_string(status) +
                               "); see its own output for the reason");

@@ -36,6 +36,8 @@ private:
     /** Whether the function is running: an evaluation of the Context from inside it is refused (it would reuse the force buffer being
      * filled). */
     bool inCall = false;
+    /** Whether the function tried that during the current call (the call then fails, whatever it returns). */
+    bool reentered = false;
 };
 
 } // namespace GraphPlugin

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..grades import ELEMENT_SYMBOLS, atomic_number
+from ..torch_model import SAME_POSITION_TOLERANCE
 
 # Limits of the periodic image search (frame_pairs): a cell height (distance
 # between opposite faces) below MIN_HEIGHT_FRACTION * cutoff, or a search over
@@ -326,8 +327,13 @@ def frame_pairs(positions: np.ndarray, cell: np.ndarray | None, cutoff: float):
         zero_image = not np.any(image)
         if zero_image:
             np.fill_diagonal(dist_sq, np.inf)
-        if np.any(dist_sq == 0.0):
-            i, j = (int(v) for v in np.argwhere(dist_sq == 0.0)[0])
+        # Distance 0 up to the rounding of the coordinates: the rule of every platform (GraphSamePosition.h).
+        magnitude_i = np.abs(base).max(axis=1)
+        magnitude_j = np.abs(base + image[None, :]).max(axis=1)
+        tolerance_sq = SAME_POSITION_TOLERANCE**2 * (cutoff_sq + magnitude_i[:, None] ** 2 + magnitude_j[None, :] ** 2)
+        coincident = dist_sq <= tolerance_sq
+        if np.any(coincident):
+            i, j = (int(v) for v in np.argwhere(coincident)[0])
             raise ValueError(f"particles {i} and {j} are at distance 0")
         i, j = np.nonzero(dist_sq < cutoff_sq)
         if i.size:

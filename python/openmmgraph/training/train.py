@@ -61,15 +61,21 @@ def same_or_inside(path, other) -> str | None:
     return None
 
 
-def check_output_path(path, what: str = "output") -> None:
+def check_output_path(path, what: str = "output", create_folder: bool = False) -> None:
     """Raise ValueError unless a model file can be written at ``path``: not a folder, in an
-    existing folder that is writable, and not an existing read-only file (checked before any work)."""
+    existing folder that is writable (or, with ``create_folder``, one that can be made), and
+    not an existing read-only file (checked before any work)."""
     path = os.fspath(path)
     if not path:
         raise ValueError(f"{what}: expected a file path, found ''")
     if os.path.isdir(path):
         raise ValueError(f"{what} {path!r}: is a folder; expected a file path")
     folder = os.path.dirname(os.path.abspath(path))
+    if create_folder and not os.path.exists(folder):
+        _check_folder_path(folder, what)
+        return
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise ValueError(f"{what} {path!r}: cannot be made ({folder!r} is not a folder)")
     if not os.path.isdir(folder):
         raise ValueError(f"{what} {path!r}: the folder {folder!r} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):
@@ -228,7 +234,8 @@ class TrainingConfig:
                 if relation == "is inside" and name == "output" and os.path.exists(target):
                     raise ValueError(f"training config: {name!r} {target!r} is a file inside the training data "
                                      f"folder {path!r}; choose another path")
-        check_output_path(self.output, "training config: 'output'")
+        # The output's folder is made if needed (as the default checkpoint folder beside it always made it).
+        check_output_path(self.output, "training config: 'output'", create_folder=True)
         _check_folder_path(checkpoint_dir, "training config: 'checkpoint_dir'")
 
     def checkpoint_folder(self) -> str:
@@ -564,6 +571,7 @@ def train(config: TrainingConfig | dict | None = None, *, log=print, **options) 
     sample_frame = dataset.frames[(val_indices or train_indices)[0]]
     model_file = compress(model, config.intervals, r0,
                           sample=(sample_frame.positions, sample_frame.types, sample_frame.cell))
+    os.makedirs(os.path.dirname(os.path.abspath(config.output)), exist_ok=True)
     model_file.write(config.output, dtype=config.output_dtype)
     say(model_file.report.summary(config.energy_unit, config.length_unit))
     say(f"wrote {config.output} (checkpoints in {checkpoint_dir})")
