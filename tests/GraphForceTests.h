@@ -119,6 +119,22 @@ std::unique_ptr<GraphForce> makeForce(const GraphTest::ModelOptions& options) {
     return std::unique_ptr<GraphForce>(GraphForce::fromModelBytes(GraphTest::makeModelBytes(options)));
 }
 
+/**
+ * Expect `action` to throw an OpenMMException whose message holds every one of `words`; `what` says what must not
+ * have been accepted.
+ */
+template <class Action> void expectRefused(Action action, const std::vector<std::string>& words, const std::string& what) {
+    try {
+        action();
+        ADD_FAILURE() << what << " was accepted";
+    }
+    catch (const OpenMMException& e) {
+        const std::string message = e.what();
+        for (const std::string& word : words)
+            EXPECT_NE(message.find(word), std::string::npos) << "'" << word << "' missing from: " << message;
+    }
+}
+
 /** A System holding only a GraphForce over all particles of the configuration. */
 System* makeSystem(const Configuration& config, const GraphTest::ModelOptions& options, GraphForce** forceOut = nullptr) {
     System* system = new System();
@@ -495,22 +511,12 @@ TEST(GraphForce, UpdateParametersInContextRefusesOtherChanges) {
     context.setPositions(config.positions);
     force->updateParametersInContext(context); // nothing changed: accepted
     force->setUsesPeriodicBoundaryConditions(false);
-    try {
-        force->updateParametersInContext(context);
-        FAIL() << "a change of periodicity was accepted";
-    }
-    catch (const OpenMMException& e) {
-        EXPECT_NE(std::string(e.what()).find("usesPeriodicBoundaryConditions changed from true to false"), std::string::npos) << e.what();
-    }
+    expectRefused([&] { force->updateParametersInContext(context); }, {"usesPeriodicBoundaryConditions changed from true to false"},
+                  "a change of periodicity");
     force->setUsesPeriodicBoundaryConditions(true);
     force->setProperty("CheckFinite", "false");
-    try {
-        force->updateParametersInContext(context);
-        FAIL() << "a change of a property was accepted";
-    }
-    catch (const OpenMMException& e) {
-        EXPECT_NE(std::string(e.what()).find("property CheckFinite changed from \"true\" to \"false\""), std::string::npos) << e.what();
-    }
+    expectRefused([&] { force->updateParametersInContext(context); }, {"property CheckFinite changed from \"true\" to \"false\""},
+                  "a change of a property");
 }
 
 TEST(GraphForce, NonFiniteParticleEnergiesAreRejected) {
@@ -531,13 +537,8 @@ TEST(GraphForce, NonFiniteParticleEnergiesAreRejected) {
                 << "the model did not overflow: the test needs larger radial functions";
             continue;
         }
-        try {
-            force->getParticleEnergies(context);
-            FAIL() << "non-finite particle energies were returned with CheckFinite true";
-        }
-        catch (const OpenMMException& e) {
-            EXPECT_NE(std::string(e.what()).find("is not finite"), std::string::npos) << e.what();
-        }
+        expectRefused([&] { force->getParticleEnergies(context); }, {"is not finite"},
+                      "non-finite particle energies with CheckFinite true");
     }
 }
 
@@ -583,13 +584,8 @@ TEST(GraphForce, CutoffLargerThanHalfTheBoxIsRejected) {
     std::unique_ptr<System> system(makeSystem(config, options));
     system->setDefaultPeriodicBoxVectors(Vec3(1.1, 0, 0), Vec3(0, 1.3, 0), Vec3(0, 0, 1.3));
     VerletIntegrator integrator(0.001);
-    try {
-        Context context(*system, integrator, testPlatform(), testPlatformProperties());
-        FAIL() << "a box smaller than twice the cut-off was accepted";
-    }
-    catch (const OpenMMException& e) {
-        EXPECT_NE(std::string(e.what()).find("cut-off"), std::string::npos) << e.what();
-    }
+    expectRefused([&] { Context context(*system, integrator, testPlatform(), testPlatformProperties()); }, {"cut-off"},
+                  "a box smaller than twice the cut-off");
     // A box that shrinks later (e.g. under a barostat) is caught at the next step.
     system->setDefaultPeriodicBoxVectors(config.box[0], config.box[1], config.box[2]);
     Context context(*system, integrator, testPlatform(), testPlatformProperties());
@@ -617,13 +613,7 @@ TEST(GraphForce, CutoffRoundedAboveHalfTheBoxIsAccepted) {
     const double rounded = energyWithCutoff(std::nextafter(half, 1.0 + half));
     EXPECT_TRUE(std::isfinite(rounded));
     EXPECT_NEAR(rounded, exact, 1e-6 * std::abs(exact));
-    try {
-        energyWithCutoff(half * (1 + 1e-9));
-        FAIL() << "a cut-off beyond half the box was accepted";
-    }
-    catch (const OpenMMException& e) {
-        EXPECT_NE(std::string(e.what()).find("larger than half the smallest height"), std::string::npos) << e.what();
-    }
+    expectRefused([&] { energyWithCutoff(half * (1 + 1e-9)); }, {"larger than half the smallest height"}, "a cut-off beyond half the box");
 }
 
 TEST(GraphForce, ParticlesAtTheSamePositionAreRejected) {
@@ -635,16 +625,7 @@ TEST(GraphForce, ParticlesAtTheSamePositionAreRejected) {
     VerletIntegrator integrator(0.001);
     Context context(*system, integrator, testPlatform(), testPlatformProperties());
     context.setPositions(positions);
-    try {
-        context.getState(State::Forces);
-        FAIL() << "two particles at one position were accepted";
-    }
-    catch (const OpenMMException& e) {
-        std::string message = e.what();
-        EXPECT_NE(message.find("4"), std::string::npos) << message;
-        EXPECT_NE(message.find("17"), std::string::npos) << message;
-        EXPECT_NE(message.find("same position"), std::string::npos) << message;
-    }
+    expectRefused([&] { context.getState(State::Forces); }, {"4", "17", "same position"}, "two particles at one position");
 }
 
 TEST(GraphForce, ParticlesAtTheSamePositionThroughAnImageAreRejected) {
@@ -668,16 +649,8 @@ TEST(GraphForce, ParticlesAtTheSamePositionThroughAnImageAreRejected) {
     VerletIntegrator integrator(0.001);
     Context context(*system, integrator, testPlatform(), testPlatformProperties());
     context.setPositions(positions);
-    try {
-        context.getState(State::Forces | State::Energy);
-        FAIL() << "two particles at one position (through an image) were accepted";
-    }
-    catch (const OpenMMException& e) {
-        std::string message = e.what();
-        EXPECT_NE(message.find(std::to_string(k)), std::string::npos) << message;
-        EXPECT_NE(message.find("17"), std::string::npos) << message;
-        EXPECT_NE(message.find("same position"), std::string::npos) << message;
-    }
+    expectRefused([&] { context.getState(State::Forces | State::Energy); }, {std::to_string(k), "17", "same position"},
+                  "two particles at one position (through an image)");
 }
 
 TEST(GraphForce, NonFinitePositionsAreRejected) {

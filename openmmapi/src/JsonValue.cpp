@@ -107,9 +107,7 @@ private:
         }
         if (!problem.empty()) {
             pos = start;
-            char hex[16];
-            std::snprintf(hex, sizeof(hex), "0x%02X", lead);
-            fail(std::string("a string is not valid UTF-8: the sequence starting with byte ") + hex + " is " + problem);
+            fail("a string is not valid UTF-8: the sequence starting with " + describe(text[start]) + " is " + problem);
         }
         return length;
     }

@@ -217,7 +217,7 @@ def _train(arguments) -> int:
 
 def _convert_deepmd(arguments) -> int:
     from .convert.deepmd import convert_deepmd
-    from .training.train import check_output_path, same_or_inside
+    from .modelfile import check_output_path, same_or_inside
 
     # Before any work: the output must not be the input model, and must be writable.
     if same_or_inside(arguments.output, arguments.model) == "is":

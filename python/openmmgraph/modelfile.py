@@ -645,6 +645,68 @@ class ModelFile:
         write_atomically(path, encoded)
 
 
+# -- output paths, checked before any work (training, convert-deepmd) -------------------------------
+
+
+def same_or_inside(path, other) -> str | None:
+    """'is' when ``path`` is the file or folder ``other`` (same file, or same resolved path),
+    'is inside' when it lies inside the folder ``other``, else None."""
+    path, other = os.fspath(path), os.fspath(other)
+    try:
+        if os.path.exists(path) and os.path.exists(other) and os.path.samefile(path, other):
+            return "is"
+    except OSError:
+        pass
+    real, other_real = os.path.realpath(path), os.path.realpath(other)
+    if real == other_real:
+        return "is"
+    if os.path.isdir(other_real) and os.path.commonpath([real, other_real]) == other_real:
+        return "is inside"
+    return None
+
+
+def check_output_path(path, what: str = "output", create_folder: bool = False) -> None:
+    """Raise ValueError unless a model file can be written at ``path``: not a folder, in an
+    existing folder that is writable (or, with ``create_folder``, one that can be made), and
+    not an existing read-only file (checked before any work)."""
+    path = os.fspath(path)
+    if not path:
+        raise ValueError(f"{what}: expected a file path, found ''")
+    if os.path.isdir(path):
+        raise ValueError(f"{what} {path!r}: is a folder; expected a file path")
+    folder = os.path.dirname(os.path.abspath(path))
+    if create_folder and not os.path.exists(folder):
+        check_folder_path(folder, what)
+        return
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise ValueError(f"{what} {path!r}: cannot be made ({folder!r} is not a folder)")
+    if not os.path.isdir(folder):
+        raise ValueError(f"{what} {path!r}: the folder {folder!r} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"{what} {path!r}: the folder {folder!r} is not writable")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise ValueError(f"{what} {path!r}: the file exists and is not writable")
+
+
+def check_folder_path(path, what: str) -> None:
+    """Raise ValueError unless ``path`` is a folder or can be made as one (its nearest existing
+    ancestor is a writable folder)."""
+    path = os.path.abspath(os.fspath(path))
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise ValueError(f"{what} {path!r}: exists and is not a folder")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ValueError(f"{what} {path!r}: the folder is not writable")
+        return
+    ancestor = os.path.dirname(path)
+    while not os.path.exists(ancestor) and os.path.dirname(ancestor) != ancestor:
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise ValueError(f"{what} {path!r}: cannot be made ({ancestor!r} is not a folder)")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ValueError(f"{what} {path!r}: cannot be made (the folder {ancestor!r} is not writable)")
+
+
 def write_atomically(path, data: bytes) -> None:
     """Replace the regular file at ``path`` by ``data`` at once (temporary file + os.replace).
 

@@ -41,6 +41,12 @@ def _as_tensor(value, dtype=None, device=None) -> torch.Tensor:
 SAME_POSITION_TOLERANCE = 1e-6
 
 
+def same_position_tolerance_squared(cutoff_squared, magnitude_i_squared, magnitude_j_squared):
+    """The squared distance at or below which a pair is two particles at the same position (NumPy or
+    torch operands; they broadcast): SAME_POSITION_TOLERANCE^2 (r_c^2 + m_i^2 + m_j^2)."""
+    return SAME_POSITION_TOLERANCE**2 * (cutoff_squared + magnitude_i_squared + magnitude_j_squared)
+
+
 def check_finite_positions(positions: torch.Tensor) -> None:
     """Raise ValueError naming the first particle of ``positions`` [n, 3] with a NaN or infinite coordinate
     (as the OpenMM platforms do: such a particle would silently lose its neighbours)."""
@@ -139,8 +145,8 @@ def neighbor_pairs(positions, box, cutoff: float):
         not_self = row_ids[:, None] != columns[None, :]
         # Distance 0 up to the rounding of the coordinates, the rule of every platform
         # (openmmapi/include/internal/GraphSamePosition.h).
-        tolerance_squared = SAME_POSITION_TOLERANCE**2 * (
-            cutoff_squared + magnitude_squared[start:stop, None] + magnitude_squared[None, :]
+        tolerance_squared = same_position_tolerance_squared(
+            cutoff_squared, magnitude_squared[start:stop, None], magnitude_squared[None, :]
         )
         coincident = (distance_squared <= tolerance_squared) & (distance_squared < cutoff_squared) & not_self
         if bool(coincident.any()):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..grades import ELEMENT_SYMBOLS, atomic_number
-from ..torch_model import SAME_POSITION_TOLERANCE
+from ..torch_model import same_position_tolerance_squared
 
 # Limits of the periodic image search (frame_pairs): a cell height (distance
 # between opposite faces) below MIN_HEIGHT_FRACTION * cutoff, or a search over
@@ -330,7 +330,7 @@ def frame_pairs(positions: np.ndarray, cell: np.ndarray | None, cutoff: float):
         # Distance 0 up to the rounding of the coordinates: the rule of every platform (GraphSamePosition.h).
         magnitude_i = np.abs(base).max(axis=1)
         magnitude_j = np.abs(base + image[None, :]).max(axis=1)
-        tolerance_sq = SAME_POSITION_TOLERANCE**2 * (cutoff_sq + magnitude_i[:, None] ** 2 + magnitude_j[None, :] ** 2)
+        tolerance_sq = same_position_tolerance_squared(cutoff_sq, magnitude_i[:, None] ** 2, magnitude_j[None, :] ** 2)
         coincident = dist_sq <= tolerance_sq
         if np.any(coincident):
             i, j = (int(v) for v in np.argwhere(coincident)[0])
