@@ -247,6 +247,44 @@ TEST_P(DLPackViewsTest, DeleterReleasesTheOwnerExactlyOnce) {
     }
 }
 
+TEST_P(DLPackViewsTest, ContextLiveViewsCountsOnlyZeroCopyTensorsOfThatContext) {
+    auto liveOf = [](void* context, int which) {
+        int64_t count = -1;
+        EXPECT_EQ(ommgraph_context_live_views(context, which, &count), OMMGRAPH_OK) << ommgraph_last_error();
+        return count;
+    };
+    EXPECT_EQ(liveOf(context.get(), -1), 0);
+    VersionedTensor positionsView = view(OMMGRAPH_VIEW_POSITIONS);
+    VersionedTensor forcesView = view(OMMGRAPH_VIEW_FORCES, OMMGRAPH_VIEW_READ_ONLY);
+    VersionedTensor positionsCopy = view(OMMGRAPH_VIEW_POSITIONS, OMMGRAPH_VIEW_COPY);
+    VersionedTensor box = view(OMMGRAPH_VIEW_BOX);
+    VersionedTensor atomOrder = view(OMMGRAPH_VIEW_ATOM_ORDER); // a copy on host platforms
+    DLManagedTensor* legacy = nullptr;
+    ASSERT_EQ(ommgraph_view_legacy(context.get(), OMMGRAPH_VIEW_FORCES, 0, nullptr, nullptr, &legacy), OMMGRAPH_OK);
+    EXPECT_EQ(liveOf(context.get(), -1), 3);
+    EXPECT_EQ(liveOf(context.get(), OMMGRAPH_VIEW_POSITIONS), 1);
+    EXPECT_EQ(liveOf(context.get(), OMMGRAPH_VIEW_FORCES), 2);
+    EXPECT_EQ(liveOf(context.get(), OMMGRAPH_VIEW_BOX), 0);
+    EXPECT_EQ(liveOf(context.get(), OMMGRAPH_VIEW_ATOM_ORDER), 0);
+    VerletIntegrator otherIntegrator(0.001);
+    Context other(*system, otherIntegrator, Platform::getPlatformByName(GetParam()));
+    EXPECT_EQ(liveOf(&other, -1), 0) << "another Context's count";
+    legacy->deleter(legacy);
+    EXPECT_EQ(liveOf(context.get(), OMMGRAPH_VIEW_FORCES), 1);
+    positionsView.reset();
+    forcesView.reset();
+    EXPECT_EQ(liveOf(context.get(), -1), 0);
+    context->reinitialize(true); // nothing points into the Context: the copies stay valid
+    EXPECT_EQ(static_cast<const double*>(positionsCopy->dl_tensor.data)[0], positions[0][0]);
+
+    int64_t count = 0;
+    EXPECT_EQ(ommgraph_context_live_views(context.get(), 6, &count), OMMGRAPH_ERROR_ARGUMENT);
+    EXPECT_NE(std::string(ommgraph_last_error()).find("unknown view number 6"), std::string::npos) << ommgraph_last_error();
+    EXPECT_EQ(ommgraph_context_live_views(nullptr, -1, &count), OMMGRAPH_ERROR_ARGUMENT);
+    EXPECT_EQ(ommgraph_context_live_views(context.get(), -1, nullptr), OMMGRAPH_ERROR_ARGUMENT);
+    EXPECT_NE(std::string(ommgraph_last_error()).find("must not be NULL"), std::string::npos) << ommgraph_last_error();
+}
+
 TEST_P(DLPackViewsTest, LegacyTensorDescribesTheSameMemory) {
     VersionedTensor versioned = view(OMMGRAPH_VIEW_POSITIONS);
     OwnerRecord record;

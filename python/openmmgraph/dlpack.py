@@ -65,8 +65,17 @@ computed by the views or the helpers.
 Lifetime: every exported tensor holds a reference to the Python Context
 object (released by the tensor's deleter, even after a consumer took the
 capsule), so ``del context`` does not free the memory an array points into.
-Context.reinitialize() does reallocate OpenMM's memory: tensors taken before
-it dangle; take new ones.
+``Context.reinitialize()`` does free OpenMM's memory, so while a zero-copy
+tensor of the Context is alive (an array made from a view without a copy,
+including the host helpers' results on Reference/CPU) it raises an
+``openmm.OpenMMException`` that names the views, and leaves the Context
+unchanged: delete those arrays, then reinitialize and take new ones.  On
+CUDA a device copy (``copy=True``) counts too: it lives in the CUDA context
+OpenMM creates for the Context, which reinitialize() destroys.  Host copies
+and the box are not counted.  This module installs that check on
+``openmm.Context.reinitialize`` when it is imported (a wrapper that asks
+:func:`live_views` of the Context and otherwise calls OpenMM's own method);
+C, C++ and Julia callers ask ``ommgraph_context_live_views`` themselves.
 
 The DLPack protocol: ``__dlpack__(stream=None, max_version=None,
 dl_device=None, copy=None)`` returns a versioned capsule
@@ -275,6 +284,9 @@ class _Library:
         self.liveViews = dll.ommgraph_live_views
         self.liveViews.argtypes = []
         self.liveViews.restype = ctypes.c_int64
+        self.contextLiveViews = dll.ommgraph_context_live_views
+        self.contextLiveViews.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]
+        self.contextLiveViews.restype = ctypes.c_int
         self.borrowTensor = dll.ommgraph_borrow_tensor
         self.borrowTensor.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)]
         self.borrowTensor.restype = ctypes.c_int
@@ -321,10 +333,78 @@ def _library():
     return _lib
 
 
-def live_views():
-    """The number of exported tensors whose deleter has not run yet (all
-    Contexts; for tests of the deleter contract)."""
-    return int(_library().liveViews())
+def live_views(context=None, view=None):
+    """The number of exported tensors whose deleter has not run yet.
+
+    Without arguments: every tensor of every Context, copies included (for
+    tests of the deleter contract).  With ``context`` (an openmm.Context or a
+    Simulation): only the tensors whose memory ``Context.reinitialize()``
+    frees (zero-copy views, and device copies on CUDA), of one view (a :class:`StateViews` attribute name
+    such as ``"forces"``) or of every view (``view=None``)."""
+    lib = _library()
+    if context is None:
+        if view is not None:
+            raise ValueError("live_views: a view needs a context")
+        return int(lib.liveViews())
+    pointer = _contextPointer(_asContext(context))
+    if view is None:
+        number = -1
+    elif view in _ATTRIBUTES:
+        number = _ATTRIBUTES[view]
+    else:
+        raise ValueError(f"live_views: unknown view {view!r}; the views are {', '.join(_ATTRIBUTES)}")
+    count = ctypes.c_int64()
+    lib.check(lib.contextLiveViews(pointer, number, ctypes.byref(count)), "ommgraph_context_live_views")
+    return int(count.value)
+
+
+def _refuseDanglingReinitialize(context):
+    """Raise openmm.OpenMMException when zero-copy tensors of `context` are
+    alive: Context.reinitialize() would free the memory they point into."""
+    import openmm
+
+    if _lib is None or not isinstance(context, openmm.Context) or not int(context.this):
+        return  # nothing was exported in this process (or OpenMM reports the deleted Context itself)
+    if live_views(context) == 0:
+        return
+    import gc
+
+    gc.collect()  # arrays that are garbage in a reference cycle still hold their capsules
+    counts = {name: live_views(context, name) for name in _ATTRIBUTES}
+    alive = {name: count for name, count in counts.items() if count}
+    if not alive:
+        return
+
+    total = sum(alive.values())
+    listed = ", ".join(f"{name} {count}" for name, count in alive.items())
+    raise openmm.OpenMMException(
+        f"Context.reinitialize(): {total} tensor{'s' if total != 1 else ''} exported by openmmgraph.dlpack "
+        f"still point into this Context's memory ({listed}), which reinitialize() frees; delete them, and every "
+        "array made from them without a copy, then call reinitialize() again and take new views "
+        "(host copies are not affected). The Context is unchanged."
+    )
+
+
+def _guardedReinitialize(original):
+    import functools
+
+    @functools.wraps(original)
+    def reinitialize(self, *args, **kwargs):
+        _refuseDanglingReinitialize(self)
+        return original(self, *args, **kwargs)
+
+    reinitialize._openmmgraphGuard = True
+    return reinitialize
+
+
+def _installReinitializeGuard():
+    """Wrap openmm.Context.reinitialize once per process with the check of
+    :func:`_refuseDanglingReinitialize`."""
+    import openmm
+
+    current = openmm.Context.reinitialize
+    if not getattr(current, "_openmmgraphGuard", False):
+        openmm.Context.reinitialize = _guardedReinitialize(current)
 
 
 # --- the Context ----------------------------------------------------------------
@@ -884,3 +964,5 @@ def box(context, xp=None):
         return xp.from_numpy(array)
     return xp.asarray(array)
 
+
+_installReinitializeGuard()

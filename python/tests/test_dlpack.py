@@ -274,6 +274,76 @@ def test_array_keeps_context_alive(platformName, consumer):
     assert alive() is None, "the Context must be freed with the last tensor"
 
 
+@pytest.mark.parametrize("consumer", ["numpy", "torch", "legacy capsule", "helper"])
+def test_reinitialize_refused_while_a_view_is_alive(context, consumer):
+    """Context.reinitialize() frees the memory a zero-copy array points into:
+    while one is alive it raises, names the view and changes nothing; once
+    the arrays are gone it works (and copies never stop it)."""
+    context.getState(getForces=True)
+    v = dlpack.views(context)
+    if consumer == "numpy":
+        array = np.from_dlpack(v.forces)
+    elif consumer == "torch":
+        array = torch.from_dlpack(v.forces)
+    elif consumer == "legacy capsule":
+        array = torch.utils.dlpack.from_dlpack(v.forces.__dlpack__())
+    else:
+        array = dlpack.forces(context)  # the host helpers return the view itself
+    copies = [np.from_dlpack(v.positions, copy=True), np.from_dlpack(v.box), np.from_dlpack(v.atom_order)]
+    assert dlpack.live_views(context) == 1
+    assert dlpack.live_views(context, "forces") == 1
+    assert dlpack.live_views(context, "positions") == 0
+    hostArray = array.numpy() if torch.is_tensor(array) else array
+    before = hostArray.copy()
+    context.setPositions(POSITIONS * 1.01)  # state the refused call must keep
+    with pytest.raises(openmm.OpenMMException, match=r"1 tensor exported .*\(forces 1\).*The Context is unchanged"):
+        context.reinitialize(preserveState=True)
+    np.testing.assert_array_equal(hostArray, before)  # still the Context's memory, still readable
+    np.testing.assert_allclose(statePositions(context), POSITIONS * 1.01)
+    array[0, 0] += 1.0  # and still the Context's: a write reaches it
+    assert np.from_dlpack(v.forces)[0, 0] == before[0, 0] + 1.0
+    del array, hostArray
+    context.reinitialize(preserveState=True)  # copies do not count
+    assert dlpack.live_views(context) == 0
+    np.testing.assert_allclose(statePositions(context), POSITIONS * 1.01)
+    np.testing.assert_allclose(np.from_dlpack(dlpack.views(context).positions), POSITIONS * 1.01)
+    del copies
+
+
+def test_reinitialize_refusal_collects_cycles_and_counts_each_view(context):
+    """Arrays kept only by a reference cycle do not block the reinitialize;
+    several live views are each named."""
+    v = dlpack.views(context)
+    cycle = [np.from_dlpack(v.positions)]
+    cycle.append(cycle)
+    del cycle
+    context.reinitialize()  # the guard collects the cycle before counting
+    v = dlpack.views(context)
+    held = [np.from_dlpack(v.positions), torch.from_dlpack(v.velocities), torch.from_dlpack(v.velocities)]
+    with pytest.raises(openmm.OpenMMException, match=r"3 tensors .*\(positions 1, velocities 2\)"):
+        context.reinitialize()
+    other = makeContext(context.getPlatform().getName())
+    other.reinitialize()  # another Context's views are not this one's
+    del held
+    context.reinitialize()
+
+
+def test_live_views_arguments(context):
+    with pytest.raises(ValueError, match="unknown view 'force'; the views are positions"):
+        dlpack.live_views(context, "force")
+    with pytest.raises(ValueError, match="a view needs a context"):
+        dlpack.live_views(view="forces")
+    with pytest.raises(TypeError, match="expected an openmm.Context"):
+        dlpack.live_views(object())
+    lib = dlpack._library()
+    count = ctypes.c_int64()
+    assert lib.contextLiveViews(int(context.this), 6, ctypes.byref(count)) == 1
+    assert "unknown view number 6" in lib.lastError().decode()
+    assert lib.contextLiveViews(None, -1, ctypes.byref(count)) == 1
+    assert lib.contextLiveViews(int(context.this), -1, None) == 1
+    assert "must not be NULL" in lib.lastError().decode()
+
+
 def test_failed_export_releases_nothing(context):
     """POSITION_CORRECTION does not exist on host platforms: the error names
     it, and the reference taken for the tensor is given back."""

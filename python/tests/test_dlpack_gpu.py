@@ -328,6 +328,32 @@ def test_tensor_keeps_context_alive(precision):
     assert alive() is None
 
 
+@pytest.mark.parametrize("consumer", ["torch", "cupy"])
+def test_reinitialize_refused_while_a_view_is_alive(context, precision, consumer):
+    """reinitialize() frees OpenMM's device arrays and destroys the CUDA context
+    they live in: refused (Context unchanged) while a zero-copy device tensor
+    or a device copy lives; host copies do not count."""
+    xp = torch if consumer == "torch" else pytest.importorskip("cupy")
+    v = dlpack.views(context)
+    held = xp.from_dlpack(v.positions)
+    deviceCopy = torch.from_dlpack(v.forces, copy=True)
+    copies = [hostCopy(v.velocities), np.from_dlpack(v.box)]
+    assert dlpack.live_views(context) == 2
+    with pytest.raises(openmm.OpenMMException, match=r"2 tensors exported .*\(positions 1, forces 1\)"):
+        context.reinitialize(preserveState=True)
+    del deviceCopy
+    with pytest.raises(openmm.OpenMMException, match=r"1 tensor exported .*\(positions 1\)"):
+        context.reinitialize(preserveState=True)
+    tolerance = positionTolerance(precision)
+    np.testing.assert_allclose(statePositions(context), POSITIONS, atol=tolerance, rtol=0)
+    hostHeld = held.cpu().numpy() if consumer == "torch" else xp.asnumpy(held)  # still readable: no cutoff, no reordering
+    np.testing.assert_allclose(hostHeld[:NUM_PARTICLES, :3], POSITIONS, atol=tolerance, rtol=0)
+    del held
+    context.reinitialize(preserveState=True)
+    np.testing.assert_allclose(statePositions(context), POSITIONS, atol=tolerance, rtol=0)
+    del copies
+
+
 def test_deleter_count(context):
     start = dlpack.live_views()
     v = dlpack.views(context)

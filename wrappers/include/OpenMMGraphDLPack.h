@@ -33,7 +33,9 @@
  * given (then the tensor owns a copy, flagged IS_COPIED).
  *
  * Lifetime: a view points into the Context's memory and is valid until the
- * Context is destroyed or reinitialised (Context.reinitialize()); the deleter
+ * Context is destroyed or reinitialised (Context.reinitialize(), which frees
+ * that memory: ask ommgraph_context_live_views() first; the Python binding
+ * refuses the reinitialize while such a tensor is alive); the deleter
  * (which the consumer calls exactly once) frees only the view's own
  * bookkeeping and copies, never OpenMM's memory.  Language bindings keep the
  * Context alive for as long as a view exists (Python: the capsule holds a
@@ -121,6 +123,18 @@ OMMGRAPH_C_EXPORT const char* ommgraph_last_error(void);
 
 /** The number of views whose deleter has not run yet (for tests of the deleter contract). */
 OMMGRAPH_C_EXPORT int64_t ommgraph_live_views(void);
+
+/**
+ * *count receives the number of tensors of `view` (0 to 5, or -1 for every
+ * view) of `context` (an OpenMM::Context*) whose deleter has not run yet and
+ * whose memory Context::reinitialize() frees: zero-copy views, and on CUDA
+ * also device copies (OMMGRAPH_VIEW_COPY without OMMGRAPH_VIEW_HOST), which
+ * live in the CUDA context OpenMM creates for the Context and destroys on
+ * reinitialize.  Host copies, BOX and the host ATOM_ORDER are not counted.
+ * Call it before reinitialize(): while the count is nonzero, a reinitialize
+ * leaves those tensors dangling.
+ */
+OMMGRAPH_C_EXPORT int ommgraph_context_live_views(void* context, int view, int64_t* count);
 
 /**
  * The function of a callback force, called inside every force evaluation:

@@ -101,7 +101,7 @@ OMMGRAPH_C_EXPORT int ommgraph_view_versioned(void* context, int view, unsigned 
         *out = nullptr;
         uint64_t dlpackFlags = 0;
         StateView state = makeStateView(context, view, flags, dlpackFlags);
-        *out = ManagedView::createVersioned(std::move(state), dlpackFlags, owner, releaseOwner);
+        *out = ManagedView::createVersioned(std::move(state), {context, view}, dlpackFlags, owner, releaseOwner);
     });
 }
 
@@ -113,7 +113,7 @@ OMMGRAPH_C_EXPORT int ommgraph_view_legacy(void* context, int view, unsigned fla
         *out = nullptr;
         uint64_t dlpackFlags = 0;
         StateView state = makeStateView(context, view, flags, dlpackFlags);
-        *out = ManagedView::createLegacy(std::move(state), owner, releaseOwner);
+        *out = ManagedView::createLegacy(std::move(state), {context, view}, owner, releaseOwner);
     });
 }
 
@@ -138,6 +138,17 @@ OMMGRAPH_C_EXPORT const char* ommgraph_last_error(void) {
 
 OMMGRAPH_C_EXPORT int64_t ommgraph_live_views(void) {
     return ManagedView::liveCount();
+}
+
+OMMGRAPH_C_EXPORT int ommgraph_context_live_views(void* context, int view, int64_t* count) {
+    return guarded("ommgraph_context_live_views", [&] {
+        if (context == nullptr || count == nullptr)
+            throw DLPackError(OMMGRAPH_ERROR_ARGUMENT, "context and count must not be NULL");
+        if (view != -1 && viewName(view)[0] == '\0')
+            throw DLPackError(OMMGRAPH_ERROR_ARGUMENT, "unknown view number " + std::to_string(view) +
+                                                           " (the views are 0 POSITIONS to 5 BOX, or -1 for every view)");
+        *count = ManagedView::liveCountOf(context, view);
+    });
 }
 
 OMMGRAPH_C_EXPORT int ommgraph_callback_force_create(OMMGraphForceCallback function, void* userData, void** force) {
@@ -182,9 +193,9 @@ OMMGRAPH_C_EXPORT int ommgraph_borrow_tensor(const DLTensor* tensor, int version
         }
         uint64_t dlpackFlags = (flags & OMMGRAPH_VIEW_READ_ONLY) != 0 ? DLPACK_FLAG_BITMASK_READ_ONLY : 0;
         if (versioned)
-            *out = ManagedView::createVersioned(std::move(view), dlpackFlags, nullptr, nullptr);
+            *out = ManagedView::createVersioned(std::move(view), {}, dlpackFlags, nullptr, nullptr);
         else
-            *out = ManagedView::createLegacy(std::move(view), nullptr, nullptr);
+            *out = ManagedView::createLegacy(std::move(view), {}, nullptr, nullptr);
     });
 }
 

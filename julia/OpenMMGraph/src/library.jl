@@ -122,6 +122,27 @@ end
 """
 live_views() = Int(ccall((:ommgraph_live_views, libpath()), Int64, ()))
 
+"""
+    OpenMMGraph.live_views(ctx, view=nothing) -> Int
+
+`ommgraph_context_live_views`: the number of arrays of `ctx` (of one
+view, e.g. `:forces`, or of every view with `nothing`) whose deleter has not run
+yet and whose memory the Context owns: zero-copy views, and on CUDA device
+copies (host copies are not counted).
+`Context.reinitialize()` frees that memory, so check that this is 0 (after
+`GC.gc()`) before reinitializing a Context from Julia; the Python binding
+refuses the reinitialize itself only for the views Python exported.
+"""
+function live_views(ctx, view=nothing)
+    c = _context(ctx)
+    v = view === nothing ? Cint(-1) : Cint(_view(view))
+    count = Ref{Int64}(0)
+    rc = GC.@preserve c ccall((:ommgraph_context_live_views, libpath()), Cint,
+                              (Ptr{Cvoid}, Cint, Ref{Int64}), c.ptr, v, count)
+    _check(rc, :ommgraph_context_live_views, view === nothing ? nothing : _viewname(_view(view)))
+    return Int(count[])
+end
+
 function _check(rc::Integer, func::Symbol, view::Union{Nothing,Symbol}=nothing)
     rc == OMMGRAPH_OK && return nothing
     # The message is per thread; nothing between the failed call and this one yields.

@@ -85,10 +85,15 @@ available(platform) = any(i -> pyconvert(String, omm.Platform.getPlatform(i).get
             fv = OpenMMGraph.view(ctx, OpenMMGraph.FORCES; versioned=true)
             @test fv == f
             @test OpenMMGraph.live_views() == base + 2
+            @test OpenMMGraph.live_views(ctx) == 2
+            @test OpenMMGraph.live_views(ctx, :forces) == 2
+            @test OpenMMGraph.live_views(ctx, :positions) == 0
+            @test_throws ArgumentError OpenMMGraph.live_views(ctx, :force)
             f = nothing
             fv = nothing
             settle_gc()
             @test OpenMMGraph.live_views() == base   # every deleter ran, once
+            @test OpenMMGraph.live_views(ctx) == 0
 
             # Zero copy: a write through the view is what OpenMM sees.
             x = OpenMMGraph.view(ctx, :positions)

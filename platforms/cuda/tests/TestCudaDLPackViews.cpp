@@ -212,6 +212,34 @@ TEST_P(CudaDLPackViewsTest, DeviceCopyIsIndependentAndFreedByTheDeleter) {
     EXPECT_EQ(ommgraph_live_views(), liveAtStart + 1);
 }
 
+TEST_P(CudaDLPackViewsTest, ContextLiveViewsCountsDeviceMemoryButNotHostCopies) {
+    SpringSystem spring(GetParam());
+    auto liveOf = [&](int which) {
+        int64_t count = -1;
+        EXPECT_EQ(ommgraph_context_live_views(spring.context.get(), which, &count), OMMGRAPH_OK) << ommgraph_last_error();
+        return count;
+    };
+    {
+        VersionedTensor positions = view(*spring.context, OMMGRAPH_VIEW_POSITIONS);
+        VersionedTensor atomOrder = view(*spring.context, OMMGRAPH_VIEW_ATOM_ORDER); // OpenMM's own array on CUDA
+        VersionedTensor deviceCopy = view(*spring.context, OMMGRAPH_VIEW_FORCES, OMMGRAPH_VIEW_COPY);
+        VersionedTensor hostCopy = view(*spring.context, OMMGRAPH_VIEW_VELOCITIES, OMMGRAPH_VIEW_COPY | OMMGRAPH_VIEW_HOST);
+        // A device copy lives in the CUDA context OpenMM made for the Context, which reinitialize() destroys.
+        EXPECT_EQ(liveOf(-1), 3);
+        EXPECT_EQ(liveOf(OMMGRAPH_VIEW_ATOM_ORDER), 1);
+        EXPECT_EQ(liveOf(OMMGRAPH_VIEW_FORCES), 1);
+        EXPECT_EQ(liveOf(OMMGRAPH_VIEW_VELOCITIES), 0);
+        positions.reset();
+        atomOrder.reset();
+        deviceCopy.reset();
+        EXPECT_EQ(liveOf(-1), 0);
+        spring.context->reinitialize(true); // the host copy owns its memory and outlives it
+        EXPECT_EQ(hostCopy->dl_tensor.device.device_type, kDLCPU);
+        EXPECT_NEAR(element(hostCopy->dl_tensor, 0, 0), spring.velocities[0][0], 1e-6);
+    }
+    EXPECT_EQ(liveOf(-1), 0);
+}
+
 TEST_P(CudaDLPackViewsTest, StreamHandshakeAcceptsTheSpecialStreams) {
     SpringSystem spring(GetParam());
     for (uintptr_t stream : {(uintptr_t) 0, (uintptr_t) 1, (uintptr_t) 2, UINTPTR_MAX})
