@@ -15,6 +15,7 @@
 #include "TestModelBuilder.h"
 #include "openmm/Context.h"
 #include "openmm/CustomExternalForce.h"
+#include "openmm/NonbondedForce.h"
 #include "openmm/OpenMMException.h"
 #include "openmm/Platform.h"
 #include "openmm/State.h"
@@ -455,6 +456,42 @@ TEST(GraphForce, OnlyTheAddedParticlesTakePart) {
         }
         Vec3 d = result.forces[i] - expected.forces[i / 2];
         EXPECT_LE(std::sqrt(d.dot(d)), (1e-10 + testForceTolerance()) * forceRms(expected.forces) * 10);
+    }
+}
+
+TEST(GraphForce, NonPeriodicForceInAPeriodicSystemKeepsItsParticlesTogether) {
+    // An ML region without periodic boundary conditions in periodic classical surroundings (a cut-off NonbondedForce,
+    // which makes OpenMM's CUDA platform move molecules into the box when it reorders atoms).  The region straddles
+    // the box's corner: were its particles moved into the box one by one, its plain distances would change.  The
+    // GraphForce's energy must stay that of the region alone, through reorderings.
+    GraphTest::ModelOptions options;
+    options.numInteractions = 1;
+    Configuration region = makeConfiguration(Geometry::Cluster, 40, 2, 41);
+    for (Vec3& x : region.positions)
+        x -= Vec3(0.4, 0.45, 0.35);
+    std::unique_ptr<System> alone(makeSystem(region, options));
+    Configuration config = region;
+    config.box[0] = Vec3(3, 0, 0);
+    config.box[1] = Vec3(0, 3, 0);
+    config.box[2] = Vec3(0, 0, 3);
+    GraphForce* force;
+    std::unique_ptr<System> system(makeSystem(config, options, &force));
+    NonbondedForce* nonbonded = new NonbondedForce();
+    nonbonded->setNonbondedMethod(NonbondedForce::CutoffPeriodic);
+    nonbonded->setCutoffDistance(0.9);
+    for (size_t i = 0; i < config.positions.size(); i++)
+        nonbonded->addParticle(0.0, 0.1, 0.0);
+    nonbonded->setForceGroup(1);
+    system->addForce(nonbonded);
+    VerletIntegrator integrator(1e-5);
+    Context context(*system, integrator, testPlatform(), testPlatformProperties());
+    context.setPositions(config.positions);
+    for (int round = 0; round < 2; round++) {
+        State state = context.getState(State::Energy | State::Forces | State::Positions, false, 1 << 0);
+        Result expected = evaluateOnTestPlatform(*alone, state.getPositions());
+        expectEnergyNear(state.getPotentialEnergy(), expected.energy, 1e-10 + testEnergyTolerance(), config.positions.size());
+        expectForcesNear(state.getForces(), expected.forces, 1e-9 + testForceTolerance());
+        integrator.step(260); // past OpenMM's reordering interval of 250 steps
     }
 }
 

@@ -1,4 +1,5 @@
 #include "CudaCalcGraphForceKernel.h"
+#include "CudaGraphForceInfo.h"
 #include "CudaMpiExchange.h"
 #include "CudaNeighborGraph.h"
 #include "internal/GraphModel.h"
@@ -78,6 +79,7 @@ void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce
     domain.exchange = exchange;
     domain.domainIndex = domainIndex;
     pipeline = createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), cudaGraphOptions(force), domain);
+    cu.addForce(new CudaGraphForceInfo(particles, periodic)); // keeps a non-periodic force's particles together when OpenMM wraps molecules
     // The status of an evaluation is read where OpenMM reads its own neighbour-list
     // count: in finishComputation, after every force has been enqueued.
     postComputation = std::make_shared<PostComputationState>();

@@ -1,5 +1,6 @@
 #include "CudaCalcTorchGraphForceKernel.h"
 #include "CudaGraphErrors.h"
+#include "CudaGraphForceInfo.h"
 #include "TorchGraphKernels.h"
 #include "internal/GraphModel.h"
 #include "openmm/OpenMMException.h"
@@ -250,6 +251,7 @@ void CudaCalcTorchGraphForceKernel::initialize(const System& system, const Graph
         ContextSelector selector(cu);
         graph.reset(new CudaNeighborGraph(cu, particles, system.getNumParticles(), model->cutoff, periodic, 0, n, nullptr,
                                           parseNeighborSearch(force.getProperty("CudaNeighborSearch"))));
+        cu.addForce(new CudaGraphForceInfo(particles, periodic)); // a non-periodic force's particles move together
         status.reset(CudaArray::create<GraphStatus>(cu, 1, "graphTorchStatus"));
         counts.reset(CudaArray::create<long long>(cu, std::max(1, n), "graphTorchCounts"));
         scanned.reset(CudaArray::create<long long>(cu, n + 1, "graphTorchScanned"));
