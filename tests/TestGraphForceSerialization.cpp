@@ -1,7 +1,7 @@
 /**
  * Serialization of GraphForce (GraphForceProxy): XmlSerializer round trips of
  * the force and of a System, the embedded model bytes, and the rejection of
- * an unknown version and of damaged model text.
+ * an unknown version, of damaged model text and of hand-edited values.
  */
 #include "GraphForce.h"
 #include "TestModelBuilder.h"
@@ -227,4 +227,66 @@ TEST(GraphForceSerialization, DamagedModelIsRejectedByTheLoader) {
     xml.replace(start + 4, 4, "////");
     std::string message = exceptionMessage(xml);
     EXPECT_NE(message.find("GraphForce"), std::string::npos) << message;
+}
+
+namespace {
+
+/** The XML of a force with the first occurrence of `from` replaced by `to` (which must exist). */
+std::string edited(const std::string& xml, const std::string& from, const std::string& to) {
+    size_t position = xml.find(from);
+    EXPECT_NE(position, std::string::npos) << "no " << from << " in the XML";
+    std::string result = xml;
+    if (position != std::string::npos)
+        result.replace(position, from.size(), to);
+    return result;
+}
+
+} // namespace
+
+TEST(GraphForceSerialization, HandEditedValuesAreRefusedNotCoerced) {
+    std::unique_ptr<GraphForce> force = makeForce(GraphTest::ModelOptions(), 3);
+    const std::string xml = serializeForce(*force);
+    // Each edit, and words the message must hold (OpenMM's own readers would take "true" as false, "H" as 0,
+    // "1x" as 1, "1.9" as version 1 and a missing attribute as its default).
+    const std::vector<std::pair<std::pair<std::string, std::string>, std::vector<std::string>>> cases = {
+        {{"usesPeriodic=\"1\"", "usesPeriodic=\"true\""}, {"'usesPeriodic'", "\"true\"", "expected 1 or 0"}},
+        {{"usesPeriodic=\"1\"", ""}, {"no attribute 'usesPeriodic'"}},
+        {{"forceGroup=\"5\"", "forceGroup=\"three\""}, {"'forceGroup'", "\"three\"", "0 to 31"}},
+        {{"forceGroup=\"5\"", "forceGroup=\"5x\""}, {"'forceGroup'", "\"5x\""}},
+        {{"forceGroup=\"5\"", "forceGroup=\"32\""}, {"'forceGroup'", "\"32\""}},
+        {{"version=\"1\"", "version=\"1.9\""}, {"version \"1.9\""}},
+        {{"version=\"1\"", ""}, {"no attribute 'version'"}},
+        {{"name=\"ML region\"", ""}, {"no attribute 'name'"}},
+        {{"particle=\"4\" type=\"0\"", "particle=\"four\" type=\"1\""}, {"<Particle> element 1", "'particle'", "\"four\""}},
+        {{"particle=\"4\" type=\"0\"", "particle=\"99999999999\" type=\"1\""}, {"'particle'", "\"99999999999\""}},
+        {{"particle=\"4\" type=\"0\"", "particle=\"4\" type=\"H\""}, {"'type'", "\"H\"", "0 to 1"}},
+        {{"particle=\"4\" type=\"0\"", "particle=\"4\" type=\"0\" charge=\"0\""}, {"unknown attribute \"charge\""}},
+        {{"particle=\"4\" type=\"0\"", "particle=\"4\""}, {"<Particle> element 1", "no attribute 'type'"}},
+        {{"<Particle ", "<Atom "}, {"<Particles> has a child <Atom>"}},
+        {{"<Property key=\"CheckFinite\" value=\"false\"/>",
+          "<Property key=\"CheckFinite\" value=\"false\"/><Property key=\"CheckFinite\" value=\"true\"/>"},
+         {"\"CheckFinite\" is given twice"}},
+        {{"<Properties>", "<Extra/><Properties>"}, {"unknown child <Extra>"}},
+        {{" version=\"1\"", " version=\"1\" colour=\"red\""}, {"unknown attribute \"colour\""}},
+    };
+    for (const auto& edit : cases) {
+        const std::string message = exceptionMessage(edited(xml, edit.first.first, edit.first.second));
+        for (const std::string& word : edit.second)
+            EXPECT_NE(message.find(word), std::string::npos)
+                << "edit " << edit.first.second << ": '" << word << "' missing from: " << message;
+        EXPECT_EQ(message.find("GraphForceProxy"), 0u) << message;
+    }
+    EXPECT_EQ(serializeForce(*deserializeForce(xml)), xml) << "the unedited XML still round-trips";
+}
+
+TEST(GraphForceSerialization, NameWithNulIsRefusedAtSerialization) {
+    std::unique_ptr<GraphForce> force = makeForce(GraphTest::ModelOptions(), 2);
+    force->setName(std::string("ml\0usesPeriodic", 15));
+    try {
+        serializeForce(*force);
+        ADD_FAILURE() << "a name with NUL was serialized";
+    }
+    catch (const OpenMMException& e) {
+        EXPECT_NE(std::string(e.what()).find("\"ml\\x00usesPeriodic\" contains a NUL character"), std::string::npos) << e.what();
+    }
 }

@@ -4,6 +4,7 @@
 #include "TestModelBuilder.h"
 #include "internal/GraphModel.h"
 #include "internal/GraphModelLoader.h"
+#include "internal/QuotedText.h"
 #include "openmm/OpenMMException.h"
 #include <cmath>
 #include <cstdint>
@@ -690,7 +691,7 @@ TEST(GraphModelLoader, CudaChunkRowsIsExactlyADecimalWholeNumber) {
             ADD_FAILURE() << "CudaChunkRows \"" << value << "\" was accepted";
         }
         catch (const OpenMMException& e) {
-            EXPECT_NE(std::string(e.what()).find("found \"" + value + "\""), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("found " + quotedText(value)), std::string::npos) << e.what();
         }
     }
     EXPECT_EQ(force->getProperty("CudaChunkRows"), "auto");

@@ -1,9 +1,10 @@
 #include "GraphForce.h"
 #include "internal/GraphForceImpl.h"
 #include "internal/GraphModelLoader.h"
+#include "internal/QuotedText.h"
 #include "openmm/OpenMMException.h"
-#include "openmm/internal/AssertionUtilities.h"
 #include "openmm/internal/ContextImpl.h"
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 
@@ -47,6 +48,15 @@ std::string withPath(const std::string& message, const std::string& path) {
     const std::string generic = "GraphForce: ";
     return "GraphForce: model file '" + path +
            "': " + (message.compare(0, generic.size(), generic) == 0 ? message.substr(generic.size()) : message);
+}
+
+/** Throws an OpenMMException naming the call, the index and the valid range unless 0 <= index < size. */
+void checkIndex(const char* call, const char* what, int index, size_t size) {
+    if (index >= 0 && (size_t) index < size)
+        return;
+    std::string range = size == 0 ? "there are none" : "valid: 0 to " + std::to_string(size - 1);
+    throw OpenMMException(std::string("GraphForce: ") + call + ": " + what + " " + std::to_string(index) + " is out of range (" + range +
+                          ")");
 }
 
 } // namespace
@@ -93,13 +103,13 @@ int GraphForce::getNumParticles() const {
 }
 
 void GraphForce::getParticleParameters(int index, int& particle, int& type) const {
-    ASSERT_VALID_INDEX(index, particles);
+    checkIndex("getParticleParameters", "index", index, particles.size());
     particle = particles[index].particle;
     type = particles[index].type;
 }
 
 void GraphForce::setParticleParameters(int index, int particle, int type) {
-    ASSERT_VALID_INDEX(index, particles);
+    checkIndex("setParticleParameters", "index", index, particles.size());
     if (particle < 0)
         throw OpenMMException("GraphForce: setParticleParameters: particle index " + std::to_string(particle) + " is negative");
     if (type < 0 || type >= getNumTypes())
@@ -113,12 +123,12 @@ int GraphForce::getNumTypes() const {
 }
 
 const std::string& GraphForce::getTypeName(int type) const {
-    ASSERT_VALID_INDEX(type, model->typeNames);
+    checkIndex("getTypeName", "type", type, model->typeNames.size());
     return model->typeNames[type];
 }
 
 int GraphForce::getTypeAtomicNumber(int type) const {
-    ASSERT_VALID_INDEX(type, model->typeAtomicNumbers);
+    checkIndex("getTypeAtomicNumber", "type", type, model->typeAtomicNumbers.size());
     return model->typeAtomicNumbers[type];
 }
 
@@ -156,40 +166,38 @@ void GraphForce::setProperty(const std::string& key, const std::string& value) {
         std::string known;
         for (const std::string& k : getPropertyKeys())
             known += (known.empty() ? "" : ", ") + k;
-        throw OpenMMException("GraphForce: unknown property '" + key + "'; the known properties are " + known);
+        throw OpenMMException("GraphForce: unknown property " + quotedText(key) + "; the known properties are " + known);
     }
-    if (key == "CheckFinite" && value != "true" && value != "deferred" && value != "false")
-        throw OpenMMException("GraphForce: property CheckFinite must be \"true\", \"deferred\" or \"false\", found \"" + value + "\"");
-    if (key == "Domains" && value != "single" && value != "mpi")
-        throw OpenMMException("GraphForce: property Domains must be \"single\" or \"mpi\", found \"" + value + "\"");
-    if (key == "CudaGraph" && value != "auto" && value != "true" && value != "false")
-        throw OpenMMException("GraphForce: property CudaGraph must be \"auto\", \"true\" or \"false\", found \"" + value + "\"");
-    if (key == "CudaFusedNetwork" && value != "auto" && value != "true" && value != "false")
-        throw OpenMMException("GraphForce: property CudaFusedNetwork must be \"auto\", \"true\" or \"false\", found \"" + value + "\"");
-    if (key == "CudaFusedResidentWeights" && value != "auto" && value != "true" && value != "false")
-        throw OpenMMException("GraphForce: property CudaFusedResidentWeights must be \"auto\", \"true\" or \"false\", found \"" + value +
-                              "\"");
-    if (key == "CudaFusedCluster" && value != "auto" && value != "1" && value != "2" && value != "4" && value != "8" && value != "16")
-        throw OpenMMException(
-            "GraphForce: property CudaFusedCluster must be \"auto\", \"1\", \"2\", \"4\", \"8\" or \"16\" (blocks per tile "
-            "of the fused network), found \"" +
-            value + "\"");
-    if (key == "CudaFusedTileRows" && value != "auto" && value != "4" && value != "8" && value != "16" && value != "32" && value != "64")
-        throw OpenMMException("GraphForce: property CudaFusedTileRows must be \"auto\", \"4\", \"8\", \"16\", \"32\" or \"64\" (rows per "
-                              "tile of the fused network), found \"" +
-                              value + "\"");
-    if (key == "CudaForceScan" && value != "auto" && value != "rows" && value != "streamed")
-        throw OpenMMException("GraphForce: property CudaForceScan must be \"auto\", \"rows\" or \"streamed\", found \"" + value + "\"");
-    if (key == "CudaMomentsScan" && value != "auto" && value != "rows" && value != "streamed")
-        throw OpenMMException("GraphForce: property CudaMomentsScan must be \"auto\", \"rows\" or \"streamed\", found \"" + value + "\"");
-    if (key == "CudaNeighborSearch" && value != "auto" && value != "cells" && value != "allpairs")
-        throw OpenMMException("GraphForce: property CudaNeighborSearch must be \"auto\", \"cells\" or \"allpairs\", found \"" + value +
-                              "\"");
-    if (key == "TorchCudaContext" && value != "auto" && value != "openmm" && value != "primary")
-        throw OpenMMException("GraphForce: property TorchCudaContext must be \"auto\", \"openmm\" or \"primary\", found \"" + value + "\"");
+    const std::vector<std::string> flag = {"auto", "true", "false"};
+    const std::vector<std::string> kernels = {"auto", "rows", "streamed"};
+    // Each property with a fixed set of values: those values, and what a number means.
+    const std::map<std::string, std::pair<std::vector<std::string>, std::string>> choices = {
+        {"CheckFinite", {{"true", "deferred", "false"}, ""}},
+        {"Domains", {{"single", "mpi"}, ""}},
+        {"CudaGraph", {flag, ""}},
+        {"CudaFusedNetwork", {flag, ""}},
+        {"CudaFusedResidentWeights", {flag, ""}},
+        {"CudaFusedCluster", {{"auto", "1", "2", "4", "8", "16"}, " (blocks per tile of the fused network)"}},
+        {"CudaFusedTileRows", {{"auto", "4", "8", "16", "32", "64"}, " (rows per tile of the fused network)"}},
+        {"CudaForceScan", {kernels, ""}},
+        {"CudaMomentsScan", {kernels, ""}},
+        {"CudaNeighborSearch", {{"auto", "cells", "allpairs"}, ""}},
+        {"TorchCudaContext", {{"auto", "openmm", "primary"}, ""}},
+    };
+    auto choice = choices.find(key);
+    if (choice != choices.end()) {
+        const std::vector<std::string>& allowed = choice->second.first;
+        if (std::find(allowed.begin(), allowed.end(), value) == allowed.end()) {
+            std::string list;
+            for (size_t i = 0; i < allowed.size(); i++)
+                list += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + quotedText(allowed[i]);
+            throw OpenMMException("GraphForce: property " + key + " must be " + list + choice->second.second + ", found " +
+                                  quotedText(value));
+        }
+    }
     if (key == "CudaChunkRows" && value != "auto" && !isWholeNumberIn(value, 1, 2147483647LL))
-        throw OpenMMException("GraphForce: property CudaChunkRows must be \"auto\" or a positive whole number of rows, found \"" + value +
-                              "\"");
+        throw OpenMMException("GraphForce: property CudaChunkRows must be \"auto\" or a positive whole number of rows, found " +
+                              quotedText(value));
     properties[key] = value;
 }
 

@@ -1,12 +1,16 @@
 """openmm-graph: a compressed graph potential (docs/model-format.md) for OpenMM.
 
-The compiled parts (GraphForce and the platform plugins) are loaded on first
-use, so that the pure-Python parts (the model file reader and writer, the
-PyTorch implementation, the ``openmm-graph`` command line) start quickly and
-work before any Context is made.
+``import openmmgraph`` loads the compiled parts (GraphForce, its
+serialization proxy and the platform plugins) into OpenMM when they are
+installed, as ``import openmmtorch`` does: a System saved with a GraphForce
+then reads back (``XmlSerializer.deserialize``, ``pickle``) and its Context
+finds the kernels, with nothing else imported.  Where they are not installed
+(a source checkout), the pure-Python parts (the model file reader and writer,
+the PyTorch implementation, the ``openmm-graph`` command line) still work,
+and the first use of a compiled name raises the ImportError.
 
     import openmmgraph
-    force = openmmgraph.GraphForce("model.safetensors")   # loads the plugins
+    force = openmmgraph.GraphForce("model.safetensors")
 """
 
 __version__ = "0.1.0"
@@ -55,3 +59,13 @@ def __getattr__(name):
 
 def __dir__():
     return sorted(set(globals()) | set(_COMPILED_NAMES) | set(_DLPACK_NAMES) | {"dlpack"} | set(_APP_NAMES) | {"app"} | set(_LAZY_SUBMODULES))
+
+
+def _loadCompiledParts():
+    try:
+        from . import _plugin  # noqa: F401  (registers the serialization proxy and the kernels with OpenMM)
+    except ImportError:
+        pass  # not installed: raised again by __getattr__ on first use of a compiled name
+
+
+_loadCompiledParts()

@@ -271,7 +271,7 @@ static void graphSetOpenMMException(const char* message) {
 %ignore GraphPlugin::GraphForce::getModel;
 %newobject GraphPlugin::GraphForce::fromModelBytes;
 %newobject GraphPlugin::GraphForce::__copy__;
-%newobject GraphPlugin::GraphForce::_deserialize;
+%newobject GraphPlugin::GraphForce::_deserializeXml;
 %rename(_cast) GraphPlugin::GraphForce::cast;
 
 %feature("docstring") GraphPlugin::GraphForce "
@@ -315,8 +315,11 @@ openmm.Force: use GraphForce.cast(force) to get the GraphForce.
         return new GraphPlugin::GraphForce(*$self);
     }
 
-    /* A new GraphForce from the XML of XmlSerializer.serialize(force). */
-    static GraphPlugin::GraphForce* _deserialize(const std::string& xml) {
+    /*
+     * A new GraphForce from the XML of XmlSerializer.serialize(force); the root element's type must have been checked
+     * (GraphForce._deserialize): XmlSerializer::deserialize<Force> reinterprets whatever object the XML describes.
+     */
+    static GraphPlugin::GraphForce* _deserializeXml(const std::string& xml) {
         std::stringstream stream(xml);
         OpenMM::Force* force = OpenMM::XmlSerializer::deserialize<OpenMM::Force>(stream);
         GraphPlugin::GraphForce* graphForce = dynamic_cast<GraphPlugin::GraphForce*>(force);
@@ -332,14 +335,43 @@ openmm.Force: use GraphForce.cast(force) to get the GraphForce.
     @staticmethod
     def cast(force):
         """Return the GraphForce that an openmm.Force (e.g. system.getForce(i)
-        or a Force read back with XmlSerializer) is.  The result is a view of
-        the same C++ object, not a copy: it stays valid as long as its owner
-        (the System, or the Force object passed in) does, and it keeps the
-        Force object passed in alive.  Raises openmm.OpenMMException when the
-        force is not a GraphForce."""
+        or a Force read back with XmlSerializer) is.  The result is the same
+        C++ object, not a copy.  A System's force stays the System's: the
+        result is valid as long as the System is, and keeps the Force object
+        passed in alive.  A Force that owns its object (read back with
+        XmlSerializer) hands it to the result, which can then be added to a
+        System; the Force passed in stays valid as long as the result does.
+        Raises openmm.OpenMMException when the force is not a GraphForce."""
         result = _graphforce.GraphForce__cast(force)
-        result._graphOwner = force
+        if getattr(force, "thisown", False):
+            # force owns its C++ object (a Force read back with XmlSerializer, not one of a System's): the result
+            # takes it over, so that it can be added to a System; force stays valid as long as the result does.
+            result.thisown = True
+            force.thisown = False
+            force._graphOwner = result
+        else:
+            result._graphOwner = force
         return result
+
+    @staticmethod
+    def _deserialize(text):
+        """A new GraphForce from the XML of XmlSerializer.serialize(force), after checking that the XML's root
+        element is one (OpenMMException otherwise)."""
+        import io
+        import openmm
+        from xml.etree import ElementTree
+
+        if not isinstance(text, str):
+            raise TypeError(f"GraphForce: the serialized state must be a str of XML, found {type(text).__name__}")
+        try:
+            _, root = next(ElementTree.iterparse(io.StringIO(text), events=("start",)))
+        except (ElementTree.ParseError, StopIteration) as error:
+            raise openmm.OpenMMException(f"GraphForce: the serialized state is not XML ({error})") from None
+        kind = root.get("type")
+        if kind != "GraphForce":
+            held = f"a {kind!r}" if kind is not None else f"a <{root.tag}> element without a type"
+            raise openmm.OpenMMException(f"GraphForce: the XML holds {held}, not a GraphForce")
+        return GraphForce._deserializeXml(text)
 
     @staticmethod
     def isinstance(force):

@@ -10,6 +10,8 @@ import math
 import os
 import pathlib
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import openmm
@@ -211,8 +213,13 @@ def test_add_get_set_particles(modelBytes):
     assert (particle, particleType) == (9, 1)
     with pytest.raises(openmm.OpenMMException, match="type 2"):
         force.addParticle(0, 2)
-    with pytest.raises(openmm.OpenMMException):
+    with pytest.raises(openmm.OpenMMException, match=r"getParticleParameters: index 2 is out of range \(valid: 0 to 1\)"):
         force.getParticleParameters(2)
+    with pytest.raises(openmm.OpenMMException, match=r"setParticleParameters: index -1 is out of range \(valid: 0 to 1\)"):
+        force.setParticleParameters(-1, 3, 0)
+    empty = GraphForce.fromModelBytes(modelBytes)
+    with pytest.raises(openmm.OpenMMException, match=r"index 0 is out of range \(there are none\)"):
+        empty.getParticleParameters(0)
 
 
 def test_integer_arguments_take_numpy_integers_not_floats(modelBytes):
@@ -244,6 +251,10 @@ def test_type_lookup_by_name(modelBytes):
     assert force.getTypeAtomicNumber(1) == 1
     with pytest.raises(openmm.OpenMMException, match="'Na'.*O, H"):
         force.getTypeIndex("Na")
+    with pytest.raises(openmm.OpenMMException, match=r"getTypeName: type 2 is out of range \(valid: 0 to 1\)"):
+        force.getTypeName(2)
+    with pytest.raises(openmm.OpenMMException, match=r"getTypeAtomicNumber: type -1 is out of range"):
+        force.getTypeAtomicNumber(-1)
 
 
 @pytest.mark.parametrize("lengthUnit", ["nm", "angstrom", "bohr"])
@@ -279,6 +290,10 @@ def test_properties(modelBytes):
         force.setProperty("NoSuchKey", "1")
     with pytest.raises(openmm.OpenMMException, match="CheckFinite"):
         force.setProperty("CheckFinite", "maybe")
+    with pytest.raises(openmm.OpenMMException, match=r'found "true\\x00x"'):  # all of the value, the NUL escaped
+        force.setProperty("CheckFinite", "true\0x")
+    with pytest.raises(openmm.OpenMMException, match=r'unknown property "Check\\x0aFinite"; the known properties are'):
+        force.setProperty("Check\nFinite", "true")
     assert force.getProperties() == {"CheckFinite": "false"}
     assert force.getProperty("CudaChunkRows") == "auto"
     for bad in ("0", "-5", "12rows", "", "1e6", "99999999999"):
@@ -405,6 +420,70 @@ def test_force_xml_round_trip_and_cast_keeps_owner_alive(modelBytes):
     copied = GraphForce.cast(plainForce)
     del plainForce  # the cast view must keep the object alive
     assert forceFields(copied) == forceFields(force)
+
+
+def test_cast_of_a_force_read_back_can_join_a_system(modelBytes):
+    force = GraphForce.fromModelBytes(modelBytes)
+    force.addParticle(0, 1)
+    plainForce = openmm.XmlSerializer.deserialize(openmm.XmlSerializer.serialize(force))
+    cast = GraphForce.cast(plainForce)
+    assert cast.thisown and not plainForce.thisown  # the cast took the object over
+    system = openmm.System()
+    system.addParticle(1.0)
+    system.addForce(cast)
+    assert not cast.thisown
+    del cast
+    assert plainForce.getName() == force.getName()  # still the System's object
+    assert forceFields(GraphForce.cast(system.getForce(0))) == forceFields(force)
+    # A System's own force stays the System's.
+    fromSystem = GraphForce.cast(system.getForce(0))
+    assert not fromSystem.thisown
+
+
+def test_deserializing_xml_of_something_else_is_refused(modelBytes):
+    force = GraphForce.fromModelBytes(modelBytes)
+    others = {
+        "HarmonicBondForce": openmm.XmlSerializer.serialize(openmm.HarmonicBondForce()),
+        "VerletIntegrator": openmm.XmlSerializer.serialize(openmm.VerletIntegrator(0.001)),
+        "System": openmm.XmlSerializer.serialize(openmm.System()),
+    }
+    for kind, text in others.items():
+        with pytest.raises(openmm.OpenMMException, match=f"the XML holds a '{kind}', not a GraphForce"):
+            force.__setstate__(text)
+    with pytest.raises(openmm.OpenMMException, match="not XML"):
+        force.__setstate__("<Force type=")
+    with pytest.raises(openmm.OpenMMException, match="without a type"):
+        force.__setstate__("<Force/>")
+    assert force.getNumTypes() == 2  # the force is unchanged
+
+
+def test_a_saved_system_reads_back_in_a_fresh_process(modelBytes, tmp_path):
+    # import openmmgraph alone registers the serialization proxy and the kernels with OpenMM.
+    system = openmm.System()
+    for _ in range(3):
+        system.addParticle(1.0)
+    force = GraphForce.fromModelBytes(modelBytes)
+    for i, t in enumerate((0, 1, 1)):
+        force.addParticle(i, t)
+    system.addForce(force)
+    positions = [[0, 0, 0], [0.1, 0, 0], [0, 0.1, 0]]
+    energy, _ = energyOf(system, np.array(positions))
+    (tmp_path / "system.xml").write_text(openmm.XmlSerializer.serialize(system))
+    with open(tmp_path / "system.pickle", "wb") as handle:
+        pickle.dump(system, handle)
+    script = (
+        "import pickle, sys, openmm, openmmgraph\n"
+        "for system in (openmm.XmlSerializer.deserialize(open(sys.argv[1]).read()), pickle.load(open(sys.argv[2], 'rb'))):\n"
+        "    context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName('Reference'))\n"
+        f"    context.setPositions({positions})\n"
+        "    print(repr(context.getState(getEnergy=True).getPotentialEnergy()._value))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "system.xml"), str(tmp_path / "system.pickle")],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert [float(line) for line in result.stdout.split()] == [energy, energy]
 
 
 def test_copy_and_pickle(modelBytes):

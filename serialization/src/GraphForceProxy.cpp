@@ -1,9 +1,11 @@
 #include "GraphForceProxy.h"
 #include "GraphForce.h"
+#include "internal/QuotedText.h"
 #include "openmm/OpenMMException.h"
 #include "openmm/serialization/SerializationNode.h"
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 
 using namespace GraphPlugin;
@@ -96,12 +98,90 @@ std::string base64Decode(const std::string& text) {
     return bytes;
 }
 
+/**
+ * One element of the XML as the proxy reads it: every attribute is required
+ * and parsed strictly, attributes it does not know are refused, and errors
+ * name the element and the attribute.
+ */
+class StrictElement {
+public:
+    StrictElement(const SerializationNode& node, const std::string& where, const std::set<std::string>& known) : node(node), where(where) {
+        for (const auto& property : node.getProperties())
+            if (known.count(property.first) == 0)
+                throw OpenMMException("GraphForceProxy: " + where + " has an unknown attribute " + quotedText(property.first) +
+                                      "; a GraphForce of serialization version " + std::to_string(CurrentVersion) + " has " +
+                                      listOf(known));
+    }
+
+    std::string text(const std::string& name) const {
+        if (!node.hasProperty(name))
+            throw OpenMMException("GraphForceProxy: " + where + " has no attribute '" + name +
+                                  "' (openmm-graph always writes it: was the XML edited?)");
+        return node.getStringProperty(name);
+    }
+
+    /** A whole decimal number (an optional '-' and digits, nothing else) in [least, most]. */
+    int integer(const std::string& name, long long least, long long most) const {
+        const std::string value = text(name);
+        size_t start = !value.empty() && value[0] == '-' ? 1 : 0;
+        bool digits = value.size() > start && value.size() - start <= 10;
+        for (size_t i = start; digits && i < value.size(); i++)
+            digits = value[i] >= '0' && value[i] <= '9';
+        long long number = digits ? std::stoll(value) : 0;
+        if (!digits || number < least || number > most)
+            throw OpenMMException("GraphForceProxy: " + where + ": attribute '" + name + "' is " + quotedText(value) +
+                                  "; expected a whole number from " + std::to_string(least) + " to " + std::to_string(most));
+        return (int) number;
+    }
+
+    /** "1" or "0", as SerializationNode::setBoolProperty writes them. */
+    bool boolean(const std::string& name) const {
+        const std::string value = text(name);
+        if (value != "0" && value != "1")
+            throw OpenMMException("GraphForceProxy: " + where + ": attribute '" + name + "' is " + quotedText(value) + "; expected 1 or 0");
+        return value == "1";
+    }
+
+    static std::string listOf(const std::set<std::string>& names) {
+        std::string list;
+        for (const std::string& name : names)
+            list += (list.empty() ? "" : ", ") + name;
+        return list;
+    }
+
+private:
+    const SerializationNode& node;
+    std::string where;
+};
+
+/** The only child of `node` named `name` (the GraphForce element has exactly <Properties> and <Particles>). */
+const SerializationNode& onlyChild(const SerializationNode& node, const std::string& name) {
+    const SerializationNode* found = nullptr;
+    for (const SerializationNode& child : node.getChildren()) {
+        if (child.getName() != "Properties" && child.getName() != "Particles")
+            throw OpenMMException("GraphForceProxy: the GraphForce element has an unknown child <" + child.getName() +
+                                  ">; expected <Properties> and <Particles>");
+        if (child.getName() != name)
+            continue;
+        if (found != nullptr)
+            throw OpenMMException("GraphForceProxy: the GraphForce element has two <" + name + "> children");
+        found = &child;
+    }
+    if (found == nullptr)
+        throw OpenMMException("GraphForceProxy: the GraphForce element has no <" + name +
+                              "> child (openmm-graph always writes it: was the XML edited?)");
+    return *found;
+}
+
 } // namespace
 
 GraphForceProxy::GraphForceProxy() : SerializationProxy("GraphForce") {}
 
 void GraphForceProxy::serialize(const void* object, SerializationNode& node) const {
     const GraphForce& force = *reinterpret_cast<const GraphForce*>(object);
+    if (force.getName().find('\0') != std::string::npos)
+        throw OpenMMException("GraphForceProxy: the force's name " + quotedText(force.getName()) +
+                              " contains a NUL character, which XML cannot hold; rename the force (setName) before serializing it");
     node.setIntProperty("version", CurrentVersion);
     node.setIntProperty("forceGroup", force.getForceGroup());
     node.setStringProperty("name", force.getName());
@@ -119,17 +199,46 @@ void GraphForceProxy::serialize(const void* object, SerializationNode& node) con
 }
 
 void* GraphForceProxy::deserialize(const SerializationNode& node) const {
-    int version = node.getIntProperty("version");
-    if (version != CurrentVersion)
-        throw OpenMMException("GraphForceProxy: unsupported GraphForce serialization version " + std::to_string(version) +
+    if (!node.hasProperty("version"))
+        throw OpenMMException(
+            "GraphForceProxy: the GraphForce element has no attribute 'version'; this build of openmm-graph reads version " +
+            std::to_string(CurrentVersion));
+    const std::string versionText = node.getStringProperty("version");
+    if (versionText != std::to_string(CurrentVersion))
+        throw OpenMMException("GraphForceProxy: unsupported GraphForce serialization version " +
+                              (versionText.find_first_not_of("0123456789") == std::string::npos && !versionText.empty()
+                                   ? versionText
+                                   : quotedText(versionText)) +
                               "; this build of openmm-graph reads version " + std::to_string(CurrentVersion));
-    std::unique_ptr<GraphForce> force(GraphForce::fromModelBytes(base64Decode(node.getStringProperty("model"))));
-    force->setForceGroup(node.getIntProperty("forceGroup", 0));
-    force->setName(node.getStringProperty("name", force->getName()));
-    force->setUsesPeriodicBoundaryConditions(node.getBoolProperty("usesPeriodic", false));
-    for (const SerializationNode& property : node.getChildNode("Properties").getChildren())
-        force->setProperty(property.getStringProperty("key"), property.getStringProperty("value"));
-    for (const SerializationNode& particle : node.getChildNode("Particles").getChildren())
-        force->addParticle(particle.getIntProperty("particle"), particle.getIntProperty("type"));
+    // "type" is the attribute XmlSerializer itself adds to the root element.
+    const StrictElement root(node, "the GraphForce element", {"version", "forceGroup", "name", "usesPeriodic", "model", "type"});
+    const int forceGroup = root.integer("forceGroup", 0, 31);
+    const std::string name = root.text("name");
+    const bool periodic = root.boolean("usesPeriodic");
+    std::unique_ptr<GraphForce> force(GraphForce::fromModelBytes(base64Decode(root.text("model"))));
+    force->setForceGroup(forceGroup);
+    force->setName(name);
+    force->setUsesPeriodicBoundaryConditions(periodic);
+    std::set<std::string> keys;
+    for (const SerializationNode& property : onlyChild(node, "Properties").getChildren()) {
+        if (property.getName() != "Property")
+            throw OpenMMException("GraphForceProxy: <Properties> has a child <" + property.getName() +
+                                  ">; expected <Property key= value=>");
+        const StrictElement element(property, "a <Property> element", {"key", "value"});
+        const std::string key = element.text("key");
+        if (!keys.insert(key).second)
+            throw OpenMMException("GraphForceProxy: the property " + quotedText(key) + " is given twice");
+        force->setProperty(key, element.text("value"));
+    }
+    const SerializationNode& particles = onlyChild(node, "Particles");
+    for (size_t i = 0; i < particles.getChildren().size(); i++) {
+        const SerializationNode& particle = particles.getChildren()[i];
+        const std::string where = "<Particle> element " + std::to_string(i) + " (from 0)";
+        if (particle.getName() != "Particle")
+            throw OpenMMException("GraphForceProxy: <Particles> has a child <" + particle.getName() +
+                                  ">; expected <Particle particle= type=>");
+        const StrictElement element(particle, where, {"particle", "type"});
+        force->addParticle(element.integer("particle", 0, 2147483647LL), element.integer("type", 0, force->getNumTypes() - 1));
+    }
     return force.release();
 }
