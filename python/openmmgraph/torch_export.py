@@ -338,7 +338,13 @@ def export_torchscript(model, path: str, dtype: str = "float64", use_communicate
         metadata["program"] = "torchscript"
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    torch.jit.save(scripted, path, _extra_files={METADATA_FILE: json.dumps(metadata, indent=1)})
+    import io
+
+    from .modelfile import write_atomically
+
+    archive = io.BytesIO()
+    torch.jit.save(scripted, archive, _extra_files={METADATA_FILE: json.dumps(metadata, indent=1)})
+    write_atomically(path, archive.getvalue())  # a failure leaves an existing file at path as it was
     return metadata
 
 
@@ -442,8 +448,8 @@ def export_aoti(model, path: str, dtype: str = "float64", device: str = "cpu", s
                                                                   {0: edges}, None), strict=False)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    if os.path.exists(path):
-        os.remove(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"export_aoti: {path!r} is a directory")
     configs = {}
     if device == "cuda":
         # By default AOTInductor autotunes its Triton kernels at compile time on generated inputs (random floats, zero
@@ -452,16 +458,28 @@ def export_aoti(model, path: str, dtype: str = "float64", device: str = "cpu", s
         # autotuning, AOTInductor runs a first JIT pass on the real example graph to choose the kernels' launch
         # configurations, then generates the package.
         configs["triton.autotune_at_compile_time"] = False
-    torch._inductor.aoti_compile_and_package(exported, package_path=str(path), inductor_configs=configs or None)
     metadata = _metadata(model, dtype, False)
     metadata["interface"] = "particle_energies_and_gradients"
     metadata["program"] = "aotinductor"
     metadata["device"] = device
+    # What the program is compiled for, recorded in it: the plugin compares it with openmmgraph.json at load (an
+    # edited type list or dtype would index past the program's tables, which aborts the process).
+    configs["aot_inductor.metadata"] = {"openmmgraph_num_types": str(len(metadata["types"])), "openmmgraph_dtype": dtype}
+    # The package is made beside `path` and moved over it only when complete: a failed compile (or an interrupt)
+    # leaves an existing package at `path` as it was.
+    import secrets
     import zipfile
 
-    with zipfile.ZipFile(path, "a", compression=zipfile.ZIP_STORED) as archive:
-        folder = archive.namelist()[0].split("/")[0]
-        archive.writestr(f"{folder}/extra/{METADATA_FILE}", json.dumps(metadata, indent=1))
+    temporary = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.pt2")
+    try:
+        torch._inductor.aoti_compile_and_package(exported, package_path=temporary, inductor_configs=configs)
+        with zipfile.ZipFile(temporary, "a", compression=zipfile.ZIP_STORED) as archive:
+            folder = archive.namelist()[0].split("/")[0]
+            archive.writestr(f"{folder}/extra/{METADATA_FILE}", json.dumps(metadata, indent=1))
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
     return metadata
 
 

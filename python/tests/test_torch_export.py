@@ -398,6 +398,36 @@ def test_a_module_with_the_wrong_output_is_refused(tmp_path):
 
 
 @needs_plugin
+def test_module_outputs_must_have_the_metadata_dtype_and_may_be_constant(tmp_path):
+    class Half(torch.nn.Module):
+        def forward(self, positions: torch.Tensor, types: torch.Tensor, row_offsets: torch.Tensor, neighbors: torch.Tensor,
+                    edge_vectors: torch.Tensor, box: torch.Tensor, n_owned: int, communicator: int) -> torch.Tensor:
+            return (positions[:n_owned, 0] * 0.1).to(torch.float16)
+
+    class Constant(torch.nn.Module):
+        """Per-type reference energies: no dependence on the positions, so no forces."""
+
+        def forward(self, positions: torch.Tensor, types: torch.Tensor, row_offsets: torch.Tensor, neighbors: torch.Tensor,
+                    edge_vectors: torch.Tensor, box: torch.Tensor, n_owned: int, communicator: int) -> torch.Tensor:
+            return -1.5 - types[:n_owned].to(torch.float64)
+
+    metadata = export_torchscript(small_model("plain"), str(tmp_path / "model.pt"))
+    positions, types, box = lattice_system(250, n_types=2, seed=4)
+    path = str(tmp_path / "half.pt")
+    torch.jit.save(torch.jit.script(Half()), path, _extra_files={"openmmgraph.json": json.dumps(metadata)})
+    context = graph_context(path, types, box, positions, "Reference")[0]
+    with pytest.raises(openmm.OpenMMException, match="the energies are Half; the metadata's dtype is Double"):
+        context.getState(getEnergy=True)
+    path = str(tmp_path / "constant.pt")
+    torch.jit.save(torch.jit.script(Constant()), path, _extra_files={"openmmgraph.json": json.dumps(metadata)})
+    context, force, _ = graph_context(path, types, box, positions, "Reference")
+    energy, forces = energy_forces(context)
+    assert energy == pytest.approx(-1.5 * len(types) - float(np.sum(types)))
+    assert np.all(forces == 0)
+    assert force.getParticleEnergies(context)[:2] == [-1.5 - types[0], -1.5 - types[1]]
+
+
+@needs_plugin
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_graphforce_runs_torchscript_modules_that_return_gradients(tmp_path, name):
     """export_torchscript(gradients=True): the module differentiates itself (interface
@@ -460,6 +490,38 @@ def test_graphforce_float32_aoti_package(tmp_path):
         export_aoti(model, str(tmp_path / "model.pt"))
     with pytest.raises(ValueError, match="dtype"):
         export_aoti(model, package, dtype="float16")
+    # What the program was compiled for is recorded in it: an edited openmmgraph.json is refused when the Context is
+    # made (an extra type would make the program index past its tables, which aborts the process).
+    import zipfile
+
+    metadata = read_metadata(package)
+    extraType = {**metadata, "types": metadata["types"] + [{"name": "X", "atomic_number": 0}]}
+    for edit, message in [({**metadata, "dtype": "float64"}, "compiled for float32, but its openmmgraph.json says float64"),
+                          (extraType, "compiled for 2 types, but its openmmgraph.json lists 3")]:
+        edited = str(tmp_path / "edited.pt2")
+        with zipfile.ZipFile(package) as source, zipfile.ZipFile(edited, "w", compression=zipfile.ZIP_STORED) as target:
+            for entry in source.infolist():
+                data = source.read(entry)
+                if entry.filename.endswith("/extra/openmmgraph.json"):
+                    data = json.dumps(edit).encode()
+                target.writestr(entry, data)
+        with pytest.raises(openmm.OpenMMException, match=message):
+            graph_context(edited, types, box, positions, "Reference")
+    # A failed compile leaves an existing package as it was, and no temporary file.
+    before = pathlib.Path(package).read_bytes()
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("the compiler failed")
+
+    original = torch._inductor.aoti_compile_and_package
+    torch._inductor.aoti_compile_and_package = failing
+    try:
+        with pytest.raises(RuntimeError, match="the compiler failed"):
+            export_aoti(model, package, dtype="float32")
+    finally:
+        torch._inductor.aoti_compile_and_package = original
+    assert pathlib.Path(package).read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
 def test_aoti_metadata_is_checked(tmp_path):

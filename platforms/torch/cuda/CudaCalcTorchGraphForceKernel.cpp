@@ -428,7 +428,8 @@ void CudaCalcTorchGraphForceKernel::runModel(bool includeForces) {
         throw;
     }
     catch (const std::exception& error) {
-        throw OpenMMException(std::string("GraphForce: ") + runner->kindName() + " model: the model failed: " + error.what());
+        throw OpenMMException(std::string("GraphForce: ") + runner->kindName() +
+                              " model: the model failed: " + TorchModelRunner::messageOf(error));
     }
 }
 
@@ -442,21 +443,21 @@ void CudaCalcTorchGraphForceKernel::captureModelGraph(bool includeForces) {
         captured->capture_begin();
     }
     catch (const std::exception& error) {
-        failure = error.what();
+        failure = TorchModelRunner::messageOf(error);
     }
     if (failure.empty()) {
         try {
             runModel(includeForces);
         }
         catch (const std::exception& error) {
-            failure = error.what();
+            failure = TorchModelRunner::messageOf(error);
         }
         try {
             captured->capture_end(); // always: the stream leaves capture mode (it fails after a failed run; the first error counts)
         }
         catch (const std::exception& error) {
             if (failure.empty())
-                failure = error.what();
+                failure = TorchModelRunner::messageOf(error);
         }
     }
 

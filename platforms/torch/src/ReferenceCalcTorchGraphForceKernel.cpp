@@ -139,7 +139,8 @@ torch::Tensor ReferenceCalcTorchGraphForceKernel::runGraph(const std::vector<int
         throw;
     }
     catch (const std::exception& error) {
-        throw OpenMMException(std::string("GraphForce: ") + runner->kindName() + " model: the model failed: " + error.what());
+        throw OpenMMException(std::string("GraphForce: ") + runner->kindName() +
+                              " model: the model failed: " + TorchModelRunner::messageOf(error));
     }
     return energies.detach().to(torch::kFloat64) * model->energyScale;
 }

@@ -34,6 +34,7 @@ void preloadLibTorch() {
 
 TorchModelRunner::TorchModelRunner(const GraphForce& force, torch::Device device, bool currentContext) {
     const GraphModel& model = *force.getModel();
+    outputType = model.torchFloat32 ? torch::kFloat32 : torch::kFloat64;
     if (model.kind == ModelKind::AOTInductor) {
         if (model.torchPackageForCuda != device.is_cuda())
             throw OpenMMException(std::string("GraphForce: AOTInductor model: the package was compiled for ") +
@@ -62,15 +63,19 @@ TorchModelRunner::TorchModelRunner(const GraphForce& force, torch::Device device
                 throw std::runtime_error("cannot write the package to " + std::string(path));
             // Device index -1: the program takes the device of the current context (an index makes it call cudaSetDevice).
             const c10::DeviceIndex index = device.is_cuda() && !currentContext ? device.index() : (c10::DeviceIndex) -1;
+            // The program checks the dtype and shape of its inputs (else a package whose metadata misstates its dtype
+            // reads past its buffers); unless the user chose otherwise.
+            setenv("AOTI_RUNTIME_CHECK_INPUTS", "1", 0);
             package = std::make_unique<torch::inductor::AOTIModelPackageLoader>(path, "model", false, 1, index);
         }
         catch (const std::exception& error) {
             std::remove(path);
             throw OpenMMException(std::string("GraphForce: AOTInductor model: LibTorch cannot load the package (it runs only on the "
                                               "kind of machine and with the torch version it was compiled for): ") +
-                                  error.what());
+                                  messageOf(error));
         }
         std::remove(path);
+        checkCompiledMetadata(model);
         return;
     }
     moduleReturnsGradients = model.torchReturnsGradients;
@@ -80,8 +85,38 @@ TorchModelRunner::TorchModelRunner(const GraphForce& force, torch::Device device
         module.eval();
     }
     catch (const std::exception& error) {
-        throw OpenMMException(std::string("GraphForce: TorchScript model: LibTorch cannot load the module: ") + error.what());
+        throw OpenMMException(std::string("GraphForce: TorchScript model: LibTorch cannot load the module: ") + messageOf(error));
     }
+}
+
+void TorchModelRunner::checkOutputType(const torch::Tensor& tensor, const char* what) const {
+    if (tensor.scalar_type() != outputType)
+        throw OpenMMException(std::string("GraphForce: ") + kindName() + " model: " + what + " are " + c10::toString(tensor.scalar_type()) +
+                              "; the metadata's dtype is " + c10::toString(outputType) +
+                              " (every output must have it; docs/torch-models.md)");
+}
+
+std::string TorchModelRunner::messageOf(const std::exception& error) {
+    const c10::Error* torchError = dynamic_cast<const c10::Error*>(&error);
+    return torchError != nullptr ? torchError->what_without_backtrace() : error.what();
+}
+
+void TorchModelRunner::checkCompiledMetadata(const GraphModel& model) {
+    // export_aoti records what the compiled program was made for (aot_inductor.metadata); a package whose
+    // openmmgraph.json says otherwise would index past the program's tables, which aborts the process inside its
+    // parallel loops.  Packages made otherwise carry no such record and are taken as their metadata says.
+    const std::unordered_map<std::string, std::string> compiled = package->get_metadata();
+    auto types = compiled.find("openmmgraph_num_types");
+    if (types != compiled.end() && types->second != std::to_string(model.numTypes))
+        throw OpenMMException("GraphForce: AOTInductor model: the program was compiled for " + types->second +
+                              " types, but its openmmgraph.json lists " + std::to_string(model.numTypes) +
+                              " (was the metadata edited? export the model again with export_aoti)");
+    auto dtype = compiled.find("openmmgraph_dtype");
+    const std::string stated = model.torchFloat32 ? "float32" : "float64";
+    if (dtype != compiled.end() && dtype->second != stated)
+        throw OpenMMException("GraphForce: AOTInductor model: the program was compiled for " + dtype->second +
+                              ", but its openmmgraph.json says " + stated +
+                              " (was the metadata edited? export the model again with export_aoti)");
 }
 
 void TorchModelRunner::takeGradientOutputs(const std::vector<torch::Tensor>& outputs, const std::vector<torch::Tensor>& inputs, int rows,
@@ -101,6 +136,9 @@ void TorchModelRunner::takeGradientOutputs(const std::vector<torch::Tensor>& out
     expectShape(outputs[0], {rows}, "the energies");
     expectShape(outputs[1], {inputs[4].size(0), 3}, "dE/d edge_vectors");
     expectShape(outputs[2], {inputs[0].size(0), 3}, "dE/d positions");
+    checkOutputType(outputs[0], "the energies");
+    checkOutputType(outputs[1], "dE/d edge_vectors");
+    checkOutputType(outputs[2], "dE/d positions");
     energies = outputs[0];
     gradEdges = outputs[1];
     gradPositions = outputs[2];
@@ -147,8 +185,15 @@ void TorchModelRunner::run(const std::vector<torch::Tensor>& inputs, int rows, i
                 << "; expected the energies of the " << rows << " owned particles, shape [" << rows << "] (docs/torch-models.md)";
         throw OpenMMException(message.str());
     }
+    checkOutputType(energies, "the energies");
     if (wantGradients) {
         torch::Tensor total = (counted == rows ? energies : energies.narrow(0, 0, counted)).sum();
+        if (!total.requires_grad()) {
+            // Energies that depend on neither edge_vectors nor positions (e.g. per-type reference energies): no forces.
+            gradEdges = torch::Tensor();
+            gradPositions = torch::Tensor();
+            return;
+        }
         std::vector<torch::Tensor> gradients = torch::autograd::grad({total}, {inputs[4], inputs[0]}, {}, /*retain_graph=*/false,
                                                                      /*create_graph=*/false, /*allow_unused=*/true);
         gradEdges = gradients[0];

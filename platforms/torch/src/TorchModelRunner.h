@@ -4,6 +4,7 @@
 #include "GraphForce.h"
 #include "internal/GraphModel.h"
 #include <memory>
+#include <string>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/script.h>
@@ -58,13 +59,21 @@ public:
     void run(const std::vector<torch::Tensor>& inputs, int rows, int counted, int64_t communicator, bool wantGradients, void* stream,
              torch::Tensor& energies, torch::Tensor& gradEdges, torch::Tensor& gradPositions);
 
+    /** The message of an exception, without LibTorch's C++ backtrace (c10::Error::what_without_backtrace). */
+    static std::string messageOf(const std::exception& error);
+
 private:
+    /** Refuses a package whose openmmgraph.json contradicts what export_aoti recorded in the compiled program. */
+    void checkCompiledMetadata(const GraphModel& model);
+    /** Refuses an output whose dtype is not the metadata's ("the energies", "dE/d edge_vectors", ...). */
+    void checkOutputType(const torch::Tensor& tensor, const char* what) const;
     /** The three outputs of a program that returns gradients, checked against the inputs. */
     void takeGradientOutputs(const std::vector<torch::Tensor>& outputs, const std::vector<torch::Tensor>& inputs, int rows,
                              torch::Tensor& energies, torch::Tensor& gradEdges, torch::Tensor& gradPositions) const;
 
     torch::jit::Module module;
     bool moduleReturnsGradients = false;
+    torch::ScalarType outputType = torch::kFloat64; ///< the metadata's dtype: every output's
     std::unique_ptr<torch::inductor::AOTIModelPackageLoader> package;
 };
 
