@@ -41,8 +41,9 @@ void GraphForceImpl::checkCutoffFitsBox(double cutoff, const Vec3& a, const Vec3
     if (cutoff > 0.5 * smallest * (1 + 1e-12)) {
         std::stringstream s;
         s.precision(15);
-        s << "GraphForce: the model's cut-off (" << cutoff << " nm) is larger than half the smallest height of the periodic box ("
-          << 0.5 * smallest << " nm); use a box at least " << 2 * cutoff << " nm in every direction or a model with a shorter cut-off";
+        s << "GraphForce: the model's cut-off (" << cutoff
+          << " nm) is larger than half the smallest height of the periodic box, min(a_x, b_y, c_z) (" << 0.5 * smallest
+          << " nm); use a box at least " << 2 * cutoff << " nm in every direction or a model with a shorter cut-off";
         throw OpenMMException(s.str());
     }
 }

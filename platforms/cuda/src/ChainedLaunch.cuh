@@ -89,7 +89,8 @@ void launchChained(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shar
     config.dynamicSmemBytes = shared;
     config.stream = stream;
     const void* key = reinterpret_cast<const void*>(kernel);
-    if (ChainedLaunchSupport::get(key)) {
+    // An error already pending (an earlier launch's) must reach cudaGetLastError: no attempt whose refusal would clear it.
+    if (cudaPeekAtLastError() == cudaSuccess && ChainedLaunchSupport::get(key)) {
         config.attrs = &attribute;
         config.numAttrs = 1;
         if (cudaLaunchKernelEx(&config, kernel, args...) == cudaSuccess)

@@ -161,21 +161,36 @@ public:
         }
         status.reset(CudaArray::create<GraphStatus>(cu, 1, "graphStatus"));
         status->upload(std::vector<GraphStatus>(1)); // the record the first evaluation hands on (Deferred) is a clean one
-        // Driver objects last, after every check that can refuse the force (a throwing constructor runs no destructor).
-        GRAPH_CU_CHECK(cuStreamCreate(&captureStream, CU_STREAM_NON_BLOCKING));
-        GRAPH_CU_CHECK(cuMemHostAlloc((void**) &hostStatus, StatusRecords * sizeof(GraphStatus), CU_MEMHOSTALLOC_DEVICEMAP));
-        for (int r = 0; r < StatusRecords; r++)
-            hostStatus[r] = GraphStatus();
-        CUdeviceptr mapped = 0;
-        GRAPH_CU_CHECK(cuMemHostGetDevicePointer(&mapped, hostStatus, 0));
-        mappedStatus = reinterpret_cast<GraphStatus*>(mapped);
-        GRAPH_CU_CHECK(cuEventCreate(&statusEvent, CU_EVENT_DISABLE_TIMING));
-        GRAPH_CU_CHECK(cuEventCreate(&buildEvent, CU_EVENT_DISABLE_TIMING));
+        // Driver objects last, after every check that can refuse the force; a throwing constructor runs no
+        // destructor, so a failure here releases those already made.
+        try {
+            GRAPH_CU_CHECK(cuStreamCreate(&captureStream, CU_STREAM_NON_BLOCKING));
+            GRAPH_CU_CHECK(cuMemHostAlloc((void**) &hostStatus, StatusRecords * sizeof(GraphStatus), CU_MEMHOSTALLOC_DEVICEMAP));
+            for (int r = 0; r < StatusRecords; r++)
+                hostStatus[r] = GraphStatus();
+            CUdeviceptr mapped = 0;
+            GRAPH_CU_CHECK(cuMemHostGetDevicePointer(&mapped, hostStatus, 0));
+            mappedStatus = reinterpret_cast<GraphStatus*>(mapped);
+            GRAPH_CU_CHECK(cuEventCreate(&statusEvent, CU_EVENT_DISABLE_TIMING));
+            GRAPH_CU_CHECK(cuEventCreate(&buildEvent, CU_EVENT_DISABLE_TIMING));
+        }
+        catch (...) {
+            releaseDriverObjects();
+            throw;
+        }
     }
 
     ~CudaGraphPipeline() {
         ContextSelector selector(cu);
+        // With CheckFinite "deferred" or "false" the last evaluation's tail may still run, and its last kernel writes
+        // the mapped status record: wait for it before the pinned memory goes (errors are the Context's to report).
+        cuStreamSynchronize(cu.getCurrentStream());
         dropGraph();
+        releaseDriverObjects();
+    }
+
+    /** Destroys the stream, events and pinned status made by the constructor (those that exist). */
+    void releaseDriverObjects() {
         if (captureStream)
             cuStreamDestroy(captureStream);
         if (hostStatus)
@@ -184,6 +199,10 @@ public:
             cuEventDestroy(statusEvent);
         if (buildEvent)
             cuEventDestroy(buildEvent);
+        captureStream = nullptr;
+        hostStatus = nullptr;
+        statusEvent = nullptr;
+        buildEvent = nullptr;
     }
 
     void setTypes(const std::vector<int>& types) override {

@@ -53,6 +53,9 @@ CudaNeighborGraph::CudaNeighborGraph(CudaContext& cu, const std::vector<int>& pa
 }
 
 void CudaNeighborGraph::enqueue(cudaStream_t stream, const GraphBox<double>& box, GraphStatus* status) {
+    if (!neighbors || !rowEntries)
+        throw OpenMMException("GraphForce: the neighbour rows could not be allocated after an earlier failure (see its message); "
+                              "free device memory, then reinitialize the Context");
     double* x = positions();
     const float4* correction = (const float4*) correctionPointer();
     const int* atomIndex = (const int*) atomIndexPointer();
@@ -182,14 +185,39 @@ CUdeviceptr CudaNeighborGraph::correctionPointer() const {
 }
 
 void CudaNeighborGraph::allocateRows(int newCapacity) {
-    rowCapacity = newCapacity;
     // The row build's scratch: one row per warp that can be resident (64 per multiprocessor), reused row after row.
-    buildScratchRows = std::max(1, std::min(n, 64 * numMultiprocessors));
-    const size_t scratch = (size_t) buildScratchRows * rowCapacity;
-    rowEntries.reset();
-    neighbors.reset();
-    rowEntries.reset(CudaArray::create<uint64_t>(cu, scratch, "graphRowEntries"));
-    neighbors.reset(CudaArray::create<int>(cu, (size_t) std::max(1, n) * rowCapacity, "graphNeighbors"));
+    const int scratchRows = std::max(1, std::min(n, 64 * numMultiprocessors));
+    auto allocate = [&](int capacity) {
+        rowEntries.reset(); // the old arrays go first: their memory may be what the new ones need
+        neighbors.reset();
+        rowEntries.reset(CudaArray::create<uint64_t>(cu, (size_t) scratchRows * capacity, "graphRowEntries"));
+        neighbors.reset(CudaArray::create<int>(cu, (size_t) std::max(1, n) * capacity, "graphNeighbors"));
+    };
+    const int oldCapacity = neighbors ? rowCapacity : 0;
+    try {
+        allocate(newCapacity);
+    }
+    catch (const std::exception& error) {
+        // Put arrays of the old capacity back, so that the Context stays usable (its next evaluation that needs the
+        // larger rows fails again with this message); if even that fails, enqueue() refuses to run.
+        rowEntries.reset();
+        neighbors.reset();
+        if (oldCapacity > 0) {
+            try {
+                allocate(oldCapacity);
+            }
+            catch (const std::exception&) {
+                rowEntries.reset();
+                neighbors.reset();
+            }
+        }
+        throw OpenMMException("GraphForce: cannot allocate neighbour rows of " + std::to_string(newCapacity) + " entries for " +
+                              std::to_string(n) + " particles (" + std::to_string((size_t) std::max(1, n) * newCapacity * 4 / 1000000) +
+                              " MB): " + error.what() +
+                              "; a row this crowded needs more device memory (check the positions for particles far too close)");
+    }
+    rowCapacity = newCapacity;
+    buildScratchRows = scratchRows;
 }
 
 int CudaNeighborGraph::initialCapacity() const {
@@ -200,6 +228,8 @@ int CudaNeighborGraph::initialCapacity() const {
         const double density = n / (a[0] * b[1] * c[2]);
         expected = 1.25 * density * 4.0 / 3.0 * 3.141592653589793 * std::pow(cutoff, 3) + 32;
     }
+    // A first guess only (rows grow on overflow): at most 1024 neighbours, whatever the default box says.
+    expected = std::min(expected, 1024.0);
     const int capacity = ((int) expected + 31) / 32 * 32;
     return std::max(1, std::min(capacity, std::max(1, n - 1)));
 }

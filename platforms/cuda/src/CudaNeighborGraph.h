@@ -81,8 +81,8 @@ public:
     int* slotOfNode() const {
         return reinterpret_cast<int*>(slotArray->getDevicePointer());
     }
-    const int* rows() const {
-        return reinterpret_cast<const int*>(neighbors->getDevicePointer());
+    const int* rows() const { // null only after a failed growth, which enqueue() reports
+        return neighbors ? reinterpret_cast<const int*>(neighbors->getDevicePointer()) : nullptr;
     }
     const int* rowCount() const {
         return reinterpret_cast<const int*>(rowCountArray->getDevicePointer());
