@@ -340,7 +340,8 @@ openmm.Force: use GraphForce.cast(force) to get the GraphForce.
         result is valid as long as the System is, and keeps the Force object
         passed in alive.  A Force that owns its object (read back with
         XmlSerializer) hands it to the result, which can then be added to a
-        System; the Force passed in stays valid as long as the result does.
+        System (add the result, not the Force passed in, which stays valid as
+        long as the result does).
         Raises openmm.OpenMMException when the force is not a GraphForce."""
         result = _graphforce.GraphForce__cast(force)
         if getattr(force, "thisown", False):

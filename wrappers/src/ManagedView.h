@@ -71,7 +71,7 @@ private:
     Source pointsInto; ///< {nullptr, -1} unless the data dies with the Context's memory (counted)
     static std::atomic<int64_t> live;
     static std::mutex countsLock;
-    static std::map<const void*, ViewCounts> countsByContext; ///< zero-copy tensors alive, per Context and view
+    static std::map<const void*, ViewCounts> countsByContext; ///< counted tensors alive, per Context and view
 };
 
 } // namespace GraphPlugin
