@@ -89,8 +89,9 @@ std::shared_ptr<const GraphModel> GraphModelLoader::fromTorchScriptBytes(const s
              "\"particle_energies_and_gradients\", found \"" +
              program + "\" with \"" + interface + "\"");
     const std::string device = meta.object.count("device") ? text(meta, "device") : std::string("cpu");
-    if (program == "aotinductor" && device != "cpu" && device != "cuda")
-        fail("openmmgraph.json key 'device': expected \"cpu\" or \"cuda\" (what the AOTInductor package was compiled for), found \"" +
+    if (device != "cpu" && device != "cuda")
+        fail("openmmgraph.json key 'device': expected \"cpu\" or \"cuda\" (what an AOTInductor package was compiled for; a "
+             "TorchScript module runs on either), found \"" +
              device + "\"");
     auto model = std::make_shared<GraphModel>();
     model->kind = program == "aotinductor" ? ModelKind::AOTInductor : ModelKind::TorchScript;

@@ -484,18 +484,28 @@ def export_aoti(model, path: str, dtype: str = "float64", device: str = "cpu", s
 
 
 def read_metadata(path: str) -> dict:
-    """The openmmgraph.json metadata of an exported TorchScript archive or AOTInductor package (validated)."""
+    """The openmmgraph.json metadata of an exported TorchScript archive or AOTInductor package. Its format and
+    version are checked here (ValueError naming the file); GraphForce's loader checks every key when it reads the
+    model."""
     import zipfile
 
     text = ""
-    with zipfile.ZipFile(path) as archive:
-        for name in archive.namelist():
-            if name.endswith(f"/extra/{METADATA_FILE}"):
-                text = archive.read(name).decode()
-                break
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for name in archive.namelist():
+                if name.endswith(f"/extra/{METADATA_FILE}"):
+                    text = archive.read(name).decode()
+                    break
+    except (zipfile.BadZipFile, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not a TorchScript archive or AOTInductor package ({error})") from None
     if not text:
         raise ValueError(f"{path}: no {METADATA_FILE} in the archive: not a model exported for openmm-graph")
-    metadata = json.loads(text)
+    try:
+        metadata = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: {METADATA_FILE} is not valid JSON ({error})") from None
+    if not isinstance(metadata, dict):
+        raise ValueError(f"{path}: {METADATA_FILE} is not a JSON object")
     if metadata.get("format") != METADATA_FORMAT or metadata.get("version") != METADATA_VERSION:
         raise ValueError(f"{path}: {METADATA_FILE} has format {metadata.get('format')!r} version {metadata.get('version')!r}; "
                          f"expected {METADATA_FORMAT!r} version {METADATA_VERSION}")

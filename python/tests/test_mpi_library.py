@@ -80,6 +80,17 @@ def run_workers(mpiexec, tmp_path, n, body, timeout=90, env=None, name="worker.p
         import numpy as np
         from openmmgraph import mpi
 
+        def communicateLibrary():
+            # The libOpenMMGraphCommunicate that the MPI library uses, through ctypes: the one copy in this process
+            # (import openmmgraph loads the installed one with the plugins, and the MPI library's dependency
+            # resolves to it even when OPENMMGRAPH_MPI_LIBRARY names a library built elsewhere).
+            import ctypes
+            mpi._library()
+            with open("/proc/self/maps") as maps:
+                paths = {{line.split()[-1] for line in maps if line.rstrip().endswith("/libOpenMMGraphCommunicate.so")}}
+            assert len(paths) == 1, paths
+            return ctypes.CDLL(paths.pop())
+
         def report(result):
             rank, _ = mpi.world()
             with open({str(tmp_path)!r} + f"/result-{{rank}}.json", "w") as file:
@@ -200,7 +211,7 @@ class Buffer(ctypes.Structure):  # OMMGraphCommBuffer
                 ("numGhost", ctypes.c_int64), ("numFeatures", ctypes.c_int64), ("rowStride", ctypes.c_int64),
                 ("stream", ctypes.c_void_p)]
 
-comm = ctypes.CDLL(str(__import__("pathlib").Path(mpi.library_path()).with_name("libOpenMMGraphCommunicate.so")))
+comm = communicateLibrary()
 comm.ommgraph_communicate_forward.argtypes = [ctypes.c_int64, ctypes.POINTER(Buffer)]
 comm.ommgraph_communicate_reverse.argtypes = [ctypes.c_int64, ctypes.POINTER(Buffer)]
 comm.ommgraph_communicator_last_error.restype = ctypes.c_char_p
@@ -402,7 +413,7 @@ import time
 mpi.initialize()
 rank, size = mpi.world()
 import ctypes
-comm = ctypes.CDLL(str(__import__("pathlib").Path(mpi.library_path()).with_name("libOpenMMGraphCommunicate.so")))
+comm = communicateLibrary()
 class Buffer(ctypes.Structure):
     _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("deviceType", ctypes.c_int32),
                 ("deviceIndex", ctypes.c_int32), ("reserved", ctypes.c_int32), ("numOwned", ctypes.c_int64),

@@ -212,6 +212,14 @@ def test_bad_inputs_are_refused(tmp_path):
     torch.jit.save(plain, wrong, _extra_files={"openmmgraph.json": json.dumps({"format": "other", "version": 9})})
     with pytest.raises(ValueError, match="format"):
         read_metadata(wrong)
+    text = tmp_path / "text.pt"
+    text.write_text("not an archive")
+    with pytest.raises(ValueError, match="not a TorchScript archive or AOTInductor package"):
+        read_metadata(str(text))
+    broken = str(tmp_path / "broken.pt")
+    torch.jit.save(plain, broken, _extra_files={"openmmgraph.json": "{not json"})
+    with pytest.raises(ValueError, match="not valid JSON"):
+        read_metadata(broken)
     path = str(tmp_path / "model.pt")
     export_torchscript(model, path)
     module = torch.jit.load(path)
@@ -533,6 +541,7 @@ def test_aoti_metadata_is_checked(tmp_path):
     for change, message in [({"program": "aotinductor"}, "program"),
                             ({"program": "tensorflow"}, "program"),
                             ({"interface": "particle_energies_and_gradients", "program": "aotinductor", "device": "tpu"}, "device"),
+                            ({"device": "tpu"}, "device"),  # a TorchScript module's too
                             ({"interface": "forces"}, "interface")]:
         path = str(tmp_path / "bad.pt")
         torch.jit.save(plain, path, _extra_files={"openmmgraph.json": json.dumps({**metadata, **change})})

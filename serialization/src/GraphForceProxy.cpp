@@ -109,8 +109,7 @@ public:
         for (const auto& property : node.getProperties())
             if (known.count(property.first) == 0)
                 throw OpenMMException("GraphForceProxy: " + where + " has an unknown attribute " + quotedText(property.first) +
-                                      "; a GraphForce of serialization version " + std::to_string(CurrentVersion) + " has " +
-                                      listOf(known));
+                                      " (serialization version " + std::to_string(CurrentVersion) + " has only " + listOf(known) + ")");
     }
 
     std::string text(const std::string& name) const {

@@ -1,7 +1,6 @@
 // CUDA-only tests (after the shared body): bitwise reproducibility, CUDA graph
 // capture and replay, and the transparent recomputation when a neighbour row
 // outgrows its capacity.
-#include "openmm/NonbondedForce.h"
 #include <cuda.h>
 #include <map>
 
@@ -30,13 +29,7 @@ TEST(CudaGraphForce, AtomReorderingGivesBitwiseIdenticalForces) {
     GraphTest::ModelOptions options;
     Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 33);
     std::unique_ptr<System> system(makeSystem(config, options));
-    NonbondedForce* nonbonded = new NonbondedForce();
-    nonbonded->setNonbondedMethod(NonbondedForce::CutoffPeriodic);
-    nonbonded->setCutoffDistance(0.5);
-    for (size_t i = 0; i < config.positions.size(); i++)
-        nonbonded->addParticle(0.0, 0.1, 0.0);
-    nonbonded->setForceGroup(1);
-    system->addForce(nonbonded);
+    addReorderingBystander(*system, 0.5);
     VerletIntegrator integrator(0.0005);
     Context context(*system, integrator, testPlatform(), testPlatformProperties());
     context.setPositions(config.positions);
