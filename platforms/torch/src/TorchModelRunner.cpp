@@ -63,9 +63,11 @@ TorchModelRunner::TorchModelRunner(const GraphForce& force, torch::Device device
                 throw std::runtime_error("cannot write the package to " + std::string(path));
             // Device index -1: the program takes the device of the current context (an index makes it call cudaSetDevice).
             const c10::DeviceIndex index = device.is_cuda() && !currentContext ? device.index() : (c10::DeviceIndex) -1;
-            // The program checks the dtype and shape of its inputs (else a package whose metadata misstates its dtype
-            // reads past its buffers); unless the user chose otherwise.
-            setenv("AOTI_RUNTIME_CHECK_INPUTS", "1", 0);
+            // A CPU program checks the dtype and shape of its inputs (else a package whose metadata misstates its
+            // dtype reads past its buffers), unless the user chose otherwise.  Not set for CUDA packages, where the
+            // checks have not run on a GPU yet (the environment is the process's: a CPU package loaded first sets it).
+            if (!device.is_cuda())
+                setenv("AOTI_RUNTIME_CHECK_INPUTS", "1", 0);
             package = std::make_unique<torch::inductor::AOTIModelPackageLoader>(path, "model", false, 1, index);
         }
         catch (const std::exception& error) {
