@@ -38,15 +38,15 @@ python3 bench/run_benchmarks.py --source-digest > "$OUT/source-digest.txt" 2>&1 
 status=0
 python_parts() { has py || has profile || has bench || has timeline || has extra; }
 source scripts/device-build.sh
+# A carried build's LibTorch plugins (C++ tests and package) find torch through the build machine's paths: give them
+# this machine's, so that the plugin folder loads whole (without it `py` skipped the torch tests, bench/NOTES.md v44).
+torch_lib=$(python3 -c "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))" 2> /dev/null)
+[ -n "$torch_lib" ] && export LD_LIBRARY_PATH="$torch_lib:${LD_LIBRARY_PATH:-}"
 if has test; then
     labels=
     if reuse_tests && { ! python_parts || reuse_package; }; then
         BUILD=/tmp/graph-py
         labels="-L gpu"
-        # Its LibTorch plugins find torch through the build machine's paths: give them this machine's (as the package's
-        # RPATH does), so that the plugin folder loads whole.
-        torch_lib=$(python3 -c "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))" 2> /dev/null)
-        [ -n "$torch_lib" ] && export LD_LIBRARY_PATH="$torch_lib:${LD_LIBRARY_PATH:-}"
     elif python_parts; then
         BUILD=/tmp/graph-py
         install_package_with_tests || exit 1
