@@ -316,19 +316,13 @@ openmm.Force: use GraphForce.cast(force) to get the GraphForce.
     }
 
     /*
-     * A new GraphForce from the XML of XmlSerializer.serialize(force); the root element's type must have been checked
-     * (GraphForce._deserialize): XmlSerializer::deserialize<Force> reinterprets whatever object the XML describes.
+     * A new GraphForce from the XML of XmlSerializer.serialize(force).  GraphForce._deserialize checks first that the
+     * root element's type is GraphForce: XmlSerializer::deserialize<T> reinterprets whatever object the XML describes
+     * as a T, so that check, not a cast here, is what makes this safe.
      */
     static GraphPlugin::GraphForce* _deserializeXml(const std::string& xml) {
         std::stringstream stream(xml);
-        OpenMM::Force* force = OpenMM::XmlSerializer::deserialize<OpenMM::Force>(stream);
-        GraphPlugin::GraphForce* graphForce = dynamic_cast<GraphPlugin::GraphForce*>(force);
-        if (graphForce == NULL) {
-            std::string name = force->getName();
-            delete force;
-            throw OpenMM::OpenMMException("GraphForce: the XML holds a '" + name + "', not a GraphForce");
-        }
-        return graphForce;
+        return OpenMM::XmlSerializer::deserialize<GraphPlugin::GraphForce>(stream);
     }
 
     %pythoncode %{
