@@ -155,3 +155,122 @@ def test_bad_domains_property_is_refused():
     with pytest.raises(openmm.OpenMMException, match="Domains"):
         force = openmmgraph.GraphForce(os.path.join(os.path.dirname(__file__), "..", "..", "examples", "models", "silicon-sw.safetensors"))
         force.setProperty("Domains", "threads")
+
+
+FAILURE_WORKER = textwrap.dedent(
+    """
+    import json, os, sys
+    import openmm
+    import openmmgraph
+    from openmmgraph import mpi
+
+    model_path, platform, out, evaluations = sys.argv[1:5]
+    mpi.initialize()
+    rank, _ = mpi.world()
+    # Non-periodic, on a line: particles 0 and 1 are 0.3 nm apart, the others 1 nm from any other (beyond the
+    # 0.6 nm cut-off). The slabs split along x, so only rank 0's slab holds the pair.
+    xs = [0.0, 0.3] + [10.0 + i for i in range(8)]
+    force = openmmgraph.GraphForce(model_path)
+    force.setProperty("Domains", "mpi")
+    system = openmm.System()
+    for i in range(len(xs)):
+        system.addParticle(12.0)
+        force.addParticle(i, i % 2)
+    system.addForce(force)
+    properties = {}
+    if platform == "CUDA":
+        properties = {"Precision": "mixed", "DeviceIndex": "0"}
+    result = {"errors": [], "energies": []}
+    try:
+        context = openmm.Context(system, openmm.VerletIntegrator(0.0005), openmm.Platform.getPlatformByName(platform), properties)
+        context.setPositions([openmm.Vec3(x, 0, 0) for x in xs])
+        for _ in range(int(evaluations)):  # each one fails on every rank, none hangs
+            try:
+                context.getState(getEnergy=True, getForces=True)
+                result["errors"].append(None)
+            except openmm.OpenMMException as error:
+                result["errors"].append(str(error))
+        if "OMMGRAPH_MPI_TEST_FAILURE" not in os.environ:
+            # Apart, every pair beyond the cut-off: the ranks evaluate together again (their collectives still pair up).
+            context.setPositions([openmm.Vec3(x, 0, 0) for x in [0.0, 5.0] + xs[2:]])
+            result["energies"].append(context.getState(getEnergy=True).getPotentialEnergy()._value.hex())
+            result["energies"].append(context.getState(getEnergy=True, getForces=True).getPotentialEnergy()._value.hex())
+    except openmm.OpenMMException as error:
+        result["errors"].append("context: " + str(error))
+    with open(f"{out}.{rank}.json", "w") as handle:
+        json.dump(result, handle)
+    mpi.finalize()
+    """
+)
+
+
+def run_failure_workers(tmp_path, platform, interactions, env=None):
+    """Two ranks of FAILURE_WORKER with a model whose forces on the close pair are far beyond the fixed-point range
+    (the fitting network's output weights scaled by 1e13); returns the two ranks' results."""
+    launcher = mpiexec()
+    if launcher is None:
+        pytest.skip("no mpiexec (pip install mpich)")
+    from openmmgraph import mpi
+
+    if not mpi.available():
+        pytest.skip("libOpenMMGraphMPI is not built (no MPI found at build time)")
+    from openmmgraph.grades import make_model
+
+    model = make_model(seed=5, n_types=2, n_channels=8, n_axis=4, fitting_widths=(16, 16), grade="small", l_max=1,
+                       n_interactions=interactions)
+    for name in list(model.tensors):
+        if name.startswith("fitting.") and name.endswith(".out.weight"):
+            model.tensors[name] = model.tensors[name] * 1e13
+    model_path = str(tmp_path / "model.safetensors")
+    model.write(model_path)
+    worker = tmp_path / "failure_worker.py"
+    worker.write_text(FAILURE_WORKER)
+    out = str(tmp_path / "failure")
+    # A hang before the fix: the timeout makes it an MPI_Abort with a message instead of the test's own timeout.
+    environment = dict(os.environ, OMP_NUM_THREADS="1", OPENMM_CPU_THREADS="1", OMMGRAPH_MPI_TIMEOUT="60", **(env or {}))
+    if os.geteuid() == 0:
+        environment.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    environment.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
+    environment.setdefault("PRTE_MCA_rmaps_default_mapping_policy", ":oversubscribe")
+    run = subprocess.run([launcher, "-n", "2", sys.executable, str(worker), model_path, platform, out, "2"],
+                         capture_output=True, text=True, timeout=300, env=environment)
+    assert run.returncode == 0, f"mpiexec failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    return [json.load(open(f"{out}.{rank}.json")) for rank in (0, 1)]
+
+
+@pytest.mark.parametrize("platform, interactions", [
+    ("CPU", 0), ("CPU", 1), pytest.param("CUDA", 0, marks=pytest.mark.gpu), pytest.param("CUDA", 1, marks=pytest.mark.gpu)])
+def test_a_force_beyond_the_fixed_point_range_on_one_rank_raises_on_every_rank(tmp_path, platform, interactions):
+    """Only rank 0's slab holds the pair whose force is beyond the 64-bit fixed-point range.  Rank 0 finds it (on
+    CPU while converting its forces, on CUDA in the device's status record); before, on CPU, it raised alone and
+    rank 1 waited in the force sum forever.  Now both raise, twice in a row, and then evaluate together again."""
+    zero, one = run_failure_workers(tmp_path, platform, interactions)
+    for result in (zero, one):
+        assert len(result["errors"]) == 2 and all(result["errors"]), result
+        assert len(result["energies"]) == 2 and result["energies"][0] == result["energies"][1], result
+    assert zero["energies"] == one["energies"]
+    assert all("fixed-point range" in error for error in zero["errors"]), zero
+    assert all("failed on 1 other rank" in error for error in one["errors"]), one
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("where, interactions", [
+    ("evaluation", 0), ("result", 0), ("evaluation", 1), ("exchange", 1), ("result", 1)])
+def test_a_host_failure_on_one_rank_raises_on_every_rank_cuda(tmp_path, where, interactions):
+    """The CUDA platform's host-side failures on one rank (a driver error, a failed allocation or copy), injected
+    with OMMGRAPH_MPI_TEST_FAILURE=1:<where> before the evaluation is enqueued, after the node features' exchange,
+    and before the result is read back: the failing rank still joins every collective of the evaluation with an
+    error word, so both ranks raise (before, the other rank waited in MPI), twice in a row."""
+    zero, one = run_failure_workers(tmp_path, "CUDA", interactions, env={"OMMGRAPH_MPI_TEST_FAILURE": f"1:{where}"})
+    assert len(one["errors"]) == 2 and all(f"OMMGRAPH_MPI_TEST_FAILURE=1:{where}" in e for e in one["errors"]), one
+    assert len(zero["errors"]) == 2 and all("failed on 1 other rank" in e for e in zero["errors"]), zero
+
+
+@pytest.mark.gpu
+def test_a_malformed_test_failure_hook_is_refused_cuda(tmp_path):
+    """A malformed OMMGRAPH_MPI_TEST_FAILURE is an error naming it, agreed at Context creation: every rank's Context
+    creation fails (the set-up agreement that also covers a rank whose pipeline cannot be made)."""
+    zero, one = run_failure_workers(tmp_path, "CUDA", 0, env={"OMMGRAPH_MPI_TEST_FAILURE": "one:exchange"})
+    for result in (zero, one):
+        assert len(result["errors"]) == 1 and result["errors"][0].startswith("context: "), result
+        assert 'OMMGRAPH_MPI_TEST_FAILURE="one:exchange" is not <rank>:evaluation' in result["errors"][0], result

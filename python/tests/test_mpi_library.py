@@ -17,7 +17,7 @@ real multi-process runs (``mpiexec -n 2`` and ``-n 3`` on small worker scripts).
 - errors are messages on every rank, never hangs: a bad handle, lists of
   different lengths / bad owners on one rank only, a wrong buffer or width on
   one rank; a worker that fails on one rank fails the job (mpiexec status),
-  an exchange nobody joins ends at OMMGRAPH_MPI_TIMEOUT with MPI_Abort.
+  an exchange or a sum nobody joins ends at OMMGRAPH_MPI_TIMEOUT with MPI_Abort.
 
 On a GPU machine (pytest -m gpu): CUDA tensors through the staging path
 equal the host path bitwise (not run yet: written without device time).
@@ -69,8 +69,8 @@ def mpiexec():
     return path
 
 
-def run_workers(mpiexec, tmp_path, n, body, timeout=90, env=None, name="worker.py"):
-    """Run ``body`` (Python source) on n ranks; returns (status, output, {rank: result dict}).  A worker
+def run_workers(mpiexec, tmp_path, n, body, timeout=90, env=None, name="worker.py", args=()):
+    """Run ``body`` (Python source) on n ranks, with ``args`` as its sys.argv[1:]; returns (status, output, {rank: result dict}).  A worker
     reports with report(dict) (a JSON file per rank: the ranks' output lines may interleave).  Kills the whole process group after `timeout` seconds (a failure)."""
     script = tmp_path / name
     prelude = textwrap.dedent(
@@ -107,7 +107,7 @@ def run_workers(mpiexec, tmp_path, n, body, timeout=90, env=None, name="worker.p
     environment.update(env or {})
     start = time.monotonic()
     process = subprocess.Popen(
-        [mpiexec, "-n", str(n), sys.executable, str(script)],
+        [mpiexec, "-n", str(n), sys.executable, str(script), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -427,6 +427,22 @@ else:
     time.sleep(60)  # never joins the exchange
 """
 
+STALLED_SUMS = """
+import time
+mpi.initialize()
+rank, size = mpi.world()
+kind = sys.argv[1]
+if kind != "first":
+    mpi.allreduce_sum_int64(np.ones(1, dtype=np.int64))  # the library's first collective call, on both ranks
+if rank == 0:
+    if kind == "double":
+        mpi.allreduce_sum_double_ordered(1.0)
+    else:
+        mpi.allreduce_sum_int64(np.ones(5, dtype=np.int64))
+else:
+    time.sleep(60)  # never joins the sum
+"""
+
 
 def test_a_failing_rank_fails_the_job(mpiexec, tmp_path):
     status, output, _ = run_workers(mpiexec, tmp_path, 2, FAILING, timeout=60)
@@ -439,6 +455,20 @@ def test_an_exchange_nobody_joins_ends_at_the_timeout(mpiexec, tmp_path):
     status, output, _ = run_workers(mpiexec, tmp_path, 2, STALLED, timeout=60, env={"OMMGRAPH_MPI_TIMEOUT": "2"})
     assert status != 0, output
     assert "did not complete within OMMGRAPH_MPI_TIMEOUT=2 s" in output, output
+    assert time.monotonic() - start < 45
+
+
+@pytest.mark.parametrize("kind, call", [("int64", "MPI_Iallreduce"), ("double", "MPI_Iallgather"), ("first", "MPI_Comm_idup")])
+def test_a_sum_nobody_joins_ends_at_the_timeout(mpiexec, tmp_path, kind, call):
+    """The sums, and the library's first collective call (the duplicate of MPI_COMM_WORLD), are nonblocking MPI
+    calls waited for like the exchanges, so OMMGRAPH_MPI_TIMEOUT covers them too (a rank that caught an error and
+    went on, or never arrived)."""
+    start = time.monotonic()
+    status, output, _ = run_workers(mpiexec, tmp_path, 2, STALLED_SUMS, timeout=60, env={"OMMGRAPH_MPI_TIMEOUT": "2"},
+                                    args=[kind])
+    assert status != 0, output
+    assert "did not complete within OMMGRAPH_MPI_TIMEOUT=2 s" in output, output
+    assert call in output, output
     assert time.monotonic() - start < 45
 
 

@@ -3,10 +3,13 @@
 #include "CudaMpiExchange.h"
 #include "CudaNeighborGraph.h"
 #include "internal/GraphModel.h"
+#include "internal/QuotedText.h"
 #include "openmm/OpenMMException.h"
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 using namespace GraphPlugin;
 using namespace OpenMM;
@@ -45,6 +48,26 @@ CudaGraphOptions cudaGraphOptions(const GraphForce& force) {
     return options;
 }
 
+/**
+ * OMMGRAPH_MPI_TEST_FAILURE=<rank>:<where>, for the tests of the ranks' agreement on failure (docs/mpi.md): the
+ * rank named fails on purpose in every evaluation, "evaluation" before its work is enqueued, "exchange" after the
+ * node features' sum (models with an interaction block), "result" before its result is read back.
+ */
+std::pair<int, std::string> testFailure() {
+    const char* text = std::getenv("OMMGRAPH_MPI_TEST_FAILURE");
+    if (text == nullptr || *text == 0)
+        return {-1, ""};
+    const std::string value(text);
+    const size_t colon = value.find(':');
+    const std::string where = colon == std::string::npos ? "" : value.substr(colon + 1);
+    const std::string rank = value.substr(0, colon);
+    if (rank.empty() || rank.size() > 6 || rank.find_first_not_of("0123456789") != std::string::npos ||
+        (where != "evaluation" && where != "exchange" && where != "result"))
+        throw OpenMMException("GraphForce: OMMGRAPH_MPI_TEST_FAILURE=" + quotedText(value) +
+                              " is not <rank>:evaluation, <rank>:exchange or <rank>:result (a hook for the tests; unset it)");
+    return {std::stoi(rank), where};
+}
+
 } // namespace
 
 void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce& force) {
@@ -78,7 +101,29 @@ void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce
     domain.rankSums = domains != nullptr;
     domain.exchange = exchange;
     domain.domainIndex = domainIndex;
-    pipeline = createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), cudaGraphOptions(force), domain);
+    if (domains) {
+        // The ranks agree on their set-up: a rank whose pipeline cannot be made (device memory, a driver error)
+        // makes every rank's Context creation fail, instead of leaving the others waiting in the first evaluation.
+        std::string failure;
+        try {
+            const std::pair<int, std::string> injected = testFailure();
+            if (injected.first == domainIndex)
+                injectedFailure = injected.second == "evaluation" ? InjectedFailure::Evaluation
+                                  : injected.second == "exchange" ? InjectedFailure::Exchange
+                                                                  : InjectedFailure::Result;
+            if (injectedFailure == InjectedFailure::Exchange && ownedExchange)
+                ownedExchange->failAfterNodeFeatures();
+            pipeline =
+                createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), cudaGraphOptions(force), domain);
+        }
+        catch (const std::exception& error) {
+            failure = error.what();
+        }
+        domains->agree(failure);
+    }
+    else
+        pipeline =
+            createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), cudaGraphOptions(force), domain);
     cu.addForce(new CudaGraphForceInfo(particles, periodic)); // keeps a non-periodic force's particles together when OpenMM wraps molecules
     // The status of an evaluation is read where OpenMM reads its own neighbour-list
     // count: in finishComputation, after every force has been enqueued.
@@ -100,31 +145,62 @@ double CudaCalcGraphForceKernel::StatusCheck::computeForceAndEnergy(bool include
 }
 
 double CudaCalcGraphForceKernel::executeRanks(bool includeForces) {
-    // Every rank makes the same collective calls in the same order: a flag sum, then the result sum.
+    // Every rank makes the same collective calls in the same order: the exchange points (an interaction block), a
+    // flag sum, then the result sum.  A failure on this rank (a host exception anywhere in the evaluation) still
+    // joins each of them, with an error word, so that every rank throws and none waits in MPI for this one.
     while (true) {
-        pipeline->enqueue(includeForces, true);
         std::string error;
-        const bool complete = pipeline->finish(error);
+        bool complete = true;
+        if (ownedExchange)
+            ownedExchange->beginEvaluation();
+        try {
+            if (injectedFailure == InjectedFailure::Evaluation)
+                throw OpenMMException("GraphForce: Domains = \"mpi\": the failure injected by OMMGRAPH_MPI_TEST_FAILURE=" +
+                                      std::to_string(domainIndex) + ":evaluation");
+            pipeline->enqueue(includeForces, true);
+            complete = pipeline->finish(error);
+        }
+        catch (const std::exception& failure) {
+            error = failure.what();
+            complete = true;
+        }
+        if (ownedExchange && !error.empty())
+            ownedExchange->joinRemaining(includeForces);
         std::vector<int64_t> flags = {complete ? 0 : 1, error.empty() ? 0 : 1};
         domains->sumInt64(flags);
-        if (flags[1] != 0)
-            throw OpenMMException(error.empty() ? "GraphForce: Domains = \"mpi\": another rank's evaluation failed (see its output)"
-                                                : error);
+        ReferenceMpiDomains::throwIfFailed(flags[1], error);
         if (flags[0] == 0)
             break; // else some rank's rows overflowed: it has grown; every rank evaluates again
     }
+    // The energy words, a word that counts the ranks that could not read their result, then the forces.
+    const size_t numForces = includeForces ? 3 * particles.size() : 0;
     std::vector<int64_t> forces;
-    int64_t words[2];
-    pipeline->readRankResult(includeForces ? &forces : nullptr, words);
-    std::vector<int64_t> sums;
-    sums.reserve(2 + (includeForces ? forces.size() : 0));
-    sums.push_back(words[0]);
-    sums.push_back(words[1]);
-    if (includeForces)
-        sums.insert(sums.end(), forces.begin(), forces.end());
+    int64_t words[2] = {0, 0};
+    std::string error;
+    try {
+        if (injectedFailure == InjectedFailure::Result)
+            throw OpenMMException("GraphForce: Domains = \"mpi\": the failure injected by OMMGRAPH_MPI_TEST_FAILURE=" +
+                                  std::to_string(domainIndex) + ":result");
+        pipeline->readRankResult(includeForces ? &forces : nullptr, words);
+        if (forces.size() != numForces)
+            throw OpenMMException("GraphForce: internal error: " + std::to_string(forces.size()) + " force words read back for " +
+                                  std::to_string(numForces));
+    }
+    catch (const std::exception& failure) {
+        error = failure.what();
+    }
+    std::vector<int64_t> sums(3 + numForces, 0);
+    if (error.empty()) {
+        sums[0] = words[0];
+        sums[1] = words[1];
+        std::copy(forces.begin(), forces.end(), sums.begin() + 3);
+    }
+    else
+        sums[2] = 1;
     domains->sumInt64(sums);
+    ReferenceMpiDomains::throwIfFailed(sums[2], error);
     if (includeForces) {
-        std::copy(sums.begin() + 2, sums.end(), forces.begin());
+        std::copy(sums.begin() + 3, sums.end(), forces.begin());
         pipeline->addRankForces(forces);
     }
     return energyOfWords(sums[0], sums[1]); // words that are bitwise the same on every rank
@@ -143,12 +219,24 @@ void CudaCalcGraphForceKernel::getParticleEnergies(ContextImpl& context, std::ve
     if (domains) {
         // This rank's centers, then every particle's energy from its rank (one rank contributes each: an exact integer sum).
         executeRanks(false);
-        pipeline->downloadParticleEnergies(energies);
-        std::vector<int64_t> bits(energies.size(), 0);
-        for (int i = firstCenter; i < firstCenter + numCenters; i++)
-            std::memcpy(&bits[i], &energies[i], sizeof(double));
+        // Then the bits of the energies, and a word that counts the ranks that could not read theirs.
+        const size_t n = particles.size();
+        std::vector<int64_t> bits(n + 1, 0);
+        std::string error;
+        try {
+            pipeline->downloadParticleEnergies(energies);
+            for (int i = firstCenter; i < firstCenter + numCenters; i++)
+                std::memcpy(&bits[i], &energies[i], sizeof(double));
+        }
+        catch (const std::exception& failure) {
+            error = failure.what();
+            std::fill(bits.begin(), bits.end(), 0);
+            bits[n] = 1;
+        }
         domains->sumInt64(bits);
-        for (size_t i = 0; i < energies.size(); i++)
+        ReferenceMpiDomains::throwIfFailed(bits[n], error);
+        energies.resize(n);
+        for (size_t i = 0; i < n; i++)
             std::memcpy(&energies[i], &bits[i], sizeof(double));
         return;
     }

@@ -2,6 +2,7 @@
 #define OPENMM_GRAPH_CUDA_CALC_GRAPH_FORCE_KERNEL_H_
 
 #include "CudaGraphPipeline.h"
+#include "CudaMpiExchange.h"
 #include "GraphKernels.h"
 #include "ReferenceMpiDomains.h"
 #include "openmm/cuda/CudaContext.h"
@@ -77,12 +78,15 @@ private:
      * (kJ/mol); with includeForces the summed forces are added to OpenMM's buffer.
      */
     double executeRanks(bool includeForces);
+    /** Where this rank fails on purpose (OMMGRAPH_MPI_TEST_FAILURE, the tests of the agreement in docs/mpi.md). */
+    enum class InjectedFailure { None, Evaluation, Exchange, Result };
+    InjectedFailure injectedFailure = InjectedFailure::None;
 
     OpenMM::CudaContext& cu;
     int domainIndex, numDomains, firstCenter = 0, numCenters = 0;
     OpenMM::CudaContext* orderContext;
     CudaGraphExchange* exchange;
-    std::unique_ptr<CudaGraphExchange> ownedExchange; ///< Domains = "mpi" with an interaction block (CudaMpiExchange)
+    std::unique_ptr<CudaMpiExchange> ownedExchange; ///< Domains = "mpi" with an interaction block
     std::shared_ptr<const GraphModel> model;
     std::vector<int> particles, types;
     bool periodic = false;

@@ -20,6 +20,7 @@ void CudaMpiExchange::allGather(int domain, Point point, CUstream stream) {
     // This rank's rows in place, zeros elsewhere; then the integer sum over the ranks is the union of their rows.  One
     // more word says whether a rank could not stage its rows: every rank still joins the sum, and all of them throw.
     words.assign(numWords + 1, 0);
+    joined[point] = true;
     std::string failure;
     if (own > 0) {
         try {
@@ -33,11 +34,10 @@ void CudaMpiExchange::allGather(int domain, Point point, CUstream stream) {
         }
     }
     domains.sumInt64(words);
-    if (words[numWords] != 0)
-        throw OpenMM::OpenMMException(failure.empty()
-                                          ? std::string("GraphForce: Domains = \"mpi\": another rank could not exchange its node "
-                                                        "features (see its output)")
-                                          : failure);
+    ReferenceMpiDomains::throwIfFailed(words[numWords], failure);
+    if (injectedFailure && point == NodeFeatures)
+        throw OpenMM::OpenMMException(
+            "GraphForce: Domains = \"mpi\": the failure injected by OMMGRAPH_MPI_TEST_FAILURE=" + std::to_string(domain) + ":exchange");
     // Back to the device: the other ranks' rows (this rank's come back unchanged).  Synchronous: the host buffer is
     // reused by the next point.
     GRAPH_CU_CHECK(cuMemcpyHtoDAsync(slot.array, words.data(), total, stream));
@@ -48,4 +48,24 @@ bool CudaMpiExchange::allOf(int domain, bool value) {
     std::vector<int64_t> flag = {value ? 0 : 1};
     domains.sumInt64(flag);
     return flag[0] == 0;
+}
+
+void CudaMpiExchange::beginEvaluation() {
+    joined.fill(false);
+}
+
+void CudaMpiExchange::joinRemaining(bool includeForces) {
+    for (int point = 0; point < (includeForces ? NumPoints : 1); point++)
+        if (!joined[point]) {
+            joined[point] = true;
+            const size_t numWords = ((size_t) n * slots[point].bytesPerNode + 7) / 8;
+            try {
+                words.assign(numWords + 1, 0);
+                words[numWords] = 1;
+                domains.sumInt64(words);
+            }
+            catch (const std::exception&) {
+                // An MPI failure of the sum itself: the evaluation's own error is what this rank reports.
+            }
+        }
 }

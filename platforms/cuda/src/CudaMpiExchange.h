@@ -17,7 +17,8 @@ namespace GraphPlugin {
  * (every byte has exactly one non-zero contributor, so the integer sum is the
  * bitwise union: every rank gets bitwise the rows of their owners) and copies
  * it back to the device.  A rank that cannot stage its rows still joins the
- * sum with an error word, so every rank throws instead of one waiting in MPI.  It waits for the device twice per point
+ * sum with an error word, and so does a rank whose evaluation failed before a point (joinRemaining), so every
+ * rank throws instead of one waiting in MPI.  It waits for the device twice per point
  * (the staging), and moves every row through MPI_Allreduce: simple and exact,
  * at the cost of n x width bytes per rank and point (docs/mpi.md).  One
  * domain per process: `domain` is this rank.
@@ -33,6 +34,21 @@ public:
     void attach(int domain, Point point, CUdeviceptr array, size_t bytesPerNode) override;
     void allGather(int domain, Point point, CUstream stream) override;
     bool allOf(int domain, bool value) override;
+    /** Before each evaluation (CudaCalcGraphForceKernel::executeRanks): no point of it joined yet. */
+    void beginEvaluation();
+    /**
+     * After an evaluation that failed on this rank (an exception between or before the exchange points): join
+     * the sums of the points it did not reach (NodeFeatures; InteractionMomentGradients when includeForces), with
+     * the error word set, so that the other ranks throw there instead of waiting in MPI.  Never throws.
+     */
+    void joinRemaining(bool includeForces);
+    /**
+     * A failure injected for the tests of the agreement (docs/mpi.md): the host copy back of the NodeFeatures
+     * point throws on this rank after the sum, as a failed copy would.
+     */
+    void failAfterNodeFeatures() {
+        injectedFailure = true;
+    }
 
 private:
     const ReferenceMpiDomains& domains;
@@ -43,6 +59,8 @@ private:
         size_t bytesPerNode = 0;
     };
     std::array<Slot, NumPoints> slots;
+    std::array<bool, NumPoints> joined{}; ///< the points of the current evaluation whose sum this rank joined
+    bool injectedFailure = false;
     std::vector<int64_t> words; ///< host staging of one point: the rows (rounded up to 8 bytes), then the error word
 };
 

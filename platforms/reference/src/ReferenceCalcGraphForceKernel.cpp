@@ -44,9 +44,19 @@ double ReferenceCalcGraphForceKernel::execute(ContextImpl& context, bool include
         std::unique_ptr<ReferenceMpiDomains::Exchange> exchange;
         if (model->numInteractions == 1)
             exchange.reset(new ReferenceMpiDomains::Exchange(*domains, owner, graph));
-        energy = evaluator->evaluate(types, graph, includeForces ? &localForces : nullptr, nullptr, &owned, exchange.get());
+        // A failure of this rank's evaluation joins the next sum as an error word: every rank throws, none waits.
+        std::string failure;
+        try {
+            energy = evaluator->evaluate(types, graph, includeForces ? &localForces : nullptr, nullptr, &owned, exchange.get());
+        }
+        catch (const std::exception& error) {
+            failure = error.what();
+            energy = 0;
+        }
         if (includeForces)
-            domains->sumForces(localForces);
+            domains->sumForces(localForces, failure);
+        else
+            domains->agree(failure);
         energy = domains->sumEnergy(energy);
     }
     else

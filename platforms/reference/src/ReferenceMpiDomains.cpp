@@ -176,18 +176,26 @@ void ReferenceMpiDomains::Exchange::reverse(std::vector<double>& gradients, int 
     run(gradients, M, false);
 }
 
-void ReferenceMpiDomains::sumForces(std::vector<Vec3>& forces) const {
-    std::vector<int64_t> fixed(3 * forces.size());
-    for (size_t i = 0; i < forces.size(); i++)
+void ReferenceMpiDomains::sumForces(std::vector<Vec3>& forces, const std::string& failure) const {
+    // The forces, then a word that counts the ranks that cannot contribute theirs.
+    std::vector<int64_t> fixed(3 * forces.size() + 1, 0);
+    std::string problem = failure;
+    for (size_t i = 0; i < forces.size() && problem.empty(); i++)
         for (int c = 0; c < 3; c++) {
             const double value = forces[i][c] * FixedPointScale;
-            if (!(std::fabs(value) < 9.0e18))
-                throw OpenMMException("GraphForce: Domains = \"mpi\": a force (" + std::to_string(forces[i][c]) +
-                                      " kJ/mol/nm) is not finite or beyond the fixed-point range");
+            if (!(std::fabs(value) < 9.0e18)) {
+                problem = "GraphForce: Domains = \"mpi\": a force (" + std::to_string(forces[i][c]) +
+                          " kJ/mol/nm) is not finite or beyond the fixed-point range";
+                break;
+            }
             fixed[3 * i + c] = (int64_t) std::llround(value);
         }
-    char message[1024] = "";
-    check(allreduceInt64(fixed.data(), fixed.size(), message, sizeof(message)), message);
+    if (!problem.empty()) {
+        std::fill(fixed.begin(), fixed.end(), 0);
+        fixed.back() = 1;
+    }
+    sumInt64(fixed);
+    throwIfFailed(fixed.back(), problem);
     for (size_t i = 0; i < forces.size(); i++)
         for (int c = 0; c < 3; c++)
             forces[i][c] = (double) fixed[3 * i + c] / FixedPointScale;
@@ -196,6 +204,21 @@ void ReferenceMpiDomains::sumForces(std::vector<Vec3>& forces) const {
 void ReferenceMpiDomains::sumInt64(std::vector<int64_t>& values) const {
     char message[1024] = "";
     check(allreduceInt64(values.data(), values.size(), message, sizeof(message)), message);
+}
+
+void ReferenceMpiDomains::agree(const std::string& failure) const {
+    std::vector<int64_t> failed = {failure.empty() ? 0 : 1};
+    sumInt64(failed);
+    throwIfFailed(failed[0], failure);
+}
+
+void ReferenceMpiDomains::throwIfFailed(int64_t failedRanks, const std::string& failure) {
+    if (failedRanks == 0)
+        return;
+    if (!failure.empty())
+        throw OpenMMException(failure);
+    throw OpenMMException("GraphForce: Domains = \"mpi\": the evaluation failed on " + std::to_string(failedRanks) +
+                          (failedRanks == 1 ? " other rank" : " other ranks") + " (see its error there)");
 }
 
 double ReferenceMpiDomains::sumEnergy(double energy) const {

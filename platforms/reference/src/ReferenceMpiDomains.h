@@ -76,12 +76,25 @@ public:
         std::vector<double> table; ///< [owned + ghost][M]
         int64_t handle = 0;
     };
-    /** Sum the forces [n] (kJ/mol/nm) over the ranks in 64-bit fixed point (2^-32 kJ/mol/nm), in place. */
-    void sumForces(std::vector<OpenMM::Vec3>& forces) const;
+    /**
+     * Sum the forces [n] (kJ/mol/nm) over the ranks in 64-bit fixed point (2^-32 kJ/mol/nm), in place.  A rank
+     * whose forces cannot be summed (a value not finite or beyond the fixed-point range) or whose evaluation
+     * failed (`failure` not empty) still joins the sum, with an error word: then every rank throws (this one
+     * its own message), so no rank waits in MPI for it.
+     */
+    void sumForces(std::vector<OpenMM::Vec3>& forces, const std::string& failure = std::string()) const;
     /** The sum of one energy per rank (kJ/mol), added in rank order on every rank. */
     double sumEnergy(double energy) const;
     /** Sum integers over the ranks, in place (exact, so every rank gets bitwise the same values). */
     void sumInt64(std::vector<int64_t>& values) const;
+    /**
+     * A collective agreement on failure: every rank calls it at the same point with its own `failure` (empty
+     * when it has none); when any rank has one, every rank throws (this rank's message, or one naming how many
+     * other ranks failed).  The step that lets one rank's error reach all of them instead of a hang.
+     */
+    void agree(const std::string& failure) const;
+    /** After a sum whose word counts the ranks that failed: throws `failure` (this rank's) or the other ranks' count. */
+    static void throwIfFailed(int64_t failedRanks, const std::string& failure);
 
 private:
     void check(int status, const char* what) const;

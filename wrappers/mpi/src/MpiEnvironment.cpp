@@ -108,15 +108,19 @@ OMMGRAPH_MPI_EXPORT int ommgraph_mpi_allreduce_sum_int64(int64_t* values, std::s
         int rc = MPI_SUCCESS;
         MPI_Comm comm = libraryComm(&rc);
         if (comm == MPI_COMM_NULL)
-            return fail(message, messageSize, kMpi, "ommgraph_mpi_allreduce_sum_int64: " + mpiError("MPI_Comm_dup", rc));
+            return fail(message, messageSize, kMpi, "ommgraph_mpi_allreduce_sum_int64: " + mpiError("MPI_Comm_idup", rc));
         const std::size_t chunk = allreduceChunk();
         for (std::size_t offset = 0; offset < count; offset += chunk) {
             const std::size_t n = count - offset < chunk ? count - offset : chunk;
-            rc = MPI_Allreduce(MPI_IN_PLACE, values + offset, static_cast<int>(n), MPI_INT64_T, MPI_SUM, comm);
+            // Nonblocking, so that OMMGRAPH_MPI_TIMEOUT also covers a sum that another rank never joins.
+            MPI_Request request = MPI_REQUEST_NULL;
+            rc = MPI_Iallreduce(MPI_IN_PLACE, values + offset, static_cast<int>(n), MPI_INT64_T, MPI_SUM, comm, &request);
+            if (rc == MPI_SUCCESS)
+                rc = waitFor(&request, "ommgraph_mpi_allreduce_sum_int64 (MPI_Iallreduce of " + std::to_string(n) + " elements)");
             if (rc != MPI_SUCCESS)
                 return fail(message, messageSize, kMpi,
-                            "ommgraph_mpi_allreduce_sum_int64: " + mpiError("MPI_Allreduce", rc) + " (elements " +
-                                std::to_string(offset) + ".." + std::to_string(offset + n) + " of " + std::to_string(count) + ")");
+                            "ommgraph_mpi_allreduce_sum_int64: " + mpiError("MPI_Iallreduce", rc) + " (elements " + std::to_string(offset) +
+                                ".." + std::to_string(offset + n) + " of " + std::to_string(count) + ")");
         }
         return fail(message, messageSize, kOk, "");
     });
@@ -133,13 +137,16 @@ OMMGRAPH_MPI_EXPORT int ommgraph_mpi_allreduce_sum_double_ordered(const double* 
         int rc = MPI_SUCCESS;
         MPI_Comm comm = libraryComm(&rc);
         if (comm == MPI_COMM_NULL)
-            return fail(message, messageSize, kMpi, "ommgraph_mpi_allreduce_sum_double_ordered: " + mpiError("MPI_Comm_dup", rc));
+            return fail(message, messageSize, kMpi, "ommgraph_mpi_allreduce_sum_double_ordered: " + mpiError("MPI_Comm_idup", rc));
         int size = 1;
         MPI_Comm_size(comm, &size);
         std::vector<double> all(static_cast<std::size_t>(size));
-        rc = MPI_Allgather(value, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, comm);
+        MPI_Request request = MPI_REQUEST_NULL;
+        rc = MPI_Iallgather(value, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, comm, &request);
+        if (rc == MPI_SUCCESS)
+            rc = waitFor(&request, "ommgraph_mpi_allreduce_sum_double_ordered (MPI_Iallgather)");
         if (rc != MPI_SUCCESS)
-            return fail(message, messageSize, kMpi, "ommgraph_mpi_allreduce_sum_double_ordered: " + mpiError("MPI_Allgather", rc));
+            return fail(message, messageSize, kMpi, "ommgraph_mpi_allreduce_sum_double_ordered: " + mpiError("MPI_Iallgather", rc));
         // Rank order, one addition at a time: the same operations on every rank, so bitwise the same total.
         volatile double sum = all[0];
         for (int r = 1; r < size; r++)
