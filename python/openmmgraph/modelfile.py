@@ -717,19 +717,10 @@ def write_atomically(path, data: bytes) -> None:
     in place, as open() would.
     """
     import secrets
-    import stat
 
     target = os.path.realpath(os.fspath(path))
     if os.path.isdir(target):
         raise IsADirectoryError(f"cannot write the model: {os.fspath(path)!r} is a directory")
-    try:
-        existing = os.stat(target)
-    except FileNotFoundError:
-        existing = None
-    if existing is not None and not stat.S_ISREG(existing.st_mode):
-        with open(target, "wb") as stream:
-            stream.write(data)
-        return
     folder, name = os.path.split(target)
     temporary = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -738,15 +729,33 @@ def write_atomically(path, data: bytes) -> None:
             stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())
-        if existing is not None:
-            os.chmod(temporary, stat.S_IMODE(existing.st_mode))
-        os.replace(temporary, target)
-    except BaseException:
+        replace_file(temporary, path)
+    finally:
         try:
             os.unlink(temporary)
         except FileNotFoundError:
             pass
-        raise
+
+
+def replace_file(temporary, path) -> None:
+    """Move the complete file ``temporary`` over ``path``: through a symbolic link, its target; an existing regular
+    file keeps its mode (a new one keeps the temporary file's); anything else at ``path`` (a device, a FIFO) gets the
+    bytes written in place, as open() would, and ``temporary`` stays for the caller to remove."""
+    import shutil
+    import stat
+
+    target = os.path.realpath(os.fspath(path))
+    try:
+        existing = os.stat(target)
+    except FileNotFoundError:
+        existing = None
+    if existing is not None and not stat.S_ISREG(existing.st_mode):
+        with open(temporary, "rb") as source, open(target, "wb") as stream:
+            shutil.copyfileobj(source, stream)
+        return
+    if existing is not None:
+        os.chmod(temporary, stat.S_IMODE(existing.st_mode))
+    os.replace(temporary, target)
 
 
 def _encode(metadata, tensors, dtype, validate) -> bytes:

@@ -470,13 +470,15 @@ def export_aoti(model, path: str, dtype: str = "float64", device: str = "cpu", s
     import secrets
     import zipfile
 
+    from .modelfile import replace_file
+
     temporary = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.pt2")
     try:
         torch._inductor.aoti_compile_and_package(exported, package_path=temporary, inductor_configs=configs)
         with zipfile.ZipFile(temporary, "a", compression=zipfile.ZIP_STORED) as archive:
             folder = archive.namelist()[0].split("/")[0]
             archive.writestr(f"{folder}/extra/{METADATA_FILE}", json.dumps(metadata, indent=1))
-        os.replace(temporary, path)
+        replace_file(temporary, path)  # an existing package keeps its mode (and a symbolic link its target)
     finally:
         if os.path.exists(temporary):
             os.remove(temporary)

@@ -530,6 +530,25 @@ def test_graphforce_float32_aoti_package(tmp_path):
         torch._inductor.aoti_compile_and_package = original
     assert pathlib.Path(package).read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+    # A package replaced through a symbolic link replaces its target, which keeps its mode (the compiler stands in:
+    # what it writes is moved over the package as written, with the metadata added).
+    os.chmod(package, 0o640)
+    link = tmp_path / "link.pt2"
+    link.symlink_to(package)
+
+    def stand_in(exported, package_path, inductor_configs):
+        with zipfile.ZipFile(package_path, "w") as archive:
+            archive.writestr("stand_in/data/program.bin", b"compiled")
+
+    torch._inductor.aoti_compile_and_package = stand_in
+    try:
+        export_aoti(model, str(link), dtype="float32")
+    finally:
+        torch._inductor.aoti_compile_and_package = original
+    assert link.is_symlink() and os.stat(package).st_mode & 0o777 == 0o640
+    with zipfile.ZipFile(package) as archive:
+        assert sorted(archive.namelist()) == ["stand_in/data/program.bin", "stand_in/extra/openmmgraph.json"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
 def test_aoti_metadata_is_checked(tmp_path):
