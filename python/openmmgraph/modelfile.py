@@ -721,6 +721,10 @@ def write_atomically(path, data: bytes) -> None:
     target = os.path.realpath(os.fspath(path))
     if os.path.isdir(target):
         raise IsADirectoryError(f"cannot write the model: {os.fspath(path)!r} is a directory")
+    if os.path.exists(target) and not os.path.isfile(target):  # a device, a FIFO: no temporary file beside it
+        with open(target, "wb") as stream:
+            stream.write(data)
+        return
     folder, name = os.path.split(target)
     temporary = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
