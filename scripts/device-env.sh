@@ -11,6 +11,25 @@ export PYTHONUNBUFFERED=1
 SITE=/tmp/graph-site
 python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target "$SITE" .device/wheels/*.whl || exit 1
 export PYTHONPATH="$SITE" PATH="$SITE/bin:$PATH"
+# MPI for the MPI tests: the mpich wheel (py3-none-manylinux) carried in .device/mpi, apart from .device/wheels (it is
+# 13 MB, and the carry limit of 64 MiB does not hold it with both bundles).  pip --target installs its bin/ (mpiexec)
+# but not the lib/ (libmpi.so.12) that libOpenMMGraphMPI needs: that comes out of the wheel by hand.
+for wheel in .device/mpi/mpich-*.whl; do
+    [ -f "$wheel" ] || continue
+    python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target "$SITE" "$wheel" || exit 1
+    rm -rf "$SITE/mpich-lib" && mkdir -p "$SITE/mpich-lib"
+    python3 - "$wheel" "$SITE/mpich-lib" <<'PY' || exit 1
+import os, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel:
+    for entry in wheel.infolist():
+        if "/data/lib/" in entry.filename and ".so" in entry.filename:
+            target = os.path.join(sys.argv[2], os.path.basename(entry.filename))
+            with wheel.open(entry) as source, open(target, "wb") as out:
+                out.write(source.read())
+PY
+    export LD_LIBRARY_PATH="$SITE/mpich-lib:${LD_LIBRARY_PATH:-}" OPENMMGRAPH_TEST_MPIEXEC="$SITE/bin/mpiexec"
+    echo "MPI: $(basename "$wheel") (mpiexec and libmpi in $SITE)"
+done
 OPENMM_LIBS="$SITE/OpenMM.libs"
 export OPENMM_PLUGIN_DIR="$OPENMM_LIBS/lib/plugins"
 # OpenMM's CUDA platform needs cuFFT and NVRTC of CUDA 13: take them from the machine.
