@@ -159,12 +159,12 @@ def test_bad_domains_property_is_refused():
 
 FAILURE_WORKER = textwrap.dedent(
     """
-    import json, os, sys
+    import json, math, os, sys
     import openmm
     import openmmgraph
     from openmmgraph import mpi
 
-    model_path, platform, out, evaluations = sys.argv[1:5]
+    model_path, platform, out, mode = sys.argv[1:5]
     mpi.initialize()
     rank, _ = mpi.world()
     # Non-periodic, on a line: particles 0 and 1 are 0.3 nm apart, the others 1 nm from any other (beyond the
@@ -184,17 +184,19 @@ FAILURE_WORKER = textwrap.dedent(
     try:
         context = openmm.Context(system, openmm.VerletIntegrator(0.0005), openmm.Platform.getPlatformByName(platform), properties)
         context.setPositions([openmm.Vec3(x, 0, 0) for x in xs])
-        for _ in range(int(evaluations)):  # each one fails on every rank, none hangs
+        # Two evaluations that fail on every rank, none hanging: with forces twice ("forces"), or an energy alone
+        # and then with forces ("mixed").
+        for forces in ([True, True] if mode == "forces" else [False, True]):
             try:
-                context.getState(getEnergy=True, getForces=True)
+                context.getState(getEnergy=True, getForces=forces)
                 result["errors"].append(None)
             except openmm.OpenMMException as error:
                 result["errors"].append(str(error))
-        if "OMMGRAPH_MPI_TEST_FAILURE" not in os.environ:
-            # Apart, every pair beyond the cut-off: the ranks evaluate together again (their collectives still pair up).
-            context.setPositions([openmm.Vec3(x, 0, 0) for x in [0.0, 5.0] + xs[2:]])
-            result["energies"].append(context.getState(getEnergy=True).getPotentialEnergy()._value.hex())
-            result["energies"].append(context.getState(getEnergy=True, getForces=True).getPotentialEnergy()._value.hex())
+        # Then, every pair beyond the cut-off, the ranks evaluate together again: their collectives still pair up.
+        context.setPositions([openmm.Vec3(x, 0, 0) for x in [0.0, 5.0] + xs[2:]])
+        result["energies"].append(context.getState(getEnergy=True).getPotentialEnergy()._value.hex())
+        result["energies"].append(context.getState(getEnergy=True, getForces=True).getPotentialEnergy()._value.hex())
+        result["energies"].append(math.fsum(force.getParticleEnergies(context)).hex())
     except openmm.OpenMMException as error:
         result["errors"].append("context: " + str(error))
     with open(f"{out}.{rank}.json", "w") as handle:
@@ -204,7 +206,7 @@ FAILURE_WORKER = textwrap.dedent(
 )
 
 
-def run_failure_workers(tmp_path, platform, interactions, env=None, scale=1e13):
+def run_failure_workers(tmp_path, platform, interactions, env=None, scale=1e13, mode="forces"):
     """Two ranks of FAILURE_WORKER with a model whose fitting network's output weights are scaled by `scale` (1e13:
     the forces on the close pair are far beyond the fixed-point range); returns the two ranks' results."""
     launcher = mpiexec()
@@ -232,7 +234,7 @@ def run_failure_workers(tmp_path, platform, interactions, env=None, scale=1e13):
         environment.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     environment.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
     environment.setdefault("PRTE_MCA_rmaps_default_mapping_policy", ":oversubscribe")
-    run = subprocess.run([launcher, "-n", "2", sys.executable, str(worker), model_path, platform, out, "2"],
+    run = subprocess.run([launcher, "-n", "2", sys.executable, str(worker), model_path, platform, out, mode],
                          capture_output=True, text=True, timeout=300, env=environment)
     assert run.returncode == 0, f"mpiexec failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     return [json.load(open(f"{out}.{rank}.json")) for rank in (0, 1)]
@@ -247,7 +249,7 @@ def test_a_force_beyond_the_fixed_point_range_on_one_rank_raises_on_every_rank(t
     zero, one = run_failure_workers(tmp_path, "CPU", interactions)
     for result in (zero, one):
         assert len(result["errors"]) == 2 and all(result["errors"]), result
-        assert len(result["energies"]) == 2 and result["energies"][0] == result["energies"][1], result
+        assert len(result["energies"]) == 3 and result["energies"][0] == result["energies"][1], result
     assert zero["energies"] == one["energies"]
     assert all("fixed-point range" in error for error in zero["errors"]), zero
     assert all("failed on 1 other rank" in error for error in one["errors"]), one
@@ -258,12 +260,16 @@ def test_a_force_beyond_the_fixed_point_range_on_one_rank_raises_on_every_rank(t
     ("evaluation", 0), ("result", 0), ("evaluation", 1), ("exchange", 1), ("result", 1)])
 def test_a_host_failure_on_one_rank_raises_on_every_rank_cuda(tmp_path, where, interactions):
     """The CUDA platform's host-side failures on one rank (a driver error, a failed allocation or copy), injected
-    with OMMGRAPH_MPI_TEST_FAILURE=1:<where> before the evaluation is enqueued, after the node features' exchange,
-    and before the result is read back: the failing rank still joins every collective of the evaluation with an
-    error word, so both ranks raise (before, the other rank waited in MPI), twice in a row."""
-    zero, one = run_failure_workers(tmp_path, "CUDA", interactions, env={"OMMGRAPH_MPI_TEST_FAILURE": f"1:{where}"}, scale=1)
+    with OMMGRAPH_MPI_TEST_FAILURE=1:<where>:2 before the evaluation is enqueued, after the node features' exchange,
+    and before the result is read back, in an energy evaluation and then one with forces: the failing rank still
+    joins every collective of the evaluation with an error word, so both ranks raise (before, the other rank waited
+    in MPI); then both evaluate together again (energy, forces, per-particle energies), bitwise alike."""
+    zero, one = run_failure_workers(tmp_path, "CUDA", interactions, env={"OMMGRAPH_MPI_TEST_FAILURE": f"1:{where}:2"}, scale=1,
+                                    mode="mixed")
     assert len(one["errors"]) == 2 and all(f"OMMGRAPH_MPI_TEST_FAILURE=1:{where}" in e for e in one["errors"]), one
     assert len(zero["errors"]) == 2 and all("failed on 1 other rank" in e for e in zero["errors"]), zero
+    assert len(zero["energies"]) == 3 and zero["energies"] == one["energies"], (zero, one)
+    assert zero["energies"][0] == zero["energies"][1]
 
 
 @pytest.mark.gpu
@@ -273,4 +279,4 @@ def test_a_malformed_test_failure_hook_is_refused_cuda(tmp_path):
     zero, one = run_failure_workers(tmp_path, "CUDA", 0, env={"OMMGRAPH_MPI_TEST_FAILURE": "one:exchange"}, scale=1)
     for result in (zero, one):
         assert len(result["errors"]) == 1 and result["errors"][0].startswith("context: "), result
-        assert 'OMMGRAPH_MPI_TEST_FAILURE="one:exchange" is not <rank>:evaluation' in result["errors"][0], result
+        assert 'OMMGRAPH_MPI_TEST_FAILURE="one:exchange" is not <rank>:<where>[:<count>]' in result["errors"][0], result

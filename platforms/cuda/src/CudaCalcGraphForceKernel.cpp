@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
-#include <utility>
 
 using namespace GraphPlugin;
 using namespace OpenMM;
@@ -48,24 +47,45 @@ CudaGraphOptions cudaGraphOptions(const GraphForce& force) {
     return options;
 }
 
+/** What OMMGRAPH_MPI_TEST_FAILURE asks of one rank: where it fails and how many evaluations (0: every one). */
+struct TestFailure {
+    int rank = -1;
+    std::string where;
+    long long count = 0;
+};
+
 /**
- * OMMGRAPH_MPI_TEST_FAILURE=<rank>:<where>, for the tests of the ranks' agreement on failure (docs/mpi.md): the
- * rank named fails on purpose in every evaluation, "evaluation" before its work is enqueued, "exchange" after the
- * node features' sum (models with an interaction block), "result" before its result is read back.
+ * OMMGRAPH_MPI_TEST_FAILURE=<rank>:<where>[:<count>], for the tests of the ranks' agreement on failure
+ * (docs/mpi.md): the rank named fails on purpose in its first `count` evaluations (all when absent), "evaluation"
+ * before its work is enqueued, "exchange" after the node features' sum (models with an interaction block),
+ * "result" before its result is read back.
  */
-std::pair<int, std::string> testFailure() {
+TestFailure testFailure() {
     const char* text = std::getenv("OMMGRAPH_MPI_TEST_FAILURE");
     if (text == nullptr || *text == 0)
-        return {-1, ""};
+        return TestFailure();
     const std::string value(text);
-    const size_t colon = value.find(':');
-    const std::string where = colon == std::string::npos ? "" : value.substr(colon + 1);
-    const std::string rank = value.substr(0, colon);
-    if (rank.empty() || rank.size() > 6 || rank.find_first_not_of("0123456789") != std::string::npos ||
-        (where != "evaluation" && where != "exchange" && where != "result"))
+    std::vector<std::string> fields(1);
+    for (char c : value)
+        if (c == ':')
+            fields.emplace_back();
+        else
+            fields.back() += c;
+    auto whole = [](const std::string& digits) {
+        return !digits.empty() && digits.size() <= 9 && digits.find_first_not_of("0123456789") == std::string::npos;
+    };
+    const bool valid = (fields.size() == 2 || fields.size() == 3) && whole(fields[0]) &&
+                       (fields[1] == "evaluation" || fields[1] == "exchange" || fields[1] == "result") &&
+                       (fields.size() == 2 || (whole(fields[2]) && std::stoll(fields[2]) > 0));
+    if (!valid)
         throw OpenMMException("GraphForce: OMMGRAPH_MPI_TEST_FAILURE=" + quotedText(value) +
-                              " is not <rank>:evaluation, <rank>:exchange or <rank>:result (a hook for the tests; unset it)");
-    return {std::stoi(rank), where};
+                              " is not <rank>:<where>[:<count>] with <where> evaluation, exchange or result and <count> > 0 (a "
+                              "hook for the tests; unset it)");
+    TestFailure failure;
+    failure.rank = std::stoi(fields[0]);
+    failure.where = fields[1];
+    failure.count = fields.size() == 3 ? std::stoll(fields[2]) : 0;
+    return failure;
 }
 
 } // namespace
@@ -106,13 +126,13 @@ void CudaCalcGraphForceKernel::initialize(const System& system, const GraphForce
         // makes every rank's Context creation fail, instead of leaving the others waiting in the first evaluation.
         std::string failure;
         try {
-            const std::pair<int, std::string> injected = testFailure();
-            if (injected.first == domainIndex)
-                injectedFailure = injected.second == "evaluation" ? InjectedFailure::Evaluation
-                                  : injected.second == "exchange" ? InjectedFailure::Exchange
-                                                                  : InjectedFailure::Result;
-            if (injectedFailure == InjectedFailure::Exchange && ownedExchange)
-                ownedExchange->failAfterNodeFeatures();
+            const TestFailure injected = testFailure();
+            if (injected.rank == domainIndex) {
+                injectedFailure = injected.where == "evaluation" ? InjectedFailure::Evaluation
+                                  : injected.where == "exchange" ? InjectedFailure::Exchange
+                                                                 : InjectedFailure::Result;
+                injectedFailures = injected.count;
+            }
             pipeline =
                 createCudaGraphPipeline(cu, model, particles, types, periodic, system.getNumParticles(), cudaGraphOptions(force), domain);
         }
@@ -148,13 +168,17 @@ double CudaCalcGraphForceKernel::executeRanks(bool includeForces) {
     // Every rank makes the same collective calls in the same order: the exchange points (an interaction block), a
     // flag sum, then the result sum.  A failure on this rank (a host exception anywhere in the evaluation) still
     // joins each of them, with an error word, so that every rank throws and none waits in MPI for this one.
+    // The failure injected by OMMGRAPH_MPI_TEST_FAILURE, if any, for this evaluation.
+    InjectedFailure injected = injectedFailure;
+    if (injectedFailures > 0 && injectedFailures-- == 1)
+        injectedFailure = InjectedFailure::None; // its last evaluation
     while (true) {
         std::string error;
         bool complete = true;
         if (ownedExchange)
-            ownedExchange->beginEvaluation();
+            ownedExchange->beginEvaluation(injected == InjectedFailure::Exchange);
         try {
-            if (injectedFailure == InjectedFailure::Evaluation)
+            if (injected == InjectedFailure::Evaluation)
                 throw OpenMMException("GraphForce: Domains = \"mpi\": the failure injected by OMMGRAPH_MPI_TEST_FAILURE=" +
                                       std::to_string(domainIndex) + ":evaluation");
             pipeline->enqueue(includeForces, true);
@@ -173,12 +197,12 @@ double CudaCalcGraphForceKernel::executeRanks(bool includeForces) {
             break; // else some rank's rows overflowed: it has grown; every rank evaluates again
     }
     // The energy words, a word that counts the ranks that could not read their result, then the forces.
-    const size_t numForces = includeForces ? 3 * particles.size() : 0;
+    const size_t numForces = includeForces ? 3 * std::max<size_t>(1, particles.size()) : 0; // as readRankResult
     std::vector<int64_t> forces;
     int64_t words[2] = {0, 0};
     std::string error;
     try {
-        if (injectedFailure == InjectedFailure::Result)
+        if (injected == InjectedFailure::Result)
             throw OpenMMException("GraphForce: Domains = \"mpi\": the failure injected by OMMGRAPH_MPI_TEST_FAILURE=" +
                                   std::to_string(domainIndex) + ":result");
         pipeline->readRankResult(includeForces ? &forces : nullptr, words);

@@ -81,6 +81,7 @@ private:
     /** Where this rank fails on purpose (OMMGRAPH_MPI_TEST_FAILURE, the tests of the agreement in docs/mpi.md). */
     enum class InjectedFailure { None, Evaluation, Exchange, Result };
     InjectedFailure injectedFailure = InjectedFailure::None;
+    long long injectedFailures = 0; ///< evaluations left to fail (0: every one)
 
     OpenMM::CudaContext& cu;
     int domainIndex, numDomains, firstCenter = 0, numCenters = 0;

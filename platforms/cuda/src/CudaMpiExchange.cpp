@@ -50,11 +50,14 @@ bool CudaMpiExchange::allOf(int domain, bool value) {
     return flag[0] == 0;
 }
 
-void CudaMpiExchange::beginEvaluation() {
+void CudaMpiExchange::beginEvaluation(bool injectFailure) {
     joined.fill(false);
+    injectedFailure = injectFailure;
 }
 
 void CudaMpiExchange::joinRemaining(bool includeForces) {
+    if (n == 0)
+        return; // an evaluation without particles reaches no point (CudaGraphPipeline returns before them)
     for (int point = 0; point < (includeForces ? NumPoints : 1); point++)
         if (!joined[point]) {
             joined[point] = true;

@@ -34,21 +34,18 @@ public:
     void attach(int domain, Point point, CUdeviceptr array, size_t bytesPerNode) override;
     void allGather(int domain, Point point, CUstream stream) override;
     bool allOf(int domain, bool value) override;
-    /** Before each evaluation (CudaCalcGraphForceKernel::executeRanks): no point of it joined yet. */
-    void beginEvaluation();
+    /**
+     * Before each evaluation (CudaCalcGraphForceKernel::executeRanks): no point of it joined yet.  `injectFailure`:
+     * the failure of OMMGRAPH_MPI_TEST_FAILURE's "exchange" (docs/mpi.md): the host copy back of the NodeFeatures
+     * point throws on this rank after the sum, as a failed copy would.
+     */
+    void beginEvaluation(bool injectFailure = false);
     /**
      * After an evaluation that failed on this rank (an exception between or before the exchange points): join
      * the sums of the points it did not reach (NodeFeatures; InteractionMomentGradients when includeForces), with
      * the error word set, so that the other ranks throw there instead of waiting in MPI.  Never throws.
      */
     void joinRemaining(bool includeForces);
-    /**
-     * A failure injected for the tests of the agreement (docs/mpi.md): the host copy back of the NodeFeatures
-     * point throws on this rank after the sum, as a failed copy would.
-     */
-    void failAfterNodeFeatures() {
-        injectedFailure = true;
-    }
 
 private:
     const ReferenceMpiDomains& domains;

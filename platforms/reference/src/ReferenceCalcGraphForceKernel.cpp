@@ -44,12 +44,16 @@ double ReferenceCalcGraphForceKernel::execute(ContextImpl& context, bool include
         std::unique_ptr<ReferenceMpiDomains::Exchange> exchange;
         if (model->numInteractions == 1)
             exchange.reset(new ReferenceMpiDomains::Exchange(*domains, owner, graph));
-        // A failure of this rank's evaluation joins the next sum as an error word: every rank throws, none waits.
+        // A failure of this rank's evaluation joins the next sum as an error word: every rank throws, none waits.  Not
+        // with an interaction block: its exchange makes collective calls of its own inside the evaluation, which a
+        // failure before them would leave the other ranks waiting in (its own agreement covers its bad arguments).
         std::string failure;
         try {
             energy = evaluator->evaluate(types, graph, includeForces ? &localForces : nullptr, nullptr, &owned, exchange.get());
         }
         catch (const std::exception& error) {
+            if (exchange)
+                throw;
             failure = error.what();
             energy = 0;
         }
