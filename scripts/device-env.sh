@@ -12,13 +12,17 @@ SITE=/tmp/graph-site
 python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target "$SITE" .device/wheels/*.whl || exit 1
 export PYTHONPATH="$SITE" PATH="$SITE/bin:$PATH"
 # MPI for the MPI tests: the mpich wheel (py3-none-manylinux) carried in .device/mpi, apart from .device/wheels (it is
-# 13 MB, and the carry limit of 64 MiB does not hold it with both bundles).  pip --target installs its bin/ (mpiexec)
-# but not the lib/ (libmpi.so.12) that libOpenMMGraphMPI needs: that comes out of the wheel by hand.
+# 13 MB, and the carry limit of 64 MiB does not hold it with both bundles).  In a folder of its own (pip --target
+# --upgrade would replace $SITE/bin, swig's), its bin/ last on PATH (mpiexec for the tests, never a compiler ahead of
+# the machine's); pip --target leaves out the wheel's lib/ (libmpi.so.12, which libOpenMMGraphMPI needs): taken out of
+# the wheel by hand.  GRAPH_DEVICE_MPI=off skips it (scripts/build-device-bundle.sh).
 for wheel in .device/mpi/mpich-*.whl; do
-    [ -f "$wheel" ] || continue
-    python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target "$SITE" "$wheel" || exit 1
-    rm -rf "$SITE/mpich-lib" && mkdir -p "$SITE/mpich-lib"
-    python3 - "$wheel" "$SITE/mpich-lib" <<'PY' || exit 1
+    [ -f "$wheel" ] && [ "${GRAPH_DEVICE_MPI:-on}" != off ] || continue
+    MPI_SITE=/tmp/graph-mpich
+    rm -rf "$MPI_SITE"
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$MPI_SITE" "$wheel" || exit 1
+    mkdir -p "$MPI_SITE/mpich-lib"
+    python3 - "$wheel" "$MPI_SITE/mpich-lib" <<'PY' || exit 1
 import os, sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as wheel:
     for entry in wheel.infolist():
@@ -27,8 +31,9 @@ with zipfile.ZipFile(sys.argv[1]) as wheel:
             with wheel.open(entry) as source, open(target, "wb") as out:
                 out.write(source.read())
 PY
-    export LD_LIBRARY_PATH="$SITE/mpich-lib:${LD_LIBRARY_PATH:-}" OPENMMGRAPH_TEST_MPIEXEC="$SITE/bin/mpiexec"
-    echo "MPI: $(basename "$wheel") (mpiexec and libmpi in $SITE)"
+    export PATH="$PATH:$MPI_SITE/bin" LD_LIBRARY_PATH="$MPI_SITE/mpich-lib:${LD_LIBRARY_PATH:-}"
+    export OPENMMGRAPH_TEST_MPIEXEC="$MPI_SITE/bin/mpiexec"
+    echo "MPI: $(basename "$wheel") (mpiexec and libmpi in $MPI_SITE)"
 done
 OPENMM_LIBS="$SITE/OpenMM.libs"
 export OPENMM_PLUGIN_DIR="$OPENMM_LIBS/lib/plugins"
