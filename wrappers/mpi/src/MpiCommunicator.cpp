@@ -310,8 +310,10 @@ int create(int64_t numOwned, int64_t numGhost, const int32_t* ghostOwnerRank, co
     int rc = MPI_Comm_idup(MPI_COMM_WORLD, &d.comm, &request);
     if (rc == MPI_SUCCESS)
         rc = waitFor(&request, what + " (MPI_Comm_idup of MPI_COMM_WORLD)");
-    if (rc != MPI_SUCCESS)
+    if (rc != MPI_SUCCESS) {
+        d.comm = MPI_COMM_NULL; // not a communicator to free (its creation did not complete)
         return fail(message, messageSize, kMpi, what + ": " + mpiError("MPI_Comm_idup", rc));
+    }
     MPI_Comm_set_errhandler(d.comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(d.comm, &d.rank);
     MPI_Comm_size(d.comm, &d.size);
