@@ -179,8 +179,7 @@ double CudaCalcGraphForceKernel::executeRanks(bool includeForces) {
             ownedExchange->beginEvaluation(injected == InjectedFailure::Exchange);
         try {
             if (injected == InjectedFailure::Evaluation)
-                throw OpenMMException("GraphForce: Domains = \"mpi\": the failure injected by OMMGRAPH_MPI_TEST_FAILURE=" +
-                                      std::to_string(domainIndex) + ":evaluation");
+                throw injectedFailureError(domainIndex, "evaluation");
             pipeline->enqueue(includeForces, true);
             complete = pipeline->finish(error);
         }
@@ -189,42 +188,34 @@ double CudaCalcGraphForceKernel::executeRanks(bool includeForces) {
             complete = true;
         }
         if (ownedExchange && !error.empty())
-            ownedExchange->joinRemaining(includeForces);
-        std::vector<int64_t> flags = {complete ? 0 : 1, error.empty() ? 0 : 1};
-        domains->sumInt64(flags);
-        ReferenceMpiDomains::throwIfFailed(flags[1], error);
+            ownedExchange->joinRemaining(includeForces, error);
+        std::vector<int64_t> flags = {complete ? 0 : 1};
+        domains->sumAgreed(flags, error);
         if (flags[0] == 0)
             break; // else some rank's rows overflowed: it has grown; every rank evaluates again
     }
-    // The energy words, a word that counts the ranks that could not read their result, then the forces.
-    const size_t numForces = includeForces ? 3 * std::max<size_t>(1, particles.size()) : 0; // as readRankResult
+    // The energy words, then the forces.
     std::vector<int64_t> forces;
     int64_t words[2] = {0, 0};
     std::string error;
     try {
         if (injected == InjectedFailure::Result)
-            throw OpenMMException("GraphForce: Domains = \"mpi\": the failure injected by OMMGRAPH_MPI_TEST_FAILURE=" +
-                                  std::to_string(domainIndex) + ":result");
+            throw injectedFailureError(domainIndex, "result");
         pipeline->readRankResult(includeForces ? &forces : nullptr, words);
-        if (forces.size() != numForces)
-            throw OpenMMException("GraphForce: internal error: " + std::to_string(forces.size()) + " force words read back for " +
-                                  std::to_string(numForces));
     }
     catch (const std::exception& failure) {
         error = failure.what();
     }
-    std::vector<int64_t> sums(3 + numForces, 0);
-    if (error.empty()) {
-        sums[0] = words[0];
-        sums[1] = words[1];
-        std::copy(forces.begin(), forces.end(), sums.begin() + 3);
-    }
-    else
-        sums[2] = 1;
-    domains->sumInt64(sums);
-    ReferenceMpiDomains::throwIfFailed(sums[2], error);
+    // As readRankResult sizes them, whether or not it ran: every rank sums as many words.
+    forces.resize(includeForces ? 3 * std::max<size_t>(1, particles.size()) : 0);
+    std::vector<int64_t> sums;
+    sums.reserve(2 + forces.size() + 1); // and sumAgreed's word
+    sums.push_back(words[0]);
+    sums.push_back(words[1]);
+    sums.insert(sums.end(), forces.begin(), forces.end());
+    domains->sumAgreed(sums, error);
     if (includeForces) {
-        std::copy(sums.begin() + 3, sums.end(), forces.begin());
+        std::copy(sums.begin() + 2, sums.end(), forces.begin());
         pipeline->addRankForces(forces);
     }
     return energyOfWords(sums[0], sums[1]); // words that are bitwise the same on every rank
@@ -243,9 +234,11 @@ void CudaCalcGraphForceKernel::getParticleEnergies(ContextImpl& context, std::ve
     if (domains) {
         // This rank's centers, then every particle's energy from its rank (one rank contributes each: an exact integer sum).
         executeRanks(false);
-        // Then the bits of the energies, and a word that counts the ranks that could not read theirs.
+        // Then the bits of the energies.
         const size_t n = particles.size();
-        std::vector<int64_t> bits(n + 1, 0);
+        std::vector<int64_t> bits;
+        bits.reserve(n + 1); // and sumAgreed's word
+        bits.assign(n, 0);
         std::string error;
         try {
             pipeline->downloadParticleEnergies(energies);
@@ -254,11 +247,8 @@ void CudaCalcGraphForceKernel::getParticleEnergies(ContextImpl& context, std::ve
         }
         catch (const std::exception& failure) {
             error = failure.what();
-            std::fill(bits.begin(), bits.end(), 0);
-            bits[n] = 1;
         }
-        domains->sumInt64(bits);
-        ReferenceMpiDomains::throwIfFailed(bits[n], error);
+        domains->sumAgreed(bits, error);
         energies.resize(n);
         for (size_t i = 0; i < n; i++)
             std::memcpy(&energies[i], &bits[i], sizeof(double));

@@ -17,9 +17,10 @@ void CudaMpiExchange::allGather(int domain, Point point, CUstream stream) {
     const Slot& slot = slots[point];
     const size_t total = (size_t) n * slot.bytesPerNode, numWords = (total + 7) / 8;
     const size_t offset = (size_t) first[domain] * slot.bytesPerNode, own = (size_t) count[domain] * slot.bytesPerNode;
-    // This rank's rows in place, zeros elsewhere; then the integer sum over the ranks is the union of their rows.  One
-    // more word says whether a rank could not stage its rows: every rank still joins the sum, and all of them throw.
-    words.assign(numWords + 1, 0);
+    // This rank's rows in place, zeros elsewhere; then the integer sum over the ranks is the union of their rows.  A
+    // rank that could not stage its rows still joins the sum (sumAgreed's error word), and all of them throw.
+    words.reserve(numWords + 1);
+    words.assign(numWords, 0);
     joined[point] = true;
     std::string failure;
     if (own > 0) {
@@ -29,15 +30,11 @@ void CudaMpiExchange::allGather(int domain, Point point, CUstream stream) {
         }
         catch (const std::exception& error) {
             failure = error.what();
-            words.assign(numWords + 1, 0);
-            words[numWords] = 1;
         }
     }
-    domains.sumInt64(words);
-    ReferenceMpiDomains::throwIfFailed(words[numWords], failure);
+    domains.sumAgreed(words, failure);
     if (injectedFailure && point == NodeFeatures)
-        throw OpenMM::OpenMMException(
-            "GraphForce: Domains = \"mpi\": the failure injected by OMMGRAPH_MPI_TEST_FAILURE=" + std::to_string(domain) + ":exchange");
+        throw injectedFailureError(domain, "exchange");
     // Back to the device: the other ranks' rows (this rank's come back unchanged).  Synchronous: the host buffer is
     // reused by the next point.
     GRAPH_CU_CHECK(cuMemcpyHtoDAsync(slot.array, words.data(), total, stream));
@@ -55,20 +52,23 @@ void CudaMpiExchange::beginEvaluation(bool injectFailure) {
     injectedFailure = injectFailure;
 }
 
-void CudaMpiExchange::joinRemaining(bool includeForces) {
+void CudaMpiExchange::joinRemaining(bool includeForces, const std::string& failure) {
     if (n == 0)
         return; // an evaluation without particles reaches no point (CudaGraphPipeline returns before them)
     for (int point = 0; point < (includeForces ? NumPoints : 1); point++)
         if (!joined[point]) {
             joined[point] = true;
-            const size_t numWords = ((size_t) n * slots[point].bytesPerNode + 7) / 8;
             try {
-                words.assign(numWords + 1, 0);
-                words[numWords] = 1;
-                domains.sumInt64(words);
+                words.assign(((size_t) n * slots[point].bytesPerNode + 7) / 8, 0);
+                domains.sumAgreed(words, failure); // throws this rank's failure once every rank has joined
             }
             catch (const std::exception&) {
-                // An MPI failure of the sum itself: the evaluation's own error is what this rank reports.
+                // Expected: the evaluation's own error is what this rank reports, after the flag sum.
             }
         }
+}
+
+OpenMM::OpenMMException GraphPlugin::injectedFailureError(int rank, const std::string& where) {
+    return OpenMM::OpenMMException(
+        "GraphForce: Domains = \"mpi\": the failure injected by OMMGRAPH_MPI_TEST_FAILURE=" + std::to_string(rank) + ":" + where);
 }

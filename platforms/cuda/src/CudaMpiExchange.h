@@ -3,8 +3,10 @@
 
 #include "CudaGraphExchange.h"
 #include "ReferenceMpiDomains.h"
+#include "openmm/OpenMMException.h"
 #include <array>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace GraphPlugin {
@@ -41,11 +43,11 @@ public:
      */
     void beginEvaluation(bool injectFailure = false);
     /**
-     * After an evaluation that failed on this rank (an exception between or before the exchange points): join
-     * the sums of the points it did not reach (NodeFeatures; InteractionMomentGradients when includeForces), with
-     * the error word set, so that the other ranks throw there instead of waiting in MPI.  Never throws.
+     * After an evaluation that failed on this rank with `failure` (an exception between or before the exchange
+     * points): join the sums of the points it did not reach (NodeFeatures; InteractionMomentGradients when
+     * includeForces) with it, so that the other ranks throw there instead of waiting in MPI.  Never throws.
      */
-    void joinRemaining(bool includeForces);
+    void joinRemaining(bool includeForces, const std::string& failure);
 
 private:
     const ReferenceMpiDomains& domains;
@@ -60,6 +62,9 @@ private:
     bool injectedFailure = false;
     std::vector<int64_t> words; ///< host staging of one point: the rows (rounded up to 8 bytes), then the error word
 };
+
+/** The error of a failure injected by OMMGRAPH_MPI_TEST_FAILURE=<rank>:<where> (docs/mpi.md). */
+OpenMM::OpenMMException injectedFailureError(int rank, const std::string& where);
 
 } // namespace GraphPlugin
 

@@ -177,8 +177,8 @@ void ReferenceMpiDomains::Exchange::reverse(std::vector<double>& gradients, int 
 }
 
 void ReferenceMpiDomains::sumForces(std::vector<Vec3>& forces, const std::string& failure) const {
-    // The forces, then a word that counts the ranks that cannot contribute theirs.
-    std::vector<int64_t> fixed(3 * forces.size() + 1, 0);
+    std::vector<int64_t> fixed;
+    fixed.reserve(3 * forces.size() + 1); // and sumAgreed's word
     std::string problem = failure;
     for (size_t i = 0; i < forces.size() && problem.empty(); i++)
         for (int c = 0; c < 3; c++) {
@@ -188,14 +188,10 @@ void ReferenceMpiDomains::sumForces(std::vector<Vec3>& forces, const std::string
                           " kJ/mol/nm) is not finite or beyond the fixed-point range";
                 break;
             }
-            fixed[3 * i + c] = (int64_t) std::llround(value);
+            fixed.push_back((int64_t) std::llround(value));
         }
-    if (!problem.empty()) {
-        std::fill(fixed.begin(), fixed.end(), 0);
-        fixed.back() = 1;
-    }
-    sumInt64(fixed);
-    throwIfFailed(fixed.back(), problem);
+    fixed.resize(3 * forces.size(), 0);
+    sumAgreed(fixed, problem);
     for (size_t i = 0; i < forces.size(); i++)
         for (int c = 0; c < 3; c++)
             forces[i][c] = (double) fixed[3 * i + c] / FixedPointScale;
@@ -206,19 +202,24 @@ void ReferenceMpiDomains::sumInt64(std::vector<int64_t>& values) const {
     check(allreduceInt64(values.data(), values.size(), message, sizeof(message)), message);
 }
 
-void ReferenceMpiDomains::agree(const std::string& failure) const {
-    std::vector<int64_t> failed = {failure.empty() ? 0 : 1};
-    sumInt64(failed);
-    throwIfFailed(failed[0], failure);
-}
-
-void ReferenceMpiDomains::throwIfFailed(int64_t failedRanks, const std::string& failure) {
+void ReferenceMpiDomains::sumAgreed(std::vector<int64_t>& values, const std::string& failure) const {
+    if (!failure.empty())
+        std::fill(values.begin(), values.end(), 0);
+    values.push_back(failure.empty() ? 0 : 1);
+    sumInt64(values);
+    const int64_t failedRanks = values.back();
+    values.pop_back();
     if (failedRanks == 0)
         return;
     if (!failure.empty())
         throw OpenMMException(failure);
     throw OpenMMException("GraphForce: Domains = \"mpi\": the evaluation failed on " + std::to_string(failedRanks) +
                           (failedRanks == 1 ? " other rank" : " other ranks") + " (see its error there)");
+}
+
+void ReferenceMpiDomains::agree(const std::string& failure) const {
+    std::vector<int64_t> none;
+    sumAgreed(none, failure);
 }
 
 double ReferenceMpiDomains::sumEnergy(double energy) const {

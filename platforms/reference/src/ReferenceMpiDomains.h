@@ -88,13 +88,15 @@ public:
     /** Sum integers over the ranks, in place (exact, so every rank gets bitwise the same values). */
     void sumInt64(std::vector<int64_t>& values) const;
     /**
-     * A collective agreement on failure: every rank calls it at the same point with its own `failure` (empty
-     * when it has none); when any rank has one, every rank throws (this rank's message, or one naming how many
-     * other ranks failed).  The step that lets one rank's error reach all of them instead of a hang.
+     * sumInt64 that also agrees on failure: every rank calls it at the same point with its own `failure` (empty
+     * when it has none).  One more word, appended for the sum and removed after it, counts the ranks that failed;
+     * a failing rank contributes zeros for `values`.  When any rank failed, every rank throws (this rank's message,
+     * or one naming how many other ranks failed): the step that lets one rank's error reach all of them instead
+     * of a hang.
      */
+    void sumAgreed(std::vector<int64_t>& values, const std::string& failure) const;
+    /** sumAgreed of no values: throws on every rank when any rank has a `failure`. */
     void agree(const std::string& failure) const;
-    /** After a sum whose word counts the ranks that failed: throws `failure` (this rank's) or the other ranks' count. */
-    static void throwIfFailed(int64_t failedRanks, const std::string& failure);
 
 private:
     void check(int status, const char* what) const;

@@ -306,14 +306,9 @@ int create(int64_t numOwned, int64_t numGhost, const int32_t* ghostOwnerRank, co
         return code;
     std::unique_ptr<Domain> domain(new Domain());
     Domain& d = *domain;
-    MPI_Request request = MPI_REQUEST_NULL; // nonblocking: OMMGRAPH_MPI_TIMEOUT covers a rank that never creates its endpoint
-    int rc = MPI_Comm_idup(MPI_COMM_WORLD, &d.comm, &request);
-    if (rc == MPI_SUCCESS)
-        rc = waitFor(&request, what + " (MPI_Comm_idup of MPI_COMM_WORLD)");
-    if (rc != MPI_SUCCESS) {
-        d.comm = MPI_COMM_NULL; // not a communicator to free (its creation did not complete)
+    int rc = duplicateWorld(&d.comm, what);
+    if (rc != MPI_SUCCESS)
         return fail(message, messageSize, kMpi, what + ": " + mpiError("MPI_Comm_idup", rc));
-    }
     MPI_Comm_set_errhandler(d.comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(d.comm, &d.rank);
     MPI_Comm_size(d.comm, &d.size);

@@ -47,18 +47,24 @@ MPI_Comm libraryComm(int* rc) {
     std::lock_guard<std::mutex> lock(commMutex);
     *rc = MPI_SUCCESS;
     if (commWorld == MPI_COMM_NULL) {
-        // Nonblocking, so that OMMGRAPH_MPI_TIMEOUT also covers a first collective call that another rank never makes.
         MPI_Comm comm = MPI_COMM_NULL;
-        MPI_Request request = MPI_REQUEST_NULL;
-        *rc = MPI_Comm_idup(MPI_COMM_WORLD, &comm, &request);
-        if (*rc == MPI_SUCCESS)
-            *rc = waitFor(&request, "the library's first collective call (MPI_Comm_idup of MPI_COMM_WORLD)");
+        *rc = duplicateWorld(&comm, "the library's first collective call");
         if (*rc != MPI_SUCCESS)
             return MPI_COMM_NULL;
         MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
         commWorld = comm;
     }
     return commWorld;
+}
+
+int duplicateWorld(MPI_Comm* comm, const std::string& what) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    int rc = MPI_Comm_idup(MPI_COMM_WORLD, comm, &request);
+    if (rc == MPI_SUCCESS)
+        rc = waitFor(&request, what + " (MPI_Comm_idup of MPI_COMM_WORLD)");
+    if (rc != MPI_SUCCESS)
+        *comm = MPI_COMM_NULL; // not a communicator to free (its creation did not complete)
+    return rc;
 }
 
 void freeLibraryComm() {

@@ -43,6 +43,10 @@ int checkMpiReady(const char* what, char* message, std::size_t messageSize);
  *  collective call (every rank makes it at the same collective call).  MPI_COMM_NULL and rc on failure. */
 MPI_Comm libraryComm(int* rc);
 
+/** A duplicate of MPI_COMM_WORLD into *comm (MPI_Comm_idup waited for by waitFor, so OMMGRAPH_MPI_TIMEOUT covers
+ *  a rank that never makes it; `what` names the caller in the timeout's message); *comm is MPI_COMM_NULL on failure. */
+int duplicateWorld(MPI_Comm* comm, const std::string& what);
+
 /** Forget the library communicator (called by finalize before MPI_Finalize; frees it). */
 void freeLibraryComm();
 
