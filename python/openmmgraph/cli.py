@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
+import warnings
 
 from . import grades
 from .modelfile import ACTIVATIONS, ENERGY_UNITS_KJ_PER_MOL, LENGTH_UNITS_NM, ModelFile, read_model
@@ -224,7 +226,17 @@ def _convert_deepmd(arguments) -> int:
         raise _UsageError(f"convert-deepmd: the output {arguments.output!r} is the input model {arguments.model!r}; "
                           "choose another output path")
     check_output_path(arguments.output, "convert-deepmd: output")
-    model_file = convert_deepmd(arguments.model, intervals=arguments.intervals, r0=arguments.r0)
+    # PyTorch's and DeePMD-kit's own notices while reading the model (TorchScript deprecations, DeePMD-kit's
+    # thread-count advice) are not the user's business here; the converter's own warnings still print.
+    deepmd_log = logging.getLogger("deepmd")
+    level = deepmd_log.level
+    deepmd_log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module=r"(torch|deepmd)(\.|$)")
+            model_file = convert_deepmd(arguments.model, intervals=arguments.intervals, r0=arguments.r0)
+    finally:
+        deepmd_log.setLevel(level)
     model_file.write(arguments.output, dtype=arguments.dtype)
     print(f"wrote {arguments.output}: DeePMD-kit se_e2_a model {arguments.model} ({model_file.n_types} types "
           f"{model_file.type_names}, cutoff {model_file.cutoff:g} A, eV); {model_file.report.summary()}")
@@ -281,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     converter.add_argument("-o", "--output", required=True, help="output model file (.safetensors)")
     converter.add_argument("--intervals", type=int, default=2000, help="radial table intervals K (default 2000)")
     converter.add_argument("--r0", type=float, default=0.5,
-                           help="first table knot in Angstrom (default 0.5; raised slightly so rcut_smth is a knot); "
+                           help="first table knot in Angstrom (default 0.5; lowered slightly so rcut_smth is a knot); "
                                 "must lie below every interatomic distance of the simulation")
     converter.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     converter.set_defaults(run=_convert_deepmd)

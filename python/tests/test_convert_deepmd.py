@@ -200,7 +200,31 @@ REFUSALS = [
     ("doubling residual", lambda m: [net["layers"][1]["@variables"].update(
         w=np.zeros((16, 32)), b=np.zeros(32), idt=None) or net["layers"][2]["@variables"].update(w=np.zeros((32, 1)))
         for net in m["fitting"]["nets"]["networks"]]),
+    ("atom_exclude_types", lambda m: m.update(atom_exclude_types=[1])),
+    ("use_exp_switch", lambda m: m["descriptor"]["env_mat"].update(use_exp_switch=True)),
+    ("env_mat.protection", lambda m: m["descriptor"]["env_mat"].update(protection=0.1)),
+    ("mixed_types", lambda m: m["fitting"].update(mixed_types=True)),
+    ("use_aparam_as_mask", lambda m: m["fitting"].update(use_aparam_as_mask=True)),
+    ("dim_case_embd", lambda m: m["fitting"].update(dim_case_embd=2)),
+    ("case embedding", lambda m: m["fitting"]["@variables"].update(case_embd=np.zeros(3))),
+    ("timestep (idt) on a non-residual layer",
+     lambda m: [_fitting_layers(m, a)[0]["@variables"].update(idt=np.ones(16)) for a in range(2)]),
+    ("layer structure differs", lambda m: _fitting_layers(m, 1)[1].update(resnet=False)
+     or _fitting_layers(m, 1)[1]["@variables"].update(idt=None)),
+    ("mixed activations", lambda m: _fitting_layers(m, 1)[0].update(activation_function="silu")),
+    ("output layer must be linear", lambda m: [_fitting_layers(m, a)[-1].update(activation_function="tanh")
+                                               for a in range(2)]),
+    ("dstd must be positive", lambda m: m["descriptor"]["@variables"]["dstd"].__imul__(-1.0)),
+    ("axis_neuron = 9", lambda m: m["descriptor"].update(axis_neuron=9)),
+    ("rcut_smth = 5.0", lambda m: m["descriptor"].update(rcut_smth=5.0)),
+    ("embeddings: expected 4 networks", lambda m: m["descriptor"]["embeddings"]["networks"].pop()),
+    ("descriptor.sel = [24, -1]", lambda m: m["descriptor"].update(sel=[24, -1])),
+    ("descriptor.sel: expected one neighbour count per type", lambda m: m["descriptor"].update(sel=[24])),
 ]
+
+
+def _fitting_layers(model, type_index):
+    return model["fitting"]["nets"]["networks"][type_index]["layers"]
 
 
 @pytest.mark.parametrize("expected, change", REFUSALS, ids=[f"{i}-{r[0]}" for i, r in enumerate(REFUSALS)])
@@ -209,6 +233,101 @@ def test_unsupported_models_are_refused(models, expected, change):
     with pytest.raises(DeepmdConversionError, match="^convert-deepmd: ") as error:
         convert_deepmd(_mutated(serialized, change), intervals=50)
     assert expected in str(error.value)
+
+
+def _deepmd_model_eval(serialized, positions, types, box):
+    """Energy (eV) and forces (eV/A) of a serialised DeePMD-kit model, by DeePMD-kit's own PyTorch model."""
+    _ensure_deepmd_pytorch()
+    from deepmd.pt.model.model.model import BaseModel
+
+    model = BaseModel.deserialize(copy.deepcopy(serialized["model"]))
+    model.eval()
+    out = model(torch.tensor(positions.reshape(1, -1)), torch.tensor(types.reshape(1, -1)),
+                torch.tensor(box.reshape(1, -1)))
+    return float(out["energy"].reshape(-1)[0]), out["force"].detach().numpy().reshape(-1, 3)
+
+
+def test_a_neighbour_type_without_slots_converts(models):
+    """sel "auto" gives 0 slots to a type absent from the training data: DeePMD-kit ignores such
+    neighbours, and the converted model has zero tables for them."""
+    serialized = load_deepmd(str(models["two_side"]))
+    descriptor = serialized["model"]["descriptor"]
+    descriptor["sel"] = [SEL[0], 0]
+    for name in ("davg", "dstd"):
+        descriptor["@variables"][name] = descriptor["@variables"][name][:, : SEL[0]].copy()
+    model_file = convert_deepmd(serialized, intervals=500)
+    assert not model_file.tensors["radial.table"][:, 1].any() and model_file.tensors["radial.table"][:, 0].any()
+    # DeePMD-kit keeps a center's sum(sel) = 24 nearest neighbours of any type before it sorts them by type:
+    # a sparser lattice, so that no center has more (docs/deepmd-import.md, "Neighbour cap").
+    positions, types, box = _lattice(1, spacing=3.2)
+    assert max(_neighbour_counts(positions, np.zeros_like(types), box)) <= SEL[0]
+    energy, forces = _deepmd_model_eval(serialized, positions, types, box)
+    ours, our_forces = _reference(model_file, positions, types, box)
+    assert abs(ours - energy) / len(types) < 1e-6, (ours, energy)
+    assert np.abs(forces).max() > 1e-3 and np.abs(our_forces - forces).max() < 1e-5
+
+
+def test_atom_ener_without_values_is_a_plain_model(models):
+    serialized = load_deepmd(str(models["two_side"]))
+    plain = convert_deepmd(serialized, intervals=50)
+    serialized["model"]["fitting"]["atom_ener"] = [None, None]  # DeePMD-kit's "not set"
+    unset = convert_deepmd(serialized, intervals=50)
+    assert unset.to_bytes() == plain.to_bytes()
+
+
+_COMPRESS = """
+import sys, json, copy, torch
+lib = torch.library.Library("deepmd", "FRAGMENT")  # the schema of DeePMD-kit's op, which scripting needs
+lib.define("tabulate_fusion_se_a(Tensor table, Tensor table_info, Tensor em_x, Tensor em, int last_layer_size) -> Tensor[]")
+from openmmgraph.convert.deepmd import _ensure_deepmd_pytorch, load_deepmd, convert_deepmd, DeepmdConversionError
+_ensure_deepmd_pytorch()
+from deepmd.pt.model.model.model import BaseModel
+data = load_deepmd(sys.argv[1])
+model = BaseModel.deserialize(copy.deepcopy(data["model"]))
+model.model_def_script = json.dumps(data["model_def_script"])
+model.min_nbor_dist = torch.tensor(0.8, dtype=torch.float64)
+model.enable_compression()  # what `dp --pt compress` does
+torch.jit.save(torch.jit.script(model), sys.argv[2])
+try:  # with the op's schema known, DeePMD-kit's reader fails on the tables' parameters instead
+    convert_deepmd(sys.argv[2], intervals=50)
+except DeepmdConversionError as error:
+    print(error)
+"""
+
+
+def test_compressed_and_multitask_models_are_named(models, tmp_path, capsys):
+    compressed = tmp_path / "compressed.pth"
+    result = subprocess.run([sys.executable, "-c", _COMPRESS, str(models["two_side"]), str(compressed)], env=_ENV,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "a compressed model (`dp --pt compress`)" in result.stdout, result.stdout
+    # In this process the op is unknown, and TorchScript's loader fails first.
+    assert main(["convert-deepmd", str(compressed), "-o", str(tmp_path / "c.safetensors")]) == 2
+    error = capsys.readouterr().err
+    assert "a compressed model (`dp --pt compress`)" in error and error.count("\n") == 1, error
+
+    _ensure_deepmd_pytorch()
+    from deepmd.pt.train.wrapper import ModelWrapper
+    from deepmd.pt.model.model.model import BaseModel
+
+    serialized = load_deepmd(str(models["one_side_checkpoint"]))
+    heads = {name: BaseModel.deserialize(copy.deepcopy(serialized["model"])) for name in ("water", "ice")}
+    params = {"model_dict": {name: serialized["model_def_script"] for name in heads}}
+    multitask = tmp_path / "multitask.pt"
+    torch.save({"model": ModelWrapper(heads, model_params=params).state_dict()}, multitask)
+    with pytest.raises(DeepmdConversionError, match=r"multi-task checkpoint \(heads water, ice\).*--head NAME"):
+        convert_deepmd(str(multitask), intervals=50)
+
+
+def test_model_path_forms_and_r0_checked_first(models, tmp_path):
+    as_text = convert_deepmd(str(models["two_side"]), intervals=50)
+    as_bytes = convert_deepmd(os.fsencode(str(models["two_side"])), intervals=50)
+    assert as_bytes.to_bytes() == as_text.to_bytes()
+    garbage = tmp_path / "garbage.pth"
+    garbage.write_bytes(b"garbage")
+    for r0 in (-1.0, 0.0, float("nan"), "x"):
+        with pytest.raises(DeepmdConversionError, match="r0: expected a distance > 0"):
+            convert_deepmd(str(garbage), r0=r0)  # before the model is read
 
 
 def test_type_embedding_model_definition_is_refused(models):

@@ -3,6 +3,7 @@
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import torch
 from openmmgraph.cli import main
 from openmmgraph.modelfile import read_model
 from openmmgraph.torch_model import GraphModelTorch
+from openmmgraph.training.compress import TableStartRaised, aligned_r0
 from openmmgraph.training import EmbeddingModel, compress, export, frame_pairs, load_data, load_checkpoint, read_deepmd, train
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared tiny_training_data module (importlib mode)
@@ -161,10 +163,21 @@ def test_deepmd_switch_point_is_put_on_a_knot():
     aligned = compress(model, 100, 0.8)
     unaligned = compress(model, 100, 0.8, align=False)
     r0, dr = aligned.radial_r0, aligned.radial_dr
-    assert 0.8 <= r0 < 0.8 + dr and (2.0 - r0) / dr == pytest.approx(round((2.0 - r0) / dr), abs=1e-9)
+    # r0 is a lower bound of the distances to cover: the start moves down, never up
+    assert 0.8 - dr < r0 <= 0.8 and (2.0 - r0) / dr == pytest.approx(round((2.0 - r0) / dr), abs=1e-9)
     assert unaligned.radial_r0 == 0.8
     # r_s inside an interval: the switch's third-derivative jump limits the table to O(dr^3)
     assert aligned.report.table_relative_error < 1e-2 * unaligned.report.table_relative_error
+
+
+def test_table_start_is_raised_only_with_a_warning():
+    model = _model("deepmd-interaction-l2", seed=7)  # r_s = 2, r_c = 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning where a positive lower start exists
+        assert aligned_r0(model, 100, 0.8) == pytest.approx(4.0 - 200 / 62)
+    # 3 intervals: every start below 0.8 that puts r_s on a knot is <= 0 (4 - 3 * 2 = -2)
+    with pytest.warns(TableStartRaised, match="raised to 1 .*extrapolated"):
+        assert aligned_r0(model, 3, 0.8) == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

@@ -27,7 +27,7 @@ degrees, n_norm = nnei, M = neuron[-1], M_axis = axis_neuron, and
 
 (the l = 1 harmonics of the format are u_x, u_y, u_z: DeePMD's columns 1-3).
 The tables are built by forward-mode autograd (value, f', f'') on a uniform
-grid whose r_0 is raised slightly (to the nearest value >= the requested
+grid whose r_0 is lowered slightly (to the nearest value <= the requested
 one) so that rcut_smth is a knot (s is only C2 there), as
 ``training.compress`` does for its ``deepmd`` radial form. The fitting
 networks map layer by layer (DeePMD's ``resnet`` with equal widths ->
@@ -108,12 +108,22 @@ def _ensure_deepmd_pytorch():
             library = torch.library.Library("deepmd", "FRAGMENT")
             library.define("enable_mpi() -> ()")
             _ensure_deepmd_pytorch.library = library  # keep it alive
-    import deepmd.pt  # noqa: F401
+    try:
+        import deepmd.pt  # noqa: F401
+    except ImportError as error:
+        raise _backend_import_error(error) from error
+
+
+def _backend_import_error(error: ImportError) -> DeepmdConversionError:
+    """A missing dependency of DeePMD-kit's PyTorch backend (e3nn, ...), named."""
+    package = (getattr(error, "name", None) or "").split(".")[0]
+    hint = f"; install {package} (pip install {package})" if package else ""
+    return DeepmdConversionError(f"convert-deepmd: DeePMD-kit's PyTorch backend cannot be imported: {error}{hint}")
 
 
 def load_deepmd(path: str) -> dict:
     """DeePMD-kit's serialisation (a dict) of a PyTorch-backend model (.pth frozen or .pt checkpoint)."""
-    path = str(path)
+    path = os.fsdecode(path)
     if not (path.endswith(".pth") or path.endswith(".pt")):
         _refuse(f"{path}: expected a DeePMD-kit PyTorch model (.pth from `dp --pt freeze` or a .pt "
                 "checkpoint); convert other backends first with `dp convert-backend MODEL OUT.pth`")
@@ -122,17 +132,46 @@ def load_deepmd(path: str) -> dict:
     if not os.path.isfile(path):
         _refuse(f"{path}: not a file")
     _ensure_deepmd_pytorch()
-    from deepmd.pt.utils.serialization import serialize_from_file
+    try:
+        from deepmd.pt.utils.serialization import serialize_from_file
+    except ImportError as error:  # the backend's model registry imports every descriptor's dependencies
+        raise _backend_import_error(error) from error
 
     try:
         return serialize_from_file(path)
     except DeepmdConversionError:
         raise
     except Exception as error:  # torch's and DeePMD-kit's readers raise anything (RuntimeError, KeyError, ...)
-        lines = str(error).strip().splitlines()
-        reason = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
-        _refuse(f"{path}: cannot read it as a DeePMD-kit PyTorch model (truncated, corrupt or another kind of "
-                f"file?): {reason}")
+        _refuse_unreadable(path, error)
+
+
+def _refuse_unreadable(path: str, error: Exception):
+    """Refuse a model DeePMD-kit's reader failed on, naming the cause where it is a known kind of model."""
+    text = str(error)
+    if any(marker in text for marker in ("tabulate_fusion", "compress_info", "compress_data")):
+        _refuse(f"{path}: a compressed model (`dp --pt compress`): its embedding nets are tables, which cannot be "
+                "converted exactly; convert the frozen model from before `dp compress` instead")
+    heads = _multitask_heads(path)
+    if heads:
+        _refuse(f"{path}: a multi-task checkpoint (heads {', '.join(heads)}); freeze one head first with "
+                "`dp --pt freeze -c CHECKPOINT_DIR --head NAME -o model.pth` and convert that")
+    lines = text.strip().splitlines()
+    reason = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+    _refuse(f"{path}: cannot read it as a DeePMD-kit PyTorch model (truncated, corrupt or another kind of "
+            f"file?): {reason}")
+
+
+def _multitask_heads(path: str) -> list[str]:
+    """The heads of a multi-task training checkpoint (.pt), or [] for anything else."""
+    if not path.endswith(".pt"):
+        return []
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = state.get("model", state)
+        params = state["_extra_state"]["model_params"]
+        return [str(head) for head in params["model_dict"]]
+    except Exception:  # not a checkpoint of that shape: the caller reports the reader's own error
+        return []
 
 
 def _variables(node: dict) -> dict:
@@ -276,7 +315,7 @@ def _check_fitting(fit: dict):
                       ("dim_case_embd", "case embedding (multi-task)")):
         if int(fit.get(key, 0) or 0) != 0:
             _refuse(f"fitting.{key} = {fit[key]}: {what} are not supported")
-    if fit.get("atom_ener"):
+    if any(value is not None for value in (fit.get("atom_ener") or [])):  # [None, ...] is DeePMD's "not set"
         _refuse(f"fitting.atom_ener = {fit['atom_ener']} is not supported")
     if fit.get("exclude_types"):
         _refuse(f"fitting.exclude_types = {fit['exclude_types']} is not supported")
@@ -350,8 +389,9 @@ def convert_deepmd(source, intervals: int = DEFAULT_INTERVALS, r0: float = DEFAU
                    check_points: int = 4) -> DeepmdModelFile:
     """Convert a DeePMD-kit se_e2_a energy model (path to .pth/.pt, or its serialisation dict).
 
-    intervals: K of the radial tables; r0: first knot in Angstrom (raised to
-    the nearest value >= r0 that makes rcut_smth a knot; distances below r0
+    intervals: K of the radial tables; r0: first knot in Angstrom (lowered to
+    the nearest value <= r0 that makes rcut_smth a knot, or raised with a
+    ``TableStartRaised`` warning where no positive one does; distances below it
     use the first interval's polynomial, so r0 must be below every distance
     the model will see).
     Returns a validated DeepmdModelFile (float64 tensors) with a ``report``
@@ -364,6 +404,12 @@ def convert_deepmd(source, intervals: int = DEFAULT_INTERVALS, r0: float = DEFAU
         valid = False
     if not valid:
         _refuse(f"intervals: expected an integer >= 1, found {intervals!r}")
+    try:
+        valid = math.isfinite(float(r0)) and float(r0) > 0.0
+    except (TypeError, ValueError, OverflowError):
+        valid = False
+    if not valid:
+        _refuse(f"r0: expected a distance > 0 in Angstrom, found {r0!r} (s(r) = sw(r)/r diverges at 0)")
     data = load_deepmd(source) if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__") else source
     model = _check_model(data)
     type_names = [str(name) for name in model.get("type_map", [])]
@@ -378,6 +424,8 @@ def convert_deepmd(source, intervals: int = DEFAULT_INTERVALS, r0: float = DEFAU
     cutoff, r_smooth = float(desc["rcut"]), float(desc["rcut_smth"])
     sel = [int(n) for n in desc["sel"]]
     nnei = sum(sel)
+    if any(n < 0 for n in sel) or nnei == 0:
+        _refuse(f"descriptor.sel = {sel}: expected counts >= 0 with at least one above 0")
     sections = np.concatenate([[0], np.cumsum(sel)])
     widths = [int(n) for n in desc["neuron"]]
     n_channels, n_axis = widths[-1], int(desc["axis_neuron"])
@@ -398,10 +446,14 @@ def convert_deepmd(source, intervals: int = DEFAULT_INTERVALS, r0: float = DEFAU
             "normalised row -davg/dstd, whose embedding adds a term that depends on the number of neighbours "
             "and is not a sum over neighbours; the format cannot represent it. Retrain with "
             "\"set_davg_zero\": true")
-    std0 = np.zeros((n_types, n_types))
-    std1 = np.zeros((n_types, n_types))
+    # A neighbour type with sel_b = 0 (what sel "auto" gives a type absent from the training data) has no
+    # slots: DeePMD-kit ignores such neighbours, and so does a zero table R[a][b].
+    std0 = np.ones((n_types, n_types))
+    std1 = np.ones((n_types, n_types))
     for a in range(n_types):
         for b in range(n_types):
+            if sel[b] == 0:
+                continue
             block = dstd[a, sections[b]:sections[b + 1]]
             std0[a, b] = _section_constant(block[:, 0], f"dstd[center {a}, neighbour {b}, column 0]")
             std1[a, b] = _section_constant(block[:, 1:4], f"dstd[center {a}, neighbour {b}, columns 1-3]")
@@ -430,12 +482,15 @@ def convert_deepmd(source, intervals: int = DEFAULT_INTERVALS, r0: float = DEFAU
                 g = function((s / s0)[:, None])  # [E, M]
                 return torch.stack((g * (s / s0)[:, None], g * (s / s1)[:, None]), dim=1)  # [E, 2, M]
 
-            functions[a, b] = radial
             with torch.no_grad():
                 probe = radial(torch.tensor([0.5 * (r_smooth + cutoff)], dtype=torch.float64))
             if probe.shape != (1, 2, n_channels):
                 _refuse(f"embedding net (center {a}, neighbour {b}): output width {probe.shape[-1]} != "
                         f"neuron[-1] = {n_channels}")
+            if sel[b] == 0:
+                def radial(r):
+                    return torch.zeros((r.shape[0], 2, n_channels), dtype=r.dtype) + 0.0 * r[:, None, None]
+            functions[a, b] = radial
 
     # Grid: K intervals from r0 to rcut, r0 moved down so that rcut_smth is a knot.
     from ..training.compress import aligned_r0

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -139,16 +140,35 @@ def sample_configuration(model: EmbeddingModel, r0: float, seed: int = 0):
 
 
 def aligned_r0(model: EmbeddingModel, intervals: int, r0: float) -> float:
-    """The r_0 >= ``r0`` closest to it that puts DeePMD's r_s on a knot (radial 'deepmd').
+    """The table start closest to ``r0`` that puts DeePMD's r_s on a knot (radial 'deepmd').
 
     The polynomial switch is only C2 at r_s: inside an interval its jump in the
     third derivative limits the quintic interpolant to O(dr^3) errors; on a
     knot the interpolant is exact there and the error stays O(dr^6).
+    ``r0`` is a lower bound of the distances the table must cover, so the
+    start moves down (by less than one interval). Only where every lower
+    start would be <= 0 (s(r) diverges at 0: r_s within a few intervals of
+    r_c and a small ``r0``) does it move up, with a ``TableStartRaised``
+    warning: distances between ``r0`` and the new start are then extrapolated.
     """
     if model.radial != "deepmd" or not r0 < model.r_smooth:
         return r0
-    knots_above = math.ceil(intervals * (model.cutoff - model.r_smooth) / (model.cutoff - r0) - 1e-9)
-    return model.cutoff - intervals * (model.cutoff - model.r_smooth) / knots_above
+    ratio = intervals * (model.cutoff - model.r_smooth) / (model.cutoff - r0)  # knots above r_s for this r0
+    below = math.floor(ratio + 1e-9)
+    if below >= 1:
+        lowered = model.cutoff - intervals * (model.cutoff - model.r_smooth) / below
+        if lowered > 0.0:
+            return lowered
+    raised = model.cutoff - intervals * (model.cutoff - model.r_smooth) / math.ceil(ratio - 1e-9)
+    warnings.warn(TableStartRaised(
+        f"the table start r0 = {r0:g} was raised to {raised:g} to put r_s = {model.r_smooth:g} on a knot (no "
+        f"positive start below {r0:g} does with {intervals} intervals); distances below {raised:g} are "
+        "extrapolated: use more intervals to keep the start below r0"), stacklevel=2)
+    return raised
+
+
+class TableStartRaised(UserWarning):
+    """``aligned_r0`` had to move the table start above the requested r0."""
 
 
 def compress(model: EmbeddingModel, intervals: int = 400, r0: float | None = None, *, check_points: int = 10,
