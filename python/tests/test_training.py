@@ -291,14 +291,16 @@ def test_tiny_training_run_lowers_validation_loss_and_writes_a_model(tmp_path):
         result.model.energy_and_forces(frame.positions, frame.types)[0], rel=1e-12)
     assert any(line.startswith("final model") and "eV/atom" in line for line in lines)
 
-    # The energy shift starts at the least-squares per-type energies (checked on a fresh fit).
+    # The energy shift starts at the per-type energies: frames whose energies are exactly 2 n_H - 3 n_O
+    # (with different compositions) give back (2, -3).
     from openmmgraph.training.train import fit_energy_shift
 
     dataset = load_data(data)
-    counts = np.array([np.bincount(f.types, minlength=2) for f in dataset.frames])
-    energies = np.array([f.energy for f in dataset.frames])
+    for index, frame in enumerate(dataset.frames):
+        frame.types = (np.arange(frame.n_atoms) < 1 + index % frame.n_atoms).astype(np.int64)  # 1 + index % n O atoms
+        frame.energy = 2.0 * np.count_nonzero(frame.types == 0) - 3.0 * np.count_nonzero(frame.types == 1)
     shift = fit_energy_shift(EmbeddingModel(["H", "O"], 4.0, **SMALL), dataset, range(len(dataset)))
-    np.testing.assert_allclose(shift, np.linalg.lstsq(counts, energies, rcond=None)[0])
+    np.testing.assert_allclose(shift, [2.0, -3.0], atol=1e-10)
 
 
 def test_cli_train_end_to_end(tmp_path, capsys):
@@ -388,6 +390,18 @@ def test_train_refuses_an_output_that_is_its_training_data(tmp_path):
     (dict(output="OUT_DIR"), "'output' .*: is a folder; expected a file path"),
     (dict(output="A_FILE/missing/m.safetensors"), "'output' .*: cannot be made .*a_file' is not a folder"),
     (dict(checkpoint_dir="A_FILE"), "'checkpoint_dir' .*a_file': exists and is not a folder"),
+    (dict(output="OUT_DIR/run.checkpoints"), "'output' .*run.checkpoints' is the checkpoint folder"),
+    (dict(output="OUT_DIR/m.safetensors", checkpoint_dir="OUT_DIR/m.safetensors"), "'output' .* is the checkpoint"),
+    (dict(energy_weight=-1.0, force_weight=1.0), "'energy_weight': expected a weight >= 0, found -1.0"),
+    (dict(limit_pref_f=-1.0), "'limit_pref_f': expected a weight >= 0"),
+    (dict(energy_weight=0.0, force_weight=0.0), "energy_weight, force_weight are all 0"),
+    (dict(length_unit="furlong"), "length_unit: expected one of"),
+    (dict(activation="relu"), "activation: expected one of"),
+    (dict(embedding_activation="relu"), "embedding_activation: expected one of"),
+    (dict(radial="exp"), "radial: expected one of"),
+    (dict(radial="deepmd", r_smooth=5.0), r"r_smooth: expected 0 <= r_smooth < cutoff = 3.0"),
+    (dict(n_axis=3), "expected 1 <= n_axis <= n_channels"),
+    (dict(l_max=3), "expected 1 <= n_axis <= n_channels, 0 <= l_max <= 2"),
 ])
 def test_bad_options_are_refused_before_the_data_is_read(tmp_path, options, message):
     """A path that does not exist as the data: any option error must come first."""
@@ -487,7 +501,7 @@ def _flat_system(tmp_path, cell):
 @pytest.mark.parametrize("cell, message", [
     (np.diag([11.0, 11.0, 1e-4]), "height along lattice vector c .* is 0.0001, against a cut-off of 3"),
     ([[11.0, 0, 0], [0, 0.02, 0], [0, 0, 11.0]], "height along lattice vector b .* is 0.02"),  # < cutoff / 100
-    (np.diag([0.1, 0.1, 0.1]), r"height along lattice vector a .* is 0.1, .* would visit 2.5e\+05 periodic images"),
+    (np.diag([0.1, 0.1, 0.1]), r"height along lattice vector a .* is 0.1, .* would visit 2.27e\+05 periodic images"),
 ])
 def test_flat_cell_is_refused_quickly(tmp_path, cell, message):
     import time
@@ -519,3 +533,79 @@ def test_frame_pairs_refuses_particles_at_the_same_position_through_an_image():
         pytest.skip("no residue found")
     with pytest.raises(ValueError, match="particles 0 and 1 are at distance 0"):
         frame_pairs(np.array([x0, x1, [1.0, 1.0, 1.0]]), cell, 3.0)
+
+
+# -- review of session 45: checkpoints, schedule, statistics and DeePMD-kit systems ---------------
+
+
+def test_an_interrupted_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch):
+    from openmmgraph.training.train import TrainingConfig, save_checkpoint
+
+    model = EmbeddingModel(["H", "O"], 4.0, **SMALL)
+    path = tmp_path / "best.pt"
+    save_checkpoint(path, model, TrainingConfig(), 1, {})
+    before = path.read_bytes()
+
+    def failing_save(obj, target):  # a disk that fills up half-way through the write
+        (open(target, "wb") if isinstance(target, (str, os.PathLike)) else target).write(b"partial")
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(torch, "save", failing_save)
+    with pytest.raises(OSError, match="No space left"):
+        save_checkpoint(path, model, TrainingConfig(), 2, {})
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["best.pt"]
+    monkeypatch.undo()
+    assert load_checkpoint(path).n_types == 2
+
+
+def test_learning_rate_reaches_stop_lr_at_the_last_step(tmp_path):
+    data = tmp_path / "data.extxyz"
+    write_tiny_extxyz(data, frames=4)
+    result = train(data=[str(data)], output=str(tmp_path / "m.safetensors"), log=None,
+                   **dict(TINY, epochs=3, batch_size=1, validation_fraction=0.25, start_lr=1e-3, stop_lr=1e-5))
+    assert result.history[-1]["lr"] == pytest.approx(1e-5, rel=1e-12)  # 3 epochs x 3 steps, the last at stop_lr
+    assert result.history[0]["lr"] == pytest.approx(1e-3 * (1e-2) ** (2 / 8), rel=1e-12)
+
+
+def test_inputs_the_same_in_every_environment_are_not_scaled_up():
+    """A dimer: every atom's descriptor is the same, with zero variance; the scale stays 1 (it was 1e8)."""
+    from openmmgraph.training.data import Frame
+    from openmmgraph.training.train import _Frames, fit_input_statistics
+
+    model = EmbeddingModel(["Si"], 4.0, **SMALL)
+    frame = Frame(np.array([[0.0, 0.0, 0.0], [2.3, 0.0, 0.0]]), np.zeros(2, np.int64), -1.0, np.zeros((2, 3)), None,
+                  "dimer")
+    fit_input_statistics(model, _Frames([frame], model.cutoff, torch.float64))
+    network = model.fitting_networks[0]
+    assert torch.all(network.input_scale == 1.0) and torch.any(network.input_shift != 0.0)
+
+
+def test_deepmd_systems_need_a_box_or_nopbc(tmp_path):
+    _write_deepmd_system(tmp_path / "water", np.random.default_rng(0))
+    os.remove(tmp_path / "water" / "set.001" / "box.npy")
+    with pytest.raises(ValueError, match=r"water/set.001: missing box.npy .*file named nopbc"):
+        load_data(tmp_path / "water")
+    (tmp_path / "water" / "nopbc").write_text("")
+    assert all(frame.cell is None for frame in load_data(tmp_path / "water").frames)
+
+
+def test_deepmd_type_indices_without_a_type_map(tmp_path):
+    _write_deepmd_system(tmp_path / "sys", np.random.default_rng(0))
+    os.remove(tmp_path / "sys" / "type_map.raw")
+    np.savetxt(tmp_path / "sys" / "type.raw", [14] * 6, fmt="%d")  # an atomic number, not an index
+    dataset = load_data(tmp_path / "sys")
+    assert dataset.type_names == ["T14"] and all(np.all(frame.types == 0) for frame in dataset.frames)
+    np.savetxt(tmp_path / "sys" / "type.raw", [3_000_000] * 6, fmt="%d")
+    with pytest.raises(ValueError, match=r"type.raw: type index 3000000 without a type_map.raw .*below 1024"):
+        load_data(tmp_path / "sys")
+
+
+def test_data_read_twice_is_refused(tmp_path):
+    _write_deepmd_system(tmp_path / "systems" / "water", np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"water: read twice \(through .*systems' and .*water'\)"):
+        load_data([tmp_path / "systems", tmp_path / "systems" / "water"])
+    data = tmp_path / "data.extxyz"
+    write_tiny_extxyz(data)
+    os.symlink(data, tmp_path / "link.extxyz")
+    with pytest.raises(ValueError, match="read twice"):
+        load_data([data, tmp_path / "link.extxyz"])

@@ -22,9 +22,10 @@ from ..torch_model import same_position_tolerance_squared
 # between opposite faces) below MIN_HEIGHT_FRACTION * cutoff, or a search over
 # more than MAX_IMAGES periodic images, is refused (docs/training.md, "Types,
 # cells and neighbours"). Real cells are far from both: a one-atom primitive
-# cell with a 1 angstrom height and a 10 angstrom cut-off needs 23^3 images.
+# cell with a 1 angstrom height and a 10 angstrom cut-off needs 21^3 images.
 MIN_HEIGHT_FRACTION = 0.01
 MAX_IMAGES = 100_000
+MAX_UNNAMED_TYPE = 1024  # type.raw indices without a type map must be below this
 
 
 def _reason(error: BaseException) -> str:
@@ -71,7 +72,7 @@ def _sort_type_names(names) -> list[str]:
 
 def _remap(frames_with_names, type_map):
     """[(frame with types indexing local names, local names)] -> Dataset with one type list."""
-    all_names = {name for _, names in frames_with_names for name in names}
+    all_names = {name for _, names in frames_with_names for name in names if name is not None}
     if type_map is None:
         type_map = _sort_type_names(all_names)
     type_map = list(type_map)
@@ -81,7 +82,7 @@ def _remap(frames_with_names, type_map):
     index = {name: i for i, name in enumerate(type_map)}
     frames = []
     for frame, names in frames_with_names:
-        lookup = np.array([index[name] for name in names], dtype=np.int64)
+        lookup = np.array([index.get(name, -1) for name in names], dtype=np.int64)  # None: an index never used
         frame.types = lookup[frame.types] if len(frame.types) else frame.types
         frames.append(frame)
     return Dataset(frames, type_map)
@@ -166,10 +167,11 @@ def read_deepmd(path, type_map=None) -> Dataset:
     """Read DeePMD-kit npy systems: ``path`` is a system or a folder of systems.
 
     A system has type.raw (one integer per atom), optionally type_map.raw (one
-    name per line; without it types are named T0, T1, ... unless ``type_map``
-    names them), and set.*/ folders with coord.npy [nf, 3n], energy.npy [nf],
-    force.npy [nf, 3n] and box.npy [nf, 9] (rows a, b, c; absent, or a file
-    ``nopbc`` in the system, means open boundaries).
+    name per line; without it the types that occur are named T0, T1, ... by
+    their index unless ``type_map`` names them), and set.*/ folders with
+    coord.npy [nf, 3n], energy.npy [nf], force.npy [nf, 3n] and box.npy
+    [nf, 9] (rows a, b, c), which is required unless the system has a file
+    ``nopbc`` (open boundaries), as in DeePMD-kit.
     """
     frames = []
     for system in _deepmd_systems(str(path)):
@@ -195,7 +197,14 @@ def read_deepmd(path, type_map=None) -> Dataset:
         elif type_map is not None:
             names = list(type_map)
         else:
-            names = [f"T{i}" for i in range(int(atom_types.max()) + 1)]
+            if atom_types.max() >= MAX_UNNAMED_TYPE:
+                raise ValueError(f"training data {type_file}: type index {int(atom_types.max())} without a "
+                                 f"type_map.raw (expected indices 0, 1, ... into a type map, below "
+                                 f"{MAX_UNNAMED_TYPE}; atomic numbers are not type indices): add type_map.raw "
+                                 "or the 'type_map' option")
+            # Only the indices that occur become types (no phantom types for the gaps).
+            used = set(np.unique(atom_types).tolist())
+            names = [f"T{i}" if i in used else None for i in range(int(atom_types.max()) + 1)]
         if atom_types.min() < 0 or atom_types.max() >= len(names):
             raise ValueError(f"training data {system}: type.raw has types outside [0, {len(names)})")
         n = len(atom_types)
@@ -229,7 +238,10 @@ def read_deepmd(path, type_map=None) -> Dataset:
             count = coord.shape[0]
             energy = load("energy.npy", 1, "one energy per frame", count).reshape(count)
             force = load("force.npy", 3 * n, "3 force components per atom", count).reshape(count, n, 3)
-            box = None if nopbc else load("box.npy", 9, "the 9 cell components per frame", count, required=False)
+            if not nopbc and not os.path.isfile(os.path.join(set_dir, "box.npy")):
+                raise ValueError(f"training data {set_dir}: missing box.npy (periodic frames need their cell; "
+                                 f"for open boundaries put an empty file named nopbc in {system}, as in DeePMD-kit)")
+            box = None if nopbc else load("box.npy", 9, "the 9 cell components per frame", count)
             if box is not None:
                 box = box.reshape(count, 3, 3)
             for f in range(count):
@@ -263,11 +275,19 @@ def load_data(paths, data_format: str = "auto", type_map=None, energy_key="energ
     if data_format not in ("auto", "extxyz", "deepmd"):
         raise ValueError(f"data_format: expected 'auto', 'extxyz' or 'deepmd', found {data_format!r}")
     parts = []
+    sources = {}  # real path of every system or file read -> the data path it came from
     for path in paths:
         path = str(path)
         if not os.path.exists(path):
             raise ValueError(f"training data {path}: no such file or folder")
         kind = data_format if data_format != "auto" else ("deepmd" if os.path.isdir(path) else "extxyz")
+        for source in (_deepmd_systems(path) if kind == "deepmd" else [path]):
+            real = os.path.realpath(source)
+            if real in sources:
+                raise ValueError(f"training data {source}: read twice (through {sources[real]!r} and {path!r}); "
+                                 "its frames would count twice and could land in both the training and the "
+                                 "validation set")
+            sources[real] = path
         if kind == "deepmd":
             parts.append(read_deepmd(path, type_map))
         else:
@@ -283,7 +303,7 @@ def _check_image_search(heights, cutoff: float) -> None:
     axis = int(np.argmin(heights))
     height = float(heights[axis])
     ratios = [cutoff / h if h > 0 else math.inf for h in heights]
-    images = math.prod(2 * (math.ceil(r) + 1) + 1 for r in ratios) if all(map(math.isfinite, ratios)) else math.inf
+    images = math.prod(2 * math.ceil(r) + 1 for r in ratios) if all(map(math.isfinite, ratios)) else math.inf
     if not height >= MIN_HEIGHT_FRACTION * cutoff or images > MAX_IMAGES:
         raise ValueError(
             f"the periodic cell's height along lattice vector {'abc'[axis]} (the distance between its opposite "
@@ -315,7 +335,8 @@ def frame_pairs(positions: np.ndarray, cell: np.ndarray | None, cutoff: float):
         # Displacements are taken between wrapped positions (fractional differences in (-1, 1)).
         fractional = positions @ np.linalg.inv(cell)
         wrap = -np.floor(fractional)
-        span = [int(math.ceil(cutoff / h)) + 1 for h in heights]
+        # |n_k| <= |f_k + n_k| + |f_k| < r_c / h_k + 1 for a pair within r_c (wrapped f_k in (-1, 1))
+        span = [int(math.ceil(cutoff / h)) for h in heights]
         grid = np.meshgrid(*[np.arange(-s, s + 1) for s in span], indexing="ij")
         counts = np.stack([g.ravel() for g in grid], axis=1).astype(np.float64)
         images = counts @ cell

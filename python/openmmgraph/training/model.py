@@ -165,6 +165,33 @@ def _random_network(rng: np.random.Generator, input_size, widths, output_size, o
     return _Network(layers, activation, dtype, "cpu")
 
 
+def check_model_options(where: str, *, cutoff: float, radial: str, r_smooth: float | None, length_unit: str,
+                        energy_unit: str, activation: str, embedding_activation: str, n_channels: int, n_axis: int,
+                        l_max: int, n_interactions: int, n_norm: float | None) -> None:
+    """Raise ValueError (prefixed ``where``) for model options that cannot make an EmbeddingModel; the
+    one check of them, used by the model and, before any data is read, by the training config.
+    ``r_smooth`` None means its default (half the cut-off), ``n_norm`` None one taken from the data."""
+    if radial not in RADIAL_FORMS:
+        raise ValueError(f"{where}: radial: expected one of {list(RADIAL_FORMS)}, found {radial!r}")
+    if radial == "deepmd" and r_smooth is not None and not 0.0 <= r_smooth < cutoff:
+        raise ValueError(f"{where}: r_smooth: expected 0 <= r_smooth < cutoff = {cutoff}, found {r_smooth}")
+    if length_unit not in LENGTH_UNITS_NM:
+        raise ValueError(f"{where}: length_unit: expected one of {list(LENGTH_UNITS_NM)}, found {length_unit!r}")
+    if energy_unit not in ENERGY_UNITS_KJ_PER_MOL:
+        raise ValueError(f"{where}: energy_unit: expected one of {list(ENERGY_UNITS_KJ_PER_MOL)}, found {energy_unit!r}")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"{where}: activation: expected one of {list(ACTIVATIONS)}, found {activation!r}")
+    if embedding_activation not in EMBEDDING_ACTIVATIONS:
+        raise ValueError(f"{where}: embedding_activation: expected one of {list(EMBEDDING_ACTIVATIONS)}, "
+                         f"found {embedding_activation!r}")
+    if not (1 <= n_axis <= n_channels and 0 <= l_max <= 2 and n_interactions in (0, 1) and cutoff > 0
+            and (n_norm is None or n_norm > 0)):
+        raise ValueError(
+            f"{where}: expected 1 <= n_axis <= n_channels, 0 <= l_max <= 2, n_interactions 0 or 1, "
+            f"cutoff > 0, n_norm > 0; found n_axis={n_axis}, n_channels={n_channels}, l_max={l_max}, "
+            f"n_interactions={n_interactions}, cutoff={cutoff}, n_norm={n_norm}")
+
+
 class EmbeddingModel(torch.nn.Module):
     """The uncompressed, trainable graph potential (see the module docstring).
 
@@ -220,31 +247,12 @@ class EmbeddingModel(torch.nn.Module):
         if type_atomic_numbers is None:
             type_atomic_numbers = [atomic_number(name) for name in type_names]
         cutoff = float(cutoff)
-        if radial not in RADIAL_FORMS:
-            raise ValueError(f"EmbeddingModel: radial: expected one of {list(RADIAL_FORMS)}, found {radial!r}")
         if r_smooth is None:
             r_smooth = 0.5 * cutoff
-        if radial == "deepmd" and not 0.0 <= r_smooth < cutoff:
-            raise ValueError(f"EmbeddingModel: r_smooth: expected 0 <= r_smooth < cutoff = {cutoff}, found {r_smooth}")
-        if length_unit not in LENGTH_UNITS_NM:
-            raise ValueError(f"EmbeddingModel: length_unit: expected one of {list(LENGTH_UNITS_NM)}, found {length_unit!r}")
-        if energy_unit not in ENERGY_UNITS_KJ_PER_MOL:
-            raise ValueError(
-                f"EmbeddingModel: energy_unit: expected one of {list(ENERGY_UNITS_KJ_PER_MOL)}, found {energy_unit!r}"
-            )
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"EmbeddingModel: activation: expected one of {list(ACTIVATIONS)}, found {activation!r}")
-        if embedding_activation not in EMBEDDING_ACTIVATIONS:
-            raise ValueError(
-                f"EmbeddingModel: embedding_activation: expected one of {list(EMBEDDING_ACTIVATIONS)}, "
-                f"found {embedding_activation!r}"
-            )
-        if not (1 <= n_axis <= n_channels and 0 <= l_max <= 2 and n_interactions in (0, 1) and cutoff > 0 and n_norm > 0):
-            raise ValueError(
-                "EmbeddingModel: expected 1 <= n_axis <= n_channels, 0 <= l_max <= 2, n_interactions 0 or 1, "
-                f"cutoff > 0, n_norm > 0; found n_axis={n_axis}, n_channels={n_channels}, l_max={l_max}, "
-                f"n_interactions={n_interactions}, cutoff={cutoff}, n_norm={n_norm}"
-            )
+        check_model_options("EmbeddingModel", cutoff=cutoff, radial=radial, r_smooth=r_smooth, length_unit=length_unit,
+                            energy_unit=energy_unit, activation=activation, embedding_activation=embedding_activation,
+                            n_channels=n_channels, n_axis=n_axis, l_max=l_max, n_interactions=n_interactions,
+                            n_norm=n_norm)
         if node_widths is None:
             node_widths = [n_channels, n_channels]
         self.config = dict(

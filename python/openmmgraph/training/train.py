@@ -19,6 +19,7 @@ that it is comparable between epochs. The model with the best validation loss
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
 import os
@@ -29,10 +30,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..modelfile import check_folder_path, check_output_path, same_or_inside
+from ..modelfile import check_folder_path, check_output_path, same_or_inside, write_atomically
 from .compress import CompressionReport, compress
 from .data import Dataset, frame_pairs, load_data
-from .model import EmbeddingModel
+from .model import EmbeddingModel, check_model_options
 
 
 _OPTIONAL_FLOATS = ("r_smooth", "n_norm", "energy_weight", "force_weight", "r0")
@@ -135,10 +136,24 @@ class TrainingConfig:
             raise ValueError(f"training config: 'precision': expected float64 or float32, found {self.precision!r}")
         if not (self.start_lr > 0 and self.stop_lr > 0):
             raise ValueError("training config: expected start_lr > 0 and stop_lr > 0")
+        weights = (("energy_weight", "force_weight") if self.energy_weight is not None else
+                   ("start_pref_e", "limit_pref_e", "start_pref_f", "limit_pref_f"))
+        negative = [name for name in weights if getattr(self, name) < 0]
+        if negative:
+            raise ValueError(f"training config: {negative[0]!r}: expected a weight >= 0, found "
+                             f"{getattr(self, negative[0])}")
+        if all(getattr(self, name) == 0 for name in weights):
+            raise ValueError(f"training config: {', '.join(weights)} are all 0: the loss would be 0 and nothing "
+                             "would be learned")
         if self.seed < 0:
             raise ValueError(f"training config: 'seed': expected an integer >= 0, found {self.seed}")
         if not self.cutoff > 0:
             raise ValueError(f"training config: 'cutoff': expected a number > 0, found {self.cutoff}")
+        check_model_options("training config", cutoff=self.cutoff, radial=self.radial, r_smooth=self.r_smooth,
+                            length_unit=self.length_unit, energy_unit=self.energy_unit, activation=self.activation,
+                            embedding_activation=self.embedding_activation, n_channels=self.n_channels,
+                            n_axis=self.n_axis, l_max=self.l_max, n_interactions=self.n_interactions,
+                            n_norm=self.n_norm)
         if self.output_dtype not in _OUTPUT_DTYPES:
             raise ValueError(f"training config: 'output_dtype': expected 'float64' or 'float32', "
                              f"found {self.output_dtype!r}")
@@ -176,6 +191,9 @@ class TrainingConfig:
                 if relation == "is inside" and name == "output" and os.path.exists(target):
                     raise ValueError(f"training config: {name!r} {target!r} is a file inside the training data "
                                      f"folder {path!r}; choose another path")
+        if same_or_inside(self.output, checkpoint_dir) == "is":
+            raise ValueError(f"training config: 'output' {self.output!r} is the checkpoint folder "
+                             f"{checkpoint_dir!r}; choose another output or 'checkpoint_dir'")
         # The output's folder is made if needed (as the default checkpoint folder beside it always made it).
         check_output_path(self.output, "training config: 'output'", create_folder=True)
         check_folder_path(checkpoint_dir, "training config: 'checkpoint_dir'")
@@ -335,7 +353,8 @@ def fit_energy_shift(model: EmbeddingModel, dataset: Dataset, indices) -> np.nda
 @torch.no_grad()
 def fit_input_statistics(model: EmbeddingModel, frames: _Frames, max_frames: int = 64) -> None:
     """Set each network's input standardisation from the training frames (per type:
-    mean, and 1 / std with std floored at 1e-2 of the mean std and at 1e-8)."""
+    mean, and 1 / std with std floored at 1e-2 of the mean std; a scale of 1 where the
+    mean std is below 1e-6, i.e. every input is the same in every environment seen)."""
     stages = []
     if model.node_networks is not None:
         stages.append(model.node_networks)
@@ -354,15 +373,20 @@ def fit_input_statistics(model: EmbeddingModel, frames: _Frames, max_frames: int
             inputs = torch.cat(recorded)
             mean = inputs.mean(0)
             std = inputs.std(0, unbiased=False) if inputs.shape[0] > 1 else torch.ones_like(mean)
-            floor = max(1e-2 * float(std.mean()), 1e-8)
             network.input_shift.copy_(mean)
-            network.input_scale.copy_(1.0 / torch.clamp(std, min=floor))
+            if float(std.mean()) < 1e-6:  # every input (nearly) constant: nothing to standardise by
+                network.input_scale.fill_(1.0)
+                continue
+            network.input_scale.copy_(1.0 / torch.clamp(std, min=1e-2 * float(std.mean())))
 
 
 def save_checkpoint(path, model: EmbeddingModel, config: TrainingConfig, epoch: int, validation: dict, optimizer=None):
+    """Write a checkpoint at once (temporary file + rename): an interrupted write leaves the previous one."""
+    buffer = io.BytesIO()
     torch.save(dict(model_config=model.config, state_dict=model.state_dict(), epoch=epoch, validation=validation,
                     training_config=dataclasses.asdict(config),
-                    optimizer=None if optimizer is None else optimizer.state_dict()), path)
+                    optimizer=None if optimizer is None else optimizer.state_dict()), buffer)
+    write_atomically(path, buffer.getvalue())
 
 
 def load_checkpoint(path) -> EmbeddingModel:
@@ -447,7 +471,7 @@ def train(config: TrainingConfig | dict | None = None, *, log=print, **options) 
     optimizer = torch.optim.Adam(model.parameters(), lr=config.start_lr)
     steps_per_epoch = max(1, math.ceil(len(train_frames) / config.batch_size))
     total_steps = max(1, config.epochs * steps_per_epoch)
-    decay = math.log(config.stop_lr / config.start_lr) / total_steps
+    decay = math.log(config.stop_lr / config.start_lr) / max(1, total_steps - 1)  # stop_lr at the last step
     monitor = val_frames if len(val_frames) else train_frames
     initial = evaluate(model, monitor, config.batch_size, val_pref_e, val_pref_f)
     say(f"epoch 0: validation loss {initial['loss']:.4g}, RMSE energy {initial['rmse_energy_per_atom']:.4g} "
