@@ -609,3 +609,24 @@ def test_data_read_twice_is_refused(tmp_path):
     os.symlink(data, tmp_path / "link.extxyz")
     with pytest.raises(ValueError, match="read twice"):
         load_data([data, tmp_path / "link.extxyz"])
+
+
+def test_a_diverging_run_stops_with_a_message(tmp_path):
+    data = tmp_path / "data.extxyz"
+    write_tiny_extxyz(data, frames=4)
+    with pytest.raises(ValueError, match=r"^training: the (training|validation) loss .* is not finite .*lower start_lr"):
+        train(data=[str(data)], output=str(tmp_path / "m.safetensors"), log=None,
+              **dict(TINY, epochs=3, start_lr=1e200, stop_lr=1e199))
+    assert not (tmp_path / "m.safetensors").exists()
+
+
+def test_checkpoints_are_read_without_running_pickled_code(tmp_path):
+    class Payload:
+        def __reduce__(self):
+            return (os.system, ("touch " + str(tmp_path / "ran"),))
+
+    path = tmp_path / "evil.pt"
+    torch.save({"state_dict": Payload()}, path)
+    with pytest.raises(ValueError, match=r"^checkpoint .*evil.pt: cannot read it as a checkpoint"):
+        load_checkpoint(path)
+    assert not (tmp_path / "ran").exists()

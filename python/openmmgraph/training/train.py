@@ -390,12 +390,23 @@ def save_checkpoint(path, model: EmbeddingModel, config: TrainingConfig, epoch: 
 
 
 def load_checkpoint(path) -> EmbeddingModel:
-    """The EmbeddingModel saved in a checkpoint (``.pt``) by ``train``."""
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    """The EmbeddingModel saved in a checkpoint (``.pt``) by ``train`` (read without running pickled code)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch's reader raises anything (RuntimeError, UnpicklingError, ...)
+        lines = str(error).strip().splitlines()
+        raise ValueError(f"checkpoint {os.fspath(path)}: cannot read it as a checkpoint of openmmgraph.training "
+                         f"({type(error).__name__}: {lines[0] if lines else ''})") from None
     dtype = next(v for v in state["state_dict"].values() if v.is_floating_point()).dtype
     model = EmbeddingModel(**state["model_config"], dtype=dtype)
     model.load_state_dict(state["state_dict"])
     return model
+
+
+def _diverged(what: str, lr: float, checkpoint_dir: str) -> str:
+    return (f"training: {what} is not finite (learning rate {lr:.3g}): the model diverged; lower start_lr, or "
+            f"check the data's energies and forces (the best model so far is in {checkpoint_dir}/best.pt "
+            "when one was written)")
 
 
 def _progress(total, enabled):
@@ -505,7 +516,11 @@ def train(config: TrainingConfig | dict | None = None, *, log=print, **options) 
             total += float(loss.detach())
             batches += 1
             step += 1
+            if not math.isfinite(total):
+                raise ValueError(_diverged(f"the training loss of epoch {epoch}, step {step}", lr, checkpoint_dir))
         validation = evaluate(model, monitor, config.batch_size, val_pref_e, val_pref_f)
+        if not math.isfinite(validation["loss"]):
+            raise ValueError(_diverged(f"the validation loss after epoch {epoch}", lr, checkpoint_dir))
         entry = dict(epoch=epoch, lr=lr, train_loss=total / max(batches, 1), val_loss=validation["loss"],
                      val_rmse_e=validation["rmse_energy_per_atom"], val_rmse_f=validation["rmse_force"],
                      seconds=time.time() - started)
