@@ -2,17 +2,25 @@
 # Julia question that openmm-graph grew from, done with the OpenMMGraph
 # package (julia/OpenMMGraph) through DLPack.jl.
 #
-#   julia --project=julia/OpenMMGraph examples/julia_forces.jl
+# PythonCall and CUDA are weak dependencies of OpenMMGraph (package extensions),
+# so run it in an environment of its own that holds all three (once):
 #
-# Needs PythonCall with openmm and openmmgraph installed in its Python; uses the
-# CUDA platform (and CUDA.jl) when present, else the CPU platform.  Not run in
-# this project's CI (no Julia there): its syntax is checked by
+#   julia --project=@openmmgraph-example -e 'using Pkg; Pkg.develop(path="julia/OpenMMGraph"); Pkg.add("PythonCall")'
+#   (add "CUDA" too for the CUDA platform)
+#
+# then, with the Python that has openmm and openmmgraph installed:
+#
+#   JULIA_CONDAPKG_BACKEND=Null JULIA_PYTHONCALL_EXE=$(which python) julia --project=@openmmgraph-example examples/julia_forces.jl
+#
+# Uses the CUDA platform (and CUDA.jl) when present, else the CPU platform.  Not
+# run in this project's CI (no Julia there): its syntax is checked by
 # python/tests/test_julia_sources.py.
 using PythonCall, OpenMMGraph
 
 omm = pyimport("openmm")
 unit = pyimport("openmm.unit")
-example = pyimport("importlib").import_module("run_md")   # examples/run_md.py, on PYTHONPATH
+pyimport("sys").path.insert(0, @__DIR__)                    # for examples/run_md.py
+example = pyimport("importlib").import_module("run_md")
 
 platforms = [pyconvert(String, omm.Platform.getPlatform(i).getName()) for i in 0:(pyconvert(Int, omm.Platform.getNumPlatforms()) - 1)]
 use_cuda = "CUDA" in platforms

@@ -405,6 +405,12 @@ TEST(DLPackBorrowTensor, RefusesWhatItCannotDescribe) {
     tensor.dtype.lanes = 1;
     shape[0] = -5;
     expectRefused("shape[0] is negative (-5)");
+    shape[0] = 2;
+    tensor.byte_offset = 8;
+    expectRefused("without a byte_offset can be borrowed (found byte_offset 8)");
+    tensor.byte_offset = 0;
+    tensor.ndim = 3;
+    expectRefused("1 or 2 dimensions can be borrowed (found ndim 3)");
 }
 
 INSTANTIATE_TEST_SUITE_P(HostPlatforms, DLPackViewsTest, ::testing::Values("Reference", "CPU"),

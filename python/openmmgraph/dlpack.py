@@ -58,9 +58,22 @@ reorders, OpenMM also moves each molecule into the periodic box, so on CUDA
 ``context.getState(getPositions=True)`` by whole periodic box vectors (the
 C API does not export OpenMM's cell offsets).
 
-Which forces are in the forces view: those of the Context's last force
-evaluation (``context.getState(getForces=True)`` or an integrator step), never
-computed by the views or the helpers.
+Which forces are in the forces view: those of the Context's last evaluation
+of any kind (an integrator step, ``getState(getForces=True)``, and also
+``getState(getEnergy=True)``, which refills OpenMM's force buffer), restricted
+to the force groups that evaluation asked for (``groups=``): never computed by
+the views or the helpers.
+
+Writing: the positions, velocities and forces views (and the Reference/CPU
+results of the helpers, which are those views) are writable, and a write
+changes the Context's state at once, but OpenMM is not told. An Integrator
+that keeps forces between steps then uses the forces of the old positions for
+its next step: ``CustomIntegrator`` and its subclasses (e.g. openmmtools'
+integrators) and ``NoseHooverIntegrator``. Verlet, Langevin, LangevinMiddle and
+Brownian integrators compute the forces at every step and need nothing. After
+writing positions for one of the former, call :func:`positions_changed`
+(``context.setPositions`` of the positions as they are, which tells the
+integrator; a host round trip on CUDA).
 
 Lifetime: every exported tensor holds a reference to the Python Context
 object (released by the tensor's deleter, even after a consumer took the
@@ -84,7 +97,9 @@ one ("dltensor"; JAX and other older consumers).  atom_order and box carry
 the read-only flag (visible only through the versioned protocol: NumPy makes
 them non-writeable arrays).  ``copy=True`` exports an owned copy;
 ``dl_device=(kDLCPU, 0)`` of a CUDA view exports a host copy (refused with
-``copy=False``); any other device raises BufferError.  ``stream`` (CUDA):
+``copy=False``); any other device raises BufferError. ``copy=False`` of a view
+that is always a copy (box; atom_order on Reference/CPU) raises BufferError, as
+the array API asks.  ``stream`` (CUDA):
 ``None`` or 1 is the legacy default stream, 2 the per-thread default stream,
 any other integer > 2 a ``cudaStream_t``; the consumer's stream is made to
 wait for the work OpenMM has queued, and ``-1`` skips that.  On host
@@ -112,6 +127,7 @@ __all__ = [
     "velocities",
     "box",
     "live_views",
+    "positions_changed",
     "DLDeviceType",
     "UnavailableViewError",
 ]
@@ -602,6 +618,9 @@ class View:
                     )
         if copy:
             flags |= FLAG_COPY
+        elif copy is False and (self._view == VIEW_BOX or (self._view == VIEW_ATOM_ORDER and _isHost(context))):
+            raise BufferError(f"__dlpack__: view {self.name} is always exported as a copy on this platform "
+                              "(OpenMM keeps no such array), and copy=False forbids one")
         streamHandle = _streamHandle(stream, device)
         versioned = _wants_versioned(max_version)
 
@@ -888,8 +907,9 @@ def _isHost(context):
 
 
 def forces(context, xp=None):
-    """The forces of the Context's last force evaluation, float64 [n, 3] in
-    kJ/mol/nm, rows in System order.
+    """The forces of the Context's last evaluation (of the force groups it asked
+    for; see the module documentation), float64 [n, 3] in kJ/mol/nm, rows in
+    System order.
 
     Reference/CPU: the forces view itself (zero copy: it changes at the next
     force evaluation; copy it to keep it).  CUDA: the int64 fixed-point
@@ -947,6 +967,17 @@ def velocities(context, xp=None):
     velm = _array(v.velocities, xp)
     order = _array(v.atom_order, xp)
     return _toSystemOrder(xp, _astype(xp, velm[:n, :3], "float64"), order[:n])
+
+
+def positions_changed(context):
+    """Tell the Context's Integrator that its positions changed, after a write
+    through the positions view: ``context.setPositions`` of the positions as
+    they are (a host round trip on CUDA; the values are kept exactly, mixed
+    precision included), so that an Integrator that keeps forces between
+    steps (``CustomIntegrator``, ``NoseHooverIntegrator``) recomputes them."""
+    context = _asContext(context)
+    state = context.getState(getPositions=True)
+    context.setPositions(state.getPositions(asNumpy=True))
 
 
 def box(context, xp=None):

@@ -443,6 +443,56 @@ def test_copy_false_and_none(context):
         view.__dlpack__(copy="yes")
 
 
+def test_copy_false_of_a_view_that_is_always_a_copy(context):
+    """The array API: copy=False must never copy, and raise BufferError where a copy is needed."""
+    v = dlpack.views(context)
+    for view in (v.box, v.atom_order):  # host platforms keep no such arrays: both are copies
+        with pytest.raises(BufferError, match=f"view {view.name} is always exported as a copy"):
+            view.__dlpack__(max_version=(1, 0), copy=False)
+        with pytest.raises(BufferError, match="copy=False forbids one"):
+            view.__dlpack__(copy=False)
+        assert np.from_dlpack(view).shape[0] in (3, len(POSITIONS))
+
+
+def _custom_verlet_context(platformName):
+    """One particle in a harmonic well, stepped by a CustomIntegrator (which keeps forces between steps)."""
+    system = openmm.System()
+    system.addParticle(1.0)
+    well = openmm.CustomExternalForce("0.5*100*x^2")
+    well.addParticle(0, [])
+    system.addForce(well)
+    integrator = openmm.CustomIntegrator(0.001)
+    integrator.addComputePerDof("v", "v+0.5*dt*f/m")
+    integrator.addComputePerDof("x", "x+dt*v")
+    integrator.addComputePerDof("v", "v+0.5*dt*f/m")
+    context = openmm.Context(system, integrator, openmm.Platform.getPlatformByName(platformName))
+    context.setPositions([openmm.Vec3(1, 0, 0)])
+    context.setVelocities([openmm.Vec3(0, 0, 0)])
+    context.getIntegrator().step(1)
+    return context
+
+
+def test_positions_changed_tells_an_integrator_that_keeps_forces(platformName):
+    """A write through the positions view is not announced to OpenMM: a CustomIntegrator steps with the
+    forces of the old positions until positions_changed() tells it (as setPositions does)."""
+    velocity = {}
+    for how in ("setPositions", "view", "view + positions_changed"):
+        context = _custom_verlet_context(platformName)
+        if how == "setPositions":
+            context.setPositions([openmm.Vec3(-1, 0, 0)])
+        else:
+            positions = np.from_dlpack(dlpack.views(context).positions)
+            positions[0] = [-1.0, 0.0, 0.0]
+            del positions
+            if how.endswith("positions_changed"):
+                dlpack.positions_changed(context)
+        assert statePositions(context)[0, 0] == -1.0
+        context.getIntegrator().step(1)
+        velocity[how] = context.getState(getVelocities=True).getVelocities(asNumpy=True)._value[0, 0]
+    assert velocity["setPositions"] > 0.0 and velocity["view"] < 0.0  # the stale forces pull the wrong way
+    assert velocity["view + positions_changed"] == velocity["setPositions"]
+
+
 def test_stream_on_cpu(context):
     view = dlpack.views(context).positions
     for stream in (5, 1, 2, 0):

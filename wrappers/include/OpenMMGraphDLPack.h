@@ -29,8 +29,13 @@
  * apart), so POSITIONS can differ from State.getPositions() by box vectors.
  * Tensors that own their data (copies, BOX, and ATOM_ORDER on host
  * platforms) carry DLPACK_FLAG_BITMASK_IS_COPIED; a failed call takes no
- * ownership of `owner`.  ommgraph_view_* copy nothing unless OMMGRAPH_VIEW_COPY is
- * given (then the tensor owns a copy, flagged IS_COPIED).
+ * ownership of `owner`.  Apart from those, ommgraph_view_* copy nothing unless
+ * OMMGRAPH_VIEW_COPY is given (then the tensor owns a copy, flagged IS_COPIED).
+ * FORCES holds the forces of the Context's last evaluation of any kind (also
+ * an energy-only getState), of the force groups it asked for.  A write through
+ * POSITIONS is not announced to OpenMM: an Integrator that keeps forces between
+ * steps (CustomIntegrator, NoseHooverIntegrator) needs Context::setPositions
+ * afterwards (Python: openmmgraph.dlpack.positions_changed).
  *
  * Lifetime: a view points into the Context's memory and is valid until the
  * Context is destroyed or reinitialised (Context.reinitialize(), which frees

@@ -165,9 +165,12 @@ OMMGRAPH_C_EXPORT int ommgraph_borrow_tensor(const DLTensor* tensor, int version
     return guarded("ommgraph_borrow_tensor", [&] {
         if (tensor == nullptr || out == nullptr)
             throw DLPackError(OMMGRAPH_ERROR_ARGUMENT, "tensor and out must not be NULL");
-        if (tensor->ndim < 1 || tensor->ndim > OMMGRAPH_VIEW_MAX_DIMS || tensor->byte_offset != 0)
-            throw DLPackError(OMMGRAPH_ERROR_ARGUMENT, "only tensors of 1 or 2 dimensions without byte_offset can be borrowed (found ndim " +
-                                                           std::to_string(tensor->ndim) + ")");
+        if (tensor->ndim < 1 || tensor->ndim > OMMGRAPH_VIEW_MAX_DIMS)
+            throw DLPackError(OMMGRAPH_ERROR_ARGUMENT,
+                              "only tensors of 1 or 2 dimensions can be borrowed (found ndim " + std::to_string(tensor->ndim) + ")");
+        if (tensor->byte_offset != 0)
+            throw DLPackError(OMMGRAPH_ERROR_ARGUMENT, "only tensors without a byte_offset can be borrowed (found byte_offset " +
+                                                           std::to_string(tensor->byte_offset) + ")");
         if (tensor->shape == nullptr)
             throw DLPackError(OMMGRAPH_ERROR_ARGUMENT, "the tensor's shape must not be NULL");
         if (tensor->dtype.lanes != 1)

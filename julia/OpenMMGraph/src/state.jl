@@ -94,7 +94,9 @@ Positions in nm, column `i` = particle `i` of the System (an `Array`, or a
 `CuArray` on CUDA with CUDA.jl).  On the CUDA platform these are the
 coordinates OpenMM computes with: for periodic systems OpenMM may have wrapped
 them into the box (it keeps the image offsets on the host), so they can differ
-from `State.getPositions()` by lattice vectors.
+from `State.getPositions()` by lattice vectors.  In mixed precision posq is
+Float32 and the position correction is added, so the result is the full
+position, as in Python's `openmmgraph.dlpack.positions`.
 """
 function positions(ctx)
     c = _context(ctx)
@@ -104,7 +106,20 @@ function positions(ctx)
     raw, order = _cuda_platform_views(c, POSITIONS)
     size(raw, 1) == 4 || throw(DimensionMismatch("the CUDA posq view is $(size(raw)), expected 4×padded"))
     _check_padded(raw, 2, n, "positions")
-    return _xyz_to_system(raw, order, n)
+    result = _xyz_to_system(raw, order, n)
+    eltype(raw) == Float32 || return result
+    correction = try
+        first(_cuda_platform_views(c, POSITION_CORRECTION))
+    catch e
+        # Single precision has no correction; anything else is an error.
+        e isa OpenMMGraphError && e.status == OMMGRAPH_ERROR_UNAVAILABLE || rethrow()
+        nothing
+    end
+    correction === nothing && return result
+    size(correction, 1) == 4 || throw(DimensionMismatch(
+        "the CUDA position correction view is $(size(correction)), expected 4×padded"))
+    _check_padded(correction, 2, n, "position correction")
+    return result .+ _xyz_to_system(correction, order, n)
 end
 
 """
