@@ -383,7 +383,9 @@ def test_train_refuses_an_output_that_is_its_training_data(tmp_path):
     (dict(embedding_widths=[8, 2.5]), "'embedding_widths': expected a list of integer widths"),
     (dict(epochs=True), "'epochs': expected an integer, found True"),
     (dict(epochs=[2]), "'epochs': expected an integer"),
-    (dict(seed=-1), "'seed': expected an integer >= 0"),
+    (dict(seed=-1), r"'seed': expected an integer in \[0, 2\^63\), found -1"),
+    (dict(seed=2**64), r"'seed': expected an integer in \[0, 2\^63\), found 18446744073709551616"),
+    (dict(epochs="2.5"), "'epochs': expected an integer, found '2.5'"),
     (dict(data=5), "'data': expected a path or a list of paths, found 5"),
     (dict(output=5), "'output': expected a path, found 5"),
     (dict(cutoff=None), "'cutoff': expected a value, found null"),
@@ -419,9 +421,9 @@ def test_bad_options_are_refused_before_the_data_is_read(tmp_path, options, mess
 def test_numbers_given_as_text_still_work():
     from openmmgraph.training.train import TrainingConfig
 
-    config = TrainingConfig.from_dict(dict(data="x.extxyz", cutoff=".5", epochs=3.0, r0="0.25"))
-    assert (config.data, config.cutoff, config.epochs, config.r0) == (["x.extxyz"], 0.5, 3, 0.25)
-    assert isinstance(config.epochs, int)
+    config = TrainingConfig.from_dict(dict(data="x.extxyz", cutoff=".5", epochs=3.0, r0="0.25", batch_size="2"))
+    assert (config.data, config.cutoff, config.epochs, config.r0, config.batch_size) == (["x.extxyz"], 0.5, 3, 0.25, 2)
+    assert isinstance(config.epochs, int) and isinstance(config.batch_size, int)
 
 
 def _npy_header_only(path, shape):
@@ -481,6 +483,8 @@ def test_malformed_deepmd_files_are_named(tmp_path, change, message):
     ('3\nenergy=1.0 pbc="F F F"\nSi 0 0 0\nSi 1 1 1\n', "Frame has 2 atoms, expected 3"),
     ("abc\n", "XYZError"),
     ('1\nProperties=species:S:1:pos:R:3:forces:R:3 energy=abc pbc="F F F"\nSi 0 0 0 0 0 0\n', "energy"),
+    ('1\nProperties=species:S:1:pos:R:3:forces:R:3 energy=T pbc="F F F"\nSi 0 0 0 0 0 0\n',
+     "energy: expected a number, found True"),
 ])
 def test_malformed_extxyz_is_named(tmp_path, text, message):
     path = tmp_path / "bad.extxyz"

@@ -115,15 +115,23 @@ def read_extxyz(path, type_map=None, energy_key: str = "energy", forces_key: str
         where = f"{path} frame {number}"
         if energy_key in atoms.info:
             try:
+                if isinstance(atoms.info[energy_key], (bool, np.bool_)):  # ASE reads energy=T as True
+                    raise TypeError
                 energy = float(atoms.info[energy_key])
             except (TypeError, ValueError):
                 raise ValueError(f"training data {where}: info['{energy_key}']: expected a number, found "
                                  f"{atoms.info[energy_key]!r}") from None
         else:
             try:
-                energy = float(atoms.get_potential_energy())
+                energy = atoms.get_potential_energy()
             except Exception:
                 raise ValueError(f"training data {where}: no energy (expected info['{energy_key}'] or a calculator energy)") from None
+            try:
+                if isinstance(energy, (bool, np.bool_)):  # ASE reads a comment's energy=T as True
+                    raise TypeError
+                energy = float(energy)
+            except (TypeError, ValueError):
+                raise ValueError(f"training data {where}: energy: expected a number, found {energy!r}") from None
         if forces_key in atoms.arrays:
             try:
                 forces = np.asarray(atoms.arrays[forces_key], dtype=np.float64)

@@ -145,8 +145,8 @@ class TrainingConfig:
         if all(getattr(self, name) == 0 for name in weights):
             raise ValueError(f"training config: {', '.join(weights)} are all 0: the loss would be 0 and nothing "
                              "would be learned")
-        if self.seed < 0:
-            raise ValueError(f"training config: 'seed': expected an integer >= 0, found {self.seed}")
+        if not 0 <= self.seed < 2**63:
+            raise ValueError(f"training config: 'seed': expected an integer in [0, 2^63), found {self.seed}")
         if not self.cutoff > 0:
             raise ValueError(f"training config: 'cutoff': expected a number > 0, found {self.cutoff}")
         check_model_options("training config", cutoff=self.cutoff, radial=self.radial, r_smooth=self.r_smooth,
@@ -248,13 +248,11 @@ def _converted(name: str, value, default):
             raise ValueError(f"{where}: expected a finite number, found {value!r}")
         if kind is float:
             return number
-        try:
-            converted = int(value)
-        except (TypeError, ValueError):
-            converted = None
-        if converted is None or converted != value:
+        if isinstance(value, int):  # exact, also beyond 2^53
+            return int(value)
+        if not number.is_integer():  # 3.0 and "3" are 3; 2.5 and "2.5" are refused
             raise ValueError(f"{where}: expected an integer, found {value!r}")
-        return converted
+        return int(number)
     return value
 
 
@@ -352,19 +350,21 @@ def fit_energy_shift(model: EmbeddingModel, dataset: Dataset, indices) -> np.nda
 
 @torch.no_grad()
 def fit_input_statistics(model: EmbeddingModel, frames: _Frames, max_frames: int = 64) -> None:
-    """Set each network's input standardisation from the training frames (per type:
+    """Set each network's input standardisation from up to ``max_frames`` training frames spread
+    evenly over the set (per type:
     mean, and 1 / std with std floored at 1e-2 of the mean std; a scale of 1 where the
     mean std is below 1e-6, i.e. every input is the same in every environment seen)."""
     stages = []
     if model.node_networks is not None:
         stages.append(model.node_networks)
     stages.append(model.fitting_networks)
-    sample = range(min(len(frames), max_frames))
+    # Frames spread over the whole training set (files are often ordered by condition), at most max_frames.
+    sample = sorted(set(np.linspace(0, len(frames) - 1, min(len(frames), max_frames)).round().astype(int).tolist()))
     for networks in stages:
         for network in networks:
             network.recording = []
         for start in range(0, len(sample), 8):
-            batch = frames.batch(range(start, min(len(sample), start + 8)))
+            batch = frames.batch(sample[start:start + 8])
             model.particle_energies(batch["positions"], batch["types"], batch["pairs"])
         for network in networks:
             recorded, network.recording = network.recording, None
