@@ -36,6 +36,10 @@ def build_system(model_path, n_particles, seed):
     positions, types, box = lattice_system(n_particles, density=100.0, n_types=force.getNumTypes(), seed=seed)
     topology = app.Topology()
     chain = topology.addChain()
+    for t in range(force.getNumTypes()):
+        if force.getTypeAtomicNumber(t) == 0:
+            raise SystemExit(f"{model_path}: type {t} ({force.getTypeName(t)!r}) has no atomic number; this example "
+                             "builds its Topology by element (use a model whose types are elements)")
     for i in range(n_particles):
         residue = topology.addResidue("MOL", chain)
         element = app.Element.getByAtomicNumber(force.getTypeAtomicNumber(int(types[i])))
@@ -97,6 +101,8 @@ def main(argv=None):
     parser.add_argument("--platform", default=None, help="CUDA, CPU or Reference (default: the fastest that works)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
+    if args.particles < 2 or args.steps < 1:
+        parser.error(f"expected --particles >= 2 and --steps >= 1, found {args.particles} and {args.steps}")
 
     topology, system, positions = build_system(args.model, args.particles, args.seed)
     context, integrator = make_context(system, args.platform)

@@ -180,6 +180,11 @@ def main(argv=None):
                         help="plot file ('' for none; default examples/silicon/results/, git-ignored)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
+    for name in ("cells", "steps", "sample_every"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')}: expected an integer >= 1, found {getattr(args, name)}")
+    if args.equilibrate is not None and args.equilibrate < 0:
+        parser.error(f"--equilibrate: expected an integer >= 0, found {args.equilibrate}")
 
     positions, edge = sw.diamond(args.cells)
     n = len(positions)

@@ -157,6 +157,21 @@ def _copyWithTerms(system, atomSet, keepInside):
     return result
 
 
+def _mlVirtualSites(system, mlSet):
+    """The virtual sites of the System built only from ML atoms (or from such sites): the M sites and
+    lone pairs of ML molecules, which carry their charges and must leave the ML-ML nonbonded
+    interactions with them."""
+    sites = set()
+    while True:
+        found = {i for i in range(system.getNumParticles())
+                 if system.isVirtualSite(i) and i not in sites and i not in mlSet
+                 and all(system.getVirtualSite(i).getParticle(k) in mlSet | sites
+                         for k in range(system.getVirtualSite(i).getNumParticles()))}
+        if not found:
+            return sites
+        sites |= found
+
+
 def _checkOffsets(force, mlSet, interpolate):
     """Reject NonbondedForce parameter offsets that would bring back or change
     ML-ML interactions (see createMixedSystem)."""
@@ -180,7 +195,7 @@ def _checkOffsets(force, mlSet, interpolate):
                 )
 
 
-def _internalNonbonded(force, mlAtoms, periodic):
+def _internalNonbonded(force, mlAtoms):
     """The classical nonbonded energy between pairs of ML atoms of a
     NonbondedForce, as CustomBondForces (for interpolation):
 
@@ -200,6 +215,12 @@ def _internalNonbonded(force, mlAtoms, periodic):
             "createMixedSystem: interpolate=True is not supported with a LJPME NonbondedForce (the "
             "ML-internal dispersion in reciprocal space cannot be separated); use PME, or interpolate=False"
         )
+    if not force.getIncludeDirectSpace():
+        raise ValueError(
+            "createMixedSystem: interpolate=True is not supported with a NonbondedForce that leaves out its "
+            "direct-space terms (setIncludeDirectSpace(False)); the ML-internal classical energy would count "
+            "them; use interpolate=False"
+        )
     mlSet = set(mlAtoms)
     exceptionPairs = {}
     for k in range(force.getNumExceptions()):
@@ -216,6 +237,7 @@ def _internalNonbonded(force, mlAtoms, periodic):
     exceptionForce.setName("ML-internal classical nonbonded exceptions")
     for name in ("chargeProd", "sigma", "epsilon"):
         exceptionForce.addPerBondParameter(name)
+    periodic = force.usesPeriodicBoundaryConditions()  # the force's own, whatever else makes the System periodic
     exceptionForce.setUsesPeriodicBoundaryConditions(bool(periodic and force.getExceptionsUsePeriodicBoundaryConditions()))
     for (i, j), (chargeProd, sigma, epsilon) in sorted(exceptionPairs.items()):
         if chargeProd != 0 or epsilon != 0:
@@ -387,7 +409,10 @@ def createMixedSystem(topology, classicalSystem, mlAtoms, model, interpolate=Fal
     mlAtoms : iterable of int or openmm.app.Atom
         The ML region: the atoms whose mutual interactions the model computes,
         in the order they are added to the GraphForce.  Only atoms with an
-        element (no virtual sites); no index twice; not empty.
+        element (no virtual sites); no index twice; not empty.  The virtual
+        sites built from ML atoms alone (the M site of a TIP4P water, lone
+        pairs) join the region for the nonbonded terms below, so that their
+        charges leave the ML-ML interactions too; the model never sees them.
     model : str, os.PathLike, bytes or openmmgraph.modelfile.ModelFile
         The model; every ML atom's element must have a type in it.
     interpolate : bool
@@ -402,7 +427,8 @@ def createMixedSystem(topology, classicalSystem, mlAtoms, model, interpolate=Fal
         CustomCVForce that holds it (interpolate=True).  Default 0.
     periodic : bool, optional
         Whether the GraphForce uses periodic boundary conditions; by default,
-        whether the classical System does.
+        whether the classical System does.  True with a classical System that
+        is not periodic is a ValueError (its box would be OpenMM's default).
     properties : dict, optional
         GraphForce properties to set.
 
@@ -416,20 +442,22 @@ def createMixedSystem(topology, classicalSystem, mlAtoms, model, interpolate=Fal
       terms with at least one MM atom stay (also those that cross the
       boundary).  This includes restraints built from such forces: add those
       after creating the mixed System.
-    - NonbondedForce: every pair of ML atoms gets an exception with charge
-      product 0 and epsilon 0 (replacing an existing one), so ML-ML Coulomb
-      and Lennard-Jones are gone while ML-MM and MM-MM pairs are unchanged.
+    - NonbondedForce: every pair of the ML region (the ML atoms and their
+      virtual sites) gets an exception with charge product 0 and epsilon 0
+      (replacing an existing one), so ML-ML Coulomb and Lennard-Jones are
+      gone while ML-MM and MM-MM pairs are unchanged.
       With Ewald/PME the exception also removes the pair's reciprocal-space
       term at the minimum-image distance; the interactions of an ML atom with
       the *other* periodic images of ML atoms stay in the reciprocal sum (the
       model is short-ranged: openmm-ml's mechanical embedding with
       mlLongRange=False).  In a periodic System the force's exceptions are
-      made periodic (as openmm-ml does), so that an exception between ML atoms
+      made periodic when the force itself is (as openmm-ml does), so that an
+      exception between ML atoms
       of different molecules uses the minimum image.  A parameter offset on an
       exception between ML atoms is a ValueError (it would bring the pair
       back).  The dispersion correction does not depend on exceptions and is
       unchanged.
-    - CustomNonbondedForce: an exclusion for every pair of ML atoms not
+    - CustomNonbondedForce: an exclusion for every pair of the ML region not
       already excluded.
     - Other forces (implicit solvent, CustomGBForce, AMOEBA, custom
       many-particle or H-bond forces, CustomCentroidBondForce, external
@@ -445,7 +473,8 @@ def createMixedSystem(topology, classicalSystem, mlAtoms, model, interpolate=Fal
     switching function) and copies of each CustomNonbondedForce restricted to
     ML-ML pairs (no long-range correction), so that at lambda = 0 the energy
     and forces are the classical System's.  Not supported (ValueError): LJPME,
-    particle parameter offsets on ML atoms.  Constraints removed by
+    a NonbondedForce without its direct-space terms (setIncludeDirectSpace),
+    particle parameter offsets in the ML region.  Constraints removed by
     removeConstraints stay removed at lambda = 0 (as in openmm-ml).
 
     Errors are ValueError naming what to change: an ML atom index out of
@@ -474,25 +503,33 @@ def createMixedSystem(topology, classicalSystem, mlAtoms, model, interpolate=Fal
             raise ValueError(f"{caller}: ML atom {index} is a virtual site in the classical System; leave it out")
     if periodic is None:
         periodic = classicalSystem.usesPeriodicBoundaryConditions()
+    elif periodic and not classicalSystem.usesPeriodicBoundaryConditions():
+        raise ValueError(
+            f"{caller}: periodic=True but the classical System uses no periodic boundary conditions (its box "
+            "would be OpenMM's default, not the Topology's); create the classical System with a periodic "
+            "nonbonded method, or leave periodic unset"
+        )
     graphForce = _makeGraphForce(topology, model, atoms, bool(periodic), forceGroup, properties, caller)
     mlSet = set(atoms)
-    systemPeriodic = classicalSystem.usesPeriodicBoundaryConditions()
+    # The nonbonded ML region: the ML atoms and the virtual sites built from them alone.
+    region = sorted(mlSet | _mlVirtualSites(classicalSystem, mlSet))
+    regionSet = set(region)
 
     for force in classicalSystem.getForces():
         if isinstance(force, openmm.NonbondedForce):
-            _checkOffsets(force, mlSet, interpolate)
-            if interpolate and force.getNonbondedMethod() == openmm.NonbondedForce.LJPME:
-                _internalNonbonded(force, atoms, systemPeriodic)  # raises the ValueError
+            _checkOffsets(force, regionSet, interpolate)
+            if interpolate:
+                _internalNonbonded(force, [])  # raises the ValueError of an unsupported NonbondedForce
 
     system = _copyWithTerms(classicalSystem, mlSet, keepInside=False)
 
-    ordered = sorted(atoms)
+    ordered = region
     for force in system.getForces():
         if isinstance(force, openmm.NonbondedForce):
             for a in range(len(ordered)):
                 for b in range(a):
                     force.addException(ordered[a], ordered[b], 0.0, 1.0, 0.0, True)
-            if systemPeriodic:
+            if force.usesPeriodicBoundaryConditions():
                 force.setExceptionsUsePeriodicBoundaryConditions(True)
         elif isinstance(force, openmm.CustomNonbondedForce):
             existing = set()
@@ -530,10 +567,10 @@ def createMixedSystem(topology, classicalSystem, mlAtoms, model, interpolate=Fal
         addMM(force)
     for force in classicalSystem.getForces():
         if isinstance(force, openmm.NonbondedForce):
-            for internal in _internalNonbonded(force, atoms, systemPeriodic):
+            for internal in _internalNonbonded(force, region):
                 addMM(internal)
         elif isinstance(force, openmm.CustomNonbondedForce):
-            addMM(_internalCustomNonbonded(force, atoms))
+            addMM(_internalCustomNonbonded(force, region))
     mmSum = " + ".join(mmNames) if mmNames else "0"
     cv.setEnergyFunction(f"{LAMBDA_INTERPOLATE}*mlEnergy + (1 - {LAMBDA_INTERPOLATE})*({mmSum})")
     cv.setForceGroup(int(forceGroup))

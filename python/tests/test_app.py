@@ -566,3 +566,83 @@ def test_mixed_system_runs_on_cpu(forcefield, solvated, model):
     ctx.setParameter("lambda_interpolate", 0.5)
     integrator.step(20)
     assert math.isfinite(energy(ctx)[0])
+
+
+def _two_tip4p_waters():
+    """Two neighbouring TIP4P-Ew waters (with their M sites) in an open box, and the force field."""
+    tip4p = app.ForceField("tip4pew.xml")
+    modeller = app.Modeller(app.Topology(), [])
+    modeller.addSolvent(tip4p, model="tip4pew", boxSize=openmm.Vec3(1.0, 1.0, 1.0) * NM)
+    residues = list(modeller.getTopology().residues())
+    xyz = np.array(modeller.getPositions().value_in_unit(NM))
+    oxygens = [next(a.index for a in r.atoms() if a.name == "O") for r in residues]
+    nearest = 1 + int(np.argmin([np.linalg.norm(xyz[oxygens[0]] - xyz[o]) for o in oxygens[1:]]))
+    modeller.delete([r for k, r in enumerate(residues) if k not in (0, nearest)])
+    topology, positions = modeller.getTopology(), modeller.getPositions()
+    topology.setPeriodicBoxVectors(None)
+    return tip4p, topology, positions
+
+
+@pytest.mark.parametrize("method", [app.NoCutoff, app.CutoffNonPeriodic])
+def test_virtual_sites_of_ml_molecules_leave_the_ml_ml_interactions(waterModel, method):
+    """The M site of a TIP4P water in the ML region carries its charge: it must leave the ML-ML Coulomb
+    with its molecule's atoms (before, -535 kJ/mol of ML-ML attraction stayed for two waters)."""
+    tip4p, topology, positions = _two_tip4p_waters()
+    classical = tip4p.createSystem(topology, nonbondedMethod=method, nonbondedCutoff=0.9 * NM, rigidWater=False)
+    assert sum(classical.isVirtualSite(i) for i in range(classical.getNumParticles())) == 2
+    mlAtoms = [a.index for a in topology.atoms() if a.element is not None]
+    for force in classical.getForces():
+        force.setForceGroup(1 if isinstance(force, openmm.NonbondedForce) else 0)
+    mixed = openmmgraph.createMixedSystem(topology, classical, mlAtoms, waterModel, forceGroup=2)
+    eNonbonded, _ = energy(context(mixed, positions), {1})
+    assert eNonbonded == pytest.approx(0.0, abs=1e-9)  # every charged particle is in the ML region
+    (graph,) = [f for f in mixed.getForces() if openmmgraph.GraphForce.isinstance(f)]
+    assert openmmgraph.GraphForce.cast(graph).getNumParticles() == len(mlAtoms)  # the model never sees the sites
+    # One water ML, the other MM: the ML water's M site still acts on the MM water.
+    oneWater = mlAtoms[:3]
+    half = openmmgraph.createMixedSystem(topology, classical, oneWater, waterModel, forceGroup=2)
+    eHalf, _ = energy(context(half, positions), {1})
+    assert abs(eHalf) > 1.0
+    # Interpolation: lambda = 0 is the classical System, M sites included.
+    blended = openmmgraph.createMixedSystem(topology, classical, mlAtoms, waterModel, interpolate=True)
+    ctx = context(blended, positions)
+    ctx.setParameter("lambda_interpolate", 0.0)
+    e0, f0 = energy(ctx)
+    eClassical, fClassical = energy(context(classical, positions))
+    assert e0 == pytest.approx(eClassical, rel=1e-9, abs=1e-6)
+    np.testing.assert_allclose(f0, fClassical, rtol=1e-7, atol=1e-5)
+
+
+def test_interpolation_of_a_nonperiodic_nonbonded_force_in_a_periodic_system(forcefield, solvated, model):
+    """A periodic CustomNonbondedForce makes the System periodic; the NonbondedForce's ML-internal pairs
+    must still be computed as it computes them (without minimum images)."""
+    topology, positions, mlAtoms = solvated
+    for method in (app.NoCutoff, app.CutoffNonPeriodic):
+        classical = forcefield.createSystem(topology, nonbondedMethod=method, nonbondedCutoff=0.8 * NM)
+        periodicForce = openmm.CustomNonbondedForce("0*r")
+        periodicForce.setNonbondedMethod(openmm.CustomNonbondedForce.CutoffPeriodic)
+        periodicForce.setCutoffDistance(0.8)
+        for _ in range(classical.getNumParticles()):
+            periodicForce.addParticle([])
+        classical.addForce(periodicForce)
+        assert classical.usesPeriodicBoundaryConditions()
+        blended = openmmgraph.createMixedSystem(topology, classical, mlAtoms, model, interpolate=True)
+        ctx = context(blended, positions)
+        ctx.setParameter("lambda_interpolate", 0.0)
+        e0, f0 = energy(ctx)
+        eClassical, fClassical = energy(context(classical, positions))
+        assert e0 == pytest.approx(eClassical, rel=1e-9, abs=1e-5), method
+        np.testing.assert_allclose(f0, fClassical, rtol=1e-7, atol=1e-5)
+
+
+def test_mixed_system_refuses_what_it_would_get_wrong(forcefield, solvated, model):
+    topology, positions, mlAtoms = solvated
+    classical = forcefield.createSystem(topology, nonbondedMethod=app.NoCutoff)
+    with pytest.raises(ValueError, match="periodic=True but the classical System uses no periodic boundary"):
+        openmmgraph.createMixedSystem(topology, classical, mlAtoms, model, periodic=True)
+    pme = forcefield.createSystem(topology, nonbondedMethod=app.PME, nonbondedCutoff=0.8 * NM)
+    (nonbonded,) = [f for f in pme.getForces() if isinstance(f, openmm.NonbondedForce)]
+    nonbonded.setIncludeDirectSpace(False)
+    with pytest.raises(ValueError, match=r"setIncludeDirectSpace\(False\)"):
+        openmmgraph.createMixedSystem(topology, pme, mlAtoms, model, interpolate=True)
+    openmmgraph.createMixedSystem(topology, pme, mlAtoms, model)  # without interpolation: fine

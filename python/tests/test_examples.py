@@ -32,3 +32,22 @@ def test_torch_model_example_runs(capsys, load_script):
         pytest.skip("the LibTorch plugin is not loaded")
     assert load_script("examples/torch_model.py").main(["--platform", "CPU", "--cells", "2", "--steps", "5"]) == 0
     assert "TorchScript vs native" in capsys.readouterr().out
+
+
+def test_examples_refuse_bad_arguments(capsys, load_script, tmp_path):
+    import pytest
+    from openmmgraph import grades
+
+    run_md = load_script("examples/run_md.py")
+    with pytest.raises(SystemExit):
+        run_md.main(["--steps", "0"])
+    assert "expected --particles >= 2 and --steps >= 1" in capsys.readouterr().err
+    model = tmp_path / "water.safetensors"
+    grades.make_model(grade="small", type_names=["Ow", "Hw"], radial_intervals=40).write(str(model))
+    with pytest.raises(SystemExit, match="type 0 \\('Ow'\\) has no atomic number"):
+        run_md.main(["--model", str(model), "--platform", "CPU", "--steps", "5"])
+    silicon = load_script("examples/silicon/silicon_md.py")
+    for flag in ("--steps", "--sample-every", "--cells"):
+        with pytest.raises(SystemExit):
+            silicon.main([flag, "0", "--platform", "CPU", "--plot", ""])
+        assert f"{flag}: expected an integer >= 1, found 0" in capsys.readouterr().err
