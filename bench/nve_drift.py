@@ -163,6 +163,10 @@ def parse_args(argv):
     parser.add_argument("--out", default=os.path.join(HERE, "results", "nve_drift.json"),
                         help="JSON output [bench/results/nve_drift.json]; '' for none")
     parser.add_argument("--no-series", action="store_true", help="leave the energy series out of the JSON")
+    parser.add_argument("--compare", default=None, metavar="JSON",
+                        help="an earlier run of this script (e.g. bench/reference/nve_drift_reference_*.json, "
+                             "Reference measured on a CPU machine) to compare every run with; it must have the same "
+                             "atoms, seed, time step, temperature, model and steps")
     args = parser.parse_args(argv)
     if args.steps <= 0:
         raise InputError(f"--steps {args.steps}: give a positive number of steps")
@@ -181,7 +185,34 @@ def parse_args(argv):
     if not os.path.isfile(args.model):
         raise InputError(f"--model {args.model}: no such file")
     args.cells = cells_for_atoms(args.atoms)
+    args.compared = None if args.compare is None else load_comparison(args.compare, args)
     return args
+
+
+# What two runs must share for their drifts to compare: the same trajectory start and the same length
+# (the shift of the first ~0.2 ps dominates short fits, so drifts of runs of different lengths do not compare).
+COMPARED_KEYS = ("atoms", "seed", "timestep_fs", "temperature_k", "model")
+
+
+def load_comparison(path, args):
+    """The run of the --compare JSON (one run, with a drift), checked against this run's settings."""
+    try:
+        with open(path) as handle:
+            document = json.load(handle)
+        header, runs = document["header"], [r for r in document["runs"] if "drift_kj_per_mol_per_ns" in r]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise InputError(f"--compare {path}: not a JSON written by this script ({error})") from None
+    if len(runs) != 1:
+        raise InputError(f"--compare {path}: expected one run with a drift, found {len(runs)}")
+    mine = dict(atoms=8 * args.cells ** 3, seed=args.seed, timestep_fs=args.timestep_fs,
+                temperature_k=args.temperature, model=os.path.relpath(os.path.abspath(args.model), REPO))
+    for key in COMPARED_KEYS:
+        if header.get(key) != mine[key]:
+            raise InputError(f"--compare {path}: its {key} is {header.get(key)!r}, this run's {mine[key]!r}")
+    if runs[0]["steps"] != args.steps:
+        raise InputError(f"--compare {path}: it ran {runs[0]['steps']} steps, this run --steps {args.steps}: "
+                         "drifts compare only over the same number of steps")
+    return dict(file=path, header=header, run=runs[0])
 
 
 def choose_platforms(requested):
@@ -376,6 +407,21 @@ def main(argv=None):
                 difference = run["initial_total_energy_kj_per_mol"] - reference["initial_total_energy_kj_per_mol"]
                 run["initial_energy_minus_reference_kj_per_mol"] = difference
                 print(f"{run['platform']} ({run['precision']}): initial total energy - Reference's = {difference:+.6g} kJ/mol")
+    if args.compared is not None:
+        other = args.compared["run"]
+        print(f"against {args.compared['file']} ({other['platform']}, {other['precision']}, {other['steps']} steps, "
+              f"drift {other['drift_kj_per_mol_per_ns']:.4g}, second half "
+              f"{other['second_half_drift_kj_per_mol_per_ns']:.4g} kJ/mol/ns):")
+        for run in document["runs"]:
+            if "drift_kj_per_mol_per_ns" not in run or run["steps"] != other["steps"]:
+                continue
+            ratio = abs(run["drift_kj_per_mol_per_ns"]) / abs(other["drift_kj_per_mol_per_ns"])
+            half = abs(run["second_half_drift_kj_per_mol_per_ns"]) / abs(other["second_half_drift_kj_per_mol_per_ns"])
+            run["compared_with"] = dict(file=args.compared["file"], platform=other["platform"], steps=other["steps"],
+                                        abs_drift_ratio=ratio, abs_second_half_drift_ratio=half)
+            print(f"  {run['platform']} ({run['precision']}): |drift| {ratio:.3g}x, |second-half drift| {half:.3g}x "
+                  f"({'no worse' if ratio <= 1.0 and half <= 1.0 else 'worse'})")
+        document["header"]["compared_with"] = args.compared["file"]
     write_json(args.out, document)
     if args.out:
         print(f"results: {args.out}")

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Device-session extra (EXTRA_SCRIPT): the accuracy, drift and size figures of
-# the CUDA issue in one call of about 6 minutes on an H200 (after the
+# Device-session extra (EXTRA_SCRIPT): the accuracy and size figures of
+# the CUDA issue in one call of about 5 minutes on an H200 (after the
 # standard benchmark, which needs its own call):
 #   - CUDA against Reference at 10,296 particles (small and medium, every
 #     precision) and at 100,800 (small, mixed);
-#   - NVE drift of the silicon test system: Reference (8,000 steps) and CUDA
-#     mixed (200,000 steps) in one run, same time step;
+#   - (the NVE drift is bench/device/nve-drift.sh, a call of its own: about
+#     100 s for each of the three stored Reference starts);
 #   - the largest small-grade system: 30,000,000 particles only
 #     (LARGEST_BUDGET=330 to go on doubling, as largest-and-drift.sh does).
 # Each part has its own time limit, so one slow part cannot take the rest
@@ -15,8 +15,6 @@ status=0
 timeout 150 python3 bench/accuracy.py --grades small,medium --sizes 10296 --precisions single,mixed,double \
     --out "$OUT/accuracy-10296.json" || status=1
 timeout 90 python3 bench/accuracy.py --grades small --sizes 100800 --precisions mixed --out "$OUT/accuracy-100800.json" || status=1
-timeout 150 python3 bench/nve_drift.py --platforms Reference,CUDA --precision mixed --steps 200000 --reference-steps 8000 \
-    --out "$OUT/nve_drift.json" --no-series || status=1
 timeout 150 python3 bench/run_benchmarks.py --grades small --sizes 512 --peers none --largest --largest-start 30000000 \
     --bisections 0 --time-budget ${LARGEST_BUDGET:-60} --out "$OUT/largest.json" --plot '' || status=1
 exit $status

@@ -72,6 +72,21 @@ def test_short_reference_run(nve, tmp_path, capsys):
     assert run["max_abs_deviation_kj_per_mol"] < 5.0
 
 
+def test_compare_with_a_run_of_the_same_length_only(nve, tmp_path, capsys):
+    first = tmp_path / "first.json"
+    base = ["--platforms", "Reference", "--atoms", "64", "--report-every", "10", "--seed", "2", "--no-series"]
+    assert nve.main(base + ["--steps", "40", "--out", str(first)]) == 0
+    second = tmp_path / "second.json"
+    assert nve.main(base + ["--steps", "40", "--out", str(second), "--compare", str(first)]) == 0
+    assert "|drift| 1x, |second-half drift| 1x (no worse)" in capsys.readouterr().out  # the same trajectory
+    (run,) = json.loads(second.read_text())["runs"]
+    assert run["compared_with"]["abs_drift_ratio"] == 1.0 and run["compared_with"]["steps"] == 40
+    for changed, message in ((["--steps", "60"], "it ran 40 steps, this run --steps 60"),
+                             (["--steps", "40", "--seed", "3"], "its seed is 2, this run's 3")):
+        assert nve.main(base + changed + ["--out", "", "--compare", str(first)]) == 2
+        assert message in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("arguments, message", [
     (["--platforms", "NoSuchPlatform"], "unknown or unavailable platform"),
     (["--steps", "0"], "positive number of steps"),
