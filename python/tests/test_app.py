@@ -138,6 +138,17 @@ def energy(ctx, groups=-1):
     return state.getPotentialEnergy().value_in_unit(KJ), state.getForces(asNumpy=True).value_in_unit(KJ / NM)
 
 
+def assertLambdaZeroIsClassical(topology, classical, mlAtoms, model, positions):
+    """createMixedSystem(interpolate=True) at lambda_interpolate = 0: the classical System's energy and forces."""
+    blended = openmmgraph.createMixedSystem(topology, classical, mlAtoms, model, interpolate=True)
+    ctx = context(blended, positions)
+    ctx.setParameter("lambda_interpolate", 0.0)
+    e0, f0 = energy(ctx)
+    eClassical, fClassical = energy(context(classical, positions))
+    assert e0 == pytest.approx(eClassical, rel=1e-9, abs=1e-5)
+    np.testing.assert_allclose(f0, fClassical, rtol=1e-7, atol=1e-5)
+
+
 def groupsExcept(system, group):
     return {f.getForceGroup() for f in system.getForces()} - {group}
 
@@ -442,13 +453,7 @@ def test_custom_nonbonded_exclusions_and_interpolation(forcefield, solvated, mod
     eSoft, _ = energy(context(classical, positions), {2})
     assert 0 < eMixedSoft < eSoft
 
-    blended = openmmgraph.createMixedSystem(topology, classical, mlAtoms, model, interpolate=True)
-    ctx = context(blended, positions)
-    ctx.setParameter("lambda_interpolate", 0.0)
-    e0, f0 = energy(ctx)
-    eClassical, fClassical = energy(context(classical, positions))
-    assert e0 == pytest.approx(eClassical, rel=1e-9, abs=1e-5)
-    np.testing.assert_allclose(f0, fClassical, rtol=1e-7, atol=1e-5)
+    assertLambdaZeroIsClassical(topology, classical, mlAtoms, model, positions)
     assert mlSet  # (used above)
 
 
@@ -604,13 +609,7 @@ def test_virtual_sites_of_ml_molecules_leave_the_ml_ml_interactions(waterModel, 
     eHalf, _ = energy(context(half, positions), {1})
     assert abs(eHalf) > 1.0
     # Interpolation: lambda = 0 is the classical System, M sites included.
-    blended = openmmgraph.createMixedSystem(topology, classical, mlAtoms, waterModel, interpolate=True)
-    ctx = context(blended, positions)
-    ctx.setParameter("lambda_interpolate", 0.0)
-    e0, f0 = energy(ctx)
-    eClassical, fClassical = energy(context(classical, positions))
-    assert e0 == pytest.approx(eClassical, rel=1e-9, abs=1e-6)
-    np.testing.assert_allclose(f0, fClassical, rtol=1e-7, atol=1e-5)
+    assertLambdaZeroIsClassical(topology, classical, mlAtoms, waterModel, positions)
 
 
 def test_interpolation_of_a_nonperiodic_nonbonded_force_in_a_periodic_system(forcefield, solvated, model):
@@ -626,13 +625,7 @@ def test_interpolation_of_a_nonperiodic_nonbonded_force_in_a_periodic_system(for
             periodicForce.addParticle([])
         classical.addForce(periodicForce)
         assert classical.usesPeriodicBoundaryConditions()
-        blended = openmmgraph.createMixedSystem(topology, classical, mlAtoms, model, interpolate=True)
-        ctx = context(blended, positions)
-        ctx.setParameter("lambda_interpolate", 0.0)
-        e0, f0 = energy(ctx)
-        eClassical, fClassical = energy(context(classical, positions))
-        assert e0 == pytest.approx(eClassical, rel=1e-9, abs=1e-5), method
-        np.testing.assert_allclose(f0, fClassical, rtol=1e-7, atol=1e-5)
+        assertLambdaZeroIsClassical(topology, classical, mlAtoms, model, positions)
 
 
 def test_mixed_system_refuses_what_it_would_get_wrong(forcefield, solvated, model):
