@@ -70,6 +70,13 @@ def _sort_type_names(names) -> list[str]:
     return sorted(names, key=lambda n: (atomic_number(n) == 0, atomic_number(n), n))
 
 
+def _energy_number(value) -> float:
+    """An energy label as a float; TypeError for a boolean (ASE reads a comment's energy=T as True)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError("a boolean is not an energy")
+    return float(value)
+
+
 def _remap(frames_with_names, type_map):
     """[(frame with types indexing local names, local names)] -> Dataset with one type list."""
     all_names = {name for _, names in frames_with_names for name in names if name is not None}
@@ -115,9 +122,7 @@ def read_extxyz(path, type_map=None, energy_key: str = "energy", forces_key: str
         where = f"{path} frame {number}"
         if energy_key in atoms.info:
             try:
-                if isinstance(atoms.info[energy_key], (bool, np.bool_)):  # ASE reads energy=T as True
-                    raise TypeError
-                energy = float(atoms.info[energy_key])
+                energy = _energy_number(atoms.info[energy_key])
             except (TypeError, ValueError):
                 raise ValueError(f"training data {where}: info['{energy_key}']: expected a number, found "
                                  f"{atoms.info[energy_key]!r}") from None
@@ -127,9 +132,7 @@ def read_extxyz(path, type_map=None, energy_key: str = "energy", forces_key: str
             except Exception:
                 raise ValueError(f"training data {where}: no energy (expected info['{energy_key}'] or a calculator energy)") from None
             try:
-                if isinstance(energy, (bool, np.bool_)):  # ASE reads a comment's energy=T as True
-                    raise TypeError
-                energy = float(energy)
+                energy = _energy_number(energy)
             except (TypeError, ValueError):
                 raise ValueError(f"training data {where}: energy: expected a number, found {energy!r}") from None
         if forces_key in atoms.arrays:
