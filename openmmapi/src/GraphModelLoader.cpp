@@ -1,6 +1,7 @@
 #include "internal/GraphModelLoader.h"
 #include "JsonValue.h"
 #include "ZipArchive.h"
+#include "internal/QuotedText.h"
 #include "openmm/OpenMMException.h"
 #include <algorithm>
 #include <cctype>
@@ -59,7 +60,7 @@ const int MaxLayers = 64;
 const int MaxWidth = 1 << 16;
 
 [[noreturn]] void fail(const std::string& message) {
-    throw OpenMMException("GraphForce: model file: " + message);
+    throw OpenMMException("GraphForce: model file: " + fileErrorText(message));
 }
 
 template <class T> std::string str(const T& value) {
@@ -328,6 +329,8 @@ private:
         m->descriptorLSum = metaBool("descriptor_l_sum");
         m->nNorm = metaReal("n_norm", 0.0, false);
         m->radialR0 = metaReal("radial_r0", 0.0, true);
+        if (!(m->radialR0 < m->cutoff))
+            fail("metadata key 'radial_r0': expected a number < cutoff (" + str(m->cutoff) + "), found " + meta("radial_r0"));
         m->radialDr = metaReal("radial_dr", 0.0, false);
         m->radialIntervals = (int) metaInteger("radial_intervals", 1, MaxIntervals);
         double tableEnd = m->radialR0 + m->radialIntervals * m->radialDr;
@@ -496,13 +499,44 @@ private:
         }
         for (double& shift : m->energyShift)
             shift *= es;
+        // Finite values in the file's units can overflow in OpenMM's (a second derivative of 1e307 per angstrom^2 is
+        // 1e309 per nm^2): found here, not as a non-finite force at the first step.
+        const char* names[] = {"radial.table", "interaction.radial.table"};
+        const std::vector<double>* tables[] = {&m->radialTable, &m->interactionTable};
+        for (int t = 0; t < 2; t++)
+            for (size_t i = 0; i < tables[t]->size(); i++)
+                if (!std::isfinite((*tables[t])[i]))
+                    fail("tensor '" + std::string(names[t]) +
+                         "': a value is beyond the double range in OpenMM's units (nm) at "
+                         "flat index " +
+                         str(i) + "; rescale the model");
+        for (size_t a = 0; a < m->fitting.size(); a++) {
+            for (double w : m->fitting[a].output.weight)
+                if (!std::isfinite(w))
+                    fail("tensor 'fitting." + str(a) + ".out.weight': a value is beyond the double range in kJ/mol; rescale the model");
+            for (double b : m->fitting[a].output.bias)
+                if (!std::isfinite(b))
+                    fail("tensor 'fitting." + str(a) + ".out.bias': a value is beyond the double range in kJ/mol; rescale the model");
+        }
+        for (double shift : m->energyShift)
+            if (!std::isfinite(shift))
+                fail("tensor 'energy_shift': a value is beyond the double range in kJ/mol; rescale the model");
     }
 };
 
 } // namespace
 
 std::shared_ptr<const GraphModel> GraphModelLoader::fromBytes(const std::string& bytes) {
-    if (ZipArchive::looksLikeZip(bytes))
+    // "PK\x03\x04" can also be the low half of a safetensors header length (0x04034B50 bytes, under the 100 MiB
+    // limit): such a file is a safetensors file when that length fits the file and its JSON header starts after it.
+    bool safetensors = false;
+    if (bytes.size() > 8) {
+        uint64_t headerSize = 0;
+        for (int i = 7; i >= 0; i--)
+            headerSize = (headerSize << 8) | (unsigned char) bytes[i];
+        safetensors = headerSize <= bytes.size() - 8 && bytes[8] == '{';
+    }
+    if (ZipArchive::looksLikeZip(bytes) && !safetensors)
         return fromTorchScriptBytes(bytes);
     return Loader(bytes).load();
 }

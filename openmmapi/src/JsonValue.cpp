@@ -1,4 +1,5 @@
 #include "JsonValue.h"
+#include "internal/QuotedText.h"
 #include "openmm/OpenMMException.h"
 #include <cerrno>
 #include <cstdio>
@@ -32,7 +33,7 @@ private:
     [[noreturn]] void fail(const std::string& message) const {
         std::stringstream s;
         s << "GraphForce: model file: " << what << " is not valid JSON: " << message << " at byte " << pos;
-        throw OpenMMException(s.str());
+        throw OpenMMException(fileErrorText(s.str()));
     }
     bool atEnd() const {
         return pos >= size;

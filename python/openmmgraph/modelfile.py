@@ -93,8 +93,21 @@ NODE_RESIDUAL_KEY = "node_residual"
 _SAFETENSORS_DTYPES = {"F64": np.dtype("<f8"), "F32": np.dtype("<f4")}
 _NUMPY_TO_SAFETENSORS = {np.dtype("float64"): "F64", np.dtype("float32"): "F32"}
 
-_INTEGER_PATTERN = re.compile(r"^[+-]?[0-9]+$")
-_REAL_PATTERN = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$")
+# Whole-string patterns (used with fullmatch: "$" would also match before a final newline, which the C++ loader
+# refuses).
+_INTEGER_PATTERN = re.compile(r"[+-]?[0-9]+")
+_REAL_PATTERN = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+# The C++ loader's limits (GraphModelLoader.cpp), so that both readers accept the same files
+# (docs/implementation-notes.md, "The model loader").
+MAX_TYPES = 256
+MAX_CHANNELS = 4096
+MAX_INTERVALS = 1 << 20
+MAX_LAYERS = 64
+MAX_WIDTH = 1 << 16
+MAX_TENSOR_RANK = 8
+MAX_TENSOR_ELEMENTS = 1 << 40
+MAX_DATA_OFFSET = 1 << 62
+_MAX_NUMBER_DIGITS = 40  # longer decimal strings are refused before conversion (Python limits int() to 4300)
 
 # Relative tolerance of the grid rule r_0 + K * dr == r_c (decimal strings of
 # r_0, dr and r_c cannot satisfy it exactly in binary floating point).
@@ -132,8 +145,8 @@ def _get(metadata: dict, key: str, errors: _Errors) -> str:
 
 def _parse_integer(metadata, key, errors, minimum=None, maximum=None) -> int:
     text = _get(metadata, key, errors)
-    if not _INTEGER_PATTERN.match(text):
-        raise errors.metadata(key, "a decimal integer", text)
+    if len(text) > _MAX_NUMBER_DIGITS or not _INTEGER_PATTERN.fullmatch(text):
+        raise errors.metadata(key, "a decimal integer", _shortened(text))
     value = int(text)
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         bounds = f"an integer in [{minimum}, {maximum if maximum is not None else 'inf'}]"
@@ -143,8 +156,8 @@ def _parse_integer(metadata, key, errors, minimum=None, maximum=None) -> int:
 
 def _parse_real(metadata, key, errors, positive=False, non_negative=False) -> float:
     text = _get(metadata, key, errors)
-    if not _REAL_PATTERN.match(text):
-        raise errors.metadata(key, "a finite decimal number", text)
+    if len(text) > 4 * _MAX_NUMBER_DIGITS or not _REAL_PATTERN.fullmatch(text):
+        raise errors.metadata(key, "a finite decimal number", _shortened(text))
     value = float(text)
     if not math.isfinite(value):
         raise errors.metadata(key, "a finite decimal number", text)
@@ -167,12 +180,36 @@ def _parse_bool(metadata, key, errors) -> bool:
     return _parse_choice(metadata, key, errors, ("true", "false")) == "true"
 
 
+def _shortened(text: str, limit: int = 200) -> str:
+    """A found value for a message: at most ``limit`` characters (the C++ loader cuts long values too)."""
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text) - limit} more characters)"
+
+
+def _has_lone_surrogate(value) -> bool:
+    """Whether a decoded JSON value holds a string that is not valid Unicode (an escaped lone surrogate such as
+    \\ud800, which strict JSON readers refuse: it cannot be encoded as UTF-8)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, list):
+        return any(_has_lone_surrogate(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
+    return False
+
+
 def _parse_json_list(metadata, key, errors, element_check, element_description) -> list:
     text = _get(metadata, key, errors)
     try:
         value = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        raise errors.metadata(key, f"a JSON list of {element_description}", text) from None
+    except (json.JSONDecodeError, RecursionError, ValueError):  # ValueError: an integer beyond int()'s digit limit
+        raise errors.metadata(key, f"a JSON list of {element_description}", _shortened(text)) from None
+    if _has_lone_surrogate(value):
+        raise errors.metadata(key, f"a JSON list of {element_description} (valid Unicode: no lone surrogate "
+                              "escapes such as \\ud800)", text.encode("utf-8", "backslashreplace").decode("ascii"))
     if not isinstance(value, list) or not all(element_check(v) for v in value):
         raise errors.metadata(key, f"a JSON list of {element_description}", text)
     return value
@@ -248,8 +285,8 @@ def parse_metadata(metadata: dict, source: str | None = None) -> ModelShape:
     type_names = _parse_json_list(
         metadata, "type_names", errors, lambda v: isinstance(v, str) and v != "", "non-empty strings"
     )
-    if not type_names:
-        raise errors.metadata("type_names", "a JSON list of at least one name", metadata["type_names"])
+    if not 1 <= len(type_names) <= MAX_TYPES:
+        raise errors.metadata("type_names", f"a JSON list of 1 to {MAX_TYPES} names", _shortened(metadata["type_names"]))
     if len(set(type_names)) != len(type_names):
         raise errors.metadata("type_names", "distinct names", metadata["type_names"])
     atomic_numbers = _parse_json_list(
@@ -266,14 +303,14 @@ def parse_metadata(metadata: dict, source: str | None = None) -> ModelShape:
             metadata["type_atomic_numbers"],
         )
     cutoff = _parse_real(metadata, "cutoff", errors, positive=True)
-    n_channels = _parse_integer(metadata, "n_channels", errors, minimum=1)
+    n_channels = _parse_integer(metadata, "n_channels", errors, minimum=1, maximum=MAX_CHANNELS)
     n_axis = _parse_integer(metadata, "n_axis", errors, minimum=1, maximum=n_channels)
     l_max = _parse_integer(metadata, "l_max", errors, minimum=0, maximum=MAX_L)
     descriptor_l_sum = _parse_bool(metadata, "descriptor_l_sum", errors)
     n_norm = _parse_real(metadata, "n_norm", errors, positive=True)
     radial_r0 = _parse_real(metadata, "radial_r0", errors, non_negative=True)
     radial_dr = _parse_real(metadata, "radial_dr", errors, positive=True)
-    radial_intervals = _parse_integer(metadata, "radial_intervals", errors, minimum=1)
+    radial_intervals = _parse_integer(metadata, "radial_intervals", errors, minimum=1, maximum=MAX_INTERVALS)
     if not radial_r0 < cutoff:
         raise errors.metadata("radial_r0", f"a number < cutoff ({metadata['cutoff']})", metadata["radial_r0"])
     grid_end = radial_r0 + radial_intervals * radial_dr
@@ -286,9 +323,13 @@ def parse_metadata(metadata: dict, source: str | None = None) -> ModelShape:
         )
     activation = _parse_choice(metadata, "activation", errors, ACTIVATIONS)
     fitting_residual = _parse_json_list(metadata, "fitting_residual", errors, _is_bool, "booleans")
+    if len(fitting_residual) > MAX_LAYERS:
+        raise errors.metadata("fitting_residual", f"at most {MAX_LAYERS} layers", f"{len(fitting_residual)} layers")
     n_interactions = _parse_integer(metadata, "n_interactions", errors, minimum=0, maximum=1)
     if n_interactions == 1:
         node_residual = _parse_json_list(metadata, NODE_RESIDUAL_KEY, errors, _is_bool, "booleans")
+        if len(node_residual) > MAX_LAYERS:
+            raise errors.metadata(NODE_RESIDUAL_KEY, f"at most {MAX_LAYERS} layers", f"{len(node_residual)} layers")
     else:
         if NODE_RESIDUAL_KEY in metadata:
             raise errors.metadata(
@@ -361,8 +402,9 @@ def _check_network(
         if weight_name not in tensors:
             raise errors.tensor(weight_name, f"a tensor of shape [width, {in_size}]", "none")
         weight = tensors[weight_name]
-        if weight.ndim != 2 or weight.shape[1] != in_size or weight.shape[0] < 1:
-            raise errors.tensor(weight_name, f"shape [width >= 1, {in_size}]", _shape_text(weight.shape))
+        if weight.ndim != 2 or weight.shape[1] != in_size or not 1 <= weight.shape[0] <= MAX_WIDTH:
+            raise errors.tensor(weight_name, f"shape [width, {in_size}] with 1 <= width <= {MAX_WIDTH}",
+                                _shape_text(weight.shape))
         out_size = int(weight.shape[0])
         if residual and out_size != in_size:
             raise errors.tensor(
@@ -453,7 +495,23 @@ def validate_model(metadata: dict, tensors: dict, source: str | None = None) -> 
             "only the tensors named in model-format.md section 9 for this model's metadata",
             "an extra tensor" + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""),
         )
+    _check_range_in_openmm_units(tensors, shape, errors)
     return shape
+
+
+def _check_range_in_openmm_units(tensors, shape: ModelShape, errors) -> None:
+    """Finite values can overflow when OpenMM converts them to nm and kJ/mol (a second derivative of 1e307 per
+    angstrom^2 is 1e309 per nm^2); the C++ loader refuses such a model, and so does this one."""
+    length, energy = LENGTH_UNITS_NM[shape.length_unit], ENERGY_UNITS_KJ_PER_MOL[shape.energy_unit]
+    checks = [(name, lambda t: np.concatenate([(t[..., 1, :] / length).ravel(), (t[..., 2, :] / length**2).ravel()]),
+               "nm") for name in ("radial.table", "interaction.radial.table") if name in tensors]
+    checks += [(name, lambda t: t * energy, "kJ/mol")
+               for name in ["energy_shift"] + [f"fitting.{a}.out.{p}" for a in range(shape.n_types) for p in ("weight", "bias")]]
+    with np.errstate(over="ignore"):
+        for name, converted, unit in checks:
+            if not np.all(np.isfinite(converted(np.asarray(tensors[name], dtype=np.float64)))):
+                raise errors.tensor(name, f"values that stay finite in OpenMM's units ({unit}); rescale the model",
+                                    "a value beyond the double range there")
 
 
 # ---------------------------------------------------------------------------
@@ -859,8 +917,11 @@ def decode_safetensors(buffer: bytes, source: str | None = None) -> tuple[dict, 
         if depth > _MAX_JSON_DEPTH:
             raise ValueError(f"nesting deeper than {_MAX_JSON_DEPTH} levels ({depth})")
         header = json.loads(text, object_pairs_hook=_reject_duplicate_keys)
+        if _has_lone_surrogate(header):
+            raise ValueError("a string escapes a lone surrogate such as \\ud800, which is not valid Unicode")
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise errors.error(f"header: expected a UTF-8 JSON object, found invalid JSON ({exc})") from None
+        message = str(exc).encode("utf-8", "backslashreplace").decode("utf-8")
+        raise errors.error(f"header: expected a UTF-8 JSON object, found invalid JSON ({_shortened(message)})") from None
     if not isinstance(header, dict):
         raise errors.error(f"header: expected a JSON object, found {type(header).__name__}")
     if "__metadata__" not in header:
@@ -876,14 +937,20 @@ def decode_safetensors(buffer: bytes, source: str | None = None) -> tuple[dict, 
         if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
             raise errors.tensor(name, "an entry with exactly dtype, shape and data_offsets", json.dumps(entry))
         data_type = entry["dtype"]
-        if data_type not in _SAFETENSORS_DTYPES:
-            raise errors.tensor(name, "dtype 'F64' or 'F32'", repr(data_type))
+        if not isinstance(data_type, str) or data_type not in _SAFETENSORS_DTYPES:
+            raise errors.tensor(name, "dtype 'F64' or 'F32'", _shortened(json.dumps(data_type)))
         shape = entry["shape"]
-        if not isinstance(shape, list) or not all(_is_int(s) and s >= 0 for s in shape):
-            raise errors.tensor(name, "a shape that is a list of integers >= 0", json.dumps(shape))
+        if (not isinstance(shape, list) or len(shape) > MAX_TENSOR_RANK
+                or not all(_is_int(s) and 0 <= s <= MAX_TENSOR_ELEMENTS for s in shape)):
+            raise errors.tensor(name, f"a shape of at most {MAX_TENSOR_RANK} integers in [0, 2^40]",
+                                _shortened(json.dumps(shape)))
+        if math.prod(shape) > MAX_TENSOR_ELEMENTS:
+            raise errors.tensor(name, "at most 2^40 elements", _shape_text(shape))
         offsets = entry["data_offsets"]
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(v) and v >= 0 for v in offsets)):
-            raise errors.tensor(name, "data_offsets [begin, end] of two integers >= 0", json.dumps(offsets))
+        if not (isinstance(offsets, list) and len(offsets) == 2
+                and all(_is_int(v) and 0 <= v <= MAX_DATA_OFFSET for v in offsets)):
+            raise errors.tensor(name, "data_offsets [begin, end] of two integers in [0, 2^62]",
+                                _shortened(json.dumps(offsets)))
         entries.append((offsets[0], offsets[1], name, data_type, shape))
     entries.sort(key=lambda e: (e[0], e[1]))
     position = 0
