@@ -109,7 +109,27 @@ def _describeTypes(force):
     )
 
 
-def _typeOfAtom(force, atom, byName, byNumber):
+def _checkedTypeMap(force, typeMap):
+    """typeMap as {element symbol: model type index}, every entry checked."""
+    if typeMap is None:
+        return {}
+    if not isinstance(typeMap, dict):
+        raise TypeError(f"createGraphForce: typeMap must be a dict of element symbol -> model type name, found "
+                        f"{type(typeMap).__name__}")
+    names = {force.getTypeName(t): t for t in range(force.getNumTypes())}
+    result = {}
+    for symbol, name in typeMap.items():
+        if not isinstance(symbol, str) or not isinstance(name, str):
+            raise TypeError(f"createGraphForce: typeMap must map element symbols to model type names (strings), "
+                            f"found {symbol!r}: {name!r}")
+        if name not in names:
+            raise ValueError(f"createGraphForce: typeMap maps {symbol!r} to {name!r}, which is not a type of the "
+                             f"model; its types are {_describeTypes(force)}")
+        result[symbol] = names[name]
+    return result
+
+
+def _typeOfAtom(force, atom, byName, byNumber, typeMap=None):
     element = atom.element
     residue = atom.residue
     where = f"atom {atom.index} '{atom.name}' of residue {residue.name} {residue.id}"
@@ -118,6 +138,8 @@ def _typeOfAtom(force, atom, byName, byNumber):
             f"createGraphForce: {where} has no element (a virtual site or extra particle?); "
             "leave it out with the atoms argument"
         )
+    if typeMap and element.symbol in typeMap:
+        return typeMap[element.symbol]
     if element.symbol in byName:
         return byName[element.symbol]
     candidates = byNumber.get(element.atomic_number, [])
@@ -131,7 +153,8 @@ def _typeOfAtom(force, atom, byName, byNumber):
         )
     raise ValueError(
         f"createGraphForce: {where} is element {element.symbol} (Z={element.atomic_number}), "
-        f"which the model has no type for; the model's types are {_describeTypes(force)}"
+        f"which the model has no type for; the model's types are {_describeTypes(force)} (for types that are "
+        "not element symbols, map elements to them with typeMap)"
     )
 
 
@@ -150,7 +173,7 @@ def _forceFromModel(model):
     )
 
 
-def createGraphForce(topology, model, atoms=None, periodic=None):
+def createGraphForce(topology, model, atoms=None, periodic=None, typeMap=None):
     """Create a GraphForce for the atoms of an OpenMM Topology, typed by element.
 
     Parameters
@@ -166,6 +189,12 @@ def createGraphForce(topology, model, atoms=None, periodic=None):
     periodic : bool, optional
         Whether the model sees the periodic box; by default, whether the
         topology has periodic box vectors.
+    typeMap : dict, optional
+        Element symbol -> model type name, for models whose type names are
+        not element symbols (DeePMD-kit's ``"type_map": ["OW", "HW"]``:
+        ``typeMap={"O": "OW", "H": "HW"}``).  It comes first; elements it
+        does not name are matched as below.  A name that is not a type of
+        the model is a ValueError.
 
     Each atom's element is matched to a model type by symbol (the type name,
     e.g. "O"), else by atomic number.  An atom whose element the model has no
@@ -184,10 +213,11 @@ def createGraphForce(topology, model, atoms=None, periodic=None):
         number = force.getTypeAtomicNumber(t)
         if number > 0:
             byNumber.setdefault(number, []).append(t)
+    byMap = _checkedTypeMap(force, typeMap)
     allAtoms = list(topology.atoms())
     for index in _atomIndices(topology, atoms):
         atom = allAtoms[index]
-        force.addParticle(index, _typeOfAtom(force, atom, byName, byNumber))
+        force.addParticle(index, _typeOfAtom(force, atom, byName, byNumber, byMap))
     if periodic is None:
         periodic = topology.getPeriodicBoxVectors() is not None
     force.setUsesPeriodicBoundaryConditions(bool(periodic))

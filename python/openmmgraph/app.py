@@ -100,11 +100,11 @@ def _checkElements(topology, indices, caller):
             )
 
 
-def _makeGraphForce(topology, model, atoms, periodic, forceGroup, properties, caller):
+def _makeGraphForce(topology, model, atoms, periodic, forceGroup, properties, caller, typeMap=None):
     """createGraphForce with the caller's name in its errors, then the force
     group and properties."""
     try:
-        force = _plugin.createGraphForce(topology, model, atoms=atoms, periodic=periodic)
+        force = _plugin.createGraphForce(topology, model, atoms=atoms, periodic=periodic, typeMap=typeMap)
     except (ValueError, TypeError) as error:
         message = str(error)
         if message.startswith("createGraphForce: "):
@@ -334,7 +334,7 @@ def _internalCustomNonbonded(force, mlAtoms):
 # Public API
 
 
-def createSystem(topology, model, removeCMMotion=True, periodic=None, forceGroup=0, properties=None):
+def createSystem(topology, model, removeCMMotion=True, periodic=None, forceGroup=0, properties=None, typeMap=None):
     """Create a System for a Topology modelled by the graph potential alone.
 
     Parameters
@@ -353,6 +353,9 @@ def createSystem(topology, model, removeCMMotion=True, periodic=None, forceGroup
         The force group of the GraphForce (default 0).
     properties : dict, optional
         GraphForce properties to set (e.g. ``{"CheckFinite": "false"}``).
+    typeMap : dict, optional
+        Element symbol -> model type name, for models whose type names are not
+        element symbols (as for :func:`openmmgraph.createGraphForce`).
 
     Choices: particle masses are the elements' masses (openmm-ml's choice; no
     hydrogen mass repartitioning, no constraints); the System's default
@@ -380,7 +383,7 @@ def createSystem(topology, model, removeCMMotion=True, periodic=None, forceGroup
     if not indices:
         raise ValueError(f"{caller}: the topology has no atoms")
     _checkElements(topology, indices, caller)
-    force = _makeGraphForce(topology, model, None, bool(periodic), forceGroup, properties, caller)
+    force = _makeGraphForce(topology, model, None, bool(periodic), forceGroup, properties, caller, typeMap)
     system = openmm.System()
     if box is not None:
         system.setDefaultPeriodicBoxVectors(*box)
@@ -393,7 +396,7 @@ def createSystem(topology, model, removeCMMotion=True, periodic=None, forceGroup
 
 
 def createMixedSystem(topology, classicalSystem, mlAtoms, model, interpolate=False, removeConstraints=True,
-                      forceGroup=0, periodic=None, properties=None):
+                      forceGroup=0, periodic=None, properties=None, typeMap=None):
     """Create a System in which the ML region is modelled by the graph potential
     and everything else by a classical System, in the manner of openmm-ml's
     ``MLPotential.createMixedSystem`` (mechanical embedding).
@@ -431,6 +434,9 @@ def createMixedSystem(topology, classicalSystem, mlAtoms, model, interpolate=Fal
         is not periodic is a ValueError (its box would be OpenMM's default).
     properties : dict, optional
         GraphForce properties to set.
+    typeMap : dict, optional
+        Element symbol -> model type name (as for
+        :func:`openmmgraph.createGraphForce`).
 
     What is changed, in a copy of the classical System (particles, masses,
     box, virtual sites, other constraints and all other forces are kept as
@@ -509,7 +515,7 @@ def createMixedSystem(topology, classicalSystem, mlAtoms, model, interpolate=Fal
             "would be OpenMM's default, not the Topology's); create the classical System with a periodic "
             "nonbonded method, or leave periodic unset"
         )
-    graphForce = _makeGraphForce(topology, model, atoms, bool(periodic), forceGroup, properties, caller)
+    graphForce = _makeGraphForce(topology, model, atoms, bool(periodic), forceGroup, properties, caller, typeMap)
     mlSet = set(atoms)
     # The nonbonded ML region: the ML atoms and the virtual sites built from them alone.
     region = sorted(mlSet | _mlVirtualSites(classicalSystem, mlSet))
@@ -594,7 +600,7 @@ def _makeOpenMMMLClasses():
 
     class GraphPotentialImpl(MLPotentialImpl):
         """openmm-ml implementation of an openmm-graph model:
-        ``MLPotential('openmm-graph', model=PATH_OR_BYTES, properties=None)``.
+        ``MLPotential('openmm-graph', model=PATH_OR_BYTES, properties=None, typeMap=None)``.
 
         addForces adds one GraphForce over the given atoms (all when None),
         periodic when the Topology has a box or the System is periodic (the
@@ -602,7 +608,7 @@ def _makeOpenMMMLClasses():
         The model is short-ranged (a cut-off), so getMLLongRange() is False.
         """
 
-        def __init__(self, name, model=None, properties=None):
+        def __init__(self, name, model=None, properties=None, typeMap=None):
             if model is None:
                 raise ValueError(
                     "MLPotential('openmm-graph'): give the model, e.g. "
@@ -611,6 +617,7 @@ def _makeOpenMMMLClasses():
             self.name = name
             self.model = model
             self.properties = dict(properties or {})
+            self.typeMap = None if typeMap is None else dict(typeMap)
 
         def addForces(self, topology, system, atoms, forceGroup, periodic=None, **args):
             if periodic is None:
@@ -619,7 +626,7 @@ def _makeOpenMMMLClasses():
             _checkElements(topology, range(topology.getNumAtoms()) if indices is None else indices,
                            "MLPotential('openmm-graph')")
             force = _makeGraphForce(topology, self.model, indices, bool(periodic), forceGroup,
-                                    self.properties, "MLPotential('openmm-graph')")
+                                    self.properties, "MLPotential('openmm-graph')", self.typeMap)
             system.addForce(force)
 
         def getMLLongRange(self):

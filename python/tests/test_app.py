@@ -639,3 +639,34 @@ def test_mixed_system_refuses_what_it_would_get_wrong(forcefield, solvated, mode
     with pytest.raises(ValueError, match=r"setIncludeDirectSpace\(False\)"):
         openmmgraph.createMixedSystem(topology, pme, mlAtoms, model, interpolate=True)
     openmmgraph.createMixedSystem(topology, pme, mlAtoms, model)  # without interpolation: fine
+
+
+def test_type_map_for_models_whose_types_are_not_elements(forcefield, solvated):
+    """A DeePMD-kit water model typed "OW"/"HW" (no atomic numbers): typeMap maps the elements to its types, and
+    the System is the one of the same model typed "O"/"H"."""
+    byElement = grades.make_model(grade="small", type_names=["O", "H"], radial_intervals=40, seed=5)
+    byName = grades.make_model(grade="small", type_names=["OW", "HW"], radial_intervals=40, seed=5)
+    assert np.array_equal(byElement.tensors["radial.table"], byName.tensors["radial.table"])
+    modeller = app.Modeller(app.Topology(), [])
+    modeller.addSolvent(forcefield, model="tip3p", boxSize=openmm.Vec3(1.3, 1.3, 1.3) * NM)
+    topology, positions = modeller.getTopology(), modeller.getPositions()
+    with pytest.raises(ValueError, match="which the model has no type for.*map elements to them with typeMap"):
+        openmmgraph.createSystem(topology, byName.to_bytes())
+    mapped = openmmgraph.createSystem(topology, byName.to_bytes(), typeMap={"O": "OW", "H": "HW"})
+    plain = openmmgraph.createSystem(topology, byElement.to_bytes())
+    e1, f1 = energy(context(mapped, positions))
+    e2, f2 = energy(context(plain, positions))
+    assert e1 == pytest.approx(e2, rel=1e-12) and np.array_equal(f1, f2)
+    with pytest.raises(ValueError, match="typeMap maps 'O' to 'O', which is not a type of the model"):
+        openmmgraph.createSystem(topology, byName.to_bytes(), typeMap={"O": "O", "H": "HW"})
+    with pytest.raises(TypeError, match="typeMap must be a dict"):
+        openmmgraph.createSystem(topology, byName.to_bytes(), typeMap=[("O", "OW")])
+    # The mixed System takes it too (the ML region: the two waters of `solvated`).
+    peptideTopology, peptidePositions, mlAtoms = solvated
+    waters = [i for i in mlAtoms if next(a for a in peptideTopology.atoms() if a.index == i).residue.name == "HOH"]
+    classical = forcefield.createSystem(peptideTopology, nonbondedMethod=app.NoCutoff)
+    mixedByName = openmmgraph.createMixedSystem(peptideTopology, classical, waters, byName.to_bytes(),
+                                                typeMap={"O": "OW", "H": "HW"})
+    mixedByElement = openmmgraph.createMixedSystem(peptideTopology, classical, waters, byElement.to_bytes())
+    assert energy(context(mixedByName, peptidePositions))[0] == pytest.approx(
+        energy(context(mixedByElement, peptidePositions))[0], rel=1e-12)
