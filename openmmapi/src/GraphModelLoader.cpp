@@ -500,27 +500,20 @@ private:
         for (double& shift : m->energyShift)
             shift *= es;
         // Finite values in the file's units can overflow in OpenMM's (a second derivative of 1e307 per angstrom^2 is
-        // 1e309 per nm^2): found here, not as a non-finite force at the first step.
-        const char* names[] = {"radial.table", "interaction.radial.table"};
-        const std::vector<double>* tables[] = {&m->radialTable, &m->interactionTable};
-        for (int t = 0; t < 2; t++)
-            for (size_t i = 0; i < tables[t]->size(); i++)
-                if (!std::isfinite((*tables[t])[i]))
-                    fail("tensor '" + std::string(names[t]) +
-                         "': a value is beyond the double range in OpenMM's units (nm) at "
-                         "flat index " +
-                         str(i) + "; rescale the model");
+        // 1e309 per nm^2): found here, naming the tensor, not as a non-finite force at the first step.
+        auto requireFinite = [](const std::vector<double>& values, const std::string& name, const char* units) {
+            for (size_t i = 0; i < values.size(); i++)
+                if (!std::isfinite(values[i]))
+                    fail("tensor '" + name + "': value " + str(i) + " is beyond the double range in OpenMM's units (" + units +
+                         "); rescale the model");
+        };
+        requireFinite(m->radialTable, "radial.table", "nm");
+        requireFinite(m->interactionTable, "interaction.radial.table", "nm");
         for (size_t a = 0; a < m->fitting.size(); a++) {
-            for (double w : m->fitting[a].output.weight)
-                if (!std::isfinite(w))
-                    fail("tensor 'fitting." + str(a) + ".out.weight': a value is beyond the double range in kJ/mol; rescale the model");
-            for (double b : m->fitting[a].output.bias)
-                if (!std::isfinite(b))
-                    fail("tensor 'fitting." + str(a) + ".out.bias': a value is beyond the double range in kJ/mol; rescale the model");
+            requireFinite(m->fitting[a].output.weight, "fitting." + str(a) + ".out.weight", "kJ/mol");
+            requireFinite(m->fitting[a].output.bias, "fitting." + str(a) + ".out.bias", "kJ/mol");
         }
-        for (double shift : m->energyShift)
-            if (!std::isfinite(shift))
-                fail("tensor 'energy_shift': a value is beyond the double range in kJ/mol; rescale the model");
+        requireFinite(m->energyShift, "energy_shift", "kJ/mol");
     }
 };
 
