@@ -12,4 +12,4 @@ python3 bench/run_benchmarks.py --grades small --sizes 512 --peers none --larges
 reference=bench/reference/nve_drift_reference_200k_seed1.json
 compare=()
 [ "${NVE_STEPS:-200000}" = 200000 ] && [ -e "$reference" ] && compare=(--report-every 100 --compare "$reference")
-python3 bench/nve_drift.py --platforms CUDA --precision mixed --steps ${NVE_STEPS:-200000} "${compare[@]}" --out "$OUT/nve_cuda.json" --no-series
+python3 bench/nve_drift.py --platforms CUDA --precision mixed --steps ${NVE_STEPS:-200000} ${compare[@]+"${compare[@]}"} --out "$OUT/nve_cuda.json" --no-series

@@ -617,7 +617,7 @@ def _makeOpenMMMLClasses():
             self.name = name
             self.model = model
             self.properties = dict(properties or {})
-            self.typeMap = None if typeMap is None else dict(typeMap)
+            self.typeMap = typeMap  # checked by createGraphForce, as for createSystem
 
         def addForces(self, topology, system, atoms, forceGroup, periodic=None, **args):
             if periodic is None:

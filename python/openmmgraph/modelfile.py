@@ -107,7 +107,8 @@ MAX_WIDTH = 1 << 16
 MAX_TENSOR_RANK = 8
 MAX_TENSOR_ELEMENTS = 1 << 40
 MAX_DATA_OFFSET = 1 << 62
-_MAX_NUMBER_DIGITS = 40  # longer decimal strings are refused before conversion (Python limits int() to 4300)
+# Integers of more significant digits are outside every allowed range; refused before int() (which refuses 4,300).
+_MAX_INTEGER_DIGITS = 19
 
 # Relative tolerance of the grid rule r_0 + K * dr == r_c (decimal strings of
 # r_0, dr and r_c cannot satisfy it exactly in binary floating point).
@@ -145,18 +146,20 @@ def _get(metadata: dict, key: str, errors: _Errors) -> str:
 
 def _parse_integer(metadata, key, errors, minimum=None, maximum=None) -> int:
     text = _get(metadata, key, errors)
-    if len(text) > _MAX_NUMBER_DIGITS or not _INTEGER_PATTERN.fullmatch(text):
+    if not _INTEGER_PATTERN.fullmatch(text):
         raise errors.metadata(key, "a decimal integer", _shortened(text))
+    bounds = f"an integer in [{minimum}, {maximum if maximum is not None else 'inf'}]"
+    if len(text.lstrip("+-").lstrip("0")) > _MAX_INTEGER_DIGITS:
+        raise errors.metadata(key, bounds, _shortened(text))
     value = int(text)
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        bounds = f"an integer in [{minimum}, {maximum if maximum is not None else 'inf'}]"
         raise errors.metadata(key, bounds, text)
     return value
 
 
 def _parse_real(metadata, key, errors, positive=False, non_negative=False) -> float:
     text = _get(metadata, key, errors)
-    if len(text) > 4 * _MAX_NUMBER_DIGITS or not _REAL_PATTERN.fullmatch(text):
+    if not _REAL_PATTERN.fullmatch(text):
         raise errors.metadata(key, "a finite decimal number", _shortened(text))
     value = float(text)
     if not math.isfinite(value):
@@ -209,7 +212,7 @@ def _parse_json_list(metadata, key, errors, element_check, element_description) 
         raise errors.metadata(key, f"a JSON list of {element_description}", _shortened(text)) from None
     if _has_lone_surrogate(value):
         raise errors.metadata(key, f"a JSON list of {element_description} (valid Unicode: no lone surrogate "
-                              "escapes such as \\ud800)", text.encode("utf-8", "backslashreplace").decode("ascii"))
+                              "escapes such as \\ud800)", _shortened(text))
     if not isinstance(value, list) or not all(element_check(v) for v in value):
         raise errors.metadata(key, f"a JSON list of {element_description}", text)
     return value

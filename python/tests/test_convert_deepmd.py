@@ -277,10 +277,11 @@ def test_atom_ener_without_values_is_a_plain_model(models):
 
 _COMPRESS = """
 import sys, json, copy, torch
-lib = torch.library.Library("deepmd", "FRAGMENT")  # the schema of DeePMD-kit's op, which scripting needs
-lib.define("tabulate_fusion_se_a(Tensor table, Tensor table_info, Tensor em_x, Tensor em, int last_layer_size) -> Tensor[]")
 from openmmgraph.convert.deepmd import _ensure_deepmd_pytorch, load_deepmd, convert_deepmd, DeepmdConversionError
-_ensure_deepmd_pytorch()
+_ensure_deepmd_pytorch()  # first: it may load DeePMD-kit's op library, which registers the op itself
+if not hasattr(torch.ops.deepmd, "tabulate_fusion_se_a"):  # else the schema of the op, which scripting needs
+    lib = torch.library.Library("deepmd", "FRAGMENT")
+    lib.define("tabulate_fusion_se_a(Tensor table, Tensor table_info, Tensor em_x, Tensor em, int last_layer_size) -> Tensor[]")
 from deepmd.pt.model.model.model import BaseModel
 data = load_deepmd(sys.argv[1])
 model = BaseModel.deserialize(copy.deepcopy(data["model"]))

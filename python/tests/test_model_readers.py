@@ -63,6 +63,8 @@ REFUSED_BY_BOTH = [
     ("newline after an integer", dict(metadata_changes={"n_channels": "6\n"}), "n_channels"),
     ("newline after a real", dict(metadata_changes={"cutoff": "0.6\n"}), "cutoff"),
     ("lone surrogate", dict(metadata_changes={"type_names": '["A", "\\ud800"]'}), "type_names"),
+    ("lone surrogate beside a non-ASCII name", dict(metadata_changes={"type_names": '["\u00c5", "\\ud800"]'}),
+     "type_names"),
     ("r0 at the cut-off", dict(metadata_changes={"radial_r0": "0.6", "radial_dr": "1e-12",
                                                 "radial_intervals": "1"}), "radial_r0"),
     ("4097 channels", dict(metadata_changes={"n_channels": "4097"}), "n_channels"),
@@ -93,6 +95,9 @@ def test_both_readers_refuse_naming_the_key(label, case, key):
 def test_the_valid_models_of_the_cases_are_accepted_by_both():
     for model in (_model(), _model(fitting_widths=[4] * 64), _model(length_unit="angstrom")):
         assert _readers(model.to_bytes()) == (None, None)
+    # Long decimal text of an allowed value: leading zeros, trailing zeros.
+    cutoff = _model().metadata["cutoff"]
+    assert _readers(_file(metadata_changes={"n_channels": "0" * 45 + "6", "cutoff": cutoff + "0" * 200})) == (None, None)
 
 
 def test_control_characters_are_shown_escaped():

@@ -386,6 +386,8 @@ def test_train_refuses_an_output_that_is_its_training_data(tmp_path):
     (dict(seed=-1), r"'seed': expected an integer in \[0, 2\^63\), found -1"),
     (dict(seed=2**64), r"'seed': expected an integer in \[0, 2\^63\), found 18446744073709551616"),
     (dict(epochs="2.5"), "'epochs': expected an integer, found '2.5'"),
+    (dict(cutoff=10**400), r"'cutoff': expected a number, found 1000000"),
+    (dict(seed=10**400), r"'seed': expected an integer in \[0, 2\^63\)"),
     (dict(data=5), "'data': expected a path or a list of paths, found 5"),
     (dict(output=5), "'output': expected a path, found 5"),
     (dict(cutoff=None), "'cutoff': expected a value, found null"),
@@ -558,6 +560,15 @@ def test_an_interrupted_checkpoint_write_keeps_the_previous_one(tmp_path, monkey
     with pytest.raises(OSError, match="No space left"):
         save_checkpoint(path, model, TrainingConfig(), 2, {})
     assert path.read_bytes() == before and os.listdir(tmp_path) == ["best.pt"]
+    monkeypatch.undo()
+
+    def failing_replace(*args):  # the write completes but the rename fails (a full or read-only file system)
+        raise OSError("Read-only file system")
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError, match="Read-only"):
+        save_checkpoint(path, model, TrainingConfig(), 3, {})
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["best.pt"]  # no temporary file left
     monkeypatch.undo()
     assert load_checkpoint(path).n_types == 2
 

@@ -116,8 +116,13 @@ def _ensure_deepmd_pytorch():
 
 def _backend_import_error(error: ImportError) -> DeepmdConversionError:
     """A missing dependency of DeePMD-kit's PyTorch backend (e3nn, ...), named."""
-    package = (getattr(error, "name", None) or "").split(".")[0]
-    hint = f"; install {package} (pip install {package})" if package else ""
+    module = getattr(error, "name", None) or ""
+    if module.split(".")[0] == "deepmd":  # a part of DeePMD-kit itself: an older or broken installation
+        hint = "; upgrade DeePMD-kit (pip install -U deepmd-kit)"
+    elif module:
+        hint = f"; install the package that provides the module '{module}' (e.g. pip install {module.split('.')[0]})"
+    else:
+        hint = ""
     return DeepmdConversionError(f"convert-deepmd: DeePMD-kit's PyTorch backend cannot be imported: {error}{hint}")
 
 

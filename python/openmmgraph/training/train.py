@@ -203,6 +203,11 @@ class TrainingConfig:
         return self.checkpoint_dir or os.path.splitext(self.output)[0] + ".checkpoints"
 
 
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + f"... ({len(text)} characters)"
+
+
 def _converted(name: str, value, default):
     """A config value checked against the kind of its field (``default``: the field's default)."""
     where = f"training config: {name!r}"
@@ -240,16 +245,16 @@ def _converted(name: str, value, default):
         expected = "an integer" if kind is int else "a number"
         if isinstance(value, (bool, list, tuple, dict)):
             raise ValueError(f"{where}: expected {expected}, found {value!r}")
+        if kind is int and isinstance(value, int):  # exact, also beyond 2^53 (the range checks come in check())
+            return int(value)
         try:
             number = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{where}: expected {expected}, found {value!r}") from None
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"{where}: expected {expected}, found {_short(value)}") from None
         if not math.isfinite(number):
             raise ValueError(f"{where}: expected a finite number, found {value!r}")
         if kind is float:
             return number
-        if isinstance(value, int):  # exact, also beyond 2^53
-            return int(value)
         if not number.is_integer():  # 3.0 and "3" are 3; 2.5 and "2.5" are refused
             raise ValueError(f"{where}: expected an integer, found {value!r}")
         return int(number)
