@@ -336,7 +336,47 @@ def write_json(path, document):
     os.replace(path + ".tmp", path)
 
 
+def summarize(paths):
+    """The verdict over several starts: the mean |drift| (whole run and second half) of the compared runs against
+    the mean of their stored runs. One start says little: Reference's own drift over 200,000 steps changes sign
+    between starts (-0.25, +0.18, -0.10 kJ/mol/ns for seeds 1-3), so a per-start ratio can be large by chance
+    when the stored drift is near zero. Returns (lines, verdict) with verdict True, False or None (nothing to
+    compare)."""
+    pairs = []
+    for path in paths:
+        with open(path) as handle:
+            document = json.load(handle)
+        stored_file = document["header"].get("compared_with")
+        if stored_file is None:
+            raise InputError(f"--summarize {path}: not a run made with --compare")
+        with open(stored_file) as handle:
+            stored = next(r for r in json.load(handle)["runs"] if "drift_kj_per_mol_per_ns" in r)
+        for run in document["runs"]:
+            if "compared_with" in run:
+                pairs.append((path, run, stored))
+    if not pairs:
+        return [], None
+    lines, verdict = [], True
+    for key, label in (("drift_kj_per_mol_per_ns", "drift"), ("second_half_drift_kj_per_mol_per_ns", "second-half drift")):
+        mine = float(np.mean([abs(run[key]) for _, run, _ in pairs]))
+        theirs = float(np.mean([abs(stored[key]) for _, _, stored in pairs]))
+        lines.append(f"mean |{label}| over {len(pairs)} starts: {mine:.4g} against {theirs:.4g} kJ/mol/ns "
+                     f"({mine / theirs:.3g}x)")
+        verdict = verdict and mine <= theirs
+    lines.append("no worse than the stored runs" if verdict else "worse than the stored runs")
+    return lines, verdict
+
+
 def main(argv=None):
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if arguments[:1] == ["--summarize"]:  # python bench/nve_drift.py --summarize RUN.json ... (runs made with --compare)
+        try:
+            lines, verdict = summarize(arguments[1:])
+        except (InputError, OSError, ValueError, KeyError, StopIteration) as error:
+            print(f"nve_drift: {error}", file=sys.stderr)
+            return 2
+        print("\n".join(lines) if lines else "nothing compared")
+        return 0 if verdict is not None else 2
     try:
         args = parse_args(argv)
         names, explicit = choose_platforms(args.platforms)

@@ -97,3 +97,19 @@ def test_bad_input_is_one_line(nve, capsys, arguments, message):
     assert nve.main(arguments + ["--out", ""]) == 2
     captured = capsys.readouterr()
     assert message in captured.err and "Traceback" not in captured.err
+
+
+def test_summary_over_starts(nve, tmp_path, capsys):
+    base = ["--platforms", "Reference", "--atoms", "64", "--report-every", "10", "--no-series", "--steps", "40"]
+    compared = []
+    for seed in ("2", "3"):
+        stored = tmp_path / f"stored{seed}.json"
+        assert nve.main(base + ["--seed", seed, "--out", str(stored)]) == 0
+        compared.append(tmp_path / f"run{seed}.json")
+        assert nve.main(base + ["--seed", seed, "--out", str(compared[-1]), "--compare", str(stored)]) == 0
+    capsys.readouterr()
+    assert nve.main(["--summarize"] + [str(p) for p in compared]) == 0
+    out = capsys.readouterr().out
+    assert "mean |drift| over 2 starts" in out and "(1x)" in out and "no worse than the stored runs" in out
+    assert nve.main(["--summarize", str(tmp_path / "stored2.json")]) == 2  # not a compared run
+    assert "not a run made with --compare" in capsys.readouterr().err
