@@ -59,6 +59,14 @@ const int MaxIntervals = 1 << 20;
 const int MaxLayers = 64;
 const int MaxWidth = 1 << 16;
 
+/** The safetensors header length: the file's first 8 bytes, little-endian (the caller checks there are 8). */
+uint64_t headerLength(const std::string& bytes) {
+    uint64_t length = 0;
+    for (int i = 7; i >= 0; i--)
+        length = (length << 8) | (unsigned char) bytes[i];
+    return length;
+}
+
 [[noreturn]] void fail(const std::string& message) {
     throw OpenMMException("GraphForce: model file: " + fileErrorText(message));
 }
@@ -119,9 +127,7 @@ private:
     void parseContainer() {
         if (bytes.size() < 8)
             fail("the file is " + str(bytes.size()) + " bytes long; a safetensors file starts with an 8-byte header length");
-        uint64_t headerSize = 0;
-        for (int i = 7; i >= 0; i--)
-            headerSize = (headerSize << 8) | (unsigned char) bytes[i];
+        uint64_t headerSize = headerLength(bytes);
         uint64_t available = bytes.size() - 8;
         if (headerSize == 0 || headerSize > available || headerSize > MaxHeaderBytes)
             fail("header length: expected 1 to " + str(std::min<uint64_t>(available, MaxHeaderBytes)) +
@@ -522,13 +528,7 @@ private:
 std::shared_ptr<const GraphModel> GraphModelLoader::fromBytes(const std::string& bytes) {
     // "PK\x03\x04" can also be the low half of a safetensors header length (0x04034B50 bytes, under the 100 MiB
     // limit): such a file is a safetensors file when that length fits the file and its JSON header starts after it.
-    bool safetensors = false;
-    if (bytes.size() > 8) {
-        uint64_t headerSize = 0;
-        for (int i = 7; i >= 0; i--)
-            headerSize = (headerSize << 8) | (unsigned char) bytes[i];
-        safetensors = headerSize <= bytes.size() - 8 && bytes[8] == '{';
-    }
+    const bool safetensors = bytes.size() > 8 && headerLength(bytes) <= bytes.size() - 8 && bytes[8] == '{';
     if (ZipArchive::looksLikeZip(bytes) && !safetensors)
         return fromTorchScriptBytes(bytes);
     return Loader(bytes).load();

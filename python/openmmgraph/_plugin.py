@@ -109,23 +109,22 @@ def _describeTypes(force):
     )
 
 
-def _checkedTypeMap(force, typeMap):
-    """typeMap as {element symbol: model type index}, every entry checked."""
+def _checkedTypeMap(force, typeMap, byName):
+    """typeMap as {element symbol: model type index}, every entry checked against byName (type name -> index)."""
     if typeMap is None:
         return {}
     if not isinstance(typeMap, dict):
         raise TypeError(f"createGraphForce: typeMap must be a dict of element symbol -> model type name, found "
                         f"{type(typeMap).__name__}")
-    names = {force.getTypeName(t): t for t in range(force.getNumTypes())}
     result = {}
     for symbol, name in typeMap.items():
         if not isinstance(symbol, str) or not isinstance(name, str):
             raise TypeError(f"createGraphForce: typeMap must map element symbols to model type names (strings), "
                             f"found {symbol!r}: {name!r}")
-        if name not in names:
+        if name not in byName:
             raise ValueError(f"createGraphForce: typeMap maps {symbol!r} to {name!r}, which is not a type of the "
                              f"model; its types are {_describeTypes(force)}")
-        result[symbol] = names[name]
+        result[symbol] = byName[name]
     return result
 
 
@@ -213,7 +212,7 @@ def createGraphForce(topology, model, atoms=None, periodic=None, typeMap=None):
         number = force.getTypeAtomicNumber(t)
         if number > 0:
             byNumber.setdefault(number, []).append(t)
-    byMap = _checkedTypeMap(force, typeMap)
+    byMap = _checkedTypeMap(force, typeMap, byName)
     allAtoms = list(topology.atoms())
     for index in _atomIndices(topology, atoms):
         atom = allAtoms[index]

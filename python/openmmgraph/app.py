@@ -195,6 +195,21 @@ def _checkOffsets(force, mlSet, interpolate):
                 )
 
 
+def _checkInterpolable(force):
+    """Refuse a NonbondedForce whose ML-internal classical energy _internalNonbonded cannot rebuild."""
+    if force.getNonbondedMethod() == openmm.NonbondedForce.LJPME:
+        raise ValueError(
+            "createMixedSystem: interpolate=True is not supported with a LJPME NonbondedForce (the "
+            "ML-internal dispersion in reciprocal space cannot be separated); use PME, or interpolate=False"
+        )
+    if not force.getIncludeDirectSpace():
+        raise ValueError(
+            "createMixedSystem: interpolate=True is not supported with a NonbondedForce that leaves out its "
+            "direct-space terms (setIncludeDirectSpace(False)); the ML-internal classical energy would count "
+            "them; use interpolate=False"
+        )
+
+
 def _internalNonbonded(force, mlAtoms):
     """The classical nonbonded energy between pairs of ML atoms of a
     NonbondedForce, as CustomBondForces (for interpolation):
@@ -209,18 +224,8 @@ def _internalNonbonded(force, mlAtoms):
       term that an exclusion removes) and LJ inside the cut-off; the LJ
       switching function when the force uses one.
     """
+    _checkInterpolable(force)
     method = force.getNonbondedMethod()
-    if method == openmm.NonbondedForce.LJPME:
-        raise ValueError(
-            "createMixedSystem: interpolate=True is not supported with a LJPME NonbondedForce (the "
-            "ML-internal dispersion in reciprocal space cannot be separated); use PME, or interpolate=False"
-        )
-    if not force.getIncludeDirectSpace():
-        raise ValueError(
-            "createMixedSystem: interpolate=True is not supported with a NonbondedForce that leaves out its "
-            "direct-space terms (setIncludeDirectSpace(False)); the ML-internal classical energy would count "
-            "them; use interpolate=False"
-        )
     mlSet = set(mlAtoms)
     exceptionPairs = {}
     for k in range(force.getNumExceptions()):
@@ -525,7 +530,7 @@ def createMixedSystem(topology, classicalSystem, mlAtoms, model, interpolate=Fal
         if isinstance(force, openmm.NonbondedForce):
             _checkOffsets(force, regionSet, interpolate)
             if interpolate:
-                _internalNonbonded(force, [])  # raises the ValueError of an unsupported NonbondedForce
+                _checkInterpolable(force)  # before any work
 
     system = _copyWithTerms(classicalSystem, mlSet, keepInside=False)
 

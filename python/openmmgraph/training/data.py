@@ -184,8 +184,13 @@ def read_deepmd(path, type_map=None) -> Dataset:
     [nf, 9] (rows a, b, c), which is required unless the system has a file
     ``nopbc`` (open boundaries), as in DeePMD-kit.
     """
+    return _read_deepmd_systems(_deepmd_systems(str(path)), type_map)
+
+
+def _read_deepmd_systems(systems, type_map) -> Dataset:
+    """read_deepmd of the given system folders."""
     frames = []
-    for system in _deepmd_systems(str(path)):
+    for system in systems:
         type_file = os.path.join(system, "type.raw")
         try:
             with warnings.catch_warnings():
@@ -292,7 +297,8 @@ def load_data(paths, data_format: str = "auto", type_map=None, energy_key="energ
         if not os.path.exists(path):
             raise ValueError(f"training data {path}: no such file or folder")
         kind = data_format if data_format != "auto" else ("deepmd" if os.path.isdir(path) else "extxyz")
-        for source in (_deepmd_systems(path) if kind == "deepmd" else [path]):
+        sources_of_path = _deepmd_systems(path) if kind == "deepmd" else [path]
+        for source in sources_of_path:
             real = os.path.realpath(source)
             if real in sources:
                 raise ValueError(f"training data {source}: read twice (through {sources[real]!r} and {path!r}); "
@@ -300,7 +306,7 @@ def load_data(paths, data_format: str = "auto", type_map=None, energy_key="energ
                                  "validation set")
             sources[real] = path
         if kind == "deepmd":
-            parts.append(read_deepmd(path, type_map))
+            parts.append(_read_deepmd_systems(sources_of_path, type_map))  # the systems found above, not searched again
         else:
             parts.append(read_extxyz(path, type_map, energy_key, forces_key))
     merged = [(frame, part.type_names) for part in parts for frame in part.frames]

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..modelfile import check_folder_path, check_output_path, same_or_inside, write_atomically
+from ..modelfile import _shortened, check_folder_path, check_output_path, same_or_inside, write_atomically
 from .compress import CompressionReport, compress
 from .data import Dataset, frame_pairs, load_data
 from .model import EmbeddingModel, check_model_options
@@ -203,11 +203,6 @@ class TrainingConfig:
         return self.checkpoint_dir or os.path.splitext(self.output)[0] + ".checkpoints"
 
 
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:80] + f"... ({len(text)} characters)"
-
-
 def _converted(name: str, value, default):
     """A config value checked against the kind of its field (``default``: the field's default)."""
     where = f"training config: {name!r}"
@@ -250,7 +245,7 @@ def _converted(name: str, value, default):
         try:
             number = float(value)
         except (TypeError, ValueError, OverflowError):
-            raise ValueError(f"{where}: expected {expected}, found {_short(value)}") from None
+            raise ValueError(f"{where}: expected {expected}, found {_shortened(repr(value), 80)}") from None
         if not math.isfinite(number):
             raise ValueError(f"{where}: expected a finite number, found {value!r}")
         if kind is float:
