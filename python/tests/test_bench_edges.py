@@ -62,3 +62,19 @@ def test_quick_reference_run_records_the_edges_after_the_steps(load_script, tmp_
     assert isinstance(graph[0]["edges"], int) and graph[0]["edges"] > 0
     assert isinstance(graph[0]["edges_after_steps"], int) and graph[0]["edges_after_steps"] > 0
     assert "edges_after_steps" not in floor[0]  # a trivial force: nothing of the model's runs on those steps
+
+
+def test_small_512_step_overhead_is_quoted_with_its_edge_counts(load_script, tmp_path):
+    """The 512-particle step overhead of issue 3 carries the edges at the start of the timed steps and after them (the
+    trajectory gathers the particles, so the steps run on more edges than the force times)."""
+    bench = load_script("bench/run_benchmarks.py")
+    out = tmp_path / "bench.json"
+    assert bench.main(["--quick", "--platform", "Reference", "--grades", "small", "--sizes", "512", "--peers", "none",
+                       "--time-budget", "120", "--out", str(out), "--plot", ""]) == 0
+    document = json.loads(out.read_text())
+    graph = [r for r in document["records"] if r["implementation"].startswith("openmm-graph")]
+    assert len(graph) == 1 and graph[0]["error"] is None, document["records"]
+    overhead = document["step_overhead_small_512"]
+    assert overhead["step_overhead_s"] == pytest.approx(overhead["step_time_s"] - overhead["floor_step_time_s"])
+    assert overhead["edges"] == graph[0]["edges"] and overhead["edges"] > 0
+    assert overhead["edges_after_steps"] == graph[0]["edges_after_steps"] and overhead["edges_after_steps"] > 0
