@@ -9,7 +9,7 @@ For each grade (openmmgraph.grades.make_model(grade, seed=0)) and each size
 (openmmgraph.grades.lattice_system(n, n_types=T, seed=0)) it measures
 
 - openmm-graph: the GraphForce alone in an OpenMM Context on the chosen
-  platform: the force time (getState(getForces=True) of its own force group),
+  platform: the force time (getState(getForces=True, getEnergy=True) of its own force group),
   the step time (VerletIntegrator, 1 fs, GraphForce the only force) and the
   device memory it took (nvidia-smi / NVML, before and after the Context);
 - the floor: OpenMM's step time for the same particles with a trivial force;
