@@ -7,7 +7,7 @@
 # Verlet steps (CUDA graph on) and Nsight Compute's per-kernel times of 2 evaluations, with the build's properties
 # (.device/ab/NAME/properties, a KEY=VALUE a line, if present), for each case of
 # AB_CASES (grade:n ..., default "small:512 medium:100800"); then bench/ncu_kernel_table.py puts the builds
-# side by side.  AB_ROUNDS (default 2) interleaved rounds.  Logs and CSVs go to $OUT.
+# side by side.  AB_ROUNDS (default 2) interleaved rounds; AB_NCU=0 for the wall times only.  Logs and CSVs go to $OUT.
 #
 # With AB_PROPERTIES="NAME=KEY=VALUE[,KEY=VALUE...] ..." the variants are GraphForce property sets of one plugin, the
 # package already installed (run as device-session.sh's extra part, EXTRA_SCRIPT=bench/device/plugin-ab.sh), e.g.
@@ -48,7 +48,11 @@ else
     }
 fi
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
-[ -n "$NCU" ] || echo "plugin-ab: no ncu found; wall times only"
+if [ "${AB_NCU:-1}" = 0 ]; then
+    NCU= # AB_NCU=0: wall times only (a short call)
+    echo "plugin-ab: AB_NCU=0, wall times only"
+fi
+[ -n "$NCU" ] || [ "${AB_NCU:-1}" = 0 ] || echo "plugin-ab: no ncu found; wall times only"
 for round in $(seq 1 "${AB_ROUNDS:-2}"); do
     for build in $builds; do
         use_variant "$build"

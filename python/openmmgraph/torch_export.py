@@ -145,9 +145,9 @@ class GraphScriptModel(torch.nn.Module):
         t3 = t2 * t
         t4 = t3 * t
         t5 = t4 * t
-        basis = torch.stack(
+        basis = torch.stack(  # GraphModelTorch's interval table and basis: (p0, ..., p1 - p0) with (1, h1, ..., h5)
             (
-                1 - 10 * t3 + 15 * t4 - 6 * t5,
+                torch.ones_like(t),
                 t - 6 * t3 + 8 * t4 - 3 * t5,
                 (t2 - 3 * t3 + 3 * t4 - t5) / 2,
                 (t3 - 2 * t4 + t5) / 2,

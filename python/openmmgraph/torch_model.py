@@ -204,8 +204,14 @@ class _Network(torch.nn.Module):
 
 def _hermite_interval_table(table: np.ndarray, dr: float, dtype, device) -> torch.Tensor:
     """Rearrange a radial table [T, T, L+1, K+1, 3, M] (f, f', f'') into per-interval
-    coefficients [T * T * K, 6, L+1, M] = (p0, v0, a0, a1, v1, p1) of section 3,
+    coefficients [T * T * K, 6, L+1, M] = (p0, v0, a0, a1, v1, p1 - p0) of section 3,
     with v = f' dr and a = f'' dr^2, so that one gather per edge fetches an interval.
+
+    The last slot is the difference of the interval's two values, formed in float64
+    before the cast to dtype, and goes with the basis (1, h1, ..., h5) of
+    ``_hermite_basis`` (h0 + h5 = 1): p0 h0 + p1 h5 as two products of about |p| that
+    cancel to about |f'| dr lost |p| / (|f'| dr) times their rounding in float32,
+    most in the forces (bench/NOTES.md v47).
     """
     knots = torch.as_tensor(np.asarray(table, dtype=np.float64))
     t_count, _, degrees, knot_count, _, channels = knots.shape
@@ -219,7 +225,7 @@ def _hermite_interval_table(table: np.ndarray, dr: float, dtype, device) -> torc
             curvature[:, :, :, lower],
             curvature[:, :, :, upper],
             slope[:, :, :, upper],
-            value[:, :, :, upper],
+            value[:, :, :, upper] - value[:, :, :, lower],
         ),
         dim=3,
     )  # [T, T, L+1, 6, K, M]
@@ -228,12 +234,14 @@ def _hermite_interval_table(table: np.ndarray, dr: float, dtype, device) -> torc
 
 
 def _hermite_basis(t: torch.Tensor) -> torch.Tensor:
-    """The quintic Hermite basis (h0, h1, h2, h3, h4, h5) of section 3: t [E] -> [E, 6]."""
+    """The quintic Hermite basis of section 3 for the coefficients of
+    ``_hermite_interval_table``: (1, h1, h2, h3, h4, h5), t [E] -> [E, 6]; the first
+    value's h0 = 1 - h5 is folded into the last slot's difference p1 - p0."""
     t2 = t * t
     t3 = t2 * t
     t4 = t3 * t
     t5 = t4 * t
-    h0 = 1 - 10 * t3 + 15 * t4 - 6 * t5
+    h0 = torch.ones_like(t)
     h1 = t - 6 * t3 + 8 * t4 - 3 * t5
     h2 = (t2 - 3 * t3 + 3 * t4 - t5) / 2
     h3 = (t3 - 2 * t4 + t5) / 2

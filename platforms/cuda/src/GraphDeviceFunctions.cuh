@@ -200,10 +200,31 @@ __device__ inline int knotParity(int interval) {
 }
 
 /**
+ * R (knotValue, with HermiteBasis::value) and dR/dr (knotSlope, with HermiteBasis::slope) of channel v from the six
+ * table values `knot` of an edge's interval in parity order (slots 0-2: f, f', f'' of the even knot, 3-5: of the odd
+ * one), in the difference form: the knots' f enter as the even knot's f plus (f_odd - f_even) times the odd knot's
+ * coefficient, which is the plain sum since the two f coefficients add up to 1 in R (h0 + h5 = 1) and to 0 in dR/dr.
+ * The plain sum f_even c[0] + f_odd c[3] + ... forms two products of about |f| that cancel to about |f'| dr, so their
+ * rounding errors (of |f|) grew by |f| / (|f'| dr) relative to the result, most in dR/dr: in fp32 that was the largest
+ * force error of the pipeline (the silicon model's tables alone: a relative force RMS error of 2.1e-5 against 1.2e-6
+ * in this form; bench/NOTES.md v47).  f_odd - f_even of two fp32 knots is exact where they are within a factor of two
+ * of each other (Sterbenz).  Every table lookup sums through these two, in this order (the row and streamed scans
+ * give bitwise the same values).
+ */
+template <typename real, int V> __device__ inline real knotValue(const real (&knot)[6][V], int v, const real* c) {
+    return knot[0][v] + (knot[3][v] - knot[0][v]) * c[3] + knot[1][v] * c[1] + knot[2][v] * c[2] + knot[4][v] * c[4] + knot[5][v] * c[5];
+}
+
+/** dR/dr of channel v in the difference form of knotValue (c: HermiteBasis::slope, whose slots 0 and 3 cancel). */
+template <typename real, int V> __device__ inline real knotSlope(const real (&knot)[6][V], int v, const real* c) {
+    return (knot[3][v] - knot[0][v]) * c[3] + knot[1][v] * c[1] + knot[2][v] * c[2] + knot[4][v] * c[4] + knot[5][v] * c[5];
+}
+
+/**
  * R (and dR/dr, Deriv) of channels k0 .. k0 + V - 1 of table (ti, tj, l) at an edge: `knots` points at the first knot
  * of the edge's interval in table (ti, tj, 0) (tableKnot; global memory, read-only for the kernel's lifetime);
  * evenKnot, value[6] and slope[6] are the edge's HermiteBasis (slope only when Deriv).  The six values of a channel are
- * read in the basis's parity order and summed in slot order.  Every table lookup goes through it.
+ * read in the basis's parity order and summed by knotValue and knotSlope.  Every row-scan table lookup goes through it.
  */
 template <typename real, int V, bool Deriv>
 __device__ inline void channelsFromKnots(const real* knots, int l, int k0, const GraphModelParams<real>& model, int evenKnot,
@@ -220,11 +241,9 @@ __device__ inline void channelsFromKnots(const real* knots, int l, int k0, const
     }
 #pragma unroll
     for (int v = 0; v < V; v++) {
-        R[v] = knot[0][v] * value[0] + knot[1][v] * value[1] + knot[2][v] * value[2] + knot[3][v] * value[3] + knot[4][v] * value[4] +
-               knot[5][v] * value[5];
+        R[v] = knotValue<real, V>(knot, v, value);
         if (Deriv)
-            dRdr[v] = knot[0][v] * slope[0] + knot[1][v] * slope[1] + knot[2][v] * slope[2] + knot[3][v] * slope[3] +
-                      knot[4][v] * slope[4] + knot[5][v] * slope[5];
+            dRdr[v] = knotSlope<real, V>(knot, v, slope);
     }
 }
 
@@ -236,10 +255,10 @@ template <typename real> __device__ inline int knotInterval(real r, const GraphM
 /**
  * The quintic Hermite interpolant at an edge's position in its table interval (docs/model-format.md section 3), as
  * coefficients of the six table values it reads: R = sum_s knot_s value[s] and dR/dr = sum_s knot_s slope[s], with the
- * knots' f' and f'' (stored per nm and per nm^2) scaled into the coefficients, so that a channel's R is one multiply and
- * five fma.  The values are read in parity order: slots 0-2 hold (f, f', f'') of the interval's even knot, slots 3-5
- * of its odd one, so that lanes reading the edges of neighbouring intervals at once read their shared knot in one
- * instruction (bench/knot_sharing.py): the order knotParity(interval) gives.
+ * knots' f' and f'' (stored per nm and per nm^2) scaled into the coefficients, so that a channel's R is five fma after
+ * the knots' difference (knotValue; slots 0 of value and slope are implied by slots 3 there).  The values are read in parity order: slots
+ * 0-2 hold (f, f', f'') of the interval's even knot, slots 3-5 of its odd one, so that lanes reading the edges of neighbouring intervals at
+ * once read their shared knot in one instruction (bench/knot_sharing.py): the order knotParity(interval) gives.
  */
 template <typename real> struct HermiteBasis {
     real value[6], slope[6]; ///< per slot, in parity order

@@ -111,8 +111,8 @@ template <typename real, int LMAX, typename Shape> struct ForcesBody {
                     loadKnots<real, V>(even, odd, l, k0, M, knot);
 #pragma unroll
                     for (int v = 0; v < V; v++) {
-                        value[v] = knotSum<real, V>(knot, v, edge.basis);
-                        deriv[v] = knotSum<real, V>(knot, v, edge.slope);
+                        value[v] = knotValue<real, V>(knot, v, edge.basis);
+                        deriv[v] = knotSlope<real, V>(knot, v, edge.slope);
                     }
 #pragma unroll
                     for (int lm = l * l; lm < (l + 1) * (l + 1); lm++)

@@ -81,7 +81,7 @@ template <typename real, int LMAX, typename Shape, bool Weighted> struct Moments
                 loadKnots<real, V>(even, odd, l, k0, M, knot);
 #pragma unroll
                 for (int v = 0; v < V; v++)
-                    R[l][x * V + v] = knotSum<real, V>(knot, v, basis);
+                    R[l][x * V + v] = knotValue<real, V>(knot, v, basis);
             }
         }
 #pragma unroll

@@ -111,12 +111,6 @@ __device__ inline void loadKnots(const real* even, const real* odd, int l, int k
     }
 }
 
-/** sum_s knot[s][v] coefficient[s] in slot order: channelsFromKnots' sum (R with HermiteBasis::value, dR/dr with slope). */
-template <typename real, int V> __device__ inline real knotSum(const real (&knot)[6][V], int v, const real* coefficient) {
-    return knot[0][v] * coefficient[0] + knot[1][v] * coefficient[1] + knot[2][v] * coefficient[2] + knot[3][v] * coefficient[3] +
-           knot[4][v] * coefficient[4] + knot[5][v] * coefficient[5];
-}
-
 /**
  * Window entry `entry` (Body::Edge) becomes edge e of center i's row of `count` edges, j its neighbour: the entry's
  * own values (Edge::set, from the edge's r, unit vector u and Hermite basis), the neighbour, its type's offset in a
