@@ -7,7 +7,8 @@
 # Verlet steps (CUDA graph on) and Nsight Compute's per-kernel times of 2 evaluations, with the build's properties
 # (.device/ab/NAME/properties, a KEY=VALUE a line, if present), for each case of
 # AB_CASES (grade:n ..., default "small:512 medium:100800"); then bench/ncu_kernel_table.py puts the builds
-# side by side.  AB_ROUNDS (default 2) interleaved rounds; AB_NCU=0 for the wall times only.  Logs and CSVs go to $OUT.
+# side by side.  AB_ROUNDS (default 2) interleaved rounds; AB_NCU=0 for the wall times only; AB_PACKAGE_AS=NAME adds
+# the package's own plugin as build NAME.  Logs and CSVs go to $OUT.
 #
 # With AB_PROPERTIES="NAME=KEY=VALUE[,KEY=VALUE...] ..." the variants are GraphForce property sets of one plugin, the
 # package already installed (run as device-session.sh's extra part, EXTRA_SCRIPT=bench/device/plugin-ab.sh), e.g.
@@ -31,6 +32,13 @@ if [ -n "${AB_PROPERTIES:-}" ]; then
     }
 else
     source bench/device/ab-package.sh "" || exit 1 # no build yet: swapped in per round
+    # AB_PACKAGE_AS=NAME: the package's own CUDA plugin (before any swap) is build NAME too, so that a call need not
+    # carry a build of the sources the package was made from (the carry's 64 MiB).
+    if [ -n "${AB_PACKAGE_AS:-}" ]; then
+        [[ "$AB_PACKAGE_AS" =~ ^[A-Za-z0-9_-]+$ ]] && [ ! -e ".device/ab/$AB_PACKAGE_AS" ] \
+            || { echo "plugin-ab: AB_PACKAGE_AS=$AB_PACKAGE_AS is not a new build name of .device/ab"; exit 1; }
+        mkdir -p ".device/ab/$AB_PACKAGE_AS" && cp "$SITE/openmmgraph/lib/plugins/libOpenMMGraphCUDA.so" ".device/ab/$AB_PACKAGE_AS/" || exit 1
+    fi
     builds=$(cd .device/ab 2>/dev/null && ls -d */ 2>/dev/null | tr -d /)
     [ -n "$builds" ] || { echo "plugin-ab: no builds in .device/ab/NAME/libOpenMMGraphCUDA.so"; exit 1; }
     for build in $builds; do # every build present before the first round
