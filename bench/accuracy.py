@@ -40,9 +40,25 @@ def evaluate(system, positions, platform_name, properties):
     return energy, forces, seconds
 
 
+def silicon_system(cells=4, jitter_nm=0.008, seed=5):
+    """The bundled silicon test system (examples/silicon: the GraphForce of silicon-sw.safetensors, float32 tables) on
+    its diamond lattice, each coordinate moved by a normal jitter of jitter_nm (0.008 nm: about 600 K's amplitude):
+    (System, positions in nm)."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(repo, "examples", "silicon"))
+    import silicon_md
+
+    lattice, edge = silicon_md.sw.diamond(cells)
+    positions = np.asarray(lattice) * 0.1 + np.random.default_rng(seed).normal(0.0, jitter_nm, (len(lattice), 3))
+    model = os.path.join(repo, "examples", "models", "silicon-sw.safetensors")
+    return silicon_md.ml_system(model, len(positions), edge), positions
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--grades", default="small,medium")
+    parser.add_argument("--grades", default="small,medium",
+                        help="comma-separated, of small,medium,large and silicon (the bundled silicon model on its 512-atom "
+                             "lattice, jittered; --sizes does not apply)")
     parser.add_argument("--sizes", default="10296,100800")
     parser.add_argument("--precisions", default="single,mixed,double")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "accuracy.json"))
@@ -60,12 +76,20 @@ def main(argv=None) -> int:
     records = []
     directory = tempfile.mkdtemp()
     for grade in args.grades.split(","):
-        path = os.path.join(directory, f"{grade}.safetensors")
-        make_model(grade=grade, seed=0).write(path)
-        for n in [int(x) for x in args.sizes.split(",")]:
-            force = openmmgraph.GraphForce(path)
-            system, positions = standard_system(force, n)
-            system.addForce(force)
+        if grade == "silicon":
+            sizes = [None]
+        else:
+            path = os.path.join(directory, f"{grade}.safetensors")
+            make_model(grade=grade, seed=0).write(path)
+            sizes = [int(x) for x in args.sizes.split(",")]
+        for n in sizes:
+            if grade == "silicon":
+                system, positions = silicon_system()
+                n = system.getNumParticles()
+            else:
+                force = openmmgraph.GraphForce(path)
+                system, positions = standard_system(force, n)
+                system.addForce(force)
             e_ref, f_ref, ref_s = evaluate(system, positions, "Reference", {})
             f_rms = float(np.sqrt(np.mean(np.sum(f_ref * f_ref, axis=1))))
             for precision in args.precisions.split(","):
