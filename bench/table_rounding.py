@@ -6,8 +6,9 @@
 For each model: the forces of the PyTorch implementation in float64, and the same with the radial functions R and
 dR/dr replaced by an emulation of the CUDA edge scans' fp32 arithmetic (GraphDeviceFunctions.cuh): the table's knots
 rounded to float32, r rounded to float32, the Hermite coefficients (HermiteBasis) in float32, and each channel's sum
-over the six knot values with one rounding per fused multiply-add, in the plain form (f_first h0 + f_second h5 + ...,
-the kernels before v47) and in the difference form (f_first + (f_second - f_first) h5 + ..., knotValue/knotSlope).
+over the six knot values in the kernels' parity order with one rounding per fused multiply-add, in the plain form
+(f_even c0 + ... + f_odd c3 + ..., the kernels before v47) and in the difference form (f_even + (f_odd - f_even) c3
++ ..., knotValue/knotSlope).
 Everything else stays float64, so the relative force RMS error printed is the tables' share alone (bench/NOTES.md v47).
 Models: "silicon" (examples/models/silicon-sw.safetensors, float32 tables, on its 512-atom diamond lattice with a
 0.008 nm jitter) and the benchmark grades (float64 tables) on the standard lattice of n particles.
@@ -31,7 +32,7 @@ def fma(a, b, c):
 
 
 def hermite_coefficients(t, dr):
-    """HermiteBasis's coefficients in float32, in table order (f, f', f'' of the first knot; f'', f', f of the second):
+    """HermiteBasis's coefficients in float32, in table order (f, f', f'' of the first knot; f, f', f'' of the second):
     (value[6], slope[6]) for R and dR/dr."""
     t, dr = t.astype(F32), F32(dr)
     inv = F32(1.0) / dr
@@ -41,26 +42,41 @@ def hermite_coefficients(t, dr):
     t5 = t4 * t
     d0 = F32(-30) * t2 + F32(60) * t3 - F32(30) * t4
     value = [F32(1) - F32(10) * t3 + F32(15) * t4 - F32(6) * t5, (t - F32(6) * t3 + F32(8) * t4 - F32(3) * t5) * dr,
-             F32(0.5) * (t2 - F32(3) * t3 + F32(3) * t4 - t5) * dr * dr, F32(0.5) * (t3 - F32(2) * t4 + t5) * dr * dr,
-             (F32(-4) * t3 + F32(7) * t4 - F32(3) * t5) * dr, F32(10) * t3 - F32(15) * t4 + F32(6) * t5]
+             F32(0.5) * (t2 - F32(3) * t3 + F32(3) * t4 - t5) * dr * dr,
+             F32(10) * t3 - F32(15) * t4 + F32(6) * t5, (F32(-4) * t3 + F32(7) * t4 - F32(3) * t5) * dr,
+             F32(0.5) * (t3 - F32(2) * t4 + t5) * dr * dr]
     slope = [d0 * inv, F32(1) - F32(18) * t2 + F32(32) * t3 - F32(15) * t4,
              F32(0.5) * (F32(2) * t - F32(9) * t2 + F32(12) * t3 - F32(5) * t4) * dr,
-             F32(0.5) * (F32(3) * t2 - F32(8) * t3 + F32(5) * t4) * dr, F32(-12) * t2 + F32(28) * t3 - F32(15) * t4, -d0 * inv]
+             -d0 * inv, F32(-12) * t2 + F32(28) * t3 - F32(15) * t4, F32(0.5) * (F32(3) * t2 - F32(8) * t3 + F32(5) * t4) * dr]
     return value, slope
 
 
-def table_sums(c, value, slope, form):
-    """R and dR/dr [E, L+1, M] from the six knot values c [E, 6, L+1, M] (float32) in `form` ("plain" or "difference")."""
+def parity_order(items, odd):
+    """Table-order slots (first knot's three, then the second's) in the kernels' parity order: the even knot's three
+    first.  items: six arrays whose first axis is the edge; odd [E]: the interval is odd (its first knot is odd)."""
+    def pick(a, b):
+        shape = (-1,) + (1,) * (np.ndim(a) - 1)
+        return np.where(odd.reshape(shape), b, a)
+
+    return [pick(items[s], items[(s + 3) % 6]) for s in range(6)]
+
+
+def table_sums(k, value, slope, form):
+    """R and dR/dr [E, L+1, M] from the six knot values k (float32, [E, L+1, M] each) and the coefficients, all in
+    parity order, as the kernels sum them: "plain" (before v47: a multiply and five fma in slot order) or
+    "difference" (knotValue, knotSlope)."""
     def b(x):
         return x[:, None, None]
 
     if form == "plain":
-        R, dR, first = c[:, 0] * b(value[0]), c[:, 0] * b(slope[0]), 1
-    else:
-        delta = c[:, 5] - c[:, 0]
-        R, dR, first = fma(delta, b(value[5]), c[:, 0]), delta * b(slope[5]), 1
-    for s in range(first, 6 if form == "plain" else 5):
-        R, dR = fma(c[:, s], b(value[s]), R), fma(c[:, s], b(slope[s]), dR)
+        R, dR = k[0] * b(value[0]), k[0] * b(slope[0])
+        for s in range(1, 6):
+            R, dR = fma(k[s], b(value[s]), R), fma(k[s], b(slope[s]), dR)
+        return R, dR
+    delta = k[3] - k[0]
+    R, dR = fma(delta, b(value[3]), k[0]), delta * b(slope[3])
+    for s in (1, 2, 4, 5):
+        R, dR = fma(k[s], b(value[s]), R), fma(k[s], b(slope[s]), dR)
     return R, dR
 
 
@@ -85,11 +101,12 @@ def emulated_radial(knots, form):
         rr = r.detach().numpy().astype(F32)
         q = np.clip(np.floor((rr - F32(self.radial_r0)) * F32(1 / self.radial_dr)), 0, K - 1).astype(np.int64)
         t = (rr - (F32(self.radial_r0) + q.astype(F32) * F32(self.radial_dr))) * F32(1 / self.radial_dr)
-        value, slope = hermite_coefficients(t, self.radial_dr)
+        odd = (q & 1).astype(bool)
+        value, slope = (parity_order(c, odd) for c in hermite_coefficients(t, self.radial_dr))
         a, b = np.divmod(pair_types.numpy(), self.n_types)
         lower, upper = knots[a, b, :, q], knots[a, b, :, q + 1]  # [E, L+1, 3, M]
-        c = np.stack([lower[:, :, 0], lower[:, :, 1], lower[:, :, 2], upper[:, :, 2], upper[:, :, 1], upper[:, :, 0]], axis=1)
-        R, dR = table_sums(c, value, slope, form)
+        k = parity_order([lower[:, :, 0], lower[:, :, 1], lower[:, :, 2], upper[:, :, 0], upper[:, :, 1], upper[:, :, 2]], odd)
+        R, dR = table_sums(k, value, slope, form)
         out = _Radial.apply(r, torch.as_tensor(R.astype(np.float64)), torch.as_tensor(dR.astype(np.float64)))
         return torch.where((r < self.cutoff)[:, None, None], out, torch.zeros_like(out))
 

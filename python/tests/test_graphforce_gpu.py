@@ -56,7 +56,7 @@ def test_cuda_matches_reference(grade, precision):
 def test_cuda_tables_of_float32_knots_keep_fp32_accuracy(precision):
     """The bundled silicon model (float32 tables, steep radial functions at 0.0189 nm knot spacing): the table lookups'
     difference form keeps fp32's force error near that of the rest of the pipeline.  Summed as f_even c0 + f_odd c3 + ...
-    the two knots' products cancelled and this error was about 2e-5 (an emulation of the kernels' arithmetic, bench/NOTES.md
+    the two knots' products cancelled and this error was about 1.7e-5 (an emulation of the kernels' arithmetic, bench/NOTES.md
     v47), beyond the 1e-5 accuracy target; the difference form gave 1.2e-6 there."""
     import os
     import sys

@@ -206,7 +206,7 @@ __device__ inline int knotParity(int interval) {
  * coefficient, which is the plain sum since the two f coefficients add up to 1 in R (h0 + h5 = 1) and to 0 in dR/dr.
  * The plain sum f_even c[0] + f_odd c[3] + ... forms two products of about |f| that cancel to about |f'| dr, so their
  * rounding errors (of |f|) grew by |f| / (|f'| dr) relative to the result, most in dR/dr: in fp32 that was the largest
- * force error of the pipeline (the silicon model's tables alone: a relative force RMS error of 2.1e-5 against 1.2e-6
+ * force error of the pipeline (the silicon model's tables alone: a relative force RMS error of 1.7e-5 against 1.2e-6
  * in this form; bench/NOTES.md v47).  f_odd - f_even of two fp32 knots is exact where they are within a factor of two
  * of each other (Sterbenz).  Every table lookup sums through these two, in this order (the row and streamed scans
  * give bitwise the same values).
