@@ -40,18 +40,16 @@ def evaluate(system, positions, platform_name, properties):
     return energy, forces, seconds
 
 
-def silicon_system(cells=4, jitter_nm=0.008, seed=5):
+def silicon_system():
     """The bundled silicon test system (examples/silicon: the GraphForce of silicon-sw.safetensors, float32 tables) on
-    its diamond lattice, each coordinate moved by a normal jitter of jitter_nm (0.008 nm: about 600 K's amplitude):
-    (System, positions in nm)."""
+    its jittered diamond lattice (sw.jittered_diamond): (System, positions in nm)."""
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, os.path.join(repo, "examples", "silicon"))
     import silicon_md
 
-    lattice, edge = silicon_md.sw.diamond(cells)
-    positions = np.asarray(lattice) * 0.1 + np.random.default_rng(seed).normal(0.0, jitter_nm, (len(lattice), 3))
+    lattice, edge = silicon_md.sw.jittered_diamond()
     model = os.path.join(repo, "examples", "models", "silicon-sw.safetensors")
-    return silicon_md.ml_system(model, len(positions), edge), positions
+    return silicon_md.ml_system(model, len(lattice), edge), lattice * silicon_md.sw.ANGSTROM
 
 
 def main(argv=None) -> int:

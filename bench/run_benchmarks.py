@@ -1116,7 +1116,8 @@ class Run:
                 row = {"grade": grade, "n": n, "implementation": self.graph_implementation,
                        "force_time_s": graph["force_time_s"], "step_time_s": graph["step_time_s"],
                        "resident_force_time_s": graph.get("resident_force_time_s"),
-                       "floor_step_time_s": None, "step_overhead_s": None, "speedup_over": {}, "resident_speedup_over": {}}
+                       "floor_step_time_s": None, "step_overhead_s": None, "speedup_over": {}, "resident_speedup_over": {},
+                       "edges": graph.get("edges"), "edges_after_steps": graph.get("edges_after_steps")}
                 if row["resident_force_time_s"] and graph.get("model_flops") and self.peak_flops:
                     row["resident_fraction_of_peak"] = graph["model_flops"] / row["resident_force_time_s"] / self.peak_flops
                 floor = floors.get(n)
@@ -1143,14 +1144,11 @@ class Run:
         """The step-time overhead of the small grade at 512 particles (GraphForce minus floor), with the edges at the
         start of the timed steps and at their end: the random-weight model's trajectory gathers the particles, so the
         steps run on more edges than the start's (bench/NOTES.md v38), and the overhead is quoted with both counts."""
-        graph = next((r for r in self.records if (r["grade"], r["n"], r["implementation"])
-                      == ("small", 512, self.graph_implementation) and not r["error"]), None)
         for row in self.ratios():
             if row["grade"] == "small" and row["n"] == 512:
                 return {"grade": "small", "n": 512, "step_time_s": row["step_time_s"],
                         "floor_step_time_s": row["floor_step_time_s"], "step_overhead_s": row["step_overhead_s"],
-                        "edges": graph.get("edges") if graph else None,
-                        "edges_after_steps": graph.get("edges_after_steps") if graph else None}
+                        "edges": row["edges"], "edges_after_steps": row["edges_after_steps"]}
         return None
 
     def write_json(self):

@@ -10,8 +10,8 @@ over the six knot values in the kernels' parity order with one rounding per fuse
 (f_even c0 + ... + f_odd c3 + ..., the kernels before v47) and in the difference form (f_even + (f_odd - f_even) c3
 + ..., knotValue/knotSlope).
 Everything else stays float64, so the relative force RMS error printed is the tables' share alone (bench/NOTES.md v47).
-Models: "silicon" (examples/models/silicon-sw.safetensors, float32 tables, on its 512-atom diamond lattice with a
-0.008 nm jitter) and the benchmark grades (float64 tables) on the standard lattice of n particles.
+Models: "silicon" (examples/models/silicon-sw.safetensors, float32 tables, on its 512-atom diamond lattice jittered
+by sw.jittered_diamond) and the benchmark grades (float64 tables) on the standard lattice of n particles.
 """
 
 import argparse
@@ -122,10 +122,9 @@ def model_and_system(name, n):
         sys.path.insert(0, os.path.join(REPO, "examples", "silicon"))
         import sw
 
-        lattice, edge = sw.diamond(4)
-        positions = np.asarray(lattice) * 0.1 + np.random.default_rng(5).normal(0.0, 0.008, (len(lattice), 3))
-        return (read_model(os.path.join(REPO, "examples", "models", "silicon-sw.safetensors")), positions,
-                np.zeros(len(positions), dtype=np.int64), np.eye(3) * edge * 0.1)
+        lattice, edge = sw.jittered_diamond()
+        return (read_model(os.path.join(REPO, "examples", "models", "silicon-sw.safetensors")), lattice * sw.ANGSTROM,
+                np.zeros(len(lattice), dtype=np.int64), np.eye(3) * edge * sw.ANGSTROM)
     model = grades.make_model(name, seed=0)
     positions, types, box = grades.lattice_system(n, n_types=len(model.type_names), seed=0)
     return model, np.asarray(positions), np.asarray(types), np.asarray(box)

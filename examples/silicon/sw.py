@@ -76,6 +76,14 @@ def diamond(cells, lattice_a=LATTICE_A):
     return positions, cells * lattice_a
 
 
+def jittered_diamond(cells=4, jitter_angstrom=0.08, seed=5, lattice_a=LATTICE_A):
+    """diamond(cells) with each coordinate moved by a normal jitter of jitter_angstrom (numpy seed `seed`; 0.08 A is
+    about 600 K's amplitude): the accuracy checks' configuration of the bundled model (bench/accuracy.py --grades
+    silicon, bench/table_rounding.py, the CUDA silicon test).  Positions and box edge in angstrom."""
+    positions, edge = diamond(cells, lattice_a)
+    return positions + np.random.default_rng(seed).normal(0.0, jitter_angstrom, positions.shape), edge
+
+
 def sw_system(n_atoms, box_angstrom):
     """An OpenMM System of n_atoms silicon atoms with the SW forces in a periodic box (3x3 angstrom rows or edge)."""
     box = np.diag([box_angstrom] * 3) if np.isscalar(box_angstrom) else np.asarray(box_angstrom, dtype=float)

@@ -69,10 +69,9 @@ def test_cuda_tables_of_float32_knots_keep_fp32_accuracy(precision):
 
     with open(os.path.join(here, "..", "..", "examples", "models", "silicon-sw.safetensors"), "rb") as handle:
         model = handle.read()
-    lattice, edge = sw.diamond(4)
-    rng = np.random.default_rng(5)
-    positions = np.asarray(lattice) * 0.1 + rng.normal(0.0, 0.008, (len(lattice), 3))  # nm, about 600 K's displacements
-    box = np.eye(3) * edge * 0.1
+    lattice, edge = sw.jittered_diamond()
+    positions = lattice * sw.ANGSTROM  # nm
+    box = np.eye(3) * edge * sw.ANGSTROM
     types = [0] * len(positions)
     e_ref, f_ref, _ = evaluate(model, positions, types, box, "Reference")
     e, f, _ = evaluate(model, positions, types, box, "CUDA", {"Precision": precision})
