@@ -167,6 +167,11 @@ def parse_args(argv):
                         help="an earlier run of this script (e.g. bench/reference/nve_drift_reference_*.json, "
                              "Reference measured on a CPU machine) to compare every run with; it must have the same "
                              "atoms, seed, time step, temperature, model and steps")
+    parser.add_argument("--rescore", default=None, choices=PRECISIONS, metavar="PRECISION",
+                        help="also evaluate the potential energy of every sampled frame in a second Context of the "
+                             "same platform at this Precision (e.g. double) and fit the drift of kinetic + rescored "
+                             "potential: the run's dynamics measured without its own energy readout's rounding "
+                             "(CUDA/OpenCL/HIP; Reference rescores on Reference)")
     args = parser.parse_args(argv)
     if args.steps <= 0:
         raise InputError(f"--steps {args.steps}: give a positive number of steps")
@@ -232,9 +237,10 @@ def choose_platforms(requested):
     return names, True
 
 
-def make_context(system, name, args):
-    """A Context with a VerletIntegrator on one platform (examples/run_md.py make_context)."""
-    properties = {"Precision": args.precision} if name in PRECISION_PLATFORMS else None
+def make_context(system, name, args, precision=None):
+    """A Context with a VerletIntegrator on one platform (examples/run_md.py make_context), at args.precision
+    unless precision is given."""
+    properties = {"Precision": precision or args.precision} if name in PRECISION_PLATFORMS else None
     timestep = args.timestep_fs * 1e-3 * unit.picoseconds
     return run_md.make_context(system, name, make_integrator=lambda: openmm.VerletIntegrator(timestep),
                                properties=properties)
@@ -250,19 +256,26 @@ def platform_info(context):
     return precision, device
 
 
-def run_platform(context, integrator, steps, args, n_atoms, label):
-    """Run NVE, sampling the energies; returns the record of this platform."""
+def run_platform(context, integrator, steps, args, n_atoms, label, rescorer=None):
+    """Run NVE, sampling the energies; returns the record of this platform.
+
+    rescorer: None, or a Context of the same System (another Precision) in which the potential energy of every
+    sampled frame is evaluated again (its positions set from the run's; the run itself is untouched)."""
     dof = 3 * n_atoms - 3
-    step_list, total, potential, kinetic = [], [], [], []
+    step_list, total, potential, kinetic, rescored = [], [], [], [], []
 
     def sample(step):
-        state = context.getState(getEnergy=True)
+        state = context.getState(getEnergy=True, getPositions=rescorer is not None)
         pot = state.getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole)
         kin = state.getKineticEnergy().value_in_unit(unit.kilojoule_per_mole)
         step_list.append(step)
         potential.append(pot)
         kinetic.append(kin)
         total.append(pot + kin)
+        if rescorer is not None:
+            rescorer.setPositions(state.getPositions(asNumpy=True))
+            rescored.append(rescorer.getState(getEnergy=True).getPotentialEnergy().value_in_unit(
+                unit.kilojoule_per_mole))
         return math.isfinite(pot + kin)
 
     sample(0)
@@ -302,10 +315,35 @@ def run_platform(context, integrator, steps, args, n_atoms, label):
             second = fit_drift(times_ns[half], np.array(total)[half], n_atoms, args.temperature)
             record["second_half_drift_kj_per_mol_per_ns"] = second["drift_kj_per_mol_per_ns"]
             record["second_half_drift_kt_per_ns_per_atom"] = second["drift_kt_per_ns_per_atom"]
+    if rescorer is not None:
+        record.update(rescored_fit(times_ns, np.array(kinetic), np.array(potential), np.array(rescored),
+                                   n_atoms, args.temperature))
     if not args.no_series:
         record["series"] = dict(step=step_list, total_kj_per_mol=total, potential_kj_per_mol=potential,
                                 kinetic_kj_per_mol=kinetic)
+        if rescorer is not None:
+            record["series"]["rescored_potential_kj_per_mol"] = rescored
     return record
+
+
+def rescored_fit(times_ns, kinetic, potential, rescored, n_atoms, temperature_k):
+    """The drift of kinetic + rescored potential (whole run and second half), and the readout: the run's own
+    potential minus the rescored one (its mean, RMS about the mean and drift). Arrays of the sampled frames."""
+    finite = np.flatnonzero(np.isfinite(kinetic + potential + rescored))
+    if len(finite) < 4:
+        return dict(rescored_error="fewer than 4 finite frames")
+    t, total = times_ns[finite], (kinetic + rescored)[finite]
+    whole = fit_drift(t, total, n_atoms, temperature_k)
+    half = finite[len(finite) // 2:]
+    second = fit_drift(times_ns[half], (kinetic + rescored)[half], n_atoms, temperature_k)
+    readout = (potential - rescored)[finite]
+    readout_fit = fit_drift(t, readout)
+    return dict(rescored_drift_kj_per_mol_per_ns=whole["drift_kj_per_mol_per_ns"],
+                rescored_second_half_drift_kj_per_mol_per_ns=second["drift_kj_per_mol_per_ns"],
+                rescored_fluctuation_rms_kj_per_mol=whole["fluctuation_rms_kj_per_mol"],
+                readout_mean_kj_per_mol=float(readout.mean()),
+                readout_rms_kj_per_mol=float(readout.std()),
+                readout_drift_kj_per_mol_per_ns=readout_fit["drift_kj_per_mol_per_ns"])
 
 
 def print_table(runs, n_atoms):
@@ -363,6 +401,18 @@ def summarize(paths):
         lines.append(f"mean |{label}| over {len(pairs)} starts: {mine:.4g} against {theirs:.4g} kJ/mol/ns "
                      f"({mine / theirs:.3g}x)")
         verdict = verdict and mine <= theirs
+    rescored = [run for _, run, _ in pairs if "rescored_drift_kj_per_mol_per_ns" in run]
+    if len(rescored) == len(pairs):  # the dynamics alone, the runs' energies evaluated again (--rescore)
+        for key, stored_key, label in (("rescored_drift_kj_per_mol_per_ns", "drift_kj_per_mol_per_ns", "drift"),
+                                       ("rescored_second_half_drift_kj_per_mol_per_ns",
+                                        "second_half_drift_kj_per_mol_per_ns", "second-half drift")):
+            mine = float(np.mean([abs(run[key]) for run in rescored]))
+            theirs = float(np.mean([abs(stored[stored_key]) for _, _, stored in pairs]))
+            lines.append(f"rescored in {rescored[0]['rescore_precision']}: mean |{label}| {mine:.4g} against "
+                         f"{theirs:.4g} kJ/mol/ns ({mine / theirs:.3g}x)")
+        lines.append("readout (own - rescored potential): rms "
+                     + ", ".join(f"{run['readout_rms_kj_per_mol']:.3g}" for run in rescored) + " kJ/mol; drift "
+                     + ", ".join(f"{run['readout_drift_kj_per_mol_per_ns']:+.3g}" for run in rescored) + " kJ/mol/ns")
     lines.append("no worse than the stored runs" if verdict else "worse than the stored runs")
     return lines, verdict
 
@@ -404,7 +454,14 @@ def main(argv=None):
             continue
         context.setPositions(positions * sw.ANGSTROM)
         context.setVelocities(velocities)
-        contexts.append((name, context, integrator))
+        rescorer = None
+        if args.rescore is not None:
+            try:
+                rescorer = make_context(system, name, args, precision=args.rescore)[0]
+            except SystemExit as error:
+                print(f"nve_drift: --rescore {args.rescore} on {name}: {error}", file=sys.stderr)
+                return 2
+        contexts.append((name, context, integrator, rescorer))
 
     gpu_name = None
     header = dict(
@@ -419,7 +476,7 @@ def main(argv=None):
         initial_kinetic_temperature_k=initial_temperature,
         timestep_fs=args.timestep_fs, report_every=args.report_every, seed=args.seed,
         steps=args.steps, reference_steps=args.reference_steps, platforms=[c[0] for c in contexts],
-        precision_requested=args.precision, command=["bench/nve_drift.py"] + list(sys.argv[1:] if argv is None else argv),
+        precision_requested=args.precision, rescore_precision=args.rescore, command=["bench/nve_drift.py"] + list(sys.argv[1:] if argv is None else argv),
         integrator="VerletIntegrator (NVE); initial state: diamond lattice sites, numpy Maxwell-Boltzmann "
                    "velocities, centre-of-mass momentum removed",
     )
@@ -427,7 +484,7 @@ def main(argv=None):
     print(f"NVE drift: {n_atoms} Si atoms ({args.cells}^3 diamond cells), {args.temperature:g} K initial velocities "
           f"(seed {args.seed}, kinetic {initial_temperature:.1f} K), dt {args.timestep_fs:g} fs, "
           f"model {os.path.basename(args.model)}, platforms {', '.join(c[0] for c in contexts) or 'none'}", flush=True)
-    for name, context, integrator in contexts:
+    for name, context, integrator, rescorer in contexts:
         precision, device = platform_info(context)
         if name in PRECISION_PLATFORMS and gpu_name is None:
             gpu_name = device or gpu_name_fallback()
@@ -435,11 +492,20 @@ def main(argv=None):
         steps = args.reference_steps if name == "Reference" else args.steps
         print(f"running {name} ({precision}{', ' + device if device else ''}): {steps} steps", flush=True)
         record = dict(platform=name, precision=precision, device_name=device)
-        record.update(run_platform(context, integrator, steps, args, n_atoms, name))
+        record.update(run_platform(context, integrator, steps, args, n_atoms, name, rescorer))
+        if rescorer is not None:
+            record["rescore_precision"] = platform_info(rescorer)[0]
         document["runs"].append(record)
         write_json(args.out, document)  # after every platform: a killed run keeps what it measured
     print()
     print_table(document["runs"], n_atoms)
+    for run in document["runs"]:
+        if "rescored_drift_kj_per_mol_per_ns" in run:
+            print(f"{run['platform']} ({run['precision']}) rescored in {run['rescore_precision']}: drift "
+                  f"{run['rescored_drift_kj_per_mol_per_ns']:.4g} (second half "
+                  f"{run['rescored_second_half_drift_kj_per_mol_per_ns']:.4g}) kJ/mol/ns; readout (own - rescored "
+                  f"potential) mean {run['readout_mean_kj_per_mol']:+.4g}, rms {run['readout_rms_kj_per_mol']:.3g} "
+                  f"kJ/mol, drift {run['readout_drift_kj_per_mol_per_ns']:+.4g} kJ/mol/ns")
     reference = next((r for r in document["runs"] if r["platform"] == "Reference"), None)
     if reference is not None:
         for run in document["runs"]:
@@ -461,6 +527,10 @@ def main(argv=None):
                                         abs_drift_ratio=ratio, abs_second_half_drift_ratio=half)
             print(f"  {run['platform']} ({run['precision']}): |drift| {ratio:.3g}x, |second-half drift| {half:.3g}x "
                   f"({'no worse' if ratio <= 1.0 and half <= 1.0 else 'worse'})")
+            if "rescored_drift_kj_per_mol_per_ns" in run:
+                print(f"  {run['platform']} ({run['precision']}) rescored in {run['rescore_precision']}: |drift| "
+                      f"{abs(run['rescored_drift_kj_per_mol_per_ns']) / abs(other['drift_kj_per_mol_per_ns']):.3g}x, "
+                      f"|second-half drift| {abs(run['rescored_second_half_drift_kj_per_mol_per_ns']) / abs(other['second_half_drift_kj_per_mol_per_ns']):.3g}x")
         document["header"]["compared_with"] = args.compared["file"]
     write_json(args.out, document)
     if args.out:

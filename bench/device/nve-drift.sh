@@ -9,11 +9,17 @@
 # --summarize gives the verdict over all starts (mean |drift|).
 # NVE_PRECISION: the CUDA precisions, space-separated (default "mixed"; e.g.
 # "mixed single double"). About 12 s a seed and precision on an H100 (v47).
+# NVE_RESCORE: the Precision in which every sampled frame's potential is
+# evaluated again (nve_drift.py --rescore; default double, "" for none; not for
+# runs in that precision): the drift of the dynamics without the run's own
+# energy readout, and the readout's error.
 # JSON and logs under $OUT: nve_drift_cuda_<precision>_seed<S>.json and
 # nve_drift_summary_<precision>.txt.
 set -uo pipefail
 status=0
 for precision in ${NVE_PRECISION:-mixed}; do
+    rescore=()
+    [ -n "${NVE_RESCORE-double}" ] && [ "${NVE_RESCORE-double}" != "$precision" ] && rescore=(--rescore "${NVE_RESCORE-double}")
     found=0
     for reference in bench/reference/nve_drift_reference_200k_seed*.json; do
         [ -e "$reference" ] || continue
@@ -22,7 +28,7 @@ for precision in ${NVE_PRECISION:-mixed}; do
         seed=${seed%.json}
         timeout 200 python3 bench/nve_drift.py --platforms CUDA --precision "$precision" --steps 200000 \
             --report-every 100 --seed "$seed" --compare "$reference" --out "$OUT/nve_drift_cuda_${precision}_seed$seed.json" \
-            --no-series || status=1
+            "${rescore[@]}" || status=1
     done
     [ $found = 1 ] || { echo "nve-drift.sh: no bench/reference/nve_drift_reference_200k_seed*.json" >&2; exit 1; }
     # The verdict: mean |drift| over the starts against the stored runs' (one start alone is noise: Reference's own

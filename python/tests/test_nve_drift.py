@@ -113,3 +113,38 @@ def test_summary_over_starts(nve, tmp_path, capsys):
     assert "mean |drift| over 2 starts" in out and "(1x)" in out and "no worse than the stored runs" in out
     assert nve.main(["--summarize", str(tmp_path / "stored2.json")]) == 2  # not a compared run
     assert "not a run made with --compare" in capsys.readouterr().err
+
+
+def test_rescored_run_on_reference_reads_out_exactly(nve, tmp_path, capsys):
+    # Reference rescored on Reference: the same potential, so the readout is exactly zero and the rescored drift
+    # is the run's own; the summary then carries the rescored lines.
+    base = ["--platforms", "Reference", "--atoms", "64", "--report-every", "10", "--seed", "2", "--steps", "40"]
+    stored = tmp_path / "stored.json"
+    assert nve.main(base + ["--no-series", "--out", str(stored)]) == 0
+    out = tmp_path / "rescored.json"
+    assert nve.main(base + ["--rescore", "double", "--out", str(out), "--compare", str(stored)]) == 0
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["rescore_precision"] == "double"
+    assert run["series"]["rescored_potential_kj_per_mol"] == run["series"]["potential_kj_per_mol"]
+    assert run["readout_mean_kj_per_mol"] == 0.0 and run["readout_rms_kj_per_mol"] == 0.0
+    assert run["rescored_drift_kj_per_mol_per_ns"] == pytest.approx(run["drift_kj_per_mol_per_ns"], rel=1e-12)
+    assert "rescored in double: |drift| 1x" in capsys.readouterr().out
+    assert nve.main(["--summarize", str(out)]) == 0
+    summary = capsys.readouterr().out
+    assert "rescored in double: mean |drift|" in summary and "readout (own - rescored potential): rms 0" in summary
+
+
+def test_rescored_fit_separates_readout_from_dynamics(nve):
+    # A conserved total energy read out with a potential that drifts by 3 kJ/mol/ns: the run's drift is the
+    # readout's, the rescored drift is zero.
+    t = np.linspace(0.0, 0.2, 401)
+    kinetic = 100.0 + 5.0 * np.sin(40 * t)
+    rescored = -1000.0 - kinetic + 0.0
+    potential = rescored + 0.5 + 3.0 * t
+    fit = nve.rescored_fit(t, kinetic, potential, rescored, None, None)
+    assert fit["rescored_drift_kj_per_mol_per_ns"] == pytest.approx(0.0, abs=1e-9)
+    assert fit["rescored_second_half_drift_kj_per_mol_per_ns"] == pytest.approx(0.0, abs=1e-8)
+    assert fit["readout_drift_kj_per_mol_per_ns"] == pytest.approx(3.0)
+    assert fit["readout_mean_kj_per_mol"] == pytest.approx(0.8)
+    assert nve.rescored_fit(t[:3], kinetic[:3], potential[:3], rescored[:3], None, None) == dict(
+        rescored_error="fewer than 4 finite frames")
