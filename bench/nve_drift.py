@@ -167,6 +167,11 @@ def parse_args(argv):
                         help="an earlier run of this script (e.g. bench/reference/nve_drift_reference_*.json, "
                              "Reference measured on a CPU machine) to compare every run with; it must have the same "
                              "atoms, seed, time step, temperature, model and steps")
+    parser.add_argument("--forces", default="graph", choices=("graph", "native"),
+                        help="graph: the GraphForce of --model [default]; native: Stillinger-Weber as OpenMM's own "
+                             "CustomNonbondedForce + CustomManyParticleForce (examples/silicon/sw.py), the same "
+                             "potential without the plugin: a control for what a platform's precision does to "
+                             "the drift of ordinary OpenMM forces")
     parser.add_argument("--rescore", default=None, choices=PRECISIONS, metavar="PRECISION",
                         help="also evaluate the potential energy of every sampled frame in a second Context of the "
                              "same platform at this Precision (e.g. double) and fit the drift of kinetic + rescored "
@@ -210,7 +215,7 @@ def load_comparison(path, args):
     if len(runs) != 1:
         raise InputError(f"--compare {path}: expected one run with a drift, found {len(runs)}")
     mine = dict(atoms=8 * args.cells ** 3, seed=args.seed, timestep_fs=args.timestep_fs,
-                temperature_k=args.temperature, model=os.path.relpath(os.path.abspath(args.model), REPO))
+                temperature_k=args.temperature, model=model_label(args))
     for key in COMPARED_KEYS:
         if header.get(key) != mine[key]:
             raise InputError(f"--compare {path}: its {key} is {header.get(key)!r}, this run's {mine[key]!r}")
@@ -218,6 +223,14 @@ def load_comparison(path, args):
         raise InputError(f"--compare {path}: it ran {runs[0]['steps']} steps, this run --steps {args.steps}: "
                          "drifts compare only over the same number of steps")
     return dict(file=path, header=header, run=runs[0])
+
+
+NATIVE_FORCES = "native Stillinger-Weber (examples/silicon/sw.py sw_forces)"
+
+
+def model_label(args):
+    """What computes the forces, as the JSON header's `model` (runs compare only with the same)."""
+    return NATIVE_FORCES if args.forces == "native" else os.path.relpath(os.path.abspath(args.model), REPO)
 
 
 def choose_platforms(requested):
@@ -436,7 +449,10 @@ def main(argv=None):
 
     positions, edge = sw.diamond(args.cells)
     n_atoms = len(positions)
-    system = silicon_md.ml_system(args.model, n_atoms, edge)  # loads the GraphForce plugins too
+    if args.forces == "native":
+        system = sw.sw_system(n_atoms, edge)
+    else:
+        system = silicon_md.ml_system(args.model, n_atoms, edge)  # loads the GraphForce plugins too
     masses = [system.getParticleMass(i).value_in_unit(unit.dalton) for i in range(n_atoms)]
     velocities = maxwell_boltzmann(masses, args.temperature, args.seed)
     initial_temperature = float((np.asarray(masses)[:, None] * velocities ** 2).sum() / ((3 * n_atoms - 3) * KB))
@@ -470,7 +486,7 @@ def main(argv=None):
         openmm_version=openmm.__version__,
         git_revision=git_revision(),
         gpu_name=None,
-        model=os.path.relpath(os.path.abspath(args.model), REPO),
+        model=model_label(args),
         atoms=n_atoms, cells=args.cells, box_edge_nm=edge * sw.ANGSTROM,
         temperature_k=args.temperature, kt_kj_per_mol=KB * args.temperature,
         initial_kinetic_temperature_k=initial_temperature,
@@ -483,7 +499,7 @@ def main(argv=None):
     document = dict(header=header, runs=[])
     print(f"NVE drift: {n_atoms} Si atoms ({args.cells}^3 diamond cells), {args.temperature:g} K initial velocities "
           f"(seed {args.seed}, kinetic {initial_temperature:.1f} K), dt {args.timestep_fs:g} fs, "
-          f"model {os.path.basename(args.model)}, platforms {', '.join(c[0] for c in contexts) or 'none'}", flush=True)
+          f"forces {os.path.basename(model_label(args)) if args.forces == 'graph' else model_label(args)}, platforms {', '.join(c[0] for c in contexts) or 'none'}", flush=True)
     for name, context, integrator, rescorer in contexts:
         precision, device = platform_info(context)
         if name in PRECISION_PLATFORMS and gpu_name is None:

@@ -148,3 +148,23 @@ def test_rescored_fit_separates_readout_from_dynamics(nve):
     assert fit["readout_mean_kj_per_mol"] == pytest.approx(0.8)
     assert nve.rescored_fit(t[:3], kinetic[:3], potential[:3], rescored[:3], None, None) == dict(
         rescored_error="fewer than 4 finite frames")
+
+
+def test_native_forces_control(nve, tmp_path, capsys):
+    # --forces native: the same silicon potential as OpenMM's own custom forces; its runs name their forces in the
+    # header and never compare with a GraphForce run.
+    base = ["--platforms", "Reference", "--atoms", "64", "--report-every", "10", "--seed", "2", "--steps", "20",
+            "--no-series"]
+    native, graph = tmp_path / "native.json", tmp_path / "graph.json"
+    assert nve.main(base + ["--forces", "native", "--out", str(native)]) == 0
+    assert nve.main(base + ["--out", str(graph)]) == 0
+    native_doc, graph_doc = json.loads(native.read_text()), json.loads(graph.read_text())
+    assert native_doc["header"]["model"] == nve.NATIVE_FORCES
+    assert graph_doc["header"]["model"] == "examples/models/silicon-sw.safetensors"
+    # The same crystal, the same potential to the model's own fit: within 0.5% at the lattice sites.
+    e_native = native_doc["runs"][0]["initial_potential_energy_kj_per_mol"]
+    e_graph = graph_doc["runs"][0]["initial_potential_energy_kj_per_mol"]
+    assert e_native < 0 and abs(e_graph - e_native) < 5e-3 * abs(e_native)
+    capsys.readouterr()
+    assert nve.main(base + ["--forces", "native", "--out", "", "--compare", str(graph)]) == 2
+    assert "its model is 'examples/models/silicon-sw.safetensors'" in capsys.readouterr().err
