@@ -168,9 +168,9 @@ def parse_args(argv):
                              "Reference measured on a CPU machine) to compare every run with; it must have the same "
                              "atoms, seed, time step, temperature, model and steps")
     parser.add_argument("--forces", default="graph", choices=("graph", "native"),
-                        help="graph: the GraphForce of --model [default]; native: Stillinger-Weber as OpenMM's own "
-                             "CustomNonbondedForce + CustomManyParticleForce (examples/silicon/sw.py), the same "
-                             "potential without the plugin: a control for what a platform's precision does to "
+                        help="graph: the GraphForce of --model [default]; native: Stillinger-Weber, the potential "
+                             "the bundled model was trained on, as OpenMM's own CustomNonbondedForce + "
+                             "CustomManyParticleForce (examples/silicon/sw.py), without the plugin: a control for what a platform's precision does to "
                              "the drift of ordinary OpenMM forces")
     parser.add_argument("--rescore", default=None, choices=PRECISIONS, metavar="PRECISION",
                         help="also evaluate the potential energy of every sampled frame in a second Context of the "
