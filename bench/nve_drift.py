@@ -328,6 +328,8 @@ def run_platform(context, integrator, steps, args, n_atoms, label, rescorer=None
             second = fit_drift(times_ns[half], np.array(total)[half], n_atoms, args.temperature)
             record["second_half_drift_kj_per_mol_per_ns"] = second["drift_kj_per_mol_per_ns"]
             record["second_half_drift_kt_per_ns_per_atom"] = second["drift_kt_per_ns_per_atom"]
+        if len(finite) == len(total):
+            record["wander_rms_kj_per_mol"] = energy_wander(times_ns, np.array(total))
     if rescorer is not None:
         record.update(rescored_fit(times_ns, np.array(kinetic), np.array(potential), np.array(rescored),
                                    n_atoms, args.temperature))
@@ -337,6 +339,36 @@ def run_platform(context, integrator, steps, args, n_atoms, label, rescorer=None
         if rescorer is not None:
             record["series"]["rescored_potential_kj_per_mol"] = rescored
     return record
+
+
+WANDER_LAGS_PS = (10, 50, 100)
+WANDER_AVERAGE_PS = 10.0
+WANDER_SKIP_PS = 1.0
+
+
+def energy_wander(times_ns, energies_kj, lags_ps=WANDER_LAGS_PS, average_ps=WANDER_AVERAGE_PS, skip_ps=WANDER_SKIP_PS):
+    """The slow wander of the total energy: {"<lag>ps": RMS of S(t + lag) - S(t) in kJ/mol}, S the running mean of E
+    over average_ps (which removes Verlet's fast, bounded oscillation, about 0.18 kJ/mol RMS here), over every pair of
+    samples lag apart, after the first skip_ps (the one-off shift from the lattice sites).  Unlike a drift it does
+    not hinge on where a run's slow wander happens to end, so runs compare on it with less noise; a drift or a random
+    walk grows it with the lag.  Lags the run is too short or too coarsely sampled for are left out."""
+    t = np.asarray(times_ns, dtype=float) * 1e3  # ps
+    e = np.asarray(energies_kj, dtype=float)
+    keep = t >= t[0] + skip_ps
+    t, e = t[keep], e[keep]
+    result = {}
+    if len(t) < 2:
+        return result
+    spacing = float(np.median(np.diff(t)))
+    width = max(1, int(round(average_ps / spacing)))
+    if width > len(e):
+        return result
+    smooth = np.convolve(e, np.ones(width) / width, mode="valid")
+    for lag in lags_ps:
+        k = int(round(lag / spacing))
+        if k >= 1 and abs(k * spacing - lag) <= 1e-6 * lag and k < len(smooth):
+            result[f"{lag:g}ps"] = float(np.sqrt(np.mean((smooth[k:] - smooth[:-k]) ** 2)))
+    return result
 
 
 def rescored_fit(times_ns, kinetic, potential, rescored, n_atoms, temperature_k):
@@ -414,6 +446,15 @@ def summarize(paths):
         lines.append(f"mean |{label}| over {len(pairs)} starts: {mine:.4g} against {theirs:.4g} kJ/mol/ns "
                      f"({mine / theirs:.3g}x)")
         verdict = verdict and mine <= theirs
+    # The wander (energy_wander), pooled over the starts (root mean square), where every run and stored run has it.
+    lags = [lag for lag in (f"{lag:g}ps" for lag in WANDER_LAGS_PS)
+            if all(lag in run.get("wander_rms_kj_per_mol", {}) and lag in stored.get("wander_rms_kj_per_mol", {})
+                   for _, run, stored in pairs)]
+    for lag in lags:
+        mine = float(np.sqrt(np.mean([run["wander_rms_kj_per_mol"][lag] ** 2 for _, run, _ in pairs])))
+        theirs = float(np.sqrt(np.mean([stored["wander_rms_kj_per_mol"][lag] ** 2 for _, _, stored in pairs])))
+        lines.append(f"wander (RMS change of the {WANDER_AVERAGE_PS:g}-ps mean energy) over {lag}: {mine:.4g} against "
+                     f"{theirs:.4g} kJ/mol ({mine / theirs:.3g}x)")
     rescored = [run for _, run, _ in pairs if "rescored_drift_kj_per_mol_per_ns" in run]
     if len(rescored) == len(pairs):  # the dynamics alone, the runs' energies evaluated again (--rescore)
         for key, stored_key, label in (("rescored_drift_kj_per_mol_per_ns", "drift_kj_per_mol_per_ns", "drift"),

@@ -168,3 +168,32 @@ def test_native_forces_control(nve, tmp_path, capsys):
     capsys.readouterr()
     assert nve.main(base + ["--forces", "native", "--out", "", "--compare", str(graph)]) == 2
     assert "its model is 'examples/models/silicon-sw.safetensors'" in capsys.readouterr().err
+
+
+def test_energy_wander_sees_slow_changes_not_the_fast_oscillation(nve):
+    t = np.arange(0, 20001) * 1e-5  # ns: 0.2 ns sampled every 0.01 ps
+    oscillation = 0.18 * np.sqrt(2) * np.sin(2 * np.pi * t * 1e3 / 0.07)  # Verlet's fast part, 0.07 ps period
+    flat = nve.energy_wander(t, -1000.0 + oscillation)
+    assert set(flat) == {"10ps", "50ps", "100ps"} and max(flat.values()) < 2e-3
+    drifting = nve.energy_wander(t, -1000.0 + oscillation + 3.0 * t)  # 3 kJ/mol/ns
+    for lag, value in drifting.items():
+        assert value == pytest.approx(3.0 * float(lag[:-2]) * 1e-3, rel=0.02, abs=2e-3)
+    assert nve.energy_wander(t[:500], -1000.0 + oscillation[:500]) == {}  # 5 ps: too short for any lag
+
+
+def test_summary_pools_the_wander(nve, tmp_path, capsys):
+    def document(path, wander, compared_with=None):
+        run = dict(platform="X", precision="mixed", steps=100, drift_kj_per_mol_per_ns=0.1,
+                   second_half_drift_kj_per_mol_per_ns=0.2, wander_rms_kj_per_mol=wander)
+        if compared_with:
+            run["compared_with"] = dict(file=str(compared_with))
+        header = dict(compared_with=str(compared_with)) if compared_with else {}
+        path.write_text(json.dumps(dict(header=header, runs=[run])))
+        return path
+
+    stored = [document(tmp_path / f"s{i}.json", {"10ps": 0.03, "50ps": w}) for i, w in enumerate((0.04, 0.02))]
+    runs = [document(tmp_path / f"r{i}.json", {"10ps": 0.03, "50ps": w}, stored[i]) for i, w in enumerate((0.08, 0.04))]
+    assert nve.main(["--summarize"] + [str(p) for p in runs]) == 0
+    out = capsys.readouterr().out
+    assert "over 10ps: 0.03 against 0.03 kJ/mol (1x)" in out
+    assert "over 50ps: 0.06325 against 0.03162 kJ/mol (2x)" in out
