@@ -330,6 +330,7 @@ def run_platform(context, integrator, steps, args, n_atoms, label, rescorer=None
             record["second_half_drift_kt_per_ns_per_atom"] = second["drift_kt_per_ns_per_atom"]
         if len(finite) == len(total):
             record["wander_rms_kj_per_mol"] = energy_wander(times_ns, np.array(total))
+            record.update(window_drifts(times_ns, np.array(total)))
     if rescorer is not None:
         record.update(rescored_fit(times_ns, np.array(kinetic), np.array(potential), np.array(rescored),
                                    n_atoms, args.temperature))
@@ -369,6 +370,30 @@ def energy_wander(times_ns, energies_kj, lags_ps=WANDER_LAGS_PS, average_ps=WAND
         if k >= 1 and abs(k * spacing - lag) <= 1e-6 * lag and k < len(smooth):
             result[f"{lag:g}ps"] = float(np.sqrt(np.mean((smooth[k:] - smooth[:-k]) ** 2)))
     return result
+
+
+WINDOW_OFFSETS = 20
+
+
+def window_drifts(times_ns, energies_kj, skip_ps=WANDER_SKIP_PS, offsets=WINDOW_OFFSETS):
+    """The drift fitted to every window of half the run (after the first skip_ps), the windows' starts spread evenly
+    over the other half (offsets + 1 of them): {"window_ns", "windows", "window_drift_mean_abs_kj_per_mol_per_ns",
+    "window_drift_rms_kj_per_mol_per_ns"}, or {} for a run too short.  The second-half drift is one of these windows;
+    how much the others differ from it is the noise of that figure (Reference's own 0.1-ns drifts range over about
+    +-0.8 kJ/mol/ns from one window to the next, bench/NOTES.md v48), and their mean |drift| compares runs with less
+    of it."""
+    t = np.asarray(times_ns, dtype=float)
+    e = np.asarray(energies_kj, dtype=float)
+    keep = t >= t[0] + skip_ps * 1e-3
+    t, e = t[keep], e[keep]
+    width = len(t) // 2
+    if width < 10:
+        return {}
+    starts = sorted({int(round(i * (len(t) - width) / offsets)) for i in range(offsets + 1)})
+    slopes = np.array([fit_drift(t[a:a + width], e[a:a + width])["drift_kj_per_mol_per_ns"] for a in starts])
+    return dict(window_ns=float(t[width - 1] - t[0]), windows=len(starts),
+                window_drift_mean_abs_kj_per_mol_per_ns=float(np.mean(np.abs(slopes))),
+                window_drift_rms_kj_per_mol_per_ns=float(np.sqrt(np.mean(slopes ** 2))))
 
 
 def rescored_fit(times_ns, kinetic, potential, rescored, n_atoms, temperature_k):
@@ -446,6 +471,13 @@ def summarize(paths):
         lines.append(f"mean |{label}| over {len(pairs)} starts: {mine:.4g} against {theirs:.4g} kJ/mol/ns "
                      f"({mine / theirs:.3g}x)")
         verdict = verdict and mine <= theirs
+    # The drifts of every half-length window (window_drifts), averaged over the starts, where all runs have them.
+    key = "window_drift_mean_abs_kj_per_mol_per_ns"
+    if all(key in run and key in stored for _, run, stored in pairs):
+        mine = float(np.mean([run[key] for _, run, _ in pairs]))
+        theirs = float(np.mean([stored[key] for _, _, stored in pairs]))
+        lines.append(f"mean |drift| of every half-length window ({pairs[0][1]['windows']} a run) over {len(pairs)} "
+                     f"starts: {mine:.4g} against {theirs:.4g} kJ/mol/ns ({mine / theirs:.3g}x)")
     # The wander (energy_wander), pooled over the starts (root mean square), where every run and stored run has it.
     lags = [lag for lag in (f"{lag:g}ps" for lag in WANDER_LAGS_PS)
             if all(lag in run.get("wander_rms_kj_per_mol", {}) and lag in stored.get("wander_rms_kj_per_mol", {})

@@ -197,3 +197,18 @@ def test_summary_pools_the_wander(nve, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "over 10ps: 0.03 against 0.03 kJ/mol (1x)" in out
     assert "over 50ps: 0.06325 against 0.03162 kJ/mol (2x)" in out
+
+
+def test_window_drifts(nve):
+    t = np.arange(0, 2001) * 1e-4  # ns: 0.2 ns sampled every 0.1 ps
+    steady = nve.window_drifts(t, -1000.0 - 3.0 * t)
+    assert steady["windows"] == 21 and steady["window_ns"] == pytest.approx(0.0994, abs=1e-3)
+    assert steady["window_drift_mean_abs_kj_per_mol_per_ns"] == pytest.approx(3.0)
+    assert steady["window_drift_rms_kj_per_mol_per_ns"] == pytest.approx(3.0)
+    # A wander: up by 0.05 kJ/mol over the first half, back down over the second. The whole run's fitted drift is
+    # zero by symmetry; the second-half drift is one window (-1 kJ/mol/ns), the mean over all windows smaller.
+    bump = -1000.0 + 0.05 * (1.0 - np.abs(t - 0.1) / 0.1)
+    assert nve.fit_drift(t, bump)["drift_kj_per_mol_per_ns"] == pytest.approx(0.0, abs=1e-9)
+    windows = nve.window_drifts(t, bump)
+    assert 0.2 < windows["window_drift_mean_abs_kj_per_mol_per_ns"] < 0.9
+    assert nve.window_drifts(t[:15], bump[:15]) == {}
