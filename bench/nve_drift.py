@@ -379,9 +379,9 @@ def window_drifts(times_ns, energies_kj, skip_ps=WANDER_SKIP_PS, offsets=WINDOW_
     """The drift fitted to every window of half the run (after the first skip_ps), the windows' starts spread evenly
     over the other half (offsets + 1 of them): {"window_ns", "windows", "window_drift_mean_abs_kj_per_mol_per_ns",
     "window_drift_rms_kj_per_mol_per_ns"}, or {} for a run too short.  The second-half drift is one of these windows;
-    how much the others differ from it is the noise of that figure (Reference's own 0.1-ns drifts range over about
-    +-0.8 kJ/mol/ns from one window to the next, bench/NOTES.md v48), and their mean |drift| compares runs with less
-    of it."""
+    how much the others differ from it is the noise of that figure (within one stored Reference run the 0.1-ns drifts
+    span up to 1.5 kJ/mol/ns, -0.67 to +0.88 for seed 2, bench/NOTES.md v48), and their mean |drift| compares runs
+    with less of it."""
     t = np.asarray(times_ns, dtype=float)
     e = np.asarray(energies_kj, dtype=float)
     keep = t >= t[0] + skip_ps * 1e-3
