@@ -320,12 +320,9 @@ def run_platform(context, integrator, steps, args, n_atoms, label, rescorer=None
                   error=error)
     finite = [i for i, value in enumerate(total) if math.isfinite(value)]
     if len(finite) >= 2:
-        record.update(fit_drift(times_ns[finite], np.array(total)[finite], n_atoms, args.temperature))
-        # The same fit over the second half only: the first ~0.2 ps from the lattice sites (forces building
-        # up) shifts the energy once, which dominates the drift of short runs; the second half is free of it.
-        half = finite[len(finite) // 2:]
-        if len(half) >= 2:
-            second = fit_drift(times_ns[half], np.array(total)[half], n_atoms, args.temperature)
+        whole, second = whole_and_second_half(times_ns[finite], np.array(total)[finite], n_atoms, args.temperature)
+        record.update(whole)
+        if second is not None:
             record["second_half_drift_kj_per_mol_per_ns"] = second["drift_kj_per_mol_per_ns"]
             record["second_half_drift_kt_per_ns_per_atom"] = second["drift_kt_per_ns_per_atom"]
         if len(finite) == len(total):
@@ -342,6 +339,25 @@ def run_platform(context, integrator, steps, args, n_atoms, label, rescorer=None
     return record
 
 
+def whole_and_second_half(times_ns, energies_kj, n_atoms, temperature_k):
+    """fit_drift over the whole series and over its second half (None when that has fewer than 2 points): the first
+    ~0.2 ps from the lattice sites (forces building up) shifts the energy once, which dominates the drift of short
+    runs; the second half is free of it."""
+    half = len(times_ns) // 2
+    second = None
+    if len(times_ns) - half >= 2:
+        second = fit_drift(times_ns[half:], energies_kj[half:], n_atoms, temperature_k)
+    return fit_drift(times_ns, energies_kj, n_atoms, temperature_k), second
+
+
+def after_skip(times_ns, energies_kj, skip_ps):
+    """The samples from skip_ps after the first on: (times in ns, energies), as float arrays."""
+    t = np.asarray(times_ns, dtype=float)
+    e = np.asarray(energies_kj, dtype=float)
+    keep = t >= t[0] + skip_ps * 1e-3
+    return t[keep], e[keep]
+
+
 WANDER_LAGS_PS = (10, 50, 100)
 WANDER_AVERAGE_PS = 10.0
 WANDER_SKIP_PS = 1.0
@@ -353,10 +369,8 @@ def energy_wander(times_ns, energies_kj, lags_ps=WANDER_LAGS_PS, average_ps=WAND
     samples lag apart, after the first skip_ps (the one-off shift from the lattice sites).  Unlike a drift it does
     not hinge on where a run's slow wander happens to end, so runs compare on it with less noise; a drift or a random
     walk grows it with the lag.  Lags the run is too short or too coarsely sampled for are left out."""
-    t = np.asarray(times_ns, dtype=float) * 1e3  # ps
-    e = np.asarray(energies_kj, dtype=float)
-    keep = t >= t[0] + skip_ps
-    t, e = t[keep], e[keep]
+    t, e = after_skip(times_ns, energies_kj, skip_ps)
+    t = t * 1e3  # ps
     result = {}
     if len(t) < 2:
         return result
@@ -382,10 +396,7 @@ def window_drifts(times_ns, energies_kj, skip_ps=WANDER_SKIP_PS, offsets=WINDOW_
     how much the others differ from it is the noise of that figure (within one stored Reference run the 0.1-ns drifts
     span up to 1.5 kJ/mol/ns, -0.67 to +0.88 for seed 2, bench/NOTES.md v48), and their mean |drift| compares runs
     with less of it."""
-    t = np.asarray(times_ns, dtype=float)
-    e = np.asarray(energies_kj, dtype=float)
-    keep = t >= t[0] + skip_ps * 1e-3
-    t, e = t[keep], e[keep]
+    t, e = after_skip(times_ns, energies_kj, skip_ps)
     width = len(t) // 2
     if width < 10:
         return {}
@@ -403,9 +414,7 @@ def rescored_fit(times_ns, kinetic, potential, rescored, n_atoms, temperature_k)
     if len(finite) < 4:
         return dict(rescored_error="fewer than 4 finite frames")
     t, total = times_ns[finite], (kinetic + rescored)[finite]
-    whole = fit_drift(t, total, n_atoms, temperature_k)
-    half = finite[len(finite) // 2:]
-    second = fit_drift(times_ns[half], (kinetic + rescored)[half], n_atoms, temperature_k)
+    whole, second = whole_and_second_half(t, total, n_atoms, temperature_k)
     readout = (potential - rescored)[finite]
     readout_fit = fit_drift(t, readout)
     return dict(rescored_drift_kj_per_mol_per_ns=whole["drift_kj_per_mol_per_ns"],
