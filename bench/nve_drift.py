@@ -453,6 +453,34 @@ def write_json(path, document):
     os.replace(path + ".tmp", path)
 
 
+BOOTSTRAP_SAMPLES = 10000
+
+
+def bootstrap_ratio(mine, theirs, statistic=np.mean, samples=BOOTSTRAP_SAMPLES, seed=0):
+    """The 95% interval (2.5th and 97.5th percentiles) of statistic(mine) / statistic(theirs) when the starts are
+    drawn again with replacement, the same draw for both (a start's run and its stored run stay paired: they share
+    the initial state), or None for fewer than 3 starts. mine, theirs: one value a start, in the same order."""
+    mine, theirs = np.asarray(mine, dtype=float), np.asarray(theirs, dtype=float)
+    if len(mine) < 3 or len(mine) != len(theirs):
+        return None
+    draws = np.random.default_rng(seed).integers(0, len(mine), size=(samples, len(mine)))
+    ratios = np.array([statistic(mine[d]) / statistic(theirs[d]) for d in draws])
+    ratios = ratios[np.isfinite(ratios)]
+    return float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))
+
+
+def ratio_line(label, mine, theirs, n_starts, unit, statistic=np.mean):
+    """'<label> over <n> starts: <mine> against <theirs> <unit> (<ratio>x, 95% interval over the starts a-b)'."""
+    a, b = statistic(np.asarray(mine, dtype=float)), statistic(np.asarray(theirs, dtype=float))
+    interval = bootstrap_ratio(mine, theirs, statistic)
+    spread = f", 95% interval over the starts {interval[0]:.3g}-{interval[1]:.3g}" if interval else ""
+    return f"{label} over {n_starts} starts: {a:.4g} against {b:.4g} {unit} ({a / b:.3g}x{spread})"
+
+
+def root_mean_square(values):
+    return float(np.sqrt(np.mean(np.square(values))))
+
+
 def summarize(paths):
     """The verdict over several starts: the mean |drift| (whole run and second half) of the compared runs against
     the mean of their stored runs. One start says little: Reference's own drift over 200,000 steps changes sign
@@ -475,27 +503,25 @@ def summarize(paths):
         return [], None
     lines, verdict = [], True
     for key, label in (("drift_kj_per_mol_per_ns", "drift"), ("second_half_drift_kj_per_mol_per_ns", "second-half drift")):
-        mine = float(np.mean([abs(run[key]) for _, run, _ in pairs]))
-        theirs = float(np.mean([abs(stored[key]) for _, _, stored in pairs]))
-        lines.append(f"mean |{label}| over {len(pairs)} starts: {mine:.4g} against {theirs:.4g} kJ/mol/ns "
-                     f"({mine / theirs:.3g}x)")
-        verdict = verdict and mine <= theirs
+        mine = [abs(run[key]) for _, run, _ in pairs]
+        theirs = [abs(stored[key]) for _, _, stored in pairs]
+        lines.append(ratio_line(f"mean |{label}|", mine, theirs, len(pairs), "kJ/mol/ns"))
+        verdict = verdict and np.mean(mine) <= np.mean(theirs)
     # The drifts of every half-length window (window_drifts), averaged over the starts, where all runs have them.
     key = "window_drift_mean_abs_kj_per_mol_per_ns"
     if all(key in run and key in stored for _, run, stored in pairs):
-        mine = float(np.mean([run[key] for _, run, _ in pairs]))
-        theirs = float(np.mean([stored[key] for _, _, stored in pairs]))
-        lines.append(f"mean |drift| of every half-length window ({pairs[0][1]['windows']} a run) over {len(pairs)} "
-                     f"starts: {mine:.4g} against {theirs:.4g} kJ/mol/ns ({mine / theirs:.3g}x)")
+        lines.append(ratio_line(f"mean |drift| of every half-length window ({pairs[0][1]['windows']} a run)",
+                                [run[key] for _, run, _ in pairs], [stored[key] for _, _, stored in pairs],
+                                len(pairs), "kJ/mol/ns"))
     # The wander (energy_wander), pooled over the starts (root mean square), where every run and stored run has it.
     lags = [lag for lag in (f"{lag:g}ps" for lag in WANDER_LAGS_PS)
             if all(lag in run.get("wander_rms_kj_per_mol", {}) and lag in stored.get("wander_rms_kj_per_mol", {})
                    for _, run, stored in pairs)]
     for lag in lags:
-        mine = float(np.sqrt(np.mean([run["wander_rms_kj_per_mol"][lag] ** 2 for _, run, _ in pairs])))
-        theirs = float(np.sqrt(np.mean([stored["wander_rms_kj_per_mol"][lag] ** 2 for _, _, stored in pairs])))
-        lines.append(f"wander (RMS change of the {WANDER_AVERAGE_PS:g}-ps mean energy) over {lag}: {mine:.4g} against "
-                     f"{theirs:.4g} kJ/mol ({mine / theirs:.3g}x)")
+        lines.append(ratio_line(f"wander at {lag} (RMS change of the {WANDER_AVERAGE_PS:g}-ps mean energy)",
+                                [run["wander_rms_kj_per_mol"][lag] for _, run, _ in pairs],
+                                [stored["wander_rms_kj_per_mol"][lag] for _, _, stored in pairs], len(pairs),
+                                "kJ/mol", statistic=root_mean_square))
     rescored = [run for _, run, _ in pairs if "rescored_drift_kj_per_mol_per_ns" in run]
     if len(rescored) == len(pairs):  # the dynamics alone, the runs' energies evaluated again (--rescore)
         for key, stored_key, label in (("rescored_drift_kj_per_mol_per_ns", "drift_kj_per_mol_per_ns", "drift"),

@@ -13,45 +13,81 @@
 # evaluated again (nve_drift.py --rescore; default double, "" for none; not for
 # runs in that precision): the drift of the dynamics without the run's own
 # energy readout, and the readout's error.
-# NVE_CONTROL_SEEDS (default none, e.g. "1 2 3 4 5"): the control, run after
+# NVE_CONTROL_SEEDS (default none, e.g. "1 2 3 4 5"; NVE_CONTROL_FORCES, default
+# "native graph", which of the two): the control, run after
 # the rest: the same potential as OpenMM's own forces (nve_drift.py --forces
 # native) from those starts, CUDA double then CUDA mixed compared with it, and
 # the GraphForce the same way (CUDA double, then mixed compared with it): what
 # mixed precision does to the drift of ordinary OpenMM forces and of the
 # GraphForce, each against its own double run (files nve_control_<forces>_
 # <precision>_seed<S>.json, summaries nve_control_summary_<forces>.txt).
+# NVE_SEEDS (default: every stored Reference run's seed): the starts compared
+# with the stored Reference runs.
+# NVE_JOBS (default 1): runs at once on the one GPU, each its own process (a
+# 512-atom step leaves the GPU idle most of the time, so several processes
+# share it; each run's trajectory is the same however many run beside it).
+# A run's output goes to its own log, <its JSON>.log.
 # JSON and logs under $OUT: nve_drift_cuda_<precision>_seed<S>.json and
 # nve_drift_summary_<precision>.txt.
 set -uo pipefail
 status=0
+jobs_max=${NVE_JOBS:-1}
+failures="$OUT/nve-failures.txt"
+: > "$failures"
+# start <log> <command...>: runs the command in the background, its output in <log>, once fewer than NVE_JOBS run;
+# a failure is written to $failures (a background job's status does not reach this shell's otherwise).
+start() {
+    local log=$1
+    shift
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
+    ( "$@" > "$log" 2>&1 || echo "failed: $*" >> "$failures" ) &
+}
+finish() {
+    wait
+    if [ -s "$failures" ]; then cat "$failures"; status=1; : > "$failures"; fi
+}
 for precision in ${NVE_PRECISION-mixed}; do
     rescore=()
     [ -n "${NVE_RESCORE-double}" ] && [ "${NVE_RESCORE-double}" != "$precision" ] && rescore=(--rescore "${NVE_RESCORE-double}")
     found=0
     for reference in bench/reference/nve_drift_reference_200k_seed*.json; do
         [ -e "$reference" ] || continue
-        found=1
         seed=${reference##*_seed}
         seed=${seed%.json}
-        timeout 200 python3 bench/nve_drift.py --platforms CUDA --precision "$precision" --steps 200000 \
-            --report-every 100 --seed "$seed" --compare "$reference" --out "$OUT/nve_drift_cuda_${precision}_seed$seed.json" \
-            "${rescore[@]}" || status=1
+        [ -n "${NVE_SEEDS:-}" ] && [[ " $NVE_SEEDS " != *" $seed "* ]] && continue
+        found=1
+        out="$OUT/nve_drift_cuda_${precision}_seed$seed.json"
+        start "$out.log" timeout 400 python3 bench/nve_drift.py --platforms CUDA --precision "$precision" --steps 200000 \
+            --report-every 100 --seed "$seed" --compare "$reference" --out "$out" "${rescore[@]}"
     done
-    [ $found = 1 ] || { echo "nve-drift.sh: no bench/reference/nve_drift_reference_200k_seed*.json" >&2; exit 1; }
+    finish
+    [ $found = 1 ] || { echo "nve-drift.sh: no stored Reference run for the seeds (${NVE_SEEDS:-all})" >&2; exit 1; }
     # The verdict: mean |drift| over the starts against the stored runs' (one start alone is noise: Reference's own
     # drift changes sign between starts).
     echo "== CUDA $precision"
     python3 bench/nve_drift.py --summarize "$OUT"/nve_drift_cuda_"${precision}"_seed*.json \
         | tee "$OUT/nve_drift_summary_$precision.txt" || status=1
 done
-for forces in ${NVE_CONTROL_SEEDS:+native graph}; do
+# The control: every double run first (both forces, NVE_JOBS at once), then the mixed runs compared with them.
+control_forces=${NVE_CONTROL_SEEDS:+${NVE_CONTROL_FORCES:-native graph}}
+for forces in $control_forces; do
     for seed in $NVE_CONTROL_SEEDS; do
-        common=(--platforms CUDA --steps 200000 --report-every 100 --seed "$seed" --forces "$forces" --no-series)
         double="$OUT/nve_control_${forces}_double_seed$seed.json"
-        timeout 300 python3 bench/nve_drift.py "${common[@]}" --precision double --out "$double" || { status=1; continue; }
-        timeout 300 python3 bench/nve_drift.py "${common[@]}" --precision mixed --compare "$double" \
-            --out "$OUT/nve_control_${forces}_mixed_seed$seed.json" || status=1
+        start "$double.log" timeout 400 python3 bench/nve_drift.py --platforms CUDA --steps 200000 --report-every 100 \
+            --seed "$seed" --forces "$forces" --precision double --out "$double"
     done
+done
+finish
+for forces in $control_forces; do
+    for seed in $NVE_CONTROL_SEEDS; do
+        double="$OUT/nve_control_${forces}_double_seed$seed.json"
+        mixed="$OUT/nve_control_${forces}_mixed_seed$seed.json"
+        [ -e "$double" ] && start "$mixed.log" timeout 400 python3 bench/nve_drift.py --platforms CUDA --steps 200000 \
+            --report-every 100 --seed "$seed" --forces "$forces" --precision mixed --compare "$double" --out "$mixed"
+    done
+done
+finish
+for forces in $control_forces; do
     echo "== control: $forces forces, CUDA mixed against CUDA double"
     python3 bench/nve_drift.py --summarize "$OUT"/nve_control_"${forces}"_mixed_seed*.json \
         | tee "$OUT/nve_control_summary_$forces.txt" || status=1

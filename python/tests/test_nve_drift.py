@@ -195,8 +195,28 @@ def test_summary_pools_the_wander(nve, tmp_path, capsys):
     runs = [document(tmp_path / f"r{i}.json", {"10ps": 0.03, "50ps": w}, stored[i]) for i, w in enumerate((0.08, 0.04))]
     assert nve.main(["--summarize"] + [str(p) for p in runs]) == 0
     out = capsys.readouterr().out
-    assert "over 10ps: 0.03 against 0.03 kJ/mol (1x)" in out
-    assert "over 50ps: 0.06325 against 0.03162 kJ/mol (2x)" in out
+    assert "at 10ps (RMS change of the 10-ps mean energy) over 2 starts: 0.03 against 0.03 kJ/mol (1x)" in out
+    assert "at 50ps (RMS change of the 10-ps mean energy) over 2 starts: 0.06325 against 0.03162 kJ/mol (2x)" in out
+    assert "interval" not in out  # two starts: too few to resample
+
+
+def test_bootstrap_ratio(nve):
+    theirs = np.array([0.1, 0.4, 0.2, 0.3, 0.25])
+    assert nve.bootstrap_ratio(theirs, theirs) == (1.0, 1.0)  # identical runs: the ratio is 1 in every draw
+    low, high = nve.bootstrap_ratio(2.0 * theirs, theirs)  # paired: every draw gives exactly 2
+    assert low == pytest.approx(2.0) and high == pytest.approx(2.0)
+    assert nve.bootstrap_ratio(theirs[:2], theirs[:2]) is None
+    # Noisy starts: |drift| of two sets of 40 starts whose true mean |drift| differ by 1.5x. The interval holds 1.5
+    # and excludes 1; with 5 starts of the same spread it is wide.
+    rng = np.random.default_rng(7)
+    mine, base = 1.5 * np.abs(rng.normal(size=40)), np.abs(rng.normal(size=40))
+    low, high = nve.bootstrap_ratio(mine, base)
+    assert 1.0 < low < 1.5 < high < 2.5
+    low5, high5 = nve.bootstrap_ratio(mine[:5], base[:5])
+    assert high5 - low5 > high - low
+    root_mean_square = nve.root_mean_square
+    low, high = nve.bootstrap_ratio(3.0 * theirs, theirs, statistic=root_mean_square)
+    assert low == pytest.approx(3.0) and high == pytest.approx(3.0)
 
 
 def test_window_drifts(nve):
