@@ -204,25 +204,60 @@ def parse_args(argv):
 COMPARED_KEYS = ("atoms", "seed", "timestep_fs", "temperature_k", "model")
 
 
-def load_comparison(path, args):
-    """The run of the --compare JSON (one run, with a drift), checked against this run's settings."""
+def one_run(path, option):
+    """(header, run) of a JSON written by this script that holds one run with a drift; option names the
+    command-line option in the error."""
     try:
         with open(path) as handle:
             document = json.load(handle)
         header, runs = document["header"], [r for r in document["runs"] if "drift_kj_per_mol_per_ns" in r]
     except (OSError, ValueError, KeyError, TypeError) as error:
-        raise InputError(f"--compare {path}: not a JSON written by this script ({error})") from None
+        raise InputError(f"{option} {path}: not a JSON written by this script ({error})") from None
     if len(runs) != 1:
-        raise InputError(f"--compare {path}: expected one run with a drift, found {len(runs)}")
+        raise InputError(f"{option} {path}: expected one run with a drift, found {len(runs)}")
+    return header, runs[0]
+
+
+def check_comparable(option, path, header, steps, mine, my_steps, whose):
+    """InputError unless the stored run (header, steps) has the settings (COMPARED_KEYS) and step count of mine."""
+    for key in COMPARED_KEYS:
+        if header.get(key) != mine.get(key):
+            raise InputError(f"{option} {path}: its {key} is {header.get(key)!r}, {whose} {mine.get(key)!r}")
+    if steps != my_steps:
+        raise InputError(f"{option} {path}: it ran {steps} steps, {whose} {my_steps}: drifts compare only over the "
+                         "same number of steps")
+
+
+def load_comparison(path, args):
+    """The run of the --compare JSON (one run, with a drift), checked against this run's settings."""
+    header, run = one_run(path, "--compare")
     mine = dict(atoms=8 * args.cells ** 3, seed=args.seed, timestep_fs=args.timestep_fs,
                 temperature_k=args.temperature, model=model_label(args))
-    for key in COMPARED_KEYS:
-        if header.get(key) != mine[key]:
-            raise InputError(f"--compare {path}: its {key} is {header.get(key)!r}, this run's {mine[key]!r}")
-    if runs[0]["steps"] != args.steps:
-        raise InputError(f"--compare {path}: it ran {runs[0]['steps']} steps, this run --steps {args.steps}: "
-                         "drifts compare only over the same number of steps")
-    return dict(file=path, header=header, run=runs[0])
+    check_comparable("--compare", path, header, run["steps"], mine, args.steps, "this run's")
+    return dict(file=path, header=header, run=run)
+
+
+def pairs_by_seed(paths, against):
+    """--summarize RUN.json ... --against STORED.json ...: every run paired with the stored run of its seed (any
+    runs, --compare or not: e.g. CUDA runs against the stored Reference runs of the same starts), checked to have
+    the same settings and steps. Returns [(path, run, stored run)]."""
+    stored = {}
+    for path in against:
+        header, run = one_run(path, "--against")
+        if header.get("seed") in stored:
+            raise InputError(f"--against {path}: a second run of seed {header.get('seed')} "
+                             f"(the first: {stored[header.get('seed')][0]})")
+        stored[header.get("seed")] = (path, header, run)
+    pairs = []
+    for path in paths:
+        header, run = one_run(path, "--summarize")
+        if header.get("seed") not in stored:
+            raise InputError(f"--summarize {path}: no --against run of its seed {header.get('seed')}")
+        stored_path, stored_header, stored_run = stored[header.get("seed")]
+        check_comparable("--against", stored_path, stored_header, stored_run["steps"], header, run["steps"],
+                         f"{path}'s")
+        pairs.append((path, run, stored_run))
+    return pairs
 
 
 NATIVE_FORCES = "native Stillinger-Weber (examples/silicon/sw.py sw_forces)"
@@ -481,14 +516,14 @@ def root_mean_square(values):
     return float(np.sqrt(np.mean(np.square(values))))
 
 
-def summarize(paths):
+def summarize(paths, against=None):
     """The verdict over several starts: the mean |drift| (whole run and second half) of the compared runs against
-    the mean of their stored runs. One start says little: Reference's own drift over 200,000 steps changes sign
+    the mean of their stored runs (the --compare run of each, or with against, the run of its seed there). One start says little: Reference's own drift over 200,000 steps changes sign
     between starts (-0.25, +0.18, -0.10 kJ/mol/ns for seeds 1-3), so a per-start ratio can be large by chance
     when the stored drift is near zero. Returns (lines, verdict) with verdict True, False or None (nothing to
     compare)."""
-    pairs = []
-    for path in paths:
+    pairs = [] if against is None else pairs_by_seed(paths, against)
+    for path in paths if against is None else ():
         with open(path) as handle:
             document = json.load(handle)
         stored_file = document["header"].get("compared_with")
@@ -540,9 +575,13 @@ def summarize(paths):
 
 def main(argv=None):
     arguments = sys.argv[1:] if argv is None else list(argv)
-    if arguments[:1] == ["--summarize"]:  # python bench/nve_drift.py --summarize RUN.json ... (runs made with --compare)
+    # python bench/nve_drift.py --summarize RUN.json ... (runs made with --compare) [--against STORED.json ...]
+    if arguments[:1] == ["--summarize"]:
+        runs, against = arguments[1:], None
+        if "--against" in runs:
+            runs, against = runs[:runs.index("--against")], runs[runs.index("--against") + 1:]
         try:
-            lines, verdict = summarize(arguments[1:])
+            lines, verdict = summarize(runs, against)
         except (InputError, OSError, ValueError, KeyError, StopIteration) as error:
             print(f"nve_drift: {error}", file=sys.stderr)
             return 2

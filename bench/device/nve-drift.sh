@@ -23,9 +23,11 @@
 # <precision>_seed<S>.json, summaries nve_control_summary_<forces>.txt).
 # NVE_SEEDS (default: every stored Reference run's seed): the starts compared
 # with the stored Reference runs.
-# NVE_JOBS (default 1): runs at once on the one GPU, each its own process (a
-# 512-atom step leaves the GPU idle most of the time, so several processes
-# share it; each run's trajectory is the same however many run beside it).
+# NVE_JOBS (default 1): runs at once on the one GPU, each its own process
+# (each run's trajectory is the same however many run beside it). Without MPS
+# the GPU time-slices between processes: on an H100 (v49) eight CUDA double
+# runs at once made about 4,900 steps/s in all, one alone 17,900, so leave it
+# at 1 unless the GPU runs under MPS.
 # A run's output goes to its own log, <its JSON>.log.
 # JSON and logs under $OUT: nve_drift_cuda_<precision>_seed<S>.json and
 # nve_drift_summary_<precision>.txt.

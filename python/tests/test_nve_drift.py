@@ -206,10 +206,10 @@ def test_bootstrap_ratio(nve):
     low, high = nve.bootstrap_ratio(2.0 * theirs, theirs)  # paired: every draw gives exactly 2
     assert low == pytest.approx(2.0) and high == pytest.approx(2.0)
     assert nve.bootstrap_ratio(theirs[:2], theirs[:2]) is None
-    # Noisy starts: |drift| of two sets of 40 starts whose true mean |drift| differ by 1.5x. The interval holds 1.5
-    # and excludes 1; with 5 starts of the same spread it is wide.
+    # Noisy starts: |drift| of two sets of 200 starts whose true mean |drift| differ by 1.5x. The interval holds 1.5
+    # and excludes 1; with 5 starts of the same spread it is wider.
     rng = np.random.default_rng(7)
-    mine, base = 1.5 * np.abs(rng.normal(size=40)), np.abs(rng.normal(size=40))
+    mine, base = 1.5 * np.abs(rng.normal(size=200)), np.abs(rng.normal(size=200))
     low, high = nve.bootstrap_ratio(mine, base)
     assert 1.0 < low < 1.5 < high < 2.5
     low5, high5 = nve.bootstrap_ratio(mine[:5], base[:5])
@@ -232,3 +232,32 @@ def test_window_drifts(nve):
     windows = nve.window_drifts(t, bump)
     assert 0.2 < windows["window_drift_mean_abs_kj_per_mol_per_ns"] < 0.9
     assert nve.window_drifts(t[:15], bump[:15]) == {}
+
+
+def test_summary_against_stored_runs_by_seed(nve, tmp_path, capsys):
+    # Runs made without --compare (the control's CUDA runs) against stored runs of the same starts, paired by seed
+    # whatever order the files come in.
+    def document(path, seed, drift, steps=200000, model="examples/models/silicon-sw.safetensors"):
+        header = dict(atoms=512, seed=seed, timestep_fs=1.0, temperature_k=1000.0, model=model)
+        run = dict(platform="X", precision="mixed", steps=steps, drift_kj_per_mol_per_ns=drift,
+                   second_half_drift_kj_per_mol_per_ns=2 * drift)
+        path.write_text(json.dumps(dict(header=header, runs=[run])))
+        return str(path)
+
+    stored = [document(tmp_path / f"ref{seed}.json", seed, drift) for seed, drift in ((1, 0.1), (2, -0.3), (3, 0.2))]
+    runs = [document(tmp_path / f"run{seed}.json", seed, drift) for seed, drift in ((3, -0.4), (1, 0.2), (2, 0.6))]
+    assert nve.main(["--summarize"] + runs + ["--against"] + stored) == 0
+    out = capsys.readouterr().out
+    assert "mean |drift| over 3 starts: 0.4 against 0.2 kJ/mol/ns (2x, 95% interval over the starts 2-2)" in out
+    assert "worse than the stored runs" in out
+    # A run of a seed with no stored run, a stored seed twice, a different length or model: one line each.
+    for arguments, message in (
+            (runs + [document(tmp_path / "run9.json", 9, 0.1)], "no --against run of its seed 9"),
+            (runs[:1], f"a second run of seed 1 (the first: {stored[0]})"),
+            ([document(tmp_path / "short.json", 1, 0.1, steps=1000)], "it ran 200000 steps, "),
+            ([document(tmp_path / "other.json", 1, 0.1, model="other")], "its model is 'examples/models/"),
+    ):
+        against = stored + [stored[0]] if "second run" in message else stored
+        assert nve.main(["--summarize"] + arguments + ["--against"] + against) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err
