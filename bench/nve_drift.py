@@ -536,6 +536,9 @@ def summarize(paths, against=None):
                 pairs.append((path, run, stored))
     if not pairs:
         return [], None
+    # In an order of their own (not the files'), so that the bootstrap's draws, and so its intervals, depend on the
+    # set of starts alone.
+    pairs.sort(key=lambda pair: (pair[2]["drift_kj_per_mol_per_ns"], pair[1]["drift_kj_per_mol_per_ns"]))
     lines, verdict = [], True
     for key, label in (("drift_kj_per_mol_per_ns", "drift"), ("second_half_drift_kj_per_mol_per_ns", "second-half drift")):
         mine = [abs(run[key]) for _, run, _ in pairs]

@@ -250,6 +250,15 @@ def test_summary_against_stored_runs_by_seed(nve, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "mean |drift| over 3 starts: 0.4 against 0.2 kJ/mol/ns (2x, 95% interval over the starts 2-2)" in out
     assert "worse than the stored runs" in out
+    # Starts whose ratios differ: another order of the files gives the same intervals (the draws are of starts,
+    # not of file positions).
+    drifts = np.random.default_rng(3).normal(size=(2, 8))
+    more = [document(tmp_path / f"more_ref{seed}.json", seed, d) for seed, d in enumerate(drifts[0], 10)]
+    more_runs = [document(tmp_path / f"more_run{seed}.json", seed, d) for seed, d in enumerate(drifts[1], 10)]
+    assert nve.main(["--summarize"] + more_runs + ["--against"] + more) == 0
+    first = capsys.readouterr().out
+    assert nve.main(["--summarize"] + more_runs[::-1] + ["--against"] + more[3:] + more[:3]) == 0
+    assert capsys.readouterr().out == first and "95% interval over the starts" in first
     # A run of a seed with no stored run, a stored seed twice, a different length or model: one line each.
     for arguments, message in (
             (runs + [document(tmp_path / "run9.json", 9, 0.1)], "no --against run of its seed 9"),
