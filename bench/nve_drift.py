@@ -205,27 +205,40 @@ COMPARED_KEYS = ("atoms", "seed", "timestep_fs", "temperature_k", "model")
 
 
 def one_run(path, option):
-    """(header, run) of a JSON written by this script that holds one run with a drift; option names the
-    command-line option in the error."""
+    """(header, run) of a JSON written by this script that holds one run with a drift, its step count and its
+    second-half drift; option names the command-line option in the error."""
     try:
         with open(path) as handle:
             document = json.load(handle)
         header, runs = document["header"], [r for r in document["runs"] if "drift_kj_per_mol_per_ns" in r]
+        if not isinstance(header, dict):
+            raise TypeError("its header is not an object")
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise InputError(f"{option} {path}: not a JSON written by this script ({error})") from None
     if len(runs) != 1:
         raise InputError(f"{option} {path}: expected one run with a drift, found {len(runs)}")
+    for key in ("steps", "second_half_drift_kj_per_mol_per_ns"):
+        if key not in runs[0]:
+            raise InputError(f"{option} {path}: its run has no {key} (a run too short for a second half?)")
     return header, runs[0]
 
 
-def check_comparable(option, path, header, steps, mine, my_steps, whose):
+def check_comparable(option, path, header, steps, mine, my_steps, whose, whose_steps):
     """InputError unless the stored run (header, steps) has the settings (COMPARED_KEYS) and step count of mine."""
     for key in COMPARED_KEYS:
         if header.get(key) != mine.get(key):
             raise InputError(f"{option} {path}: its {key} is {header.get(key)!r}, {whose} {mine.get(key)!r}")
     if steps != my_steps:
-        raise InputError(f"{option} {path}: it ran {steps} steps, {whose} {my_steps}: drifts compare only over the "
-                         "same number of steps")
+        raise InputError(f"{option} {path}: it ran {steps} steps, {whose_steps} {my_steps}: drifts compare only over "
+                         "the same number of steps")
+
+
+def seed_of(header, option, path):
+    """The header's seed (an integer), or InputError: runs are paired and told apart by it."""
+    seed = header.get("seed")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise InputError(f"{option} {path}: its header has no seed (it is {seed!r})")
+    return seed
 
 
 def load_comparison(path, args):
@@ -233,31 +246,34 @@ def load_comparison(path, args):
     header, run = one_run(path, "--compare")
     mine = dict(atoms=8 * args.cells ** 3, seed=args.seed, timestep_fs=args.timestep_fs,
                 temperature_k=args.temperature, model=model_label(args))
-    check_comparable("--compare", path, header, run["steps"], mine, args.steps, "this run's")
+    check_comparable("--compare", path, header, run["steps"], mine, args.steps, "this run's", "this run --steps")
     return dict(file=path, header=header, run=run)
 
 
 def pairs_by_seed(paths, against):
     """--summarize RUN.json ... --against STORED.json ...: every run paired with the stored run of its seed (any
     runs, --compare or not: e.g. CUDA runs against the stored Reference runs of the same starts), checked to have
-    the same settings and steps. Returns [(path, run, stored run)]."""
+    the same settings and steps. Returns [(seed, path, run, stored run)]."""
+    if not against:
+        raise InputError("--against: give the stored runs after it (one JSON a start)")
     stored = {}
     for path in against:
         header, run = one_run(path, "--against")
-        if header.get("seed") in stored:
-            raise InputError(f"--against {path}: a second run of seed {header.get('seed')} "
-                             f"(the first: {stored[header.get('seed')][0]})")
-        stored[header.get("seed")] = (path, header, run)
-    pairs = []
+        seed = seed_of(header, "--against", path)
+        if seed in stored:
+            raise InputError(f"--against {path}: a second run of seed {seed} (the first: {stored[seed][0]})")
+        stored[seed] = (path, header, run)
+    entries = []
     for path in paths:
         header, run = one_run(path, "--summarize")
-        if header.get("seed") not in stored:
-            raise InputError(f"--summarize {path}: no --against run of its seed {header.get('seed')}")
-        stored_path, stored_header, stored_run = stored[header.get("seed")]
+        seed = seed_of(header, "--summarize", path)
+        if seed not in stored:
+            raise InputError(f"--summarize {path}: no --against run of its seed {seed}")
+        stored_path, stored_header, stored_run = stored[seed]
         check_comparable("--against", stored_path, stored_header, stored_run["steps"], header, run["steps"],
-                         f"{path}'s")
-        pairs.append((path, run, stored_run))
-    return pairs
+                         f"{path}'s", f"{path}'s")
+        entries.append((seed, path, run, stored_run))
+    return entries
 
 
 NATIVE_FORCES = "native Stillinger-Weber (examples/silicon/sw.py sw_forces)"
@@ -491,25 +507,41 @@ def write_json(path, document):
 BOOTSTRAP_SAMPLES = 10000
 
 
+def ratio(a, b):
+    """a / b in float64: inf for a positive a over 0, nan for 0 / 0 (no warning, no exception)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.float64(a) / np.float64(b))
+
+
 def bootstrap_ratio(mine, theirs, statistic=np.mean, samples=BOOTSTRAP_SAMPLES, seed=0):
-    """The 95% interval (2.5th and 97.5th percentiles) of statistic(mine) / statistic(theirs) when the starts are
-    drawn again with replacement, the same draw for both (a start's run and its stored run stay paired: they share
-    the initial state), or None for fewer than 3 starts. mine, theirs: one value a start, in the same order."""
+    """The 95% interval of statistic(mine) / statistic(theirs) when the starts are drawn again with replacement,
+    the same draw for both (a start's run and its stored run stay paired: they share the initial state), or None
+    for fewer than 3 starts or no draw with a ratio. mine, theirs: one value a start, in the same order. The ends
+    are the 2.5th percentile rounded down and the 97.5th rounded up to a draw's ratio (no interpolation), so a
+    draw whose stored statistic is 0 (ratio inf) makes the upper end inf once it is among the top 2.5%; draws of
+    0 / 0 say nothing and are left out."""
     mine, theirs = np.asarray(mine, dtype=float), np.asarray(theirs, dtype=float)
     if len(mine) < 3 or len(mine) != len(theirs):
         return None
     draws = np.random.default_rng(seed).integers(0, len(mine), size=(samples, len(mine)))
-    ratios = np.array([statistic(mine[d]) / statistic(theirs[d]) for d in draws])
-    ratios = ratios[np.isfinite(ratios)]
-    return float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))
+    ratios = np.array([ratio(statistic(mine[d]), statistic(theirs[d])) for d in draws])
+    ratios = ratios[~np.isnan(ratios)]
+    if len(ratios) == 0:
+        return None
+    return float(np.percentile(ratios, 2.5, method="lower")), float(np.percentile(ratios, 97.5, method="higher"))
+
+
+def format_ratio(value):
+    return "unbounded" if value == math.inf else f"{value:.3g}"
 
 
 def ratio_line(label, mine, theirs, n_starts, unit, statistic=np.mean):
     """'<label> over <n> starts: <mine> against <theirs> <unit> (<ratio>x, 95% interval over the starts a-b)'."""
     a, b = statistic(np.asarray(mine, dtype=float)), statistic(np.asarray(theirs, dtype=float))
     interval = bootstrap_ratio(mine, theirs, statistic)
-    spread = f", 95% interval over the starts {interval[0]:.3g}-{interval[1]:.3g}" if interval else ""
-    return f"{label} over {n_starts} starts: {a:.4g} against {b:.4g} {unit} ({a / b:.3g}x{spread})"
+    spread = (f", 95% interval over the starts {format_ratio(interval[0])}-{format_ratio(interval[1])}"
+              if interval else "")
+    return f"{label} over {n_starts} starts: {a:.4g} against {b:.4g} {unit} ({format_ratio(ratio(a, b))}x{spread})"
 
 
 def root_mean_square(values):
@@ -522,23 +554,29 @@ def summarize(paths, against=None):
     between starts (-0.25, +0.18, -0.10 kJ/mol/ns for seeds 1-3), so a per-start ratio can be large by chance
     when the stored drift is near zero. Returns (lines, verdict) with verdict True, False or None (nothing to
     compare)."""
-    pairs = [] if against is None else pairs_by_seed(paths, against)
+    if not paths:
+        raise InputError("--summarize: give the runs to summarize (JSON files)")
+    entries = [] if against is None else pairs_by_seed(paths, against)
     for path in paths if against is None else ():
         with open(path) as handle:
             document = json.load(handle)
         stored_file = document["header"].get("compared_with")
         if stored_file is None:
             raise InputError(f"--summarize {path}: not a run made with --compare")
-        with open(stored_file) as handle:
-            stored = next(r for r in json.load(handle)["runs"] if "drift_kj_per_mol_per_ns" in r)
-        for run in document["runs"]:
-            if "compared_with" in run:
-                pairs.append((path, run, stored))
+        _, stored = one_run(stored_file, f"--summarize {path}: its --compare run")
+        seed = seed_of(document["header"], "--summarize", path)
+        entries.extend((seed, path, run, stored) for run in document["runs"] if "compared_with" in run)
+    # In the order of their starts (not the files'), so that the bootstrap's draws, and so its intervals, depend
+    # on the set of starts alone; a start given twice would count twice.
+    entries.sort(key=lambda entry: (entry[0], entry[2]["platform"], str(entry[2].get("precision"))))
+    for first, second in zip(entries, entries[1:]):
+        if (first[0], first[2]["platform"], first[2].get("precision")) == \
+                (second[0], second[2]["platform"], second[2].get("precision")):
+            raise InputError(f"--summarize {second[1]}: a second {second[2]['platform']} run of seed {second[0]} "
+                             f"(the first: {first[1]})")
+    pairs = [(path, run, stored) for _, path, run, stored in entries]
     if not pairs:
         return [], None
-    # In an order of their own (not the files'), so that the bootstrap's draws, and so its intervals, depend on the
-    # set of starts alone.
-    pairs.sort(key=lambda pair: (pair[2]["drift_kj_per_mol_per_ns"], pair[1]["drift_kj_per_mol_per_ns"]))
     lines, verdict = [], True
     for key, label in (("drift_kj_per_mol_per_ns", "drift"), ("second_half_drift_kj_per_mol_per_ns", "second-half drift")):
         mine = [abs(run[key]) for _, run, _ in pairs]

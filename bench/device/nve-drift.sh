@@ -34,15 +34,17 @@
 set -uo pipefail
 status=0
 jobs_max=${NVE_JOBS:-1}
+[[ $jobs_max =~ ^[1-9][0-9]*$ ]] || { echo "nve-drift.sh: NVE_JOBS=$jobs_max: give a positive whole number" >&2; exit 2; }
 failures="$OUT/nve-failures.txt"
 : > "$failures"
 # start <log> <command...>: runs the command in the background, its output in <log>, once fewer than NVE_JOBS run;
-# a failure is written to $failures (a background job's status does not reach this shell's otherwise).
+# a failure is written to $failures with the end of its log (a background job's status does not reach this shell's
+# otherwise).
 start() {
     local log=$1
     shift
     while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
-    ( "$@" > "$log" 2>&1 || echo "failed: $*" >> "$failures" ) &
+    ( "$@" > "$log" 2>&1 || { echo "failed: $*"; tail -n 3 "$log"; } >> "$failures" ) &
 }
 finish() {
     wait
@@ -57,12 +59,16 @@ for precision in ${NVE_PRECISION-mixed}; do
         seed=${reference##*_seed}
         seed=${seed%.json}
         [ -n "${NVE_SEEDS:-}" ] && [[ " $NVE_SEEDS " != *" $seed "* ]] && continue
+        stored_seeds="${stored_seeds:-} $seed"
         found=1
         out="$OUT/nve_drift_cuda_${precision}_seed$seed.json"
         start "$out.log" timeout 400 python3 bench/nve_drift.py --platforms CUDA --precision "$precision" --steps 200000 \
-            --report-every 100 --seed "$seed" --compare "$reference" --out "$out" "${rescore[@]}"
+            --report-every 100 --seed "$seed" --compare "$reference" --out "$out" ${rescore[@]+"${rescore[@]}"}
     done
     finish
+    for seed in ${NVE_SEEDS:-}; do
+        [[ " ${stored_seeds:-} " == *" $seed "* ]] || echo "nve-drift.sh: no stored Reference run of seed $seed: not run" >&2
+    done
     [ $found = 1 ] || { echo "nve-drift.sh: no stored Reference run for the seeds (${NVE_SEEDS:-all})" >&2; exit 1; }
     # The verdict: mean |drift| over the starts against the stored runs' (one start alone is noise: Reference's own
     # drift changes sign between starts).

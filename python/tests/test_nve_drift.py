@@ -187,7 +187,7 @@ def test_summary_pools_the_wander(nve, tmp_path, capsys):
                    second_half_drift_kj_per_mol_per_ns=0.2, wander_rms_kj_per_mol=wander)
         if compared_with:
             run["compared_with"] = dict(file=str(compared_with))
-        header = dict(compared_with=str(compared_with)) if compared_with else {}
+        header = dict(compared_with=str(compared_with), seed=int(path.stem[1:])) if compared_with else {}
         path.write_text(json.dumps(dict(header=header, runs=[run])))
         return path
 
@@ -214,9 +214,16 @@ def test_bootstrap_ratio(nve):
     assert 1.0 < low < 1.5 < high < 2.5
     low5, high5 = nve.bootstrap_ratio(mine[:5], base[:5])
     assert high5 - low5 > high - low
-    root_mean_square = nve.root_mean_square
-    low, high = nve.bootstrap_ratio(3.0 * theirs, theirs, statistic=root_mean_square)
-    assert low == pytest.approx(3.0) and high == pytest.approx(3.0)
+    # The statistic is the one given: in every draw the RMS of the stored values is at least their mean, so the
+    # ratio of RMS values is at most the ratio of means (equal only for a draw of one value).
+    flat, spread = np.full(6, 2.0), np.array([1.0, 1.0, 1.0, 4.0, 4.0, 4.0])
+    by_mean, by_rms = nve.bootstrap_ratio(flat, spread), nve.bootstrap_ratio(flat, spread, nve.root_mean_square)
+    assert by_rms[0] <= by_mean[0] and by_rms[1] < by_mean[1]
+    # A stored value of 0: a draw of only that start has the ratio inf, and 1 draw in 27 is one (3 starts), more
+    # than the 2.5% above the upper end, so the interval has no upper bound. 0 / 0 says nothing.
+    assert nve.bootstrap_ratio([0.3, 0.1, 0.2], [0.0, 0.1, 0.2])[1] == math.inf
+    assert nve.bootstrap_ratio([0.3, 0.1, 0.2], [0.0, 0.0, 0.0]) == (math.inf, math.inf)
+    assert nve.bootstrap_ratio([0.0, 0.0, 0.0], [0.0, 0.0, 0.0]) is None
 
 
 def test_window_drifts(nve):
@@ -259,14 +266,25 @@ def test_summary_against_stored_runs_by_seed(nve, tmp_path, capsys):
     first = capsys.readouterr().out
     assert nve.main(["--summarize"] + more_runs[::-1] + ["--against"] + more[3:] + more[:3]) == 0
     assert capsys.readouterr().out == first and "95% interval over the starts" in first
-    # A run of a seed with no stored run, a stored seed twice, a different length or model: one line each.
-    for arguments, message in (
-            (runs + [document(tmp_path / "run9.json", 9, 0.1)], "no --against run of its seed 9"),
-            (runs[:1], f"a second run of seed 1 (the first: {stored[0]})"),
-            ([document(tmp_path / "short.json", 1, 0.1, steps=1000)], "it ran 200000 steps, "),
-            ([document(tmp_path / "other.json", 1, 0.1, model="other")], "its model is 'examples/models/"),
+    # Stored drifts of 0: the ratio and the interval's upper end are unbounded, not an exception.
+    zeros = [document(tmp_path / f"zero{seed}.json", seed, 0.0) for seed in (1, 2, 3)]
+    assert nve.main(["--summarize"] + runs + ["--against"] + zeros) == 0
+    assert "(unboundedx, 95% interval over the starts unbounded-unbounded)" in capsys.readouterr().out
+    # A run of a seed with no stored run, a stored seed twice, a run's seed twice, no seed, a different length or
+    # model, nothing after --against or no runs before it: one line each.
+    no_seed = tmp_path / "noseed.json"
+    no_seed.write_text(json.dumps(dict(header=dict(atoms=512), runs=[dict(
+        platform="X", steps=200000, drift_kj_per_mol_per_ns=0.1, second_half_drift_kj_per_mol_per_ns=0.1)])))
+    for arguments, against, message in (
+            (runs + [document(tmp_path / "run9.json", 9, 0.1)], stored, "no --against run of its seed 9"),
+            (runs[:1], stored + [stored[0]], f"a second run of seed 1 (the first: {stored[0]})"),
+            (runs + runs[:1], stored, "a second X run of seed 3"),
+            ([str(no_seed)], stored, "its header has no seed (it is None)"),
+            ([document(tmp_path / "short.json", 1, 0.1, steps=1000)], stored, "it ran 200000 steps, "),
+            ([document(tmp_path / "other.json", 1, 0.1, model="other")], stored, "its model is 'examples/models/"),
+            (runs, [], "--against: give the stored runs after it"),
+            ([], stored, "--summarize: give the runs to summarize"),
     ):
-        against = stored + [stored[0]] if "second run" in message else stored
         assert nve.main(["--summarize"] + arguments + ["--against"] + against) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
