@@ -550,9 +550,11 @@ def root_mean_square(values):
 
 def summarize(paths, against=None):
     """The verdict over several starts: the mean |drift| (whole run and second half) of the compared runs against
-    the mean of their stored runs (the --compare run of each, or with against, the run of its seed there). One start says little: Reference's own drift over 200,000 steps changes sign
-    between starts (-0.25, +0.18, -0.10 kJ/mol/ns for seeds 1-3), so a per-start ratio can be large by chance
-    when the stored drift is near zero. Returns (lines, verdict) with verdict True, False or None (nothing to
+    the mean of their stored runs (the --compare run of each, or with against, the run of its seed there). One
+    start says little: Reference's own drift over 200,000 steps changes sign between starts (-0.25, +0.18, -0.10
+    kJ/mol/ns for seeds 1-3), so a per-start ratio can be large by chance when the stored drift is near zero.
+    Every ratio but the rescored ones comes with its bootstrap interval over the starts (bootstrap_ratio); the
+    verdict stays on the point estimates. Returns (lines, verdict) with verdict True, False or None (nothing to
     compare)."""
     if not paths:
         raise InputError("--summarize: give the runs to summarize (JSON files)")
