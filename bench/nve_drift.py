@@ -570,10 +570,12 @@ def summarize(paths, against=None):
         entries.extend((seed, path, run, stored) for run in document["runs"] if "compared_with" in run)
     # In the order of their starts (not the files'), so that the bootstrap's draws, and so its intervals, depend
     # on the set of starts alone; a start given twice would count twice.
-    entries.sort(key=lambda entry: (entry[0], entry[2]["platform"], str(entry[2].get("precision"))))
+    def start(entry):  # (seed, platform, precision): one run a start
+        return entry[0], entry[2]["platform"], str(entry[2].get("precision"))
+
+    entries.sort(key=start)
     for first, second in zip(entries, entries[1:]):
-        if (first[0], first[2]["platform"], first[2].get("precision")) == \
-                (second[0], second[2]["platform"], second[2].get("precision")):
+        if start(first) == start(second):
             raise InputError(f"--summarize {second[1]}: a second {second[2]['platform']} run of seed {second[0]} "
                              f"(the first: {first[1]})")
     pairs = [(path, run, stored) for _, path, run, stored in entries]
@@ -608,7 +610,7 @@ def summarize(paths, against=None):
             mine = float(np.mean([abs(run[key]) for run in rescored]))
             theirs = float(np.mean([abs(stored[stored_key]) for _, _, stored in pairs]))
             lines.append(f"rescored in {rescored[0]['rescore_precision']}: mean |{label}| {mine:.4g} against "
-                         f"{theirs:.4g} kJ/mol/ns ({mine / theirs:.3g}x)")
+                         f"{theirs:.4g} kJ/mol/ns ({format_ratio(ratio(mine, theirs))}x)")
         lines.append("readout (own - rescored potential): rms "
                      + ", ".join(f"{run['readout_rms_kj_per_mol']:.3g}" for run in rescored) + " kJ/mol; drift "
                      + ", ".join(f"{run['readout_drift_kj_per_mol_per_ns']:+.3g}" for run in rescored) + " kJ/mol/ns")

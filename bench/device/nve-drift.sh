@@ -77,21 +77,21 @@ for precision in ${NVE_PRECISION-mixed}; do
         | tee "$OUT/nve_drift_summary_$precision.txt" || status=1
 done
 # The control: every double run first (both forces, NVE_JOBS at once), then the mixed runs compared with them.
+# control_run <forces> <seed> <precision> [more nve_drift.py arguments]: one run of the control, in the pool.
+control_run() {
+    local out="$OUT/nve_control_$1_$3_seed$2.json"
+    start "$out.log" timeout 400 python3 bench/nve_drift.py --platforms CUDA --steps 200000 --report-every 100 \
+        --seed "$2" --forces "$1" --precision "$3" --out "$out" "${@:4}"
+}
 control_forces=${NVE_CONTROL_SEEDS:+${NVE_CONTROL_FORCES:-native graph}}
 for forces in $control_forces; do
-    for seed in $NVE_CONTROL_SEEDS; do
-        double="$OUT/nve_control_${forces}_double_seed$seed.json"
-        start "$double.log" timeout 400 python3 bench/nve_drift.py --platforms CUDA --steps 200000 --report-every 100 \
-            --seed "$seed" --forces "$forces" --precision double --out "$double"
-    done
+    for seed in $NVE_CONTROL_SEEDS; do control_run "$forces" "$seed" double; done
 done
 finish
 for forces in $control_forces; do
     for seed in $NVE_CONTROL_SEEDS; do
         double="$OUT/nve_control_${forces}_double_seed$seed.json"
-        mixed="$OUT/nve_control_${forces}_mixed_seed$seed.json"
-        [ -e "$double" ] && start "$mixed.log" timeout 400 python3 bench/nve_drift.py --platforms CUDA --steps 200000 \
-            --report-every 100 --seed "$seed" --forces "$forces" --precision mixed --compare "$double" --out "$mixed"
+        [ -e "$double" ] && control_run "$forces" "$seed" mixed --compare "$double"
     done
 done
 finish
