@@ -373,6 +373,29 @@ __global__ void invariantsKernel(GraphModelParams<real> model, const real* __res
 }
 
 /**
+ * The first pass of the invariants' backward for entry out = [i][lm][k]: with X = A (`same`), dA's entry (the earlier sum
+ * where `accumulate`, + gx) goes to partial[lm][k] (shared memory, [H][M_axis]) for k < M_axis, where the second pass adds
+ * ga, and to gradA otherwise (+ ga, which is 0 there, as invariantGradient adds it); with X != A, gx goes to gradX and
+ * dA's k >= M_axis entries get their ga of 0.
+ */
+template <typename real>
+__device__ inline void storeGradientX(real gx, size_t out, int lm, int k, int Maxis, bool same, int accumulate, real* partial,
+                                      real* __restrict__ gradX, real* __restrict__ gradA) {
+    if (same) {
+        const real sum = (accumulate ? gradA[out] : real(0)) + gx;
+        if (k < Maxis)
+            partial[lm * Maxis + k] = sum;
+        else
+            gradA[out] = sum + real(0);
+    }
+    else {
+        gradX[out] = (accumulate ? gradX[out] : real(0)) + gx;
+        if (k >= Maxis)
+            gradA[out] = (accumulate ? gradA[out] : real(0)) + real(0);
+    }
+}
+
+/**
  * The invariants' backward, one block per row like the forward.  X_i and A_i are staged in shared memory with rows
  * M + 1 apart, and, with StageG, the row's descriptor gradient too, with its [l][k] rows of M_axis entries an odd number
  * of reals apart (invariantsBackwardShared); without StageG (a gradient row beyond the shared memory the launch allows)
@@ -410,19 +433,7 @@ __global__ void invariantsBackwardKernel(GraphModelParams<real> model, const rea
         int lm = threadIdx.x / M, k = threadIdx.x % M;
         for (int x = threadIdx.x; x < H * M; x += blockDim.x) {
             const real gx = invariantGradientXSum(g + degreeOf(lm) * gDegree + k * gld, As + lm * ld, Maxis);
-            const size_t out = (size_t) i * H * M + x;
-            if (same) {
-                const real sum = (accumulate ? gradA[out] : real(0)) + gx;
-                if (k < Maxis)
-                    partial[lm * Maxis + k] = sum;
-                else
-                    gradA[out] = sum + real(0); // + ga, which is 0 here
-            }
-            else {
-                gradX[out] = (accumulate ? gradX[out] : real(0)) + gx;
-                if (k >= Maxis)
-                    gradA[out] = (accumulate ? gradA[out] : real(0)) + real(0);
-            }
+            storeGradientX(gx, (size_t) i * H * M + x, lm, k, Maxis, same, accumulate, partial, gradX, gradA);
             k += stepK;
             lm += stepLm;
             if (k >= M) {
@@ -513,19 +524,7 @@ __global__ void invariantsBackwardAxisKernel(GraphModelParams<real> model, const
 #pragma unroll
                 for (int kp = 0; kp < AX; kp++)
                     gx += g[kp] * a[kp];
-                const size_t out = (size_t) i * H * M + lm * M + k;
-                if (same) {
-                    const real sum = (accumulate ? gradA[out] : real(0)) + gx;
-                    if (k < AX)
-                        partial[lm * AX + k] = sum;
-                    else
-                        gradA[out] = sum + real(0); // + ga, which is 0 here
-                }
-                else {
-                    gradX[out] = (accumulate ? gradX[out] : real(0)) + gx;
-                    if (k >= AX)
-                        gradA[out] = (accumulate ? gradA[out] : real(0)) + real(0);
-                }
+                storeGradientX(gx, (size_t) i * H * M + lm * M + k, lm, k, AX, same, accumulate, partial, gradX, gradA);
             }
         }
         __syncthreads();
