@@ -703,15 +703,17 @@ TEST(CudaGraphForce, MomentsScanAutoFollowsTheModelShapeAndSize) {
 
 /**
  * The per-layer path's invariant kernels (EdgeScanKernels.cu) across shapes, against the Reference platform, and
- * bitwise against the fused kernel where the network can be fused.  The backward takes invariantsBackwardAxisKernel for
- * M a multiple of 4 and M_axis 4, 8 or 16 within 48 KB of shared memory (64 x 8, 16 x 8, 32 x 8 l-summed, 128 x 16 with
- * the interaction block in single and mixed precision) and invariantsBackwardKernel otherwise: moments staged by
- * 16-byte vectors and one by one (M a multiple of 4 or not), the descriptor gradient staged by vectors or one by one
- * (M_axis a multiple of 4 or not) with rows an odd number of reals apart (M_axis even: padded; odd: as is), or read
- * from global memory where a block would need more than 48 KB of shared memory (M 128, M_axis 40, l_max 2 per degree;
- * the large grade's M_axis 16 too in double precision), M_axis = M, per degree and l-summed, l_max 0 to 2, and the
- * interaction block (X != A, sums added to earlier ones).  16 x 8 per degree is the padded gradient compared bitwise in
- * double precision too, where the fused kernel refuses the medium-shaped model.
+ * bitwise against the fused kernel where the network can be fused.  The backward takes invariantsBackwardAxisKernel
+ * for M a multiple of 4 and M_axis 4, 8 or 16 within 48 KB of shared memory (64 x 8, 16 x 8, 32 x 8 l-summed, 8 x 4
+ * with l_max 0, 128 x 16 with the interaction block in single and mixed precision; the trajectory tests' default
+ * model, 8 x 4 l-summed with l_max 2, bitwise against the fused kernel in
+ * FusedNetworkGivesBitwiseIdenticalTrajectories) and invariantsBackwardKernel otherwise: moments staged by 16-byte
+ * vectors and one by one (M a multiple of 4 or not), the descriptor gradient staged by vectors or one by one (M_axis a
+ * multiple of 4 or not) with rows an odd number of reals apart (M_axis even: padded; odd: as is), or read from global
+ * memory where a block would need more than 48 KB of shared memory (M 128, M_axis 40, l_max 2 per degree; the large
+ * grade's M_axis 16 too in double precision), M_axis = M, per degree and l-summed, l_max 0 to 2, and the interaction
+ * block (X != A, sums added to earlier ones).  16 x 8 per degree is the padded gradient compared bitwise in double
+ * precision too, where the fused kernel refuses the medium-shaped model.
  */
 TEST(CudaGraphForce, InvariantShapesMatchReference) {
     struct Shape {
@@ -719,8 +721,9 @@ TEST(CudaGraphForce, InvariantShapesMatchReference) {
         bool lSum;
         int interactions;
     };
-    const std::vector<Shape> shapes = {{64, 8, 2, false, 0}, {16, 8, 2, false, 0}, {45, 7, 2, false, 0},   {12, 12, 0, true, 0},
-                                       {32, 8, 1, true, 0},  {20, 6, 1, false, 1}, {128, 16, 2, false, 1}, {128, 40, 2, false, 1}};
+    const std::vector<Shape> shapes = {{64, 8, 2, false, 0},   {16, 8, 2, false, 0},   {45, 7, 2, false, 0},
+                                       {12, 12, 0, true, 0},   {32, 8, 1, true, 0},    {20, 6, 1, false, 1},
+                                       {128, 16, 2, false, 1}, {128, 40, 2, false, 1}, {8, 4, 0, false, 0}};
     for (size_t s = 0; s < shapes.size(); s++) {
         const Shape& shape = shapes[s];
         GraphTest::ModelOptions options;
