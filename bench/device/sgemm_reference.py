@@ -6,9 +6,9 @@ types.  Plain products without the plugin's epilogues (bias, activation, act'(z)
 what a general GEMM reaches on this device for these shapes, beside the plugin's kernels in the same call.
 
 Each product in float32 (SGEMM: the fp32 SIMT units) and in float64 (DGEMM: on Hopper the FP64 tensor cores, 67 TFLOP/s
-on an H100 SXM or H200, the same peak as fp32 SIMT), with the float64 product's relative error against the float32
-one's (both rounded to float32, measured against a float64 product of the same float32 inputs), to say whether
-fp64 tensor-core products would be a faster and no less accurate way to form fp32 layers.
+on an H100 SXM or H200, the same peak as fp32 SIMT), each with its relative error, rounded to float32, against a
+float64 product of the same float32 inputs (for DGEMM that error is the rounding alone): to say whether fp64
+tensor-core products would be a faster and no less accurate way to form fp32 layers (bench/NOTES.md v50: slower).
 Prints ms and TFLOP/s per product (median of 20 after 5 warm-ups, CUDA events).
 """
 
