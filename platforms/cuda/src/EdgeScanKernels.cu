@@ -461,7 +461,7 @@ __global__ void invariantsBackwardKernel(GraphModelParams<real> model, const rea
  * the stride 16-byte aligned), and with it every entry [lm][k] of that l (invariantsBackwardKernel: one entry a thread,
  * the row read from shared memory for each); it also stores the row transposed, [l][k'][k] with rows ld apart, so that
  * the second pass reads both factors of its sums over k by vectors.  Shared memory: invariantsBackwardAxisShared.
- * bench/NOTES.md v50: medium 100,800 483 -> 463 us an evaluation, large 10,296 767 -> 563 us (H100).
+ * bench/NOTES.md v50: medium 100,800 483 -> 463 us an evaluation, large 10,296 768 -> 563 us (H100).
  */
 template <typename real, int LMAX, int AX>
 __global__ void invariantsBackwardAxisKernel(GraphModelParams<real> model, const real* __restrict__ X, const real* __restrict__ A,
