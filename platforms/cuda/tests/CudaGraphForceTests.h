@@ -760,6 +760,35 @@ TEST(CudaGraphForce, InvariantShapesMatchReference) {
     }
 }
 
+/**
+ * The one-block-per-row kernels (the invariants and their backward) launch at most 65,535 blocks and take the rows
+ * beyond in a loop (rowBlocks, EdgeScanKernels.cu); no other test has that many rows.  70,000 particles in one chunk
+ * (CudaChunkRows "auto") give 4,465 blocks a second row: bitwise the results of chunks of 4,096 rows, where every block
+ * has one.  Shapes: 16 x 8 per degree with l_max 2 (invariantsBackwardAxisKernel) and 12 x 6 with the interaction block
+ * (invariantsBackwardKernel, X != A and sums added to earlier ones); a cut-off of 0.3 nm (about 11 neighbours a row)
+ * keeps the systems quick.
+ */
+TEST(CudaGraphForce, RowLoopsBeyondTheGridGiveBitwiseIdenticalResults) {
+    struct Shape {
+        int channels, axis, lMax, interactions;
+    };
+    for (const Shape& shape : {Shape{16, 8, 2, 0}, Shape{12, 6, 1, 1}}) {
+        GraphTest::ModelOptions options;
+        options.numChannels = shape.channels;
+        options.numAxis = shape.axis;
+        options.lMax = shape.lMax;
+        options.lSum = false;
+        options.numInteractions = shape.interactions;
+        options.cutoff = 0.3;
+        options.intervals = 40;
+        SCOPED_TRACE("M " + std::to_string(shape.channels) + ", M_axis " + std::to_string(shape.axis) +
+                     (shape.interactions ? ", interaction block" : ""));
+        const Configuration config = makeConfiguration(Geometry::Cubic, 70000, 2, 90);
+        expectSameTrajectories(propertyResults(options, config, {{"CudaChunkRows", "4096"}}, 2),
+                               propertyResults(options, config, {{"CudaChunkRows", "auto"}}, 2));
+    }
+}
+
 /** CudaFusedNetwork "true" where the network cannot be fused is an error that says why; "auto" falls back. */
 /**
  * A Context of `options`' model (220 particles) with CudaFusedNetwork "true", `properties` and `strict` = "true" is refused
