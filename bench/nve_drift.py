@@ -558,16 +558,19 @@ def summarize(paths, against=None):
     compare)."""
     if not paths:
         raise InputError("--summarize: give the runs to summarize (JSON files)")
-    entries = [] if against is None else pairs_by_seed(paths, against)
-    for path in paths if against is None else ():
-        with open(path) as handle:
-            document = json.load(handle)
-        stored_file = document["header"].get("compared_with")
-        if stored_file is None:
-            raise InputError(f"--summarize {path}: not a run made with --compare")
-        _, stored = one_run(stored_file, f"--summarize {path}: its --compare run")
-        seed = seed_of(document["header"], "--summarize", path)
-        entries.extend((seed, path, run, stored) for run in document["runs"] if "compared_with" in run)
+    if against is not None:
+        entries = pairs_by_seed(paths, against)
+    else:  # each run against its own --compare run
+        entries = []
+        for path in paths:
+            with open(path) as handle:
+                document = json.load(handle)
+            stored_file = document["header"].get("compared_with")
+            if stored_file is None:
+                raise InputError(f"--summarize {path}: not a run made with --compare")
+            _, stored = one_run(stored_file, f"--summarize {path}: its --compare run")
+            seed = seed_of(document["header"], "--summarize", path)
+            entries.extend((seed, path, run, stored) for run in document["runs"] if "compared_with" in run)
     # In the order of their starts (not the files'), so that the bootstrap's draws, and so its intervals, depend
     # on the set of starts alone; a start given twice would count twice.
     def start(entry):  # (seed, platform, precision): one run a start
@@ -627,7 +630,7 @@ def main(argv=None):
             runs, against = runs[:runs.index("--against")], runs[runs.index("--against") + 1:]
         try:
             lines, verdict = summarize(runs, against)
-        except (InputError, OSError, ValueError, KeyError, StopIteration) as error:
+        except (InputError, OSError, ValueError, KeyError) as error:
             print(f"nve_drift: {error}", file=sys.stderr)
             return 2
         print("\n".join(lines) if lines else "nothing compared")

@@ -732,13 +732,18 @@ void launchInvariants(const GraphModelParams<real>& model, const real* X, const 
         });
 }
 
+/** The degrees the descriptor has a block of invariants for: l_max + 1, or 1 when they are summed over l. */
+template <typename real> int descriptorDegrees(const GraphModelParams<real>& model) {
+    return model.descriptorLSum ? 1 : model.lMax + 1;
+}
+
 /**
  * Shared memory of the invariants' backward: X_i and A_i ([H][M + 1] each), with `stageGradient` also the descriptor
  * gradient ((L + 1 or 1) M rows of M_axis | 1 reals).
  */
 template <typename real> size_t invariantsBackwardShared(const GraphModelParams<real>& model, bool stageGradient) {
     const int H = (model.lMax + 1) * (model.lMax + 1), M = model.numChannels;
-    const int gradientRows = (model.descriptorLSum ? 1 : model.lMax + 1) * M;
+    const int gradientRows = descriptorDegrees(model) * M;
     return sizeof(real) * (2 * H * (M + 1) + (stageGradient ? gradientRows * (model.numAxis | 1) : 0));
 }
 
@@ -747,8 +752,8 @@ template <typename real> size_t invariantsBackwardShared(const GraphModelParams<
  * ((L + 1 or 1) M_axis rows of M + VV reals), VV = 16 / sizeof(real).
  */
 template <typename real> size_t invariantsBackwardAxisShared(const GraphModelParams<real>& model) {
-    const int H = (model.lMax + 1) * (model.lMax + 1), degrees = model.descriptorLSum ? 1 : model.lMax + 1;
-    return sizeof(real) * (2 * H + degrees * model.numAxis) * (model.numChannels + 16 / sizeof(real));
+    const int H = (model.lMax + 1) * (model.lMax + 1);
+    return sizeof(real) * (2 * H + descriptorDegrees(model) * model.numAxis) * (model.numChannels + 16 / sizeof(real));
 }
 
 /** The gradient is staged where the block still fits in the shared memory every launch has without opting in (48 KB). */
@@ -764,7 +769,7 @@ void launchInvariantsBackward(const GraphModelParams<real>& model, const real* X
     const size_t axisShared = invariantsBackwardAxisShared(model);
     if (M % 4 == 0 && (Maxis == 4 || Maxis == 8 || Maxis == 16) && axisShared <= InvariantsBackwardSharedLimit) {
         // Enough threads for the larger pass: a gradient row each in the first, an entry [lm][k' < M_axis] in the second.
-        const int tasks = std::max((model.descriptorLSum ? 1 : model.lMax + 1) * M, H * Maxis);
+        const int tasks = std::max(descriptorDegrees(model) * M, H * Maxis);
         const int threads = std::min(256, std::max(64, (tasks + 31) / 32 * 32));
         const bool gradVectors = reinterpret_cast<uintptr_t>(gradIn + gradOffset) % 16 == 0 && gradStride * sizeof(real) % 16 == 0;
         dispatchLMax(model.lMax, [&](auto l) {
