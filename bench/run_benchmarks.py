@@ -17,6 +17,11 @@ For each grade (openmmgraph.grades.make_model(grade, seed=0)) and each size
   eager and under torch.compile, forces by autograd, without and with
   building the neighbour pairs inside the timed region (``+pairs``), and
   openm-torch's TorchForce when openmmtorch can be imported;
+- with --peer-chunks K (one or more counts), the same torch peers evaluated in
+  K ranges of particles, each range's energy and its gradient on their own
+  (``PEER/K``), for systems whose one evaluation does not fit the device's
+  memory (medium 100,800 on an 80 GB card); calibrate them against the whole
+  peer where both fit, in the same run;
 - with --largest, the largest system on which the GraphForce runs.
 
 Results: a JSON file (header with the device and versions, one record per
@@ -427,6 +432,48 @@ def count_edges(positions, box, cutoff_nm: float, torch=None, device=None) -> in
         if reference != edges:
             raise RuntimeError(f"cell list found {edges} pairs, neighbor_pairs {reference}")
     return edges
+
+
+def torch_peer_evaluation(torch, model, x, t, b, compiled: bool, with_pairs: bool, chunks: int = 1):
+    """(evaluate, fixed pairs) of a torch peer: evaluate() -> (energy kJ/mol, forces [n, 3] kJ/mol/nm) of the
+    GraphModelTorch `model` at positions x [n, 3] nm (types t, box b, on the model's device) by autograd, under
+    torch.compile if `compiled`, the pairs built in it if `with_pairs` (else once, here: the fixed pairs). With
+    chunks > 1 the particles are cut into that many ranges of (nearly) equal size, and each range's energy and its
+    gradient are formed on their own (the range's saved tensors freed before the next), forces summed over them."""
+    from openmmgraph.grades import DEFAULT_CUTOFF_NM
+    from openmmgraph.torch_model import pairs_of_centers
+
+    n = x.shape[0]
+    length_scale, energy_scale = model.length_scale_nm, model.energy_scale_kj_per_mol
+
+    def total_energy(positions_nm, types_, box_nm, i, j, shifts, centers=None):
+        energies = model.particle_energies_model_units(positions_nm / length_scale, types_,
+                                                       box_nm / length_scale, (i, j, shifts), centers=centers)
+        return energies.sum() * energy_scale
+
+    energy_fn = torch.compile(total_energy, dynamic=False) if compiled else total_energy
+    ranges = [(n * c // chunks, n * (c + 1) // chunks) for c in range(chunks)]
+
+    def split(pairs):
+        return [pairs_of_centers(pairs, start, stop) for start, stop in ranges] if chunks > 1 else [pairs]
+
+    fixed_pairs = None if with_pairs else split(cell_list_pairs(x, b, DEFAULT_CUTOFF_NM))
+
+    def evaluate():
+        pieces = split(cell_list_pairs(x, b, DEFAULT_CUTOFF_NM)) if with_pairs else fixed_pairs
+        xg = x.detach().requires_grad_(True)
+        if chunks == 1:
+            energy = energy_fn(xg, t, b, *pieces[0])
+            (gradient,) = torch.autograd.grad(energy, xg)
+            return energy.detach(), -gradient
+        energy, gradient = 0.0, torch.zeros_like(x)
+        for (start, stop), pairs in zip(ranges, pieces):
+            part = energy_fn(xg, t, b, *pairs, centers=(start, stop))
+            gradient += torch.autograd.grad(part, xg)[0]
+            energy = energy + part.detach()
+        return energy, -gradient
+
+    return evaluate, fixed_pairs
 
 
 def make_openmm_system(n: int, box, trivial_force: bool, model_path: str | None = None, types=None, force_properties=None):
@@ -893,8 +940,11 @@ class Run:
             return None
 
     # -- PyTorch peers ---------------------------------------------------------------------
-    def measure_torch(self, grade, n, positions, types, box, compiled: bool, with_pairs: bool):
-        implementation = ("torch-compile" if compiled else "torch-eager") + ("+pairs" if with_pairs else "")
+    def measure_torch(self, grade, n, positions, types, box, compiled: bool, with_pairs: bool, chunks: int = 1):
+        """One torch peer: the whole system at once (chunks 1), or the energy and its gradient of each of `chunks`
+        ranges of particles on its own (``PEER/chunks``; models without an interaction block), forces summed."""
+        implementation = (("torch-compile" if compiled else "torch-eager") + ("+pairs" if with_pairs else "")
+                          + (f"/{chunks}" if chunks > 1 else ""))
         if self.budget.exhausted():
             return self.skipped(grade, n, implementation, "time budget exhausted")
         torch = self.torch
@@ -905,7 +955,6 @@ class Run:
         state = {}
         self.free_torch_memory()
         try:
-            from openmmgraph.grades import DEFAULT_CUTOFF_NM
             from openmmgraph.torch_model import GraphModelTorch
 
             model_file, _ = self.model(grade)
@@ -913,28 +962,18 @@ class Run:
                 torch._dynamo.reset()
             model = GraphModelTorch(model_file, dtype=torch.float32, device=device)
             state["model"] = model
-            length_scale = model.length_scale_nm
-            energy_scale = model.energy_scale_kj_per_mol
             x = torch.as_tensor(positions, dtype=torch.float32, device=device)
             t = torch.as_tensor(types, dtype=torch.long, device=device)
             b = torch.as_tensor(box, dtype=torch.float32, device=device)
             state.update(x=x, t=t, b=b)
 
-            def total_energy(positions_nm, types_, box_nm, i, j, shifts):
-                energies = model.particle_energies_model_units(positions_nm / length_scale, types_,
-                                                               box_nm / length_scale, (i, j, shifts))
-                return energies.sum() * energy_scale
-
-            energy_fn = torch.compile(total_energy, dynamic=False) if compiled else total_energy
-            fixed_pairs = None if with_pairs else cell_list_pairs(x, b, DEFAULT_CUTOFF_NM)
+            if chunks > 1 and model.n_interactions:
+                raise ValueError(f"--peer-chunks {chunks}: the {grade} grade has an interaction block, whose "
+                                 "energies of a range of particles need their neighbours' node features")
+            if chunks > 1 and compiled:  # torch.compile compiles each range's shapes once
+                torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 2 * chunks)
+            evaluate, fixed_pairs = torch_peer_evaluation(torch, model, x, t, b, compiled, with_pairs, chunks)
             state["pairs"] = fixed_pairs
-
-            def evaluate():
-                pairs = cell_list_pairs(x, b, DEFAULT_CUTOFF_NM) if with_pairs else fixed_pairs
-                xg = x.detach().requires_grad_(True)
-                energy = energy_fn(xg, t, b, *pairs)
-                (gradient,) = torch.autograd.grad(energy, xg)
-                return energy.detach(), -gradient
 
             if on_cuda:
                 torch.cuda.reset_peak_memory_stats(device)
@@ -961,6 +1000,9 @@ class Run:
             fields["force_time_s"] = (time.perf_counter() - start) / reps
             fields["reps"] = {"evaluations": reps}
             fields["pair_builder"] = "bench cell list (neighbor_pairs below 3 cells per side)"
+            if chunks > 1:
+                fields["chunks"] = chunks
+                notes.append(f"evaluated in {chunks} ranges of particles, each range's energy and gradient on its own")
             if on_cuda:
                 fields["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated(device))
                 fields["memory_basis"] = "torch.cuda.max_memory_allocated (the torch allocator's peak)"
@@ -1288,8 +1330,10 @@ class Run:
                     self.measure_openmm(grade, n, positions, types, box, trivial=False, torch_model=kind)
                 for peer in self.peers:
                     if peer in ("torch-eager", "torch-compile") and self.torch is not None:
-                        for with_pairs in (False, True):
-                            self.measure_torch(grade, n, positions, types, box, peer == "torch-compile", with_pairs)
+                        for chunks in args.peer_chunks:
+                            for with_pairs in (False, True):
+                                self.measure_torch(grade, n, positions, types, box, peer == "torch-compile", with_pairs,
+                                                   chunks)
                     elif peer == "openmm-torch" and self.torch is not None:
                         self.measure_openmm_torch(grade, n, positions, types, box)
             self.systems.pop(n, None)  # free host memory of this size
@@ -1331,6 +1375,10 @@ def main(argv=None) -> int:
     parser.add_argument("--peers", default=None,
                         help="comma-separated of torch-eager,torch-compile,openmm-torch (default: all three, "
                              "openmm-torch only when importable); 'none' for no peers")
+    parser.add_argument("--peer-chunks", default="1",
+                        help="comma-separated counts K: the torch peers also evaluated in K ranges of particles, each "
+                             "range's energy and gradient on its own, recorded as PEER/K (default 1: whole; e.g. 1,4; "
+                             "K at most 16; grades without an interaction block)")
     parser.add_argument("--torch-device", default=None, choices=("cpu", "cuda"),
                         help="device of the PyTorch peers (default: cuda with the CUDA platform, else cpu)")
     parser.add_argument("--largest", action="store_true", help="also find the largest system that runs")
@@ -1374,6 +1422,12 @@ def main(argv=None) -> int:
         unknown = [p for p in args.peers if p not in PEER_CHOICES]
         if unknown:
             parser.error(f"--peers: unknown {unknown}; expected some of {list(PEER_CHOICES)}")
+    try:
+        args.peer_chunks = parse_list(args.peer_chunks, int)
+    except ValueError:
+        parser.error(f"--peer-chunks: expected comma-separated integers, found {args.peer_chunks!r}")
+    if not args.peer_chunks or any(not 1 <= k <= 16 for k in args.peer_chunks) or len(set(args.peer_chunks)) != len(args.peer_chunks):
+        parser.error(f"--peer-chunks: expected distinct counts from 1 to 16, found {args.peer_chunks}")
     args.torch_models = parse_list(args.torch_models) if args.torch_models else []
     unknown = [k for k in args.torch_models if k not in ("torchscript", "aoti", "aoti-primary")]
     if unknown:

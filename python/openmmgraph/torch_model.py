@@ -16,6 +16,7 @@ not finite differences.
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 import torch
@@ -163,6 +164,14 @@ def neighbor_pairs(positions, box, cutoff: float):
         empty = torch.zeros(0, dtype=torch.long, device=device)
         return empty, empty.clone(), torch.zeros((0, 3), dtype=dtype, device=device)
     return torch.cat(i_chunks), torch.cat(j_chunks), torch.cat(shift_chunks)
+
+
+def pairs_of_centers(pairs, start: int, stop: int):
+    """The pairs (i, j, image counts) whose centre i lies in [start, stop): the pairs of one range
+    of ``GraphModelTorch.particle_energies_model_units(..., centers=(start, stop))``."""
+    center, neighbor, shifts = pairs
+    keep = (center >= start) & (center < stop)
+    return center[keep], neighbor[keep], shifts[keep]
 
 
 class _Network(torch.nn.Module):
@@ -358,15 +367,14 @@ class GraphModelTorch(torch.nn.Module):
 
         moments_* [n, (L+1)^2, M] -> [n, descriptor size].
         """
-        n = moments_left.shape[0]
         axis = moments_right[:, :, : self.n_axis]
         if self.descriptor_l_sum:
-            return torch.einsum("nak,naj->nkj", moments_left, axis).reshape(n, -1)
+            return torch.einsum("nak,naj->nkj", moments_left, axis).flatten(1)
         per_degree = []
         for degree in range(self.l_max + 1):
             block = slice(degree * degree, (degree + 1) * (degree + 1))
             per_degree.append(torch.einsum("nak,naj->nkj", moments_left[:, block], axis[:, block]))
-        return torch.stack(per_degree, dim=1).reshape(n, -1)
+        return torch.stack(per_degree, dim=1).flatten(1)
 
     def _per_type(self, networks, inputs, types, outputs):
         """Apply the network of each particle's type: inputs [n, in] -> [n, outputs]."""
@@ -377,11 +385,32 @@ class GraphModelTorch(torch.nn.Module):
                 result = result.index_copy(0, members, network(inputs[members]))
         return result
 
-    def particle_energies_model_units(self, positions, types, box, pairs):
+    def particle_energies_model_units(self, positions, types, box, pairs, centers=None):
         """E_i [n] in the model's energy unit; positions [n, 3], box [3, 3] in the model's
-        length unit; pairs = (i [P], j [P], image counts [P, 3])."""
-        n = positions.shape[0]
+        length unit; pairs = (i [P], j [P], image counts [P, 3]).
+
+        centers: None, or (start, stop) for the energies of particles start..stop-1 alone
+        ([stop - start]), from pairs whose centers i all lie in that range (not checked here:
+        the caller selects them, e.g. ``pairs_of_centers``). A system's energy is then the sum
+        over ranges that cover it, each evaluated (and differentiated) on its own, so that a
+        system too large for one evaluation's memory runs in pieces. Models without an
+        interaction block only: with one, E_i needs its neighbours' node features, which
+        need their own pairs.
+        """
         center, neighbor, shifts = pairs
+        if centers is None:
+            first, n, center_types = 0, positions.shape[0], types
+        else:
+            if self.n_interactions:
+                raise ValueError("centers: energies of a range of particles need a model without an interaction "
+                                 "block (a centre's energy depends on its neighbours' node features)")
+            bounds = tuple(centers) if isinstance(centers, (tuple, list)) else ()
+            integral = len(bounds) == 2 and all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in bounds)
+            if not (integral and 0 <= bounds[0] <= bounds[1] <= positions.shape[0]):
+                raise ValueError(f"centers: expected (start, stop) integers with 0 <= start <= stop <= "
+                                 f"{positions.shape[0]} (the particles), found {centers!r}")
+            first, stop = int(bounds[0]), int(bounds[1])
+            n, center_types = stop - first, types[first:stop]
         displacement = positions[neighbor] - positions[center]
         if box is not None and shifts.shape[0]:
             displacement = displacement + shifts.to(positions.dtype) @ box
@@ -393,7 +422,8 @@ class GraphModelTorch(torch.nn.Module):
         degree = self.harmonic_degree
         edge_moments = radial[:, degree, :] * harmonics[:, :, None]  # [E, (L+1)^2, M]
         lm_count = harmonics.shape[1]
-        moments = positions.new_zeros((n, lm_count, self.n_channels)).index_add(0, center, edge_moments)
+        rows = center if first == 0 else center - first
+        moments = positions.new_zeros((n, lm_count, self.n_channels)).index_add(0, rows, edge_moments)
         moments = moments / self.n_norm
         descriptor = self._invariants(moments, moments)
         fitting_input = descriptor
@@ -404,8 +434,8 @@ class GraphModelTorch(torch.nn.Module):
             messages = positions.new_zeros((n, lm_count, self.n_channels)).index_add(0, center, edge_messages)
             messages = messages / self.n_norm
             fitting_input = torch.cat((descriptor, self._invariants(messages, moments)), dim=1)
-        energies = self._per_type(self.fitting_networks, fitting_input, types, 1)[:, 0]
-        return energies + self.energy_shift[types]
+        energies = self._per_type(self.fitting_networks, fitting_input, center_types, 1)[:, 0]
+        return energies + self.energy_shift[center_types]
 
     # -- public API (OpenMM units) ---------------------------------------------------
     def _prepare(self, positions_nm, types, box_nm):

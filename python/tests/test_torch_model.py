@@ -8,7 +8,7 @@ import torch
 
 from openmmgraph import grades
 from openmmgraph.modelfile import convert_model_units, read_model
-from openmmgraph.torch_model import GraphModelTorch, check_box, minimum_image, neighbor_pairs
+from openmmgraph.torch_model import GraphModelTorch, check_box, minimum_image, neighbor_pairs, pairs_of_centers
 
 CUBIC_BOX = np.diag([1.3, 1.3, 1.3])
 TRICLINIC_BOX = np.array([[1.4, 0.0, 0.0], [0.5, 1.3, 0.0], [-0.6, 0.45, 1.25]])
@@ -323,6 +323,44 @@ def test_precomputed_pairs_with_a_skin_give_the_same_energy():
     assert len(pairs[0]) > len(neighbor_pairs(positions_t, box_t, 0.6)[0])
     with_skin = model.energy(positions_t, torch.tensor(types), box_t, pairs=pairs)
     assert float(with_skin) == pytest.approx(float(built), rel=1e-13)
+
+
+@pytest.mark.parametrize("shape", [s for s in SHAPES if not s["n_interactions"]],
+                         ids=[i for s, i in zip(SHAPES, SHAPE_IDS) if not s["n_interactions"]])
+def test_ranges_of_centers_give_the_systems_energies_and_forces(shape):
+    # particle_energies_model_units(..., centers=(start, stop)) on the pairs of those centres: the system's
+    # per-particle energies, and forces summed over the ranges' own gradients (how the benchmark runs a
+    # peer in pieces when one evaluation does not fit the device's memory)
+    model = GraphModelTorch(tiny_model(**shape))
+    positions, types, box = grades.lattice_system(300, seed=3)
+    x, t, b = torch.tensor(positions).requires_grad_(True), torch.tensor(types), torch.tensor(box)
+    pairs = neighbor_pairs(x.detach(), b, model.cutoff_nm)
+    whole = model.particle_energies_model_units(x, t, b, pairs)
+    (whole_gradient,) = torch.autograd.grad(whole.sum(), x)
+    pieces, gradient = [], torch.zeros_like(x)
+    for start, stop in ((0, 97), (97, 97), (97, 250), (250, 300)):
+        energies = model.particle_energies_model_units(x, t, b, pairs_of_centers(pairs, start, stop), centers=(start, stop))
+        assert energies.shape == (stop - start,)
+        pieces.append(energies.detach())
+        if stop > start:
+            gradient += torch.autograd.grad(energies.sum(), x)[0]
+    torch.testing.assert_close(torch.cat(pieces), whole.detach(), rtol=1e-13, atol=1e-13)
+    torch.testing.assert_close(gradient, whole_gradient, rtol=1e-12, atol=1e-12)
+    assert float(whole_gradient.abs().max()) > 1e-3  # forces that are there to compare
+
+
+def test_ranges_of_centers_refuse_what_they_cannot_give():
+    positions, types, box = grades.lattice_system(200, seed=4)
+    x, t, b = torch.tensor(positions), torch.tensor(types), torch.tensor(box)
+    model = GraphModelTorch(tiny_model(l_max=1, n_interactions=0))
+    pairs = neighbor_pairs(x, b, model.cutoff_nm)
+    for bad in ((0, 201), (10, 5), (-1, 3), (0.0, 5), (True, 5), (1, 2, 3), 7, "0:5"):
+        with pytest.raises(ValueError, match=r"centers: expected \(start, stop\) integers with 0 <= start <= stop <= 200"):
+            model.particle_energies_model_units(x, t, b, pairs, centers=bad)
+    assert model.particle_energies_model_units(x, t, b, pairs_of_centers(pairs, 5, 9), centers=(np.int64(5), 9)).shape == (4,)
+    interacting = GraphModelTorch(tiny_model(l_max=1, n_interactions=1))
+    with pytest.raises(ValueError, match="need a model without an interaction block"):
+        interacting.particle_energies_model_units(x, t, b, pairs_of_centers(pairs, 0, 10), centers=(0, 10))
 
 
 def test_neighbor_pairs_match_brute_force_minimum_image():
