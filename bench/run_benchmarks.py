@@ -453,6 +453,7 @@ def torch_peer_evaluation(torch, model, x, t, b, compiled: bool, with_pairs: boo
 
     energy_fn = torch.compile(total_energy, dynamic=False) if compiled else total_energy
     ranges = [(n * c // chunks, n * (c + 1) // chunks) for c in range(chunks)]
+    ranges = [(start, stop) for start, stop in ranges if stop > start]  # none empty: each has a gradient
 
     def split(pairs):
         return [pairs_of_centers(pairs, start, stop) for start, stop in ranges] if chunks > 1 else [pairs]
@@ -474,6 +475,12 @@ def torch_peer_evaluation(torch, model, x, t, b, compiled: bool, with_pairs: boo
         return energy, -gradient
 
     return evaluate, fixed_pairs
+
+
+def compile_limit(n_types: int, chunks: int) -> int:
+    """torch._dynamo's recompile limit a torch.compile peer in `chunks` ranges needs: with dynamic=False each type's
+    network compiles once per row count, T per range, and the energy function once per range; with a margin."""
+    return 2 * chunks * (n_types + 1)
 
 
 def make_openmm_system(n: int, box, trivial_force: bool, model_path: str | None = None, types=None, force_properties=None):
@@ -952,12 +959,16 @@ class Run:
         on_cuda = device.type == "cuda"
         sync = torch.cuda.synchronize if on_cuda else (lambda: None)
         fields, notes = {"platform": f"torch-{device.type}"}, []
+        model_file, _ = self.model(grade)
+        if chunks > 1 and model_file.n_interactions:
+            return self.skipped(grade, n, implementation, f"--peer-chunks {chunks}: the {grade} grade has an interaction "
+                                "block, whose energies of a range of particles need their neighbours' node features")
         state = {}
         self.free_torch_memory()
+        recompile_limit = torch._dynamo.config.cache_size_limit if compiled else None
         try:
             from openmmgraph.torch_model import GraphModelTorch
 
-            model_file, _ = self.model(grade)
             if compiled:
                 torch._dynamo.reset()
             model = GraphModelTorch(model_file, dtype=torch.float32, device=device)
@@ -967,11 +978,8 @@ class Run:
             b = torch.as_tensor(box, dtype=torch.float32, device=device)
             state.update(x=x, t=t, b=b)
 
-            if chunks > 1 and model.n_interactions:
-                raise ValueError(f"--peer-chunks {chunks}: the {grade} grade has an interaction block, whose "
-                                 "energies of a range of particles need their neighbours' node features")
-            if chunks > 1 and compiled:  # torch.compile compiles each range's shapes once
-                torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 2 * chunks)
+            if compiled:  # every range's shapes compiled, none left to eager code (restored below)
+                torch._dynamo.config.cache_size_limit = max(recompile_limit, compile_limit(model.n_types, chunks))
             evaluate, fixed_pairs = torch_peer_evaluation(torch, model, x, t, b, compiled, with_pairs, chunks)
             state["pairs"] = fixed_pairs
 
@@ -1014,6 +1022,7 @@ class Run:
         finally:
             state.clear()
             if compiled:
+                torch._dynamo.config.cache_size_limit = recompile_limit
                 try:
                     torch._dynamo.reset()
                 except Exception:
