@@ -510,6 +510,63 @@ TEST(GraphModelLoader, ReadsTorchScriptMetadata) {
     EXPECT_NEAR(model->cutoff, 0.5, 1e-15);
 }
 
+/** An AOTInductor package's entries as torch._inductor writes them (under `prefix`), with `skip` left out. */
+std::vector<ZipEntry> packageEntries(const std::string& prefix, const std::string& skip = "") {
+    const std::string metadata = torchMetadata().replace(torchMetadata().find("\"particle_energies\""), 19,
+                                                         "\"particle_energies_and_gradients\", \"program\": \"aotinductor\"");
+    const std::string model = prefix + "data/aotinductor/model/";
+    std::vector<ZipEntry> entries;
+    for (const auto& [name, content] :
+         std::vector<std::pair<std::string, std::string>>{{model + "w.wrapper.cpp", "// wrapper"},
+                                                          {model + "k.kernel.cpp", "// kernels"},
+                                                          {model + "w.wrapper_metadata.json", "{\"AOTI_DEVICE_KEY\": \"cpu\"}"},
+                                                          {model + "k.kernel_metadata.json", "{\"AOTI_DEVICE_KEY\": \"cpu\"}"},
+                                                          {model + "w.wrapper.so", std::string("\x7f"
+                                                                                               "ELF",
+                                                                                               4)},
+                                                          {prefix + "archive_format", "pt2"},
+                                                          {prefix + "extra/openmmgraph.json", metadata}}) {
+        if (name == skip)
+            continue;
+        ZipEntry entry;
+        entry.name = name;
+        entry.content = content;
+        entries.push_back(entry);
+    }
+    return entries;
+}
+
+TEST(GraphModelLoader, AotInductorPackagesMustHoldWhatLibTorchReads) {
+    // LibTorch's package loader reads the first two entries' names unchecked, compiles a package without a .so with
+    // commands from the package, and reads the metadata beside the last .cpp: the loader refuses what would do that.
+    // (openmmgraph.json is found under a top folder, so a package always has one: "pkg/"; two top folders below)
+    for (const std::string prefix : {"pkg/", "p.pt2.0a1b/"}) {
+        SCOPED_TRACE("prefix '" + prefix + "'");
+        auto model = GraphModelLoader::fromBytes(makeZip(packageEntries(prefix)));
+        EXPECT_EQ(model->kind, ModelKind::AOTInductor);
+        const std::string directory = prefix + "data/aotinductor/model/";
+        expectTorchRejected(makeZip(packageEntries(prefix, directory + "w.wrapper.so")),
+                            {"AOTInductor package", "no compiled program (no " + directory + "*.so)", "export_aoti"});
+        // the last .cpp (the kernels') names the metadata LibTorch reads
+        expectTorchRejected(makeZip(packageEntries(prefix, directory + "k.kernel_metadata.json")),
+                            {"AOTInductor package", "no '" + directory + "k.kernel_metadata.json'"});
+        std::vector<ZipEntry> noSource;
+        for (const ZipEntry& entry : packageEntries(prefix))
+            if (entry.name.find(".cpp") == std::string::npos)
+                noSource.push_back(entry);
+        expectTorchRejected(makeZip(noSource), {"AOTInductor package", "no " + directory + "*.cpp with its _metadata.json"});
+    }
+    std::vector<ZipEntry> alone;
+    for (const ZipEntry& entry : packageEntries("pkg/"))
+        if (entry.name == "pkg/extra/openmmgraph.json")
+            alone.push_back(entry);
+    expectTorchRejected(makeZip(alone), {"AOTInductor package: it has one entry", "export_aoti"});
+    // entries of two top folders: no prefix, so the program is looked for at data/aotinductor/model/
+    std::vector<ZipEntry> split = packageEntries("pkg/");
+    split[0].name = "other/" + split[0].name.substr(4); // its first entry elsewhere: no common prefix
+    expectTorchRejected(makeZip(split), {"no compiled program (no data/aotinductor/model/*.so)"});
+}
+
 TEST(GraphModelLoader, TorchScriptArchiveEntriesMustMatchTheirCrc) {
     const std::string good = makeZip(torchEntries());
     ASSERT_NO_THROW(GraphModelLoader::fromBytes(good));

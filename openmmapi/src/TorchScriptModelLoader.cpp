@@ -46,6 +46,47 @@ int wholeNumber(const JsonValue& object, const std::string& key, int low, int hi
     return (int) value.number;
 }
 
+/** Whether `text` ends with `suffix`. */
+bool endsWith(const std::string& text, const std::string& suffix) {
+    return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/**
+ * An AOTInductor package must hold what LibTorch's AOTIModelPackageLoader reads for the model "model", checked here
+ * because the loader does not check it itself (LibTorch 2.11): the names of the first two entries are read without a
+ * check of the count (a package of one entry reads past the list), a package without a compiled program (.so) is
+ * compiled at load time by commands its own files give, and the metadata is read from "<the last .cpp>_metadata.json"
+ * (a relative "_metadata.json" in the working directory when there is no .cpp).  `names`: the central directory's.
+ */
+void checkPackageLayout(const std::vector<std::string>& names) {
+    const std::string advice = " (openmmgraph.torch_export.export_aoti writes one; docs/torch-models.md)";
+    if (names.size() < 2)
+        fail("AOTInductor package: it has " + std::string(names.empty() ? "no entry" : "one entry") +
+             ", not the compiled program and the files beside it that torch._inductor packages hold" + advice);
+    // LibTorch's prefix: the top folder of the first two entries when they share one.
+    const std::string prefix0 = names[0].substr(0, names[0].find('/')), prefix1 = names[1].substr(0, names[1].find('/'));
+    const std::string prefix = !prefix0.empty() && prefix0 == prefix1 ? prefix0 + "/" : std::string();
+    const std::string directory = prefix + "data/aotinductor/model/";
+    bool program = false;
+    std::string lastSource;
+    for (const std::string& name : names)
+        if (name.compare(0, directory.size(), directory) == 0) {
+            program = program || endsWith(name, ".so");
+            if (endsWith(name, ".cpp"))
+                lastSource = name;
+        }
+    if (!program)
+        fail("AOTInductor package: it has no compiled program (no " + directory +
+             "*.so); LibTorch would compile the package's C++ when it loads it, which openmm-graph does not let it do" + advice);
+    const std::string metadata = lastSource.empty() ? std::string() : lastSource.substr(0, lastSource.size() - 4) + "_metadata.json";
+    bool found = false;
+    for (const std::string& name : names)
+        found = found || (!metadata.empty() && name == metadata);
+    if (!found)
+        fail("AOTInductor package: it has no " + (metadata.empty() ? directory + "*.cpp with its _metadata.json" : "'" + metadata + "'") +
+             ", where LibTorch reads the program's metadata" + advice);
+}
+
 } // namespace
 
 std::shared_ptr<const GraphModel> GraphModelLoader::fromTorchScriptBytes(const std::string& bytes) {
@@ -93,6 +134,8 @@ std::shared_ptr<const GraphModel> GraphModelLoader::fromTorchScriptBytes(const s
         fail("openmmgraph.json key 'device': expected \"cpu\" or \"cuda\" (what an AOTInductor package was compiled for; a "
              "TorchScript module runs on either), found \"" +
              device + "\"");
+    if (program == "aotinductor")
+        checkPackageLayout(ZipArchive::entryNames(bytes)); // the archive's entries were checked above
     auto model = std::make_shared<GraphModel>();
     model->kind = program == "aotinductor" ? ModelKind::AOTInductor : ModelKind::TorchScript;
     model->torchPackageForCuda = program == "aotinductor" && device == "cuda";

@@ -262,3 +262,12 @@ bool ZipArchive::readEntry(const std::string& bytes, const std::string& suffix, 
         return true;
     });
 }
+
+std::vector<std::string> ZipArchive::entryNames(const std::string& bytes) {
+    std::vector<std::string> names;
+    forEachEntry(bytes, [&](const Entry& entry) {
+        names.push_back(entry.name);
+        return false;
+    });
+    return names;
+}

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace GraphPlugin {
 
@@ -34,6 +35,12 @@ public:
      * message for a damaged archive, a corrupt entry or a compressed entry.
      */
     static bool readEntry(const std::string& bytes, const std::string& suffix, std::string& content);
+    /**
+     * The entries' names in the order of the central directory (the order
+     * LibTorch's zip reader indexes them in); throws std::runtime_error for a
+     * damaged archive.
+     */
+    static std::vector<std::string> entryNames(const std::string& bytes);
     /** The CRC-32 of zip (ISO-HDLC, polynomial 0xEDB88320; zlib's crc32_z) of `size` bytes, continuing from `crc`. */
     static uint32_t crc32(const unsigned char* data, size_t size, uint32_t crc = 0);
 };

@@ -572,12 +572,26 @@ def test_aoti_metadata_is_checked(tmp_path):
         archive.writestr("deflated/extra/openmmgraph.json", json.dumps(metadata))
     with pytest.raises(openmm.OpenMMException, match="is compressed"):
         openmmgraph.GraphForce(deflated)
-    # A well-formed package whose compiled program cannot be loaded fails when the Context is created, with LibTorch's reason.
+    # A package without what LibTorch's loader reads is refused when read (that loader reads past a one-entry
+    # package's list of names, which crashed the process with some LibTorch builds, and compiles a package without
+    # a compiled program with commands the package gives).
+    package_metadata = json.dumps({**metadata, "interface": "particle_energies_and_gradients", "program": "aotinductor"})
+    alone = str(tmp_path / "alone.pt2")
+    with zipfile.ZipFile(alone, "w", compression=zipfile.ZIP_STORED) as archive:
+        archive.writestr("alone/extra/openmmgraph.json", package_metadata)
+    with pytest.raises(openmm.OpenMMException, match="AOTInductor package: it has one entry"):
+        openmmgraph.GraphForce(alone)
+    # A package laid out as torch._inductor lays one out, whose compiled program cannot be loaded, fails when the
+    # Context is created, with LibTorch's reason.
+    path = str(tmp_path / "broken.pt2")
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
+        for name, content in [("w.wrapper.cpp", "// wrapper"), ("w.wrapper_metadata.json", '{"AOTI_DEVICE_KEY": "cpu"}'),
+                              ("w.wrapper.so", "not a shared library")]:
+            archive.writestr(f"broken/data/aotinductor/model/{name}", content)
+        archive.writestr("broken/extra/openmmgraph.json", package_metadata)
+    force = openmmgraph.GraphForce(path)
+    assert force.getNumParticles() == 0
     if torch_plugin_loaded():
-        path = str(tmp_path / "broken.pt2")
-        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
-            archive.writestr("broken/extra/openmmgraph.json",
-                             json.dumps({**metadata, "interface": "particle_energies_and_gradients", "program": "aotinductor"}))
         positions, types, box = lattice_system(250, n_types=2, seed=4)
         with pytest.raises(openmm.OpenMMException, match="AOTInductor model: LibTorch cannot load the package"):
             graph_context(path, types, box, positions, "Reference")
