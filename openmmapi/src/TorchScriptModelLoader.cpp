@@ -7,6 +7,7 @@
 #include "ZipArchive.h"
 #include "internal/GraphModelLoader.h"
 #include "openmm/OpenMMException.h"
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <stdexcept>
@@ -79,10 +80,7 @@ void checkPackageLayout(const std::vector<std::string>& names) {
         fail("AOTInductor package: it has no compiled program (no " + directory +
              "*.so); LibTorch would compile the package's C++ when it loads it, which openmm-graph does not let it do" + advice);
     const std::string metadata = lastSource.empty() ? std::string() : lastSource.substr(0, lastSource.size() - 4) + "_metadata.json";
-    bool found = false;
-    for (const std::string& name : names)
-        found = found || (!metadata.empty() && name == metadata);
-    if (!found)
+    if (metadata.empty() || std::find(names.begin(), names.end(), metadata) == names.end())
         fail("AOTInductor package: it has no " + (metadata.empty() ? directory + "*.cpp with its _metadata.json" : "'" + metadata + "'") +
              ", where LibTorch reads the program's metadata" + advice);
 }
