@@ -308,7 +308,12 @@ private:
             else
                 launchMoments<real>(params, table, nodeWeights, x, types, rowNodes, numCenters, box, rows, counts, capacity, out, stream);
         };
-        scanMoments(params.radialTable, radialTableByKnot, nullptr, A);
+        // The fused network scans its tiles' moments itself where it can (fusedScansMoments): its first weights then load
+        // during the scan, not after a kernel of its own.
+        const bool fusedScan = fused && fusedShape.clusterSize <= 1 && !streamedMoments && fusedScansMoments<real>(params, fusedShape);
+        const FusedMomentScan<real> momentScan{params.radialTable, x, types, rows, counts, capacity, box};
+        if (!fusedScan)
+            scanMoments(params.radialTable, radialTableByKnot, nullptr, A);
         const bool interaction = m.numInteractions == 1;
         real *B = nullptr, *gradB = nullptr;
         if (interaction) {
@@ -334,7 +339,8 @@ private:
                                        pointer<real>(particleEnergy), gradA, energySum, includeForces, stream);
         else if (fused)
             launchFusedFitting<real>(params, fusedTiles(), pointer<FusedNetworkWeights<real>>(fusedGroups), rowNodes, A,
-                                     pointer<real>(particleEnergy), gradA, energySum, includeForces, stream);
+                                     pointer<real>(particleEnergy), gradA, energySum, includeForces, fusedScan ? &momentScan : nullptr,
+                                     stream);
         else
             for (int c = 0; c < numChunks; c++) {
                 const int* chunkNodes = rowNodes + chunkBegin(c);

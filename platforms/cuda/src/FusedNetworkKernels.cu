@@ -20,10 +20,12 @@
  */
 
 #include "ChainedLaunch.cuh"
+#include "EdgeMoments.cuh"
 #include "FusedProduct.cuh"
 #include "FusedTileFunctions.cuh"
 #include "GraphKernelLaunch.h"
 #include "NetworkDeviceFunctions.cuh"
+#include <type_traits>
 
 namespace GraphPlugin {
 
@@ -92,11 +94,63 @@ __device__ inline void copyResidentShare(const FusedNetworkShape& shape, const F
     }
 }
 
-template <typename real, int R, int MaxCPT>
+/** Where the fused kernel's moments come from: global memory, written by the moments kernel before it. */
+struct MomentsRead {
+    static constexpr bool Scans = false;
+};
+
+/** Where the fused kernel's moments come from: its own scan of the tile's rows (scanTileMoments), l_max L, lane groups Shape_. */
+template <int L, typename Shape_> struct MomentsScanned {
+    static constexpr bool Scans = true;
+    static constexpr int LMAX = L;
+    using Shape = Shape_;
+};
+
+/**
+ * The moments of the tile's rows (nodes[0..rows)) into A (shared, [R][strideA]; zero past rows) and moments (global,
+ * [node][H M]), as momentsKernel forms them: each row in MomentChunks chunks, a chunk summed by one warp
+ * (chunkMoments: the same lane groups, order and butterfly), the chunks added in order, times invNorm, so bitwise the
+ * same.  The block's warps take the R MomentChunks (row, chunk) pairs in turn.  stages: a free weight stage, room for a
+ * warp's EdgeStage each; partial: R MomentChunks H M reals of shared memory not otherwise in use.  Ends synchronised.
+ */
+template <typename real, int R, int LMAX, typename Shape>
+__device__ inline void scanTileMoments(const GraphModelParams<real>& model, const FusedMomentScan<real>& scan, const int* nodes, int rows,
+                                       int HM, real* A, int strideA, real* stages, real* partial, real* moments) {
+    constexpr int H = (LMAX + 1) * (LMAX + 1), Warps = FusedThreads / 32;
+    using Stage = EdgeStage<real, H, false>;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    Stage* stage = reinterpret_cast<Stage*>(stages) + warp;
+    for (int task = warp; task < R * MomentChunks; task += Warps) {
+        const int r = task / MomentChunks, chunk = task % MomentChunks;
+        if (r >= rows) // the same for the whole warp
+            continue;
+        const int i = nodes[r];
+        real acc[H][Shape::Channels];
+        chunkMoments<real, LMAX, Shape>(stage, lane, model, scan.table, nullptr, scan.positions, scan.types, scan.neighbors, scan.capacity,
+                                        scan.box, i, scan.rowCount[i], chunk, acc);
+        storeChunkMoments<real, LMAX, Shape>(acc, lane, model.numChannels, partial + task * HM);
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < R * HM; e += FusedThreads) {
+        const int r = e / HM, x = e % HM;
+        real value = 0;
+        if (r < rows) {
+            real sum = 0;
+            for (int c = 0; c < MomentChunks; c++)
+                sum += partial[(r * MomentChunks + c) * HM + x];
+            value = sum * model.invNorm;
+            moments[(size_t) nodes[r] * HM + x] = value;
+        }
+        A[r * strideA + x] = value;
+    }
+    __syncthreads();
+}
+
+template <typename real, int R, int MaxCPT, typename Moments>
 __global__ void __launch_bounds__(FusedThreads)
     fusedFittingKernel(GraphModelParams<real> model, FusedNetworkShape shape, const FusedNetworkWeights<real>* __restrict__ groups,
-                       const int* __restrict__ rowNodes, const real* __restrict__ moments, real* __restrict__ particleEnergy,
-                       real* __restrict__ gradMoments, GraphStatus* status, int withForces) {
+                       const int* __restrict__ rowNodes, real* __restrict__ moments, real* __restrict__ particleEnergy,
+                       real* __restrict__ gradMoments, GraphStatus* status, int withForces, FusedMomentScan<real> scan) {
     extern __shared__ __align__(16) unsigned char sharedBytes[];
     real* shared = reinterpret_cast<real*>(sharedBytes);
     const int H = (model.lMax + 1) * (model.lMax + 1), HM = H * model.numChannels;
@@ -129,9 +183,15 @@ __global__ void __launch_bounds__(FusedThreads)
     }
     beginChainedKernel();
 
-    // The rows' moments (zero for the rows past the group's end: finite values that are never written out).
-    loadTileMoments<real, R>(moments, rowNodes + rowBase, rows, HM, A, strideA, threadIdx.x, FusedThreads);
-    __syncthreads();
+    // The rows' moments (zero for the rows past the group's end: finite values that are never written out): scanned here
+    // while the first slices load (the last stage is free until the first product issues into it), or read.
+    if constexpr (Moments::Scans)
+        scanTileMoments<real, R, Moments::LMAX, typename Moments::Shape>(model, scan, rowNodes + rowBase, rows, HM, A, strideA,
+                                                                         stage + (FusedStages - 1) * shape.stageElements, input, moments);
+    else {
+        loadTileMoments<real, R>(moments, rowNodes + rowBase, rows, HM, A, strideA, threadIdx.x, FusedThreads);
+        __syncthreads();
+    }
     for (int e = threadIdx.x; e < R * D; e += FusedThreads) {
         const int r = e / D, flat = e % D;
         input[r * strideD + flat] = invariantValue(model, A + r * strideA, A + r * strideA, flat);
@@ -269,15 +329,32 @@ size_t fusedResidentLayout(FusedNetworkShape& shape, int realSize, size_t maxByt
 
 namespace {
 
+template <typename real> using FusedKernel = decltype(&fusedFittingKernel<real, 4, 1, MomentsRead>);
+
 /** The kernel for tiles of `rows` rows whose widest layer needs `columns` columns per thread (fusedColumnsPerThread). */
-template <typename real> auto fusedKernel(int rows, int columns) {
-    using Kernel = decltype(&fusedFittingKernel<real, 4, 1>);
-    static constexpr Kernel kernels[3][4] = {
-        {fusedFittingKernel<real, 4, 1>, fusedFittingKernel<real, 4, 2>, fusedFittingKernel<real, 4, 4>, fusedFittingKernel<real, 4, 16>},
-        {fusedFittingKernel<real, 8, 1>, fusedFittingKernel<real, 8, 2>, fusedFittingKernel<real, 8, 4>, fusedFittingKernel<real, 8, 16>},
-        {fusedFittingKernel<real, 16, 1>, fusedFittingKernel<real, 16, 2>, fusedFittingKernel<real, 16, 4>,
-         fusedFittingKernel<real, 16, 4>}};
+template <typename real> FusedKernel<real> fusedKernel(int rows, int columns) {
+    static constexpr FusedKernel<real> kernels[3][4] = {
+        {fusedFittingKernel<real, 4, 1, MomentsRead>, fusedFittingKernel<real, 4, 2, MomentsRead>,
+         fusedFittingKernel<real, 4, 4, MomentsRead>, fusedFittingKernel<real, 4, 16, MomentsRead>},
+        {fusedFittingKernel<real, 8, 1, MomentsRead>, fusedFittingKernel<real, 8, 2, MomentsRead>,
+         fusedFittingKernel<real, 8, 4, MomentsRead>, fusedFittingKernel<real, 8, 16, MomentsRead>},
+        {fusedFittingKernel<real, 16, 1, MomentsRead>, fusedFittingKernel<real, 16, 2, MomentsRead>,
+         fusedFittingKernel<real, 16, 4, MomentsRead>, fusedFittingKernel<real, 16, 4, MomentsRead>}};
     return kernels[rows == 4 ? 0 : rows == 8 ? 1 : 2][columns == 1 ? 0 : columns == 2 ? 1 : columns == 4 ? 2 : 3];
+}
+
+/** The lane groups of the moments that a fused kernel may scan itself (fusedScansMoments): 8 lanes of 4 floats, M 20 to 32. */
+using ScannedShape = EdgeShape<4, 8, 1>;
+
+/**
+ * The kernel with its own moments scan (MomentsScanned) for 4-row tiles, l_max L (0 or 1) and `columns` of 1, 2 or 4:
+ * fp32 only (fusedScansMoments), a few variants beside fusedKernel's.
+ */
+template <int L> FusedKernel<float> fusedScanKernel(int columns) {
+    using Moments = MomentsScanned<L, ScannedShape>;
+    static constexpr FusedKernel<float> kernels[3] = {fusedFittingKernel<float, 4, 1, Moments>, fusedFittingKernel<float, 4, 2, Moments>,
+                                                      fusedFittingKernel<float, 4, 4, Moments>};
+    return kernels[columns == 1 ? 0 : columns == 2 ? 1 : 2];
 }
 
 /** Columns per thread that the widest layer (or the descriptor, the backward's widest output) of `shape` needs: 1, 2, 4 or 16. */
@@ -288,32 +365,58 @@ int fusedColumnsPerThread(const FusedNetworkShape& shape) {
 
 } // namespace
 
+template <typename real> bool fusedScansMoments(const GraphModelParams<real>& model, const FusedNetworkShape& shape) {
+    bool ok = false;
+    if constexpr (sizeof(real) == 4)
+        if (shape.tileRows == 4 && shape.clusterSize <= 1 && fusedColumnsPerThread(shape) <= 4)
+            dispatchEdgeShape<real>(model.lMax, model.numChannels, [&](auto l, auto edgeShape) {
+                constexpr int L = decltype(l)::value, H = (L + 1) * (L + 1);
+                if constexpr (L <= 1 && std::is_same_v<decltype(edgeShape), ScannedShape>) {
+                    const size_t stages = (FusedThreads / 32) * sizeof(EdgeStage<real, H, false>);
+                    const int partial = shape.tileRows * MomentChunks * H * model.numChannels;
+                    ok = stages <= (size_t) shape.stageElements * sizeof(real) && shape.stageOffset - shape.inputOffset >= partial;
+                }
+            });
+    return ok;
+}
+
 template <typename real> bool configureFusedFitting(int maxSharedBytes) {
     bool ok = true;
     for (int rows : {4, 8, 16})
         for (int columns : {1, 2, 4, 16})
             ok = ok && cudaFuncSetAttribute(fusedKernel<real>(rows, columns), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             maxSharedBytes) == cudaSuccess;
+    if constexpr (sizeof(real) == 4)
+        for (int columns : {1, 2, 4})
+            for (FusedKernel<float> kernel : {fusedScanKernel<0>(columns), fusedScanKernel<1>(columns)})
+                ok = ok && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, maxSharedBytes) == cudaSuccess;
     cudaGetLastError(); // reported by the return value, not left for the next launch's check
     return ok;
 }
 
 template <typename real>
 void launchFusedFitting(const GraphModelParams<real>& model, const FusedNetworkShape& shape, const FusedNetworkWeights<real>* groups,
-                        const int* rowNodes, const real* moments, real* particleEnergy, real* gradMoments, GraphStatus* status,
-                        bool withForces, cudaStream_t stream) {
+                        const int* rowNodes, real* moments, real* particleEnergy, real* gradMoments, GraphStatus* status, bool withForces,
+                        const FusedMomentScan<real>* scan, cudaStream_t stream) {
     const int blocks = shape.tileStart[shape.numGroups];
     if (blocks == 0)
         return;
     const size_t bytes = (size_t) shape.totalElements * sizeof(real);
-    launchChained(fusedKernel<real>(shape.tileRows, fusedColumnsPerThread(shape)), blocks, FusedThreads, bytes, stream, model, shape,
-                  groups, rowNodes, moments, particleEnergy, gradMoments, status, withForces ? 1 : 0);
+    const int columns = fusedColumnsPerThread(shape);
+    FusedKernel<real> kernel = fusedKernel<real>(shape.tileRows, columns);
+    if constexpr (sizeof(real) == 4)
+        if (scan != nullptr) // the caller has checked fusedScansMoments
+            kernel = model.lMax == 0 ? fusedScanKernel<0>(columns) : fusedScanKernel<1>(columns);
+    launchChained(kernel, blocks, FusedThreads, bytes, stream, model, shape, groups, rowNodes, moments, particleEnergy, gradMoments, status,
+                  withForces ? 1 : 0, scan != nullptr ? *scan : FusedMomentScan<real>());
 }
 
 #define GRAPH_INSTANTIATE_FUSED(real)                                                                                                      \
     template bool configureFusedFitting<real>(int);                                                                                        \
+    template bool fusedScansMoments<real>(const GraphModelParams<real>&, const FusedNetworkShape&);                                        \
     template void launchFusedFitting<real>(const GraphModelParams<real>&, const FusedNetworkShape&, const FusedNetworkWeights<real>*,      \
-                                           const int*, const real*, real*, real*, GraphStatus*, bool, cudaStream_t);
+                                           const int*, real*, real*, real*, GraphStatus*, bool, const FusedMomentScan<real>*,              \
+                                           cudaStream_t);
 GRAPH_INSTANTIATE_FUSED(float)
 GRAPH_INSTANTIATE_FUSED(double)
 

@@ -562,19 +562,45 @@ int fusedResidentLayerElements(const FusedNetworkShape& shape, int l, int realSi
 int fusedTileArrays(FusedNetworkShape& shape, int momentEntries, int realSize, int buffers);
 
 /**
+ * The moments kernel's inputs (launchMoments; device memory), for a fused
+ * network that scans its tiles' moments itself: the radial table, the graph's
+ * positions [n][3] (nm, double), the particle types, the rows [node][capacity]
+ * and their lengths, and the box.
+ */
+template <typename real> struct FusedMomentScan {
+    const real* table;
+    const double* positions;
+    const int* types;
+    const int* neighbors;
+    const int* rowCount;
+    int capacity;
+    GraphBox<double> box;
+};
+
+/**
  * The fitting network of small batches in one kernel (the per-layer kernels'
  * invariants, dense layers, energy output, backward and invariants' backward
  * for the rows of one block together), bitwise the same results: a block of
  * FusedThreads threads per tile of shape.tileRows rows of one type; every
  * intermediate stays in shared memory and the weights stream through it.
- * Reads moments [node][H][M]; writes particleEnergy [node], adds the energies
- * to status (when not null), and with withForces writes dE/dA into
+ * Reads moments [node][H][M], or with scan (fusedScansMoments) forms them
+ * from the rows first, bitwise as launchMoments does, while the first weights
+ * load, and writes them there; writes particleEnergy [node], adds the
+ * energies to status (when not null), and with withForces writes dE/dA into
  * gradMoments [node][H][M].  Call configureFusedFitting<real>() once first.
  */
 template <typename real>
 void launchFusedFitting(const GraphModelParams<real>& model, const FusedNetworkShape& shape, const FusedNetworkWeights<real>* groups,
-                        const int* rowNodes, const real* moments, real* particleEnergy, real* gradMoments, GraphStatus* status,
-                        bool withForces, cudaStream_t stream);
+                        const int* rowNodes, real* moments, real* particleEnergy, real* gradMoments, GraphStatus* status, bool withForces,
+                        const FusedMomentScan<real>* scan, cudaStream_t stream);
+
+/**
+ * Whether launchFusedFitting can scan the moments of `shape`'s tiles itself
+ * for `model` (fusedScansMoments: fp32, tiles of 4 rows in one block, l_max
+ * at most 1, the moments' lane groups of 8 lanes, room in the tile's arrays
+ * and a free weight stage for the scan).  Host only.
+ */
+template <typename real> bool fusedScansMoments(const GraphModelParams<real>& model, const FusedNetworkShape& shape);
 
 /**
  * Allows the fused kernels maxSharedBytes of dynamic shared memory per block
