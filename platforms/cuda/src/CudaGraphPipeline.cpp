@@ -243,6 +243,11 @@ public:
         energyIsDouble = cu.getEnergyBuffer().getElementSize() == sizeof(double);
         pending = true;
         graph->enqueueCorrectionCopy(stream);
+        if (statusCheck == CudaStatusCheck::Current && statusDirty) { // on the stream, never in a captured graph
+            launchClearStatus(pointer<GraphStatus>(status), stream);
+            GRAPH_CUDA_CHECK(cudaGetLastError());
+            statusDirty = false;
+        }
         if (graphMode != CudaGraphMode::Off) {
             const LaunchKey key = currentKey(includeForces, addEnergy, box);
             if (graphExec == nullptr || !(key == graphKey))
@@ -272,7 +277,7 @@ private:
     void enqueueWork(cudaStream_t stream, bool includeForces, bool addEnergy, const GraphBox<double>& box) {
         const GraphModel& m = *model;
         if (statusCheck == CudaStatusCheck::Current)
-            launchClearStatus(pointer<GraphStatus>(status), stream);
+            statusDirty = true; // until finishEvaluation has been enqueued: it leaves the record clean for the next evaluation
         else // the previous evaluation's record to the host (finish() checks it when Deferred), then a clean one
             launchCopyStatus(pointer<GraphStatus>(status), mappedStatus + PreviousRecord, true, stream);
         if (n == 0)
@@ -1202,9 +1207,13 @@ private:
 
     /** The energy into OpenMM's buffer (when addToBuffer) and the status record to the host: the evaluation's last kernel. */
     void finishEvaluation(cudaStream_t stream, bool addToBuffer) {
+        // CheckFinite "true": the record is zeroed once copied, for the next evaluation (the other checks copy it, uncleared,
+        // at the start of the next one).
+        const bool clear = statusCheck == CudaStatusCheck::Current;
         launchFinishEvaluation(pointer<GraphStatus>(status), mappedStatus,
-                               addToBuffer ? (void*) cu.getEnergyBuffer().getDevicePointer() : nullptr, energyIsDouble, stream);
+                               addToBuffer ? (void*) cu.getEnergyBuffer().getDevicePointer() : nullptr, energyIsDouble, clear, stream);
         GRAPH_CUDA_CHECK(cudaGetLastError());
+        statusDirty = !clear;
     }
 
     CudaContext& cu;
@@ -1271,6 +1280,9 @@ private:
     CudaStatusCheck statusCheck = CudaStatusCheck::Current;
     bool previousValid = false; ///< Deferred: the next PreviousRecord is that of an evaluation whose build fit (to be checked)
     bool pending = false; ///< an enqueue() whose status finish() has not read yet
+    /// CheckFinite "true": the device's status record may not be clean (no evaluation yet, or the last one's enqueueWork
+    /// stopped before its finishEvaluation), so enqueue() zeroes it first, outside any captured graph.
+    bool statusDirty = true;
     int numMultiprocessors = 1;
     CudaGraphMode graphMode;
     CUstream captureStream = nullptr;

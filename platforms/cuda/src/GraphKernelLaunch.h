@@ -650,8 +650,12 @@ template <typename real> bool clusterFittingCompiled();
  * (readable on the host once an event recorded after this kernel has
  * completed).  A kernel rather than a copy: in a CUDA graph a device-to-host
  * copy node costs 3-5 us of idle device before it (H200), a kernel node none.
+ * With clear it then zeroes the record (device), so that the next evaluation
+ * starts with a clean one without a kernel of its own (CheckFinite "true",
+ * whose host reads the record at the end of each evaluation).
  */
-void launchFinishEvaluation(GraphStatus* status, GraphStatus* hostStatus, void* energyBuffer, bool energyIsDouble, cudaStream_t stream);
+void launchFinishEvaluation(GraphStatus* status, GraphStatus* hostStatus, void* energyBuffer, bool energyIsDouble, bool clear,
+                            cudaStream_t stream);
 
 /**
  * Copies the status record (device) to hostStatus (pinned host memory mapped
@@ -664,8 +668,10 @@ void launchFinishEvaluation(GraphStatus* status, GraphStatus* hostStatus, void* 
 void launchCopyStatus(GraphStatus* status, GraphStatus* hostStatus, bool clear, cudaStream_t stream);
 
 /**
- * Zeroes the status record (device) at the start of an evaluation whose
- * record the host reads at its end (CheckFinite "true").  A kernel rather
+ * Zeroes the status record (device): before an evaluation whose record the
+ * host reads at its end (CheckFinite "true") when the evaluation before it
+ * did not end with launchFinishEvaluation's clear (the first one, or one
+ * that failed while it was being enqueued or captured).  A kernel rather
  * than a memset node: a small-512 step 1.2 us shorter on an H200 (CUDA
  * graph, bench/NOTES.md v28).
  */

@@ -1,7 +1,8 @@
 /**
  * The status record of an evaluation on the CUDA platform: at its end the
  * energy into OpenMM's buffer and the record to the host, in one kernel
- * (launchFinishEvaluation); at its start a clean record (launchClearStatus);
+ * (launchFinishEvaluation, which with CheckFinite "true" also leaves a clean
+ * record for the next evaluation; launchClearStatus where none was left);
  * with CheckFinite "deferred" or "false", copies of it to the host at its
  * start and after the graph build (launchCopyStatus).
  */
@@ -51,8 +52,9 @@ void launchClearStatus(GraphStatus* status, cudaStream_t stream) {
     launchChained(statusKernel, 1, 32, 0, stream, status, nullptr, nullptr, 0, 1);
 }
 
-void launchFinishEvaluation(GraphStatus* status, GraphStatus* hostStatus, void* energyBuffer, bool energyIsDouble, cudaStream_t stream) {
-    launchChained(statusKernel, 1, 32, 0, stream, status, hostStatus, energyBuffer, energyIsDouble ? 1 : 0, 0);
+void launchFinishEvaluation(GraphStatus* status, GraphStatus* hostStatus, void* energyBuffer, bool energyIsDouble, bool clear,
+                            cudaStream_t stream) {
+    launchChained(statusKernel, 1, 32, 0, stream, status, hostStatus, energyBuffer, energyIsDouble ? 1 : 0, clear ? 1 : 0);
 }
 
 } // namespace GraphPlugin
