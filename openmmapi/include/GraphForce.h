@@ -114,8 +114,8 @@ class GraphModel;
  *    run is an OpenMMException when CudaFusedNetwork is "true" and a kernel
  *    per layer when it is "auto".  For tuning on other devices; results are
  *    bitwise the same for every value.
- *  - "CudaMomentsScan": "auto" (default), "rows" or "streamed".  CUDA
- *    platform only: how the moments scan reads the radial table.  "rows"
+ *  - "CudaMomentsScan": "auto" (default), "rows", "streamed" or "fused".
+ *    CUDA platform only: how the moments scan reads the radial table.  "rows"
  *    takes a center per block and reads each edge's two knots from L2;
  *    "streamed" gives a block up to 60 centers of one type (medium grade;
  *    docs/cuda-platform.md) and streams that type's table through shared
@@ -127,9 +127,18 @@ class GraphModel;
  *    measurements).  "streamed" is an
  *    OpenMMException where it cannot run (channels not a multiple of 16
  *    bytes of reals, too little shared memory, a table too fine for its
- *    ring) and needs compute capability 9.0.  The two sum each center's edges in a different order,
+ *    ring) and needs compute capability 9.0.  The row and streamed scans sum each center's edges in a different order,
  *    so the moments, and every result, differ in rounding; each is bitwise
- *    reproducible.
+ *    reproducible.  "fused" runs the row scan inside the fused fitting
+ *    network (CudaFusedNetwork), tile by tile while its first weights load,
+ *    instead of in a kernel of its own: bitwise the results of "rows".  It
+ *    needs single or mixed precision, the fused network in tiles of 4 rows
+ *    of one block with a descriptor and layers of at most 512 entries,
+ *    l_max at most 1, 20 to 32 channels (a multiple of 4: the small grade)
+ *    and room for the scan's sums beside the tile's arrays (lacking only
+ *    for layers of a few units); otherwise it is an OpenMMException that
+ *    says which.  "auto" takes it wherever it can run and "streamed" was
+ *    not taken.
  *  - "CudaForceScan": "auto" (default), "rows" or "streamed".  CUDA
  *    platform only: how the force scan reads the radial table, as
  *    CudaMomentsScan does ("streamed" needs a model without an interaction

@@ -180,7 +180,7 @@ void GraphForce::setProperty(const std::string& key, const std::string& value) {
         {"CudaFusedCluster", {{"auto", "1", "2", "4", "8", "16"}, " (blocks per tile of the fused network)"}},
         {"CudaFusedTileRows", {{"auto", "4", "8", "16", "32", "64"}, " (rows per tile of the fused network)"}},
         {"CudaForceScan", {kernels, ""}},
-        {"CudaMomentsScan", {kernels, ""}},
+        {"CudaMomentsScan", {{"auto", "rows", "streamed", "fused"}, ""}},
         {"CudaNeighborSearch", {{"auto", "cells", "allpairs"}, ""}},
         {"TorchCudaContext", {{"auto", "openmm", "primary"}, ""}},
     };

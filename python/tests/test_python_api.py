@@ -328,13 +328,15 @@ def test_properties(modelBytes):
     assert force.getProperty("CudaFusedTileRows") == "8"
     force.setProperty("CudaNeighborSearch", "cells")
     assert force.getProperty("CudaNeighborSearch") == "cells"
-    for scan in ("CudaMomentsScan", "CudaForceScan"):
+    for scan, choices in (("CudaMomentsScan", '"auto", "rows", "streamed" or "fused"'), ("CudaForceScan", '"auto", "rows" or "streamed"')):
         assert force.getProperty(scan) == "auto"
-        for bad in ["", "stream", "Rows", "true"]:
-            with pytest.raises(openmm.OpenMMException, match=f"{scan} must be \"auto\", \"rows\" or \"streamed\", found \"{bad}\""):
+        for bad in ["", "stream", "Rows", "true"] + (["fused"] if scan == "CudaForceScan" else []):
+            with pytest.raises(openmm.OpenMMException, match=f"{scan} must be {choices}, found \"{bad}\""):
                 force.setProperty(scan, bad)
         force.setProperty(scan, "streamed")
         assert force.getProperty(scan) == "streamed"
+    force.setProperty("CudaMomentsScan", "fused")
+    assert force.getProperty("CudaMomentsScan") == "fused"
 
 
 # --------------------------------------------------------------------------

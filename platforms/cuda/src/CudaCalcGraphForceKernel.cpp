@@ -37,7 +37,10 @@ CudaGraphOptions cudaGraphOptions(const GraphForce& force) {
                             : resident == "false" ? CudaResidentWeights::Off
                                                   : CudaResidentWeights::Auto;
     const std::string scan = force.getProperty("CudaMomentsScan");
-    options.momentsScan = scan == "rows" ? CudaMomentsScan::Rows : scan == "streamed" ? CudaMomentsScan::Streamed : CudaMomentsScan::Auto;
+    options.momentsScan = scan == "rows"       ? CudaMomentsScan::Rows
+                          : scan == "streamed" ? CudaMomentsScan::Streamed
+                          : scan == "fused"    ? CudaMomentsScan::Fused
+                                               : CudaMomentsScan::Auto;
     const std::string forceScan = force.getProperty("CudaForceScan");
     options.forceScan = forceScan == "rows" ? CudaForceScan::Rows : forceScan == "streamed" ? CudaForceScan::Streamed : CudaForceScan::Auto;
     const std::string finite = force.getProperty("CheckFinite");

@@ -135,6 +135,7 @@ public:
         chunkRows = chooseChunkRows(std::max(1, numCenters), rowElements * sizeof(real), options.maxChunkRows);
         numChunks = (numCenters + chunkRows - 1) / chunkRows;
         setUpFusedNetwork(options.fusedNetwork, options.fusedCluster, options.fusedTileRows, options.fusedResident);
+        setUpFusedMomentScan(options.momentsScan);
         if (!fused) { // the fused kernel keeps all of these in shared memory
             streamedWideTiles = configureDenseLayers<real>();
             const size_t c1 = chunkRows;
@@ -313,9 +314,7 @@ private:
             else
                 launchMoments<real>(params, table, nodeWeights, x, types, rowNodes, numCenters, box, rows, counts, capacity, out, stream);
         };
-        // The fused network scans its tiles' moments itself where it can (fusedScansMoments): its first weights then load
-        // during the scan, not after a kernel of its own.
-        const bool fusedScan = fused && fusedShape.clusterSize <= 1 && !streamedMoments && fusedScansMoments<real>(params, fusedShape);
+        // With fusedScan the fused network scans its tiles' moments itself (setUpFusedMomentScan).
         const FusedMomentScan<real> momentScan{params.radialTable, x, types, rows, counts, capacity, box};
         if (!fusedScan)
             scanMoments(params.radialTable, radialTableByKnot, nullptr, A);
@@ -826,12 +825,14 @@ private:
      * precision with lane groups of 16 or 32 (more than 32 channels: the
      * medium and large grades) and the domain has centers for at least
      * StreamedScanPlan::MinWaves blocks a multiprocessor, where it was measured
-     * faster, else the row scan (docs/cuda-platform.md).  The streamed scan gets the tables laid
-     * out by knot; its blocks come with the types (setTypes).
+     * faster, else the row scan (docs/cuda-platform.md), which the fused
+     * network may run itself (setUpFusedMomentScan: "fused", or "auto").  The
+     * streamed scan gets the tables laid out by knot; its blocks come with the
+     * types (setTypes).
      */
     void setUpMomentsScan(CudaMomentsScan mode) {
         streamedMoments = false;
-        if (mode == CudaMomentsScan::Rows || numCenters == 0)
+        if (mode == CudaMomentsScan::Rows || mode == CudaMomentsScan::Fused || numCenters == 0)
             return;
         const bool required = mode == CudaMomentsScan::Streamed;
         const GraphModel& m = *model;
@@ -860,6 +861,32 @@ private:
         radialTableByKnot = tableByKnot(m.radialTable, "graphRadialTableByKnot");
         if (m.numInteractions == 1)
             interactionTableByKnot = tableByKnot(m.interactionTable, "graphInteractionTableByKnot");
+    }
+
+    /**
+     * Whether the fused network scans its tiles' moments itself (fusedScan;
+     * the CudaMomentsScan property, after setUpMomentsScan and
+     * setUpFusedNetwork): "fused" where it can (an OpenMMException saying
+     * why where it cannot), "auto" wherever it can and the streamed scan was
+     * not taken.  The scan runs the moments kernel's operations in its order
+     * (EdgeMoments.cuh), so the results are bitwise those of "rows"; its
+     * first weights load while it scans, and no moments kernel is launched
+     * (docs/cuda-platform.md).
+     */
+    void setUpFusedMomentScan(CudaMomentsScan mode) {
+        fusedScan = false;
+        if ((mode != CudaMomentsScan::Auto && mode != CudaMomentsScan::Fused) || streamedMoments || numCenters == 0)
+            return;
+        const std::string obstacle = fused ? fusedMomentScanObstacle<real>(params, fusedShape)
+                                           : "the fitting network runs a kernel per layer (CudaFusedNetwork is \"false\", or "
+                                             "\"auto\" did not fuse it for this model and system: \"true\" says why)";
+        if (!obstacle.empty()) {
+            if (mode == CudaMomentsScan::Fused)
+                throw OpenMMException("GraphForce: CudaMomentsScan is \"fused\" but " + obstacle +
+                                      "; set CudaMomentsScan to \"auto\" or \"rows\"");
+            return;
+        }
+        fusedScan = true;
     }
 
     /**
@@ -1239,6 +1266,7 @@ private:
     std::unique_ptr<CudaArray> gradientScratch[2];
     std::vector<std::unique_ptr<CudaArray>> fittingActivations, fittingDerivatives, nodeActivations, nodeDerivatives;
     bool streamedMoments = false;                                         ///< the moments come from the streamed scan (CudaMomentsScan)
+    bool fusedScan = false; ///< the fused network scans its tiles' moments itself (CudaMomentsScan; setUpFusedMomentScan)
     StreamedScanPlan streamedPlan;                                        ///< its ring, stages and blocks
     std::unique_ptr<CudaArray> radialTableByKnot, interactionTableByKnot; ///< its tables (streamedTableLayout)
     std::unique_ptr<CudaArray> streamedBlocks;                            ///< [blocks][4] (streamedScanBlocks)

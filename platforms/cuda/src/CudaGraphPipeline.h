@@ -46,10 +46,11 @@ enum class CudaStatusCheck { Current, Deferred, Off };
 
 /**
  * The GraphForce property CudaMomentsScan: the row scan (Rows), the streamed
- * scan (Streamed, or an error where it cannot run), or the pipeline's choice
- * (Auto: docs/cuda-platform.md).
+ * scan (Streamed, or an error where it cannot run), the row scan inside the
+ * fused network (Fused, or an error where it cannot run; bitwise the results
+ * of Rows), or the pipeline's choice (Auto: docs/cuda-platform.md).
  */
-enum class CudaMomentsScan { Auto, Rows, Streamed };
+enum class CudaMomentsScan { Auto, Rows, Streamed, Fused };
 
 /**
  * The GraphForce property CudaForceScan: the row scan (Rows), the streamed
@@ -62,8 +63,9 @@ enum class CudaForceScan { Auto, Rows, Streamed };
 
 /**
  * The GraphForce properties that choose how the CUDA pipeline runs; none
- * changes a result except CudaMomentsScan, whose scans round the moments
- * differently (CudaForceScan's give bitwise the same forces).
+ * changes a result except CudaMomentsScan, whose streamed scan rounds the
+ * moments differently (its other scans, and CudaForceScan's, give bitwise the
+ * same results).
  */
 struct CudaGraphOptions {
     CudaGraphMode graphMode = CudaGraphMode::Auto;          ///< CudaGraph

@@ -343,12 +343,12 @@ template <typename real> FusedKernel<real> fusedKernel(int rows, int columns) {
     return kernels[rows == 4 ? 0 : rows == 8 ? 1 : 2][columns == 1 ? 0 : columns == 2 ? 1 : columns == 4 ? 2 : 3];
 }
 
-/** The lane groups of the moments that a fused kernel may scan itself (fusedScansMoments): 8 lanes of 4 floats, M 20 to 32. */
+/** The lane groups of the moments that a fused kernel may scan itself (fusedMomentScanObstacle): 8 lanes of 4 floats, M 20 to 32. */
 using ScannedShape = EdgeShape<4, 8, 1>;
 
 /**
  * The kernel with its own moments scan (MomentsScanned) for 4-row tiles, l_max L (0 or 1) and `columns` of 1, 2 or 4:
- * fp32 only (fusedScansMoments), a few variants beside fusedKernel's.
+ * fp32 only (fusedMomentScanObstacle), a few variants beside fusedKernel's.
  */
 template <int L> FusedKernel<float> fusedScanKernel(int columns) {
     using Moments = MomentsScanned<L, ScannedShape>;
@@ -365,19 +365,38 @@ int fusedColumnsPerThread(const FusedNetworkShape& shape) {
 
 } // namespace
 
-template <typename real> bool fusedScansMoments(const GraphModelParams<real>& model, const FusedNetworkShape& shape) {
-    bool ok = false;
-    if constexpr (sizeof(real) == 4)
-        if (shape.tileRows == 4 && shape.clusterSize <= 1 && fusedColumnsPerThread(shape) <= 4)
-            dispatchEdgeShape<real>(model.lMax, model.numChannels, [&](auto l, auto edgeShape) {
-                constexpr int L = decltype(l)::value, H = (L + 1) * (L + 1);
-                if constexpr (L <= 1 && std::is_same_v<decltype(edgeShape), ScannedShape>) {
-                    const size_t stages = (FusedThreads / 32) * sizeof(EdgeStage<real, H, false>);
-                    const int partial = shape.tileRows * MomentChunks * H * model.numChannels;
-                    ok = stages <= (size_t) shape.stageElements * sizeof(real) && shape.stageOffset - shape.inputOffset >= partial;
-                }
-            });
-    return ok;
+template <typename real> std::string fusedMomentScanObstacle(const GraphModelParams<real>& model, const FusedNetworkShape& shape) {
+    if constexpr (sizeof(real) != 4)
+        return "the fused network scans the moments only in single and mixed precision";
+    if (shape.clusterSize > 1)
+        return "the fitting network runs over clusters of " + std::to_string(shape.clusterSize) + " blocks (CudaFusedCluster)";
+    if (shape.tileRows != 4)
+        return "the fused network's tiles have " + std::to_string(shape.tileRows) + " rows (the scan needs 4: CudaFusedTileRows)";
+    if (fusedColumnsPerThread(shape) > 4)
+        return "the fitting network's widest layer or descriptor has " + std::to_string(fusedWidestWidth(shape)) +
+               " entries (the scan needs at most " + std::to_string(4 * ColumnThreads) + ")";
+    if (model.lMax > 1)
+        return "the model has l_max " + std::to_string(model.lMax) + " (the scan needs at most 1)";
+    std::string obstacle = "the model has " + std::to_string(model.numChannels) +
+                           " channels (the scan needs 20 to 32, a multiple of 4: lane groups of 8)";
+    dispatchEdgeShape<real>(model.lMax, model.numChannels, [&](auto l, auto edgeShape) {
+        constexpr int L = decltype(l)::value, H = (L + 1) * (L + 1);
+        if constexpr (L <= 1 && std::is_same_v<decltype(edgeShape), ScannedShape>) {
+            const size_t stages = (FusedThreads / 32) * sizeof(EdgeStage<real, H, false>);
+            const size_t partial = (size_t) shape.tileRows * MomentChunks * H * model.numChannels * sizeof(real);
+            const size_t stageBytes = (size_t) shape.stageElements * sizeof(real);
+            const size_t arrayBytes = (size_t) (shape.stageOffset - shape.inputOffset) * sizeof(real);
+            if (stages > stageBytes)
+                obstacle = "the scan's edge stages (" + std::to_string(stages) + " bytes) do not fit in a weight stage of " +
+                           std::to_string(stageBytes) + " bytes";
+            else if (partial > arrayBytes)
+                obstacle = "the scan's chunk sums (" + std::to_string(partial) + " bytes) do not fit in the tile's arrays (" +
+                           std::to_string(arrayBytes) + " bytes)";
+            else
+                obstacle.clear();
+        }
+    });
+    return obstacle;
 }
 
 template <typename real> bool configureFusedFitting(int maxSharedBytes) {
@@ -405,7 +424,7 @@ void launchFusedFitting(const GraphModelParams<real>& model, const FusedNetworkS
     const int columns = fusedColumnsPerThread(shape);
     FusedKernel<real> kernel = fusedKernel<real>(shape.tileRows, columns);
     if constexpr (sizeof(real) == 4)
-        if (scan != nullptr) // the caller has checked fusedScansMoments
+        if (scan != nullptr) // the caller has checked fusedMomentScanObstacle
             kernel = model.lMax == 0 ? fusedScanKernel<0>(columns) : fusedScanKernel<1>(columns);
     launchChained(kernel, blocks, FusedThreads, bytes, stream, model, shape, groups, rowNodes, moments, particleEnergy, gradMoments, status,
                   withForces ? 1 : 0, scan != nullptr ? *scan : FusedMomentScan<real>());
@@ -413,7 +432,7 @@ void launchFusedFitting(const GraphModelParams<real>& model, const FusedNetworkS
 
 #define GRAPH_INSTANTIATE_FUSED(real)                                                                                                      \
     template bool configureFusedFitting<real>(int);                                                                                        \
-    template bool fusedScansMoments<real>(const GraphModelParams<real>&, const FusedNetworkShape&);                                        \
+    template std::string fusedMomentScanObstacle<real>(const GraphModelParams<real>&, const FusedNetworkShape&);                                        \
     template void launchFusedFitting<real>(const GraphModelParams<real>&, const FusedNetworkShape&, const FusedNetworkWeights<real>*,      \
                                            const int*, real*, real*, real*, GraphStatus*, bool, const FusedMomentScan<real>*,              \
                                            cudaStream_t);

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cuda_runtime.h>
+#include <string>
 #include <vector>
 
 namespace GraphPlugin {
@@ -583,7 +584,7 @@ template <typename real> struct FusedMomentScan {
  * for the rows of one block together), bitwise the same results: a block of
  * FusedThreads threads per tile of shape.tileRows rows of one type; every
  * intermediate stays in shared memory and the weights stream through it.
- * Reads moments [node][H][M], or with scan (fusedScansMoments) forms them
+ * Reads moments [node][H][M], or with scan (fusedMomentScanObstacle) forms them
  * from the rows first, bitwise as launchMoments does, while the first weights
  * load, and writes them there; writes particleEnergy [node], adds the
  * energies to status (when not null), and with withForces writes dE/dA into
@@ -595,12 +596,14 @@ void launchFusedFitting(const GraphModelParams<real>& model, const FusedNetworkS
                         const FusedMomentScan<real>* scan, cudaStream_t stream);
 
 /**
- * Whether launchFusedFitting can scan the moments of `shape`'s tiles itself
- * for `model` (fusedScansMoments: fp32, tiles of 4 rows in one block, l_max
- * at most 1, the moments' lane groups of 8 lanes, room in the tile's arrays
- * and a free weight stage for the scan).  Host only.
+ * Why launchFusedFitting cannot scan the moments of `shape`'s tiles itself
+ * for `model` (the CudaMomentsScan property's "fused"), or "" if it can: it
+ * needs fp32, tiles of 4 rows in one block, layers of at most 4 columns a
+ * thread, l_max at most 1, the moments' lane groups of 8 lanes (20 to 32
+ * channels, a multiple of 4), room in the tile's arrays and a free weight
+ * stage for the scan.  Host only.
  */
-template <typename real> bool fusedScansMoments(const GraphModelParams<real>& model, const FusedNetworkShape& shape);
+template <typename real> std::string fusedMomentScanObstacle(const GraphModelParams<real>& model, const FusedNetworkShape& shape);
 
 /**
  * Allows the fused kernels maxSharedBytes of dynamic shared memory per block

@@ -109,10 +109,7 @@ struct PropertyRun {
  * (replays), a box change (re-capture), a type change and energy-only
  * evaluations.
  */
-std::vector<Result> propertyTrajectory(const Properties& properties, int numInteractions) {
-    GraphTest::ModelOptions options;
-    options.numInteractions = numInteractions;
-    options.lMax = 2;
+std::vector<Result> propertyTrajectory(const GraphTest::ModelOptions& options, const Properties& properties) {
     PropertyRun run(options, makeConfiguration(Geometry::Cubic, 220, 2, 35), properties, 5);
     std::vector<Result> results;
     run.record(results);
@@ -132,6 +129,14 @@ std::vector<Result> propertyTrajectory(const Properties& properties, int numInte
     run.integrator.step(5);
     run.record(results);
     return results;
+}
+
+/** propertyTrajectory of the tests' model with l_max 2 and numInteractions (0 or 1) interaction blocks. */
+std::vector<Result> propertyTrajectory(const Properties& properties, int numInteractions) {
+    GraphTest::ModelOptions options;
+    options.numInteractions = numInteractions;
+    options.lMax = 2;
+    return propertyTrajectory(options, properties);
 }
 
 void expectSameTrajectories(const std::vector<Result>& expected, const std::vector<Result>& found) {
@@ -571,6 +576,95 @@ TEST(CudaGraphForce, StreamedMomentsScanThatCannotRunIsExplained) {
 }
 
 /**
+ * The fused network that scans its tiles' moments itself (CudaMomentsScan "fused": fp32, tiles of 4 rows, l_max at most
+ * 1, 20 to 32 channels in the scans' 8-lane groups; the small grade's shape) gives bitwise the trajectories of the
+ * moments kernel ("rows") beside the fused network and beside the per-layer kernels: l_max 0 and 1, l-summed and per
+ * degree, 32 channels and fewer (20 and 24: the groups' last lanes idle), the last layers' weights resident and
+ * streamed.  "auto" must give the same (it takes "fused" here).  In double precision "fused" is refused (the scan is
+ * fp32 only) and the rest is compared as in single.
+ */
+TEST(CudaGraphForce, FusedMomentScanGivesBitwiseIdenticalTrajectories) {
+    const bool doublePrecision = std::string(GRAPH_TEST_PRECISION) == "double";
+    struct Shape {
+        int channels, axis, lMax;
+        bool lSum;
+    };
+    for (const Shape& shape : {Shape{32, 8, 1, true}, Shape{20, 4, 1, false}, Shape{24, 6, 0, true}, Shape{32, 8, 0, false}}) {
+        GraphTest::ModelOptions options;
+        options.numChannels = shape.channels;
+        options.numAxis = shape.axis;
+        options.lMax = shape.lMax;
+        options.lSum = shape.lSum;
+        options.fittingWidths = {128, 128, 128}; // the small grade's
+        options.intervals = 80;
+        SCOPED_TRACE("M " + std::to_string(shape.channels) + ", M_axis " + std::to_string(shape.axis) + ", l_max " +
+                     std::to_string(shape.lMax) + (shape.lSum ? ", l-summed" : ", per degree"));
+        const std::vector<Result> layered = propertyTrajectory(options, {{"CudaFusedNetwork", "false"}, {"CudaMomentsScan", "rows"}});
+        for (const char* resident : {"true", "false"}) {
+            SCOPED_TRACE(std::string("CudaFusedResidentWeights ") + resident);
+            const Properties fused = {{"CudaFusedNetwork", "true"}, {"CudaFusedTileRows", "4"}, {"CudaFusedResidentWeights", resident}};
+            for (const char* scan : {"rows", "auto", "fused"}) {
+                SCOPED_TRACE(std::string("CudaMomentsScan ") + scan);
+                Properties properties = fused;
+                properties["CudaMomentsScan"] = scan;
+                if (doublePrecision && std::string(scan) == "fused") {
+                    GraphForce* force;
+                    std::unique_ptr<System> system(makeSystem(makeConfiguration(Geometry::Cubic, 220, 2, 35), options, &force));
+                    for (const auto& property : properties)
+                        force->setProperty(property.first, property.second);
+                    expectContextRefused(*system, {"CudaMomentsScan is \"fused\"", "single and mixed precision"});
+                    continue;
+                }
+                expectSameTrajectories(layered, propertyTrajectory(options, properties));
+            }
+        }
+    }
+}
+
+/**
+ * CudaMomentsScan "fused" where the fused network cannot scan the moments is an error that says why: l_max 2, 16
+ * channels, tiles of 8 rows, the network not fused; and in double precision, any model.
+ */
+TEST(CudaGraphForce, FusedMomentScanThatCannotRunIsExplained) {
+    const bool doublePrecision = std::string(GRAPH_TEST_PRECISION) == "double";
+    struct Case {
+        int channels, lMax;
+        Properties properties;
+        std::string why;
+    };
+    const Properties fused = {{"CudaFusedNetwork", "true"}, {"CudaMomentsScan", "fused"}};
+    auto with = [&](const std::string& key, const std::string& value) {
+        Properties properties = fused;
+        properties[key] = value;
+        return properties;
+    };
+    const std::vector<Case> cases = {{32, 2, fused, "l_max 2"},
+                                     {16, 1, fused, "16 channels"},
+                                     {32, 1, with("CudaFusedTileRows", "8"), "8 rows"},
+                                     {32, 1, with("CudaFusedNetwork", "false"), "a kernel per layer"}};
+    for (const Case& test : cases) {
+        GraphTest::ModelOptions options;
+        options.numChannels = test.channels;
+        options.numAxis = 8;
+        options.lMax = test.lMax;
+        options.fittingWidths = {128, 128};
+        SCOPED_TRACE(test.why);
+        Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 38);
+        GraphForce* force;
+        std::unique_ptr<System> system(makeSystem(config, options, &force));
+        for (const auto& property : test.properties)
+            force->setProperty(property.first, property.second);
+        const bool perLayer = test.properties.at("CudaFusedNetwork") == "false";
+        expectContextRefused(*system, {"CudaMomentsScan is \"fused\"", doublePrecision && !perLayer ? "single and mixed precision" : test.why});
+        force->setProperty("CudaMomentsScan", "auto");
+        VerletIntegrator integrator(0.001);
+        Context context(*system, integrator, testPlatform(), testPlatformProperties());
+        context.setPositions(config.positions);
+        EXPECT_TRUE(std::isfinite(context.getState(State::Energy).getPotentialEnergy()));
+    }
+}
+
+/**
  * The streamed force scan (CudaForceScan "streamed", StreamedForcesKernels.cu) across its shapes: lane groups of 4, 8,
  * 16 and 32 (16 to 128 channels in single and mixed precision; 8 to 64 and two vectors a lane in double), groups with
  * idle lanes (36 channels), one or two centers a group (l_max 0 to 2), three types over 700 particles (every type's
@@ -876,11 +970,13 @@ TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
         EXPECT_THROW(force->setProperty("CudaFusedTileRows", bad), OpenMMException) << bad;
     force->setProperty("CudaFusedTileRows", "64");
     EXPECT_EQ("64", force->getProperty("CudaFusedTileRows"));
-    for (const char* bad : {"", "stream", "Rows", "true"})
+    for (const char* bad : {"", "stream", "Rows", "true", "Fused"})
         EXPECT_THROW(force->setProperty("CudaMomentsScan", bad), OpenMMException) << bad;
     EXPECT_EQ("auto", force->getProperty("CudaMomentsScan"));
     force->setProperty("CudaMomentsScan", "streamed");
     EXPECT_EQ("streamed", force->getProperty("CudaMomentsScan"));
+    force->setProperty("CudaMomentsScan", "fused");
+    EXPECT_EQ("fused", force->getProperty("CudaMomentsScan"));
     for (const char* bad : {"", "stream", "Rows", "pairs"})
         EXPECT_THROW(force->setProperty("CudaForceScan", bad), OpenMMException) << bad;
     EXPECT_EQ("auto", force->getProperty("CudaForceScan"));
