@@ -377,8 +377,8 @@ template <typename real> std::string fusedMomentScanObstacle(const GraphModelPar
                " entries (the scan needs at most " + std::to_string(4 * ColumnThreads) + ")";
     if (model.lMax > 1)
         return "the model has l_max " + std::to_string(model.lMax) + " (the scan needs at most 1)";
-    std::string obstacle = "the model has " + std::to_string(model.numChannels) +
-                           " channels (the scan needs 20 to 32, a multiple of 4: lane groups of 8)";
+    std::string obstacle =
+        "the model has " + std::to_string(model.numChannels) + " channels (the scan needs 20 to 32, a multiple of 4: lane groups of 8)";
     dispatchEdgeShape<real>(model.lMax, model.numChannels, [&](auto l, auto edgeShape) {
         constexpr int L = decltype(l)::value, H = (L + 1) * (L + 1);
         if constexpr (L <= 1 && std::is_same_v<decltype(edgeShape), ScannedShape>) {
@@ -432,7 +432,7 @@ void launchFusedFitting(const GraphModelParams<real>& model, const FusedNetworkS
 
 #define GRAPH_INSTANTIATE_FUSED(real)                                                                                                      \
     template bool configureFusedFitting<real>(int);                                                                                        \
-    template std::string fusedMomentScanObstacle<real>(const GraphModelParams<real>&, const FusedNetworkShape&);                                        \
+    template std::string fusedMomentScanObstacle<real>(const GraphModelParams<real>&, const FusedNetworkShape&);                           \
     template void launchFusedFitting<real>(const GraphModelParams<real>&, const FusedNetworkShape&, const FusedNetworkWeights<real>*,      \
                                            const int*, real*, real*, real*, GraphStatus*, bool, const FusedMomentScan<real>*,              \
                                            cudaStream_t);

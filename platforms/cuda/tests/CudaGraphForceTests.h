@@ -655,7 +655,8 @@ TEST(CudaGraphForce, FusedMomentScanThatCannotRunIsExplained) {
         for (const auto& property : test.properties)
             force->setProperty(property.first, property.second);
         const bool perLayer = test.properties.at("CudaFusedNetwork") == "false";
-        expectContextRefused(*system, {"CudaMomentsScan is \"fused\"", doublePrecision && !perLayer ? "single and mixed precision" : test.why});
+        expectContextRefused(*system,
+                             {"CudaMomentsScan is \"fused\"", doublePrecision && !perLayer ? "single and mixed precision" : test.why});
         force->setProperty("CudaMomentsScan", "auto");
         VerletIntegrator integrator(0.001);
         Context context(*system, integrator, testPlatform(), testPlatformProperties());
