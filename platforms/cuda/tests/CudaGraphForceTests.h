@@ -581,7 +581,7 @@ TEST(CudaGraphForce, StreamedMomentsScanThatCannotRunIsExplained) {
  * moments kernel ("rows") beside the fused network and beside the per-layer kernels: l_max 0 and 1, l-summed and per
  * degree, 32 channels and fewer (20 and 24: the groups' last lanes idle), the last layers' weights resident and
  * streamed.  "auto" must give the same (it takes "fused" here).  In double precision "fused" is refused (the scan is
- * fp32 only) and the rest is compared as in single.
+ * fp32 only) and the rest is compared as in single, with the weights streamed.
  */
 TEST(CudaGraphForce, FusedMomentScanGivesBitwiseIdenticalTrajectories) {
     const bool doublePrecision = std::string(GRAPH_TEST_PRECISION) == "double";
@@ -600,8 +600,9 @@ TEST(CudaGraphForce, FusedMomentScanGivesBitwiseIdenticalTrajectories) {
         SCOPED_TRACE("M " + std::to_string(shape.channels) + ", M_axis " + std::to_string(shape.axis) + ", l_max " +
                      std::to_string(shape.lMax) + (shape.lSum ? ", l-summed" : ", per degree"));
         const std::vector<Result> layered = propertyTrajectory(options, {{"CudaFusedNetwork", "false"}, {"CudaMomentsScan", "rows"}});
-        for (const char* resident : {"true", "false"}) {
-            SCOPED_TRACE(std::string("CudaFusedResidentWeights ") + resident);
+        // In double precision a 128 x 128 layer's resident copy (128 KB) does not fit beside the tile: streamed only.
+        for (const std::string resident : doublePrecision ? std::vector<std::string>{"false"} : std::vector<std::string>{"true", "false"}) {
+            SCOPED_TRACE("CudaFusedResidentWeights " + resident);
             const Properties fused = {{"CudaFusedNetwork", "true"}, {"CudaFusedTileRows", "4"}, {"CudaFusedResidentWeights", resident}};
             for (const char* scan : {"rows", "auto", "fused"}) {
                 SCOPED_TRACE(std::string("CudaMomentsScan ") + scan);
