@@ -578,10 +578,10 @@ TEST(CudaGraphForce, StreamedMomentsScanThatCannotRunIsExplained) {
 /**
  * The fused network that scans its tiles' moments itself (CudaMomentsScan "fused": fp32, tiles of 4 rows, l_max at most
  * 1, 20 to 32 channels in the scans' 8-lane groups; the small grade's shape) gives bitwise the trajectories of the
- * moments kernel ("rows") beside the fused network and beside the per-layer kernels: l_max 0 and 1, l-summed and per
- * degree, 32 channels and fewer (20 and 24: the groups' last lanes idle), the last layers' weights resident and
- * streamed.  "auto" must give the same (it takes "fused" here).  In double precision "fused" is refused (the scan is
- * fp32 only) and the rest is compared as in single, with the weights streamed.
+ * moments kernel and the per-layer network: l_max 0 and 1, l-summed and per degree, 32 channels and fewer (20 and 24:
+ * the groups' last lanes idle), the last layers' weights resident and streamed.  (The fused network after the moments
+ * kernel, "rows", is compared with the per-layer network in FusedNetworkGivesBitwiseIdenticalTrajectories.)  In double
+ * precision "fused" is refused: the scan is fp32 only.
  */
 TEST(CudaGraphForce, FusedMomentScanGivesBitwiseIdenticalTrajectories) {
     const bool doublePrecision = std::string(GRAPH_TEST_PRECISION) == "double";
@@ -599,25 +599,23 @@ TEST(CudaGraphForce, FusedMomentScanGivesBitwiseIdenticalTrajectories) {
         options.intervals = 80;
         SCOPED_TRACE("M " + std::to_string(shape.channels) + ", M_axis " + std::to_string(shape.axis) + ", l_max " +
                      std::to_string(shape.lMax) + (shape.lSum ? ", l-summed" : ", per degree"));
+        if (doublePrecision) {
+            GraphForce* force;
+            std::unique_ptr<System> system(makeSystem(makeConfiguration(Geometry::Cubic, 220, 2, 35), options, &force));
+            force->setProperty("CudaFusedNetwork", "true");
+            force->setProperty("CudaFusedTileRows", "4");
+            force->setProperty("CudaFusedResidentWeights", "false"); // a 128 x 128 layer's resident copy does not fit in double
+            force->setProperty("CudaMomentsScan", "fused");
+            expectContextRefused(*system, {"CudaMomentsScan is \"fused\"", "single and mixed precision"});
+            continue;
+        }
         const std::vector<Result> layered = propertyTrajectory(options, {{"CudaFusedNetwork", "false"}, {"CudaMomentsScan", "rows"}});
-        // In double precision a 128 x 128 layer's resident copy (128 KB) does not fit beside the tile: streamed only.
-        for (const std::string resident : doublePrecision ? std::vector<std::string>{"false"} : std::vector<std::string>{"true", "false"}) {
-            SCOPED_TRACE("CudaFusedResidentWeights " + resident);
-            const Properties fused = {{"CudaFusedNetwork", "true"}, {"CudaFusedTileRows", "4"}, {"CudaFusedResidentWeights", resident}};
-            for (const char* scan : {"rows", "auto", "fused"}) {
-                SCOPED_TRACE(std::string("CudaMomentsScan ") + scan);
-                Properties properties = fused;
-                properties["CudaMomentsScan"] = scan;
-                if (doublePrecision && std::string(scan) == "fused") {
-                    GraphForce* force;
-                    std::unique_ptr<System> system(makeSystem(makeConfiguration(Geometry::Cubic, 220, 2, 35), options, &force));
-                    for (const auto& property : properties)
-                        force->setProperty(property.first, property.second);
-                    expectContextRefused(*system, {"CudaMomentsScan is \"fused\"", "single and mixed precision"});
-                    continue;
-                }
-                expectSameTrajectories(layered, propertyTrajectory(options, properties));
-            }
+        for (const char* resident : {"true", "false"}) {
+            SCOPED_TRACE(std::string("CudaFusedResidentWeights ") + resident);
+            expectSameTrajectories(layered, propertyTrajectory(options, {{"CudaFusedNetwork", "true"},
+                                                                         {"CudaFusedTileRows", "4"},
+                                                                         {"CudaFusedResidentWeights", resident},
+                                                                         {"CudaMomentsScan", "fused"}}));
         }
     }
 }
