@@ -12,6 +12,11 @@
 # - each entry of AB_VARIANTS (separated by "@@"): HEAD with FILE (a path in the repository) edited by `sed -e SED`, e.g.
 #   'fold=platforms/cuda/src/GraphDeviceFunctions.cuh:s/return interval \& 1;/return 0 * interval;/'
 #   (an edit that changes nothing is an error).
+# - AB_ARCHITECTURES: CMAKE_CUDA_ARCHITECTURES of every build (default 90: the project's, sm_90 with PTX); "90-real"
+#   (SASS only) makes a build about 7.8 MB with xz instead of 13.6, so that three fit one call beside the package, and
+#   ran as fast as the package's own plugin in bench/NOTES.md v55 (the same SASS);
+# - AB_BUILD_PROPERTIES="NAME:KEY=VALUE[,KEY=VALUE...] ...": GraphForce properties that build NAME runs with in
+#   plugin-ab.sh (.device/ab/NAME/properties), e.g. CheckFinite=false for a probe whose results are not finite.
 # Every build uses the same compiler and options (Release, sm_90 with PTX, OpenMM from .venv), in /tmp/ab-build-NAME
 # from a worktree in /tmp/ab-src-NAME.  A device call carries at most 64 MiB: with .device/wheels and .device/pkg.txz
 # (about 30 MiB) that is three builds; the script says when the carry would be larger.  Only the CUDA plugin is swapped:
@@ -57,6 +62,20 @@ if [ -n "${AB_VARIANTS:-}" ]; then
         names+=("$name") commits+=(HEAD) edits+=("$file:$script")
     done < <(printf '%s\n' "${AB_VARIANTS//@@/$'\n'}")
 fi
+# AB_BUILD_PROPERTIES: checked against the builds' names before anything is compiled.
+declare -A build_properties=()
+for entry in ${AB_BUILD_PROPERTIES:-}; do
+    name=${entry%%:*} pairs=${entry#*:}
+    known=0
+    for taken in "${names[@]}"; do [ "$taken" != "$name" ] || known=1; done
+    [ "$known" = 1 ] && [ "$pairs" != "$entry" ] && [[ "$pairs" =~ ^[A-Za-z0-9_]+=[^,=]+(,[A-Za-z0-9_]+=[^,=]+)*$ ]] \
+        || { echo "AB_BUILD_PROPERTIES: \"$entry\" is not NAME:KEY=VALUE[,KEY=VALUE...] for a build of this run (${names[*]})"; exit 1; }
+    build_properties[$name]=$pairs
+done
+# Always passed, so that a build folder kept from a run with other architectures (CMake's cache) takes these.
+architectures=${AB_ARCHITECTURES:-90}
+[[ "$architectures" =~ ^[0-9]+(-real|-virtual)?(\;[0-9]+(-real|-virtual)?)*$ ]] \
+    || { echo "AB_ARCHITECTURES: \"$architectures\" is not a CMAKE_CUDA_ARCHITECTURES list such as 90-real"; exit 1; }
 rm -rf .device/ab
 for i in "${!names[@]}"; do
     name=${names[$i]} src=/tmp/ab-src-${names[$i]} build=/tmp/ab-build-${names[$i]}
@@ -69,10 +88,13 @@ for i in "${!names[@]}"; do
     fi
     echo "build-ab-plugins: $name ($(git -C "$src" rev-parse --short HEAD)${edits[$i]:+, edited: ${edits[$i]}})"
     cmake -S "$src" -B "$build" -G Ninja -DOPENMM_DIR="$openmm_dir" -DGRAPH_BUILD_TESTS=OFF -DGRAPH_BUILD_PYTHON=OFF \
-        -DCMAKE_BUILD_TYPE=Release > "$build.log" 2>&1 && ninja -C "$build" OpenMMGraphCUDA >> "$build.log" 2>&1 \
+        -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$architectures" > "$build.log" 2>&1 && ninja -C "$build" OpenMMGraphCUDA >> "$build.log" 2>&1 \
         || { tail -30 "$build.log"; echo "build-ab-plugins: $name failed to build (log: $build.log)"; exit 1; }
     mkdir -p ".device/ab/$name"
     xz -T0 -9 -c "$build/plugins/libOpenMMGraphCUDA.so" > ".device/ab/$name/libOpenMMGraphCUDA.so.xz"
+    if [ -n "${build_properties[$name]:-}" ]; then
+        tr ',' '\n' <<< "${build_properties[$name]}" > ".device/ab/$name/properties"
+    fi
     git worktree remove --force "$src"
 done
 # Two ways to carry them: with .device/pkg.txz (plugin-ab.sh run directly), or with .device/gtest and the package built
