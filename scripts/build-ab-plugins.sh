@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the CUDA plugin (libOpenMMGraphCUDA.so) several ways on this machine, for bench/device/plugin-ab.sh to time
-# against each other in one device call (bench/README.md).  Each build goes, xz-compressed (28 -> 9 MB), to
+# against each other in one device call (bench/README.md).  Each build goes, xz-compressed (13.6 MB; 7.8 with 90-real), to
 # .device/ab/NAME/libOpenMMGraphCUDA.so.xz; .device/ab is emptied first.
 #
 #   AB_BASE=COMMIT AB_COMMITS='NAME=COMMIT ...' AB_VARIANTS='NAME=FILE:SED@@NAME2=FILE:SED' bash scripts/build-ab-plugins.sh
@@ -17,11 +17,11 @@
 #   ran as fast as the package's own plugin in bench/NOTES.md v55 (the same SASS);
 # - AB_BUILD_PROPERTIES="NAME:KEY=VALUE[,KEY=VALUE...] ...": GraphForce properties that build NAME runs with in
 #   plugin-ab.sh (.device/ab/NAME/properties), e.g. CheckFinite=false for a probe whose results are not finite.
-# Every build uses the same compiler and options (Release, sm_90 with PTX, OpenMM from .venv), in /tmp/ab-build-NAME
-# from a worktree in /tmp/ab-src-NAME.  A device call carries at most 64 MiB: with .device/wheels and .device/pkg.txz
-# (about 30 MiB) that is three builds; the script says when the carry would be larger.  Only the CUDA plugin is swapped:
-# .device/pkg.txz (the rest of the package, from a device build or scripts/build-device-bundle.sh) must come from sources
-# with the same openmmapi/.
+# Every build uses the same compiler and options (Release, AB_ARCHITECTURES, OpenMM from .venv), in
+# /tmp/ab-build-NAME from a worktree in /tmp/ab-src-NAME.  A device call carries at most 64 MiB: with the openmm
+# wheels, .device/pkg.txz and the tree (about 41 MiB) that is one build of 90 with PTX or three of 90-real; the
+# script says when the carry would be larger.  Only the CUDA plugin is swapped: .device/pkg.txz (the rest of the
+# package, from a device build or scripts/build-device-bundle.sh) must come from sources with the same openmmapi/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -98,11 +98,12 @@ for i in "${!names[@]}"; do
     git worktree remove --force "$src"
 done
 # Two ways to carry them: with .device/pkg.txz (plugin-ab.sh run directly), or with .device/gtest and the package built
-# in the same call (device-session.sh test,extra; ab-package.sh).  The working tree travels too (about 5 MiB).
-tree=$(git ls-files -z | xargs -0 du -cm 2> /dev/null | tail -n 1 | cut -f1)
+# in the same call (device-session.sh test,extra; ab-package.sh).  The working tree travels too (about 9 MiB).  Counted
+# in bytes (`du -m` rounds every file up to a MiB), with the two openmm wheels a call carries (not swig's, for builds).
+tree=$(git ls-files -z | xargs -0 du -cb 2> /dev/null | tail -n 1 | cut -f1)
 for extra in .device/pkg.txz .device/gtest; do
     [ -e "$extra" ] || { echo "build-ab-plugins: no $extra here (carrying it is one of the two ways)"; continue; }
-    total=$(du -sm .device/wheels "$extra" .device/ab | awk -v t="$tree" '{s += $1} END {print s + t}')
-    echo "build-ab-plugins: ${names[*]} in .device/ab; carrying .device/wheels, $extra and .device/ab with the tree: about $total MiB"
+    total=$(du -scb .device/wheels/openmm*.whl "$extra" .device/ab | tail -n 1 | awk -v t="$tree" '{printf "%d", ($1 + t) / 1048576 + 0.5}')
+    echo "build-ab-plugins: ${names[*]} in .device/ab; carrying the openmm wheels, $extra and .device/ab with the tree: about $total MiB"
     [ "$total" -le 64 ] || echo "build-ab-plugins: that is more than the 64 MiB a device call carries; build fewer variants"
 done
