@@ -99,11 +99,14 @@ for i in "${!names[@]}"; do
 done
 # Two ways to carry them: with .device/pkg.txz (plugin-ab.sh run directly), or with .device/gtest and the package built
 # in the same call (device-session.sh test,extra; ab-package.sh).  The working tree travels too (about 9 MiB).  Counted
-# in bytes (`du -m` rounds every file up to a MiB), with the two openmm wheels a call carries (not swig's, for builds).
+# in bytes (du's default counts disk blocks) and rounded up: with the two openmm wheels where the package is carried,
+# with every wheel (swig's too, for the build) where the call builds it.
 tree=$(git ls-files -z | xargs -0 du -cb 2> /dev/null | tail -n 1 | cut -f1)
 for extra in .device/pkg.txz .device/gtest; do
     [ -e "$extra" ] || { echo "build-ab-plugins: no $extra here (carrying it is one of the two ways)"; continue; }
-    total=$(du -scb .device/wheels/openmm*.whl "$extra" .device/ab | tail -n 1 | awk -v t="$tree" '{printf "%d", ($1 + t) / 1048576 + 0.5}')
-    echo "build-ab-plugins: ${names[*]} in .device/ab; carrying the openmm wheels, $extra and .device/ab with the tree: about $total MiB"
+    wheels=(.device/wheels/openmm*.whl)
+    [ "$extra" = .device/pkg.txz ] || wheels=(.device/wheels)
+    total=$(du -scb "${wheels[@]}" "$extra" .device/ab | tail -n 1 | awk -v t="$tree" '{printf "%d", ($1 + t + 1048575) / 1048576}')
+    echo "build-ab-plugins: ${names[*]} in .device/ab; carrying ${wheels[*]}, $extra and .device/ab with the tree: about $total MiB"
     [ "$total" -le 64 ] || echo "build-ab-plugins: that is more than the 64 MiB a device call carries; build fewer variants"
 done
