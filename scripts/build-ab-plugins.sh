@@ -34,10 +34,13 @@ fi
 # name, commit and edit of each build; the entries are checked before anything is compiled.
 names=(current) commits=(HEAD) edits=("")
 # A build's name: letters, digits, _ or -, and not one already taken ("current", "base" with AB_BASE, ...).
-name_is_new() {
-    [[ "$1" =~ ^[A-Za-z0-9_-]+$ ]] || return 1
+name_taken() {
     local taken
-    for taken in "${names[@]}"; do [ "$taken" != "$1" ] || return 1; done
+    for taken in "${names[@]}"; do [ "$taken" != "$1" ] || return 0; done
+    return 1
+}
+name_is_new() {
+    [[ "$1" =~ ^[A-Za-z0-9_-]+$ ]] && ! name_taken "$1"
 }
 # AB_BASE is the commit entry "base".
 for entry in ${AB_BASE:+base=$AB_BASE} ${AB_COMMITS:-}; do
@@ -66,9 +69,7 @@ fi
 declare -A build_properties=()
 for entry in ${AB_BUILD_PROPERTIES:-}; do
     name=${entry%%:*} pairs=${entry#*:}
-    known=0
-    for taken in "${names[@]}"; do [ "$taken" != "$name" ] || known=1; done
-    [ "$known" = 1 ] && [ "$pairs" != "$entry" ] && [[ "$pairs" =~ ^[A-Za-z0-9_]+=[^,=]+(,[A-Za-z0-9_]+=[^,=]+)*$ ]] \
+    name_taken "$name" && [ "$pairs" != "$entry" ] && [[ "$pairs" =~ ^[A-Za-z0-9_]+=[^,=]+(,[A-Za-z0-9_]+=[^,=]+)*$ ]] \
         || { echo "AB_BUILD_PROPERTIES: \"$entry\" is not NAME:KEY=VALUE[,KEY=VALUE...] for a build of this run (${names[*]})"; exit 1; }
     build_properties[$name]=$pairs
 done
