@@ -111,3 +111,13 @@ for extra in .device/pkg.txz .device/gtest; do
     echo "build-ab-plugins: ${names[*]} in .device/ab; carrying ${wheels[*]}, $extra and .device/ab with the tree: about $total MiB"
     [ "$total" -le 64 ] || echo "build-ab-plugins: that is more than the 64 MiB a device call carries; build fewer variants"
 done
+# The call unpacks .device/pkg.txz only where the tree it runs in has the package's sources; otherwise it rebuilds the
+# package (which needs SWIG's wheel and the build time): say so here, where the tree is switched (bench/NOTES.md v56).
+if [ -e .device/pkg.txz ]; then
+    source scripts/device-build.sh
+    packaged=$(tar xJf .device/pkg.txz -O openmmgraph/source-hash.txt 2> /dev/null || true)
+    if [ "$packaged" != "$(source_hash)" ]; then
+        echo "build-ab-plugins: .device/pkg.txz was not built from this tree's sources (HEAD $(git rev-parse --short HEAD)): run the"
+        echo "  device call from the package's commit (e.g. git switch main), or the call rebuilds the package"
+    fi
+fi
