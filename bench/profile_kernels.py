@@ -31,14 +31,19 @@ def main() -> None:
     parser.add_argument("--device-index", default="0", help='OpenMM\'s DeviceIndex, e.g. "0,1" for two GPUs in one Context')
     parser.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
                         help="another GraphForce property, e.g. CudaChunkRows=4096 (repeatable)")
+    parser.add_argument("--platform-property", action="append", default=[], metavar="KEY=VALUE",
+                        help="a CUDA platform property, e.g. UseBlockingSync=false (repeatable)")
+    parser.add_argument("--floor", action="store_true",
+                        help="a trivial force in place of the GraphForce: OpenMM's own step (the benchmark's floor)")
     args = parser.parse_args()
 
     from standard_context import standard_context
 
     try:
-        context, integrator = standard_context(args.grade, args.n, args.precision, args.cuda_graph, args.property, args.device_index)
+        context, integrator = standard_context(args.grade, args.n, args.precision, args.cuda_graph, args.property, args.device_index,
+                                               floor=args.floor, platform_properties=args.platform_property)
     except ValueError as error:
-        parser.error(f"--property: {error}")
+        parser.error(str(error))
     for _ in range(3):
         context.getState(getForces=True)
     cudart = None
@@ -56,7 +61,8 @@ def main() -> None:
     elapsed = (time.perf_counter() - start) / args.evaluations
     if cudart is not None:
         cudart.cudaProfilerStop()
-    label = " ".join([f"{args.grade} n={args.n} CudaGraph={args.cuda_graph} DeviceIndex={args.device_index}"] + args.property)
+    label = " ".join([f"{args.grade} n={args.n} CudaGraph={args.cuda_graph} DeviceIndex={args.device_index}"] + args.property +
+                     [f"platform:{setting}" for setting in args.platform_property] + (["floor"] if args.floor else []))
     print(f"{label}: {1e3 * elapsed:.3f} ms per evaluation (wall, {args.evaluations} evaluations)")
     if args.steps:
         integrator.step(10)

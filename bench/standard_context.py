@@ -27,13 +27,25 @@ def standard_system(force, n: int):
     return system, positions
 
 
+def key_values(settings, what: str) -> dict:
+    """{KEY: VALUE} of "KEY=VALUE" strings (ValueError naming `what` when one has no "=")."""
+    values = {}
+    for setting in settings:
+        key, separator, value = setting.partition("=")
+        if not separator or not key:
+            raise ValueError(f"{what} {setting!r}: expected KEY=VALUE")
+        values[key] = value
+    return values
+
+
 def standard_context(grade: str, n: int, precision: str = "mixed", cuda_graph: str = "auto", properties=(),
-                     device_index: str = "0", floor: bool = False):
+                     device_index: str = "0", floor: bool = False, platform_properties=()):
     """(context, integrator) of the standard system.
 
     properties: "KEY=VALUE" strings, more GraphForce properties (ValueError when
     one has no "="); floor: the same System with a trivial force in place of the
-    GraphForce (OpenMM's own step alone).
+    GraphForce (OpenMM's own step alone); platform_properties: "KEY=VALUE"
+    strings, more CUDA platform properties (e.g. UseBlockingSync=false).
     """
     import openmm
     import openmmgraph
@@ -44,15 +56,14 @@ def standard_context(grade: str, n: int, precision: str = "mixed", cuda_graph: s
     model.write(path)
     force = openmmgraph.GraphForce(path)
     force.setProperty("CudaGraph", cuda_graph)
-    for setting in properties:
-        key, separator, value = setting.partition("=")
-        if not separator:
-            raise ValueError(f"property {setting!r}: expected KEY=VALUE")
+    for key, value in key_values(properties, "property").items():
         force.setProperty(key, value)
+    context_properties = {"Precision": precision, "DeviceIndex": device_index}
+    context_properties.update(key_values(platform_properties, "platform property"))
     system, positions = standard_system(force, n)
     system.addForce(openmm.CustomExternalForce("0") if floor else force)
     integrator = openmm.VerletIntegrator(0.001)
     platform = openmm.Platform.getPlatformByName("CUDA")
-    context = openmm.Context(system, integrator, platform, {"Precision": precision, "DeviceIndex": device_index})
+    context = openmm.Context(system, integrator, platform, context_properties)
     context.setPositions(positions)
     return context, integrator
