@@ -300,9 +300,9 @@ size_t fusedLayout(FusedNetworkShape& shape, int momentEntries, int realSize) {
     for (int l = 1; l <= shape.numLayers; l++)
         widest = std::max(widest, pad(shape.width[l]));
     const int offset = fusedTileArrays(shape, momentEntries, realSize, 3);
-    // A slice is 16 KB, or 4 rows of the widest B if more (the backward of the first layer: rows of the descriptor's width).
+    // A slice is 32 KB, or 4 rows of the widest B if more (the backward of the first layer: rows of the descriptor's width).
     shape.stageOffset = offset;
-    shape.stageElements = std::max(16384 / realSize, 4 * std::max(widest, pad(shape.width[0])));
+    shape.stageElements = std::max(32768 / realSize, 4 * std::max(widest, pad(shape.width[0])));
     shape.totalElements = offset + FusedStages * shape.stageElements;
     shape.residentFrom = shape.numLayers; // none until fusedResidentLayout
     return (size_t) shape.totalElements * realSize;

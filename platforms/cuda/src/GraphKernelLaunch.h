@@ -449,7 +449,7 @@ void launchEnergyOutput(const DenseBatch<real>& batch, const int* rowNodes, cons
 constexpr int MaxFusedLayers = 8;   ///< hidden layers of a fused fitting network
 constexpr int MaxFusedWidth = 2048; ///< the widest layer (or descriptor) of a fused fitting network
 constexpr int FusedThreads = 256;   ///< threads per block of the fused kernel
-constexpr int FusedStages = 4;      ///< weight slices in shared memory: three in flight while one is multiplied
+constexpr int FusedStages = 2;      ///< weight slices in shared memory: one in flight while one is multiplied
 
 /** Values per 16-byte copy, and a width rounded up to a whole number of them. */
 template <typename real> GRAPH_HOST_DEVICE constexpr int fusedVector() {
