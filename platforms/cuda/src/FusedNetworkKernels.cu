@@ -5,8 +5,8 @@
  * invariants' backward run one after another on the tile's rows; every
  * intermediate (descriptor, activations, act'(z), gradients) stays in shared
  * memory and only the moments come in and dE/dA goes out.  The weights stream
- * through shared memory in slices of consecutive rows (cp.async, three slices
- * in flight), from copies laid out so that a slice is one contiguous block:
+ * through shared memory in slices of consecutive rows (cp.async, 32 KB: one
+ * loads while the other is multiplied), from copies laid out so that a slice is one contiguous block:
  * W^T for the forward products, W for the backward ones.  Where the block has
  * room (fusedResidentLayout), the W^T of the last hidden layers is copied into
  * shared memory during the first layer's product and stays there: their
@@ -300,7 +300,8 @@ size_t fusedLayout(FusedNetworkShape& shape, int momentEntries, int realSize) {
     for (int l = 1; l <= shape.numLayers; l++)
         widest = std::max(widest, pad(shape.width[l]));
     const int offset = fusedTileArrays(shape, momentEntries, realSize, 3);
-    // A slice is 32 KB, or 4 rows of the widest B if more (the backward of the first layer: rows of the descriptor's width).
+    // A slice is 32 KB, or 4 rows of the widest B if more (the backward of the first layer: rows of the descriptor's width):
+    // two of 32 KB took 2 us less a small-512 step than four of 16 KB (fewer waits and barriers, bench/NOTES.md v57).
     shape.stageOffset = offset;
     shape.stageElements = std::max(32768 / realSize, 4 * std::max(widest, pad(shape.width[0])));
     shape.totalElements = offset + FusedStages * shape.stageElements;
