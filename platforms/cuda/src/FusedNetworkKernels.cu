@@ -5,9 +5,10 @@
  * invariants' backward run one after another on the tile's rows; every
  * intermediate (descriptor, activations, act'(z), gradients) stays in shared
  * memory and only the moments come in and dE/dA goes out.  The weights stream
- * through shared memory in slices of consecutive rows (cp.async, 32 KB: one
- * loads while the other is multiplied), from copies laid out so that a slice is one contiguous block:
- * W^T for the forward products, W for the backward ones.  Where the block has
+ * through shared memory in slices of consecutive rows (cp.async, two stages
+ * of 32 KB: one loads while the other is multiplied), from copies laid out so
+ * that a slice is one contiguous block: W^T for the forward products, W for
+ * the backward ones.  Where the block has
  * room (fusedResidentLayout), the W^T of the last hidden layers is copied into
  * shared memory during the first layer's product and stays there: their
  * forward and backward products read it in place (residentTransposedProduct),
