@@ -8,11 +8,11 @@
  * through shared memory in slices of consecutive rows (cp.async, two stages
  * of 32 KB: one loads while the other is multiplied), from copies laid out so
  * that a slice is one contiguous block: W^T for the forward products, W for
- * the backward ones.  Where the block has
- * room (fusedResidentLayout), the W^T of the last hidden layers is copied into
- * shared memory during the first layer's product and stays there: their
- * forward and backward products read it in place (residentTransposedProduct),
- * so a block takes in fewer bytes (small grade: 384 KB instead of 512 KB).
+ * the backward ones.  Where the block has room (fusedResidentLayout), the W^T
+ * of the last hidden layers is copied into shared memory during the first
+ * layer's product and stays there: their forward and backward products read
+ * it in place (residentTransposedProduct), so a block takes in fewer bytes
+ * (small grade: 384 KB instead of 512 KB).
  *
  * Every value is formed by the same operations in the same order as in the
  * per-layer kernels (NetworkDeviceFunctions.cuh; dense products sum k in order
