@@ -234,29 +234,43 @@ __global__ void __launch_bounds__(FusedThreads)
     if (!withForces)
         return;
 
-    // Backward: dE/dh_(L-1) = w, then through the layers to dE/d(descriptor) (into `input`); dE/dz in buffer 2.
-    int gBuffer = L % 2; // the buffer that h_(L-1) is not in
+    // Backward: dE/dh_(L-1) = w, then through the layers to dE/d(descriptor) (into `input`).  dE/dz of a layer
+    // (denseOutputGradient) alternates between buffers 2 and 3: the epilogue of layer l's product forms layer l - 1's
+    // from the gradient it has just formed, so no pass (and barrier) of its own comes between the products; the same
+    // values as a pass over the stored gradient.
+    int gBuffer = L % 2, dzBuffer = 2; // gBuffer: the buffer that h_(L-1) is not in
     real* g = shared + shape.bufferOffset[gBuffer];
-    for (int e = threadIdx.x; e < R * W; e += FusedThreads)
-        g[(e / W) * strideH + e % W] = net.outputWeight[e % W];
-    __syncthreads();
-    real* dz = shared + shape.bufferOffset[2];
+    real* dz = shared + shape.bufferOffset[dzBuffer];
+    {
+        const bool residual = shape.residual[L - 1] != 0;
+        const real* deriv = shared + shape.derivOffset[L - 1];
+        const real* __restrict__ timestep = net.timestep[L - 1];
+        for (int e = threadIdx.x; e < R * W; e += FusedThreads) {
+            const int r = e / W, k = e % W;
+            const real w = net.outputWeight[k];
+            g[r * strideH + k] = w;
+            dz[r * strideH + k] =
+                denseOutputGradient(shape.activation, residual, w, deriv[r * strideH + k], residual ? timestep[k] : real(1));
+        }
+        __syncthreads();
+    }
     for (int l = L - 1; l >= 0; l--) {
         const int N = shape.width[l + 1], K = shape.width[l], strideN = fusedPadded<real>(N);
         const bool residual = shape.residual[l] != 0;
-        const real* deriv = shared + shape.derivOffset[l];
-        const real* __restrict__ timestep = net.timestep[l];
-        for (int e = threadIdx.x; e < R * N; e += FusedThreads) {
-            const int r = e / N, k = e % N;
-            dz[r * strideN + k] = denseOutputGradient(shape.activation, residual, g[r * strideN + k], deriv[r * strideN + k],
-                                                      residual ? timestep[k] : real(1));
-        }
-        __syncthreads();
         gBuffer = 1 - gBuffer;
         real* target = l == 0 ? input : shared + shape.bufferOffset[gBuffer];
         const int strideK = l == 0 ? strideD : fusedPadded<real>(K);
+        // Layer l - 1's dE/dz, formed in this product's epilogue (none below the first layer).
+        real* dzBelow = shared + shape.bufferOffset[5 - dzBuffer];
+        const bool residualBelow = l > 0 && shape.residual[l - 1] != 0;
+        const real* derivBelow = l > 0 ? shared + shape.derivOffset[l - 1] : nullptr;
+        const real* __restrict__ timestepBelow = l > 0 ? net.timestep[l - 1] : nullptr;
         auto epilogue = [&](int r, int c, real acc) {
-            target[r * strideK + c] = denseInputGradient(residual, acc, residual ? g[r * strideN + c] : real(0));
+            const real gradient = denseInputGradient(residual, acc, residual ? g[r * strideN + c] : real(0));
+            target[r * strideK + c] = gradient;
+            if (derivBelow != nullptr)
+                dzBelow[r * strideK + c] = denseOutputGradient(shape.activation, residualBelow, gradient, derivBelow[r * strideK + c],
+                                                               residualBelow ? timestepBelow[c] : real(1));
         };
         if (l >= shape.residentFrom)
             residentTransposedProduct<real, R>(shared + shape.weightOffset[l], residentLdb<real>(N), N, K, dz, strideN, epilogue);
@@ -264,6 +278,8 @@ __global__ void __launch_bounds__(FusedThreads)
             product<real, R, MaxCPT, FusedWeights::Streamed>(net.backward[l], N, K, fusedPadded<real>(K), dz, strideN, stage,
                                                              shape.stageElements, epilogue);
         g = target;
+        dz = dzBelow;
+        dzBuffer = 5 - dzBuffer;
     }
 
     // dE/dA from the descriptor's gradient.
@@ -300,7 +316,7 @@ size_t fusedLayout(FusedNetworkShape& shape, int momentEntries, int realSize) {
     int widest = 0;
     for (int l = 1; l <= shape.numLayers; l++)
         widest = std::max(widest, pad(shape.width[l]));
-    const int offset = fusedTileArrays(shape, momentEntries, realSize, 3);
+    const int offset = fusedTileArrays(shape, momentEntries, realSize, 4); // h and g alternate in 0-1, dE/dz in 2-3
     // A slice is 32 KB, or 4 rows of the widest B if more (the backward of the first layer: rows of the descriptor's width):
     // two of 32 KB took 2 us less a small-512 step than four of 16 KB (fewer waits and barriers, bench/NOTES.md v57).
     shape.stageOffset = offset;

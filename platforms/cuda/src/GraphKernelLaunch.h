@@ -513,7 +513,7 @@ struct FusedNetworkShape {
     int rowStart[MaxBatchedGroups + 1];  ///< group g: rows [rowStart[g], rowStart[g+1]) of the type-sorted list
     int tileStart[MaxBatchedGroups + 1]; ///< group g: tiles [tileStart[g], tileStart[g+1])
     // Shared memory, offsets in reals (each a multiple of fusedVector): moments [tileRows][fusedPadded(H M)], descriptor and
-    // its gradient [tileRows][fusedPadded(width[0])], three buffers (a cluster: four) [tileRows][fusedPadded(max width)],
+    // its gradient [tileRows][fusedPadded(width[0])], four buffers [tileRows][fusedPadded(max width)],
     // act'(z) of each layer [tileRows][clusterSlice(width[l + 1], clusterSize)], then one block: FusedStages weight slices
     // of stageElements, then the W^T of the resident layers l >= residentFrom at weightOffset[l] (fusedResidentLayout); a
     // cluster: the block's resident weight slices, layer l's W^T at weightOffset[l] and its W at
