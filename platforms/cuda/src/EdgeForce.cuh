@@ -60,14 +60,15 @@ template <int LPE> __device__ inline bool forceOwner(int sub) {
  * the lane's group of LPE sums the three components (fixed order), and the
  * owner lane of each component adds -dE/dd to j in OpenMM's buffer and dE/dd
  * to forceI (this lane's component of F_i, fixed point), reporting a value
- * beyond the fixed-point range.  Called by the lanes of `mask` (all 32, or
+ * beyond the fixed-point range.  slotJ: j's slot in the buffer (slotOfNode[j],
+ * read by the caller ahead of the edge's sums).  Called by the lanes of `mask` (all 32, or
  * the group's); a group whose edge is not `valid` (past its batch) adds
  * nothing.
  */
 template <typename real, int LMAX, int LPE>
-__device__ inline void edgeForce(const real* S, const real* P, const real u[3], real invR, bool valid, int sub, int i, int j,
-                                 const GraphModelParams<real>& model, GraphStatus* status, const int* slotOfNode, long long* forceBuffer,
-                                 int paddedAtoms, long long& forceI, unsigned mask = 0xffffffffu) {
+__device__ inline void edgeForce(const real* S, const real* P, const real u[3], real invR, bool valid, int sub, int i, int j, int slotJ,
+                                 const GraphModelParams<real>& model, GraphStatus* status, long long* forceBuffer, int paddedAtoms,
+                                 long long& forceI, unsigned mask = 0xffffffffu) {
     constexpr int H = (LMAX + 1) * (LMAX + 1);
     real Y[MaxHarmonics], grad[MaxHarmonics][3];
     harmonics(LMAX, u, Y, grad);
@@ -91,7 +92,7 @@ __device__ inline void edgeForce(const real* S, const real* P, const real u[3], 
         if (!(fabs((double) gc) < FixedPointLimit))
             reportError(status, GraphErrorForceOutOfRange, i, j, (double) gc);
         forceI += realToFixedPoint((double) gc);
-        atomicAdd((unsigned long long*) &forceBuffer[slotOfNode[j] + forceComponent<LPE>(sub) * paddedAtoms],
+        atomicAdd((unsigned long long*) &forceBuffer[slotJ + forceComponent<LPE>(sub) * paddedAtoms],
                   (unsigned long long) realToFixedPoint(-(double) gc));
     }
 }

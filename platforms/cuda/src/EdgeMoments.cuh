@@ -35,21 +35,26 @@ __device__ inline void rowChunk(int count, int warp, int numWarps, int& first, i
  * edge (lane e of the warp for edge e of a batch) instead of once per lane:
  * neighbour, its type, the table interval and the coefficients of its knots'
  * values (HermiteBasis: value; Full, for the forces: and slope), the
- * harmonics, the unit vector and 1 / distance.  One per warp in shared memory;
- * a batch holds E edges.
+ * harmonics, the unit vector and 1 / distance (Full: and the neighbour's slot
+ * in OpenMM's force buffer, loaded with its position rather than after the
+ * edge's sums, where its round trip held up the force's atomics).  One per
+ * warp in shared memory; a batch holds E edges.
  */
 template <typename real, int H, bool Full> struct EdgeStage {
     static constexpr int E = sizeof(real) == 4 ? 32 : 16;
     int j[E], tj[E], interval[E];
+    int slotJ[Full ? E : 4]; ///< Full: slotOfNode[j] (4 unused ints otherwise: the size stays a multiple of 16 bytes)
     real value[6][E];
     real slope[Full ? 6 : 1][E];
     real Y[H][E];
     real u[Full ? 3 : 1][E];
     real invR[E]; ///< 1 / r (the division once per edge, not once per lane)
 
-    /** Lane `slot` stages edge (i, j). */
+    /** Lane `slot` stages edge (i, j); slotOfNode: OpenMM's force-buffer slot of each node (Full only). */
     __device__ void fill(int slot, int LMAX, const GraphModelParams<real>& model, const double* positions, const int* types, int i, int jj,
-                         const GraphBox<double>& box) {
+                         const GraphBox<double>& box, const int* slotOfNode) {
+        if (Full)
+            slotJ[slot] = slotOfNode[jj];
         real uu[3], YY[MaxHarmonics], gg[MaxHarmonics][3];
         const real rr = edgeGeometry(positions, i, jj, box, uu);
         harmonics(LMAX, uu, YY, gg);
@@ -80,17 +85,18 @@ template <typename real, int LMAX, bool Full> constexpr size_t stageBytes() {
  * at a time: the warp's lanes stage the batch, then the lanes of group g of
  * Groups call body(q, valid) for q = g, g + Groups, ... over the staged
  * edges, every lane the same number of times (valid false past the batch's
- * end: the lane still joins the warp's shuffles).
+ * end: the lane still joins the warp's shuffles).  slotOfNode: for a Full
+ * stage (the forces), OpenMM's force-buffer slot of each node.
  */
 template <int LMAX, int Groups, typename real, typename Stage, typename Body>
 __device__ inline void forEachStagedEdge(Stage* stage, int lane, const GraphModelParams<real>& model, const double* positions,
                                          const int* types, int i, const int* neighbors, int capacity, const GraphBox<double>& box,
-                                         int first, int last, Body body) {
+                                         int first, int last, Body body, const int* slotOfNode = nullptr) {
     const int group = lane / (32 / Groups);
     for (int base = first; base < last; base += Stage::E) {
         const int count = min(Stage::E, last - base);
         if (lane < count)
-            stage->fill(lane, LMAX, model, positions, types, i, neighbors[(size_t) i * capacity + base + lane], box);
+            stage->fill(lane, LMAX, model, positions, types, i, neighbors[(size_t) i * capacity + base + lane], box, slotOfNode);
         __syncwarp();
         for (int q0 = 0; q0 < count; q0 += Groups)
             body(q0 + group, q0 + group < count);

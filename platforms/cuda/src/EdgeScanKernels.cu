@@ -501,14 +501,16 @@ __global__ void __launch_bounds__(32 * MaxForceWarps, forceMinBlocks<real, LMAX,
         // This lane's component of F_i in fixed point, edge by edge: the sum does not depend on how the row is split over warps.
         long long forceI = 0;
         forEachStagedEdge<LMAX, Shape::Groups>(
-            stage, lane, model, positions, types, i, neighbors, capacity, box, first, last, [&](int q, bool valid) {
+            stage, lane, model, positions, types, i, neighbors, capacity, box, first, last,
+            [&](int q, bool valid) {
                 real S[H] = {}, P[H] = {};
                 if (valid)
                     edgeGradientSums<real, LMAX, Shape>(stage, q, sub, model, ti, grad, phi, numBlocks, S, P);
                 const real u[3] = {stage->u[0][q], stage->u[1][q], stage->u[2][q]};
-                edgeForce<real, LMAX, Shape::LPE>(S, P, u, stage->invR[q], valid, sub, i, stage->j[q], model, status, slotOfNode,
+                edgeForce<real, LMAX, Shape::LPE>(S, P, u, stage->invR[q], valid, sub, i, stage->j[q], stage->slotJ[q], model, status,
                                                   forceBuffer, paddedAtoms, forceI);
-            });
+            },
+            slotOfNode);
         // Each group adds its edges' share of F_i (integer atomics: order independent).
         if (forceOwner<Shape::LPE>(sub) && last > first)
             atomicAdd((unsigned long long*) &forceBuffer[slotOfNode[i] + forceComponent<Shape::LPE>(sub) * paddedAtoms],

@@ -124,8 +124,8 @@ template <typename real, int LMAX, typename Shape> struct ForcesBody {
                 }
             }
         }
-        edgeForce<real, LMAX, LPE>(S, P, edge.u, edge.invR, true, sub, node, edge.j, model, status, slotOfNode, forceBuffer, paddedAtoms,
-                                   forceI[c], groupMask);
+        edgeForce<real, LMAX, LPE>(S, P, edge.u, edge.invR, true, sub, node, edge.j, slotOfNode[edge.j], model, status, forceBuffer,
+                                   paddedAtoms, forceI[c], groupMask);
     }
 
     __device__ void end(int c, int node, int count, int sub) {
