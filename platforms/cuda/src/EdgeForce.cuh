@@ -60,8 +60,9 @@ template <int LPE> __device__ inline bool forceOwner(int sub) {
  * the lane's group of LPE sums the three components (fixed order), and the
  * owner lane of each component adds -dE/dd to j in OpenMM's buffer and dE/dd
  * to forceI (this lane's component of F_i, fixed point), reporting a value
- * beyond the fixed-point range.  slotJ: j's slot in the buffer (slotOfNode[j],
- * read by the caller ahead of the edge's sums).  Called by the lanes of `mask` (all 32, or
+ * beyond the fixed-point range.  slotJ: j's slot in the buffer, slotOfNode[j]
+ * (the row scan stages it with the edge, EdgeStage::slotJ, so that the
+ * atomics do not wait for it).  Called by the lanes of `mask` (all 32, or
  * the group's); a group whose edge is not `valid` (past its batch) adds
  * nothing.
  */
