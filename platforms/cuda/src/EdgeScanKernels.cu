@@ -478,6 +478,11 @@ __global__ void __launch_bounds__(32 * MaxForceWarps, forceMinBlocks<real, LMAX,
                  const double* __restrict__ positions, const int* __restrict__ types, const int* __restrict__ centers, int numCenters,
                  GraphBox<double> box, const int* __restrict__ neighbors, const int* __restrict__ rowCount, int capacity,
                  const int* __restrict__ slotOfNode, long long* __restrict__ forceBuffer, int paddedAtoms, GraphStatus* status) {
+    // The block's first center and its type: the center list and the types are set up before the evaluation and no
+    // kernel of it writes them, so they are read before the wait for the kernel before (their two dependent round trips
+    // overlap its end instead of following it).
+    int i = blockIdx.x < numCenters ? centers[blockIdx.x] : 0;
+    int ti = blockIdx.x < numCenters ? types[i] : 0;
     beginChainedKernel();
     constexpr int H = (LMAX + 1) * (LMAX + 1);
     using Stage = EdgeStage<real, H, true>;
@@ -490,8 +495,10 @@ __global__ void __launch_bounds__(32 * MaxForceWarps, forceMinBlocks<real, LMAX,
     const int HM = H * model.numChannels;
     real* grad = reinterpret_cast<real*>(sharedBytes + numWarps * sizeof(Stage)); // [numBlocks][H][M]: center i's dE/dA (and dE/dB)
     for (int b = blockIdx.x; b < numCenters; b += gridDim.x) {
-        const int i = centers[b];
-        const int ti = types[i];
+        if (b != blockIdx.x) {
+            i = centers[b];
+            ti = types[i];
+        }
         __syncthreads(); // the last center's gradient is no longer read
         for (int x = threadIdx.x; x < numBlocks * HM; x += blockDim.x)
             grad[x] = x < HM ? gradA[(size_t) i * HM + x] : gradB[(size_t) i * HM + x - HM];
