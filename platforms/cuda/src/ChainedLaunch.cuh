@@ -3,15 +3,17 @@
 
 /**
  * Programmatic dependent launch (compute capability 9.0 and later) for the kernels of one evaluation: a kernel launched
- * with launchChained may be scheduled while the kernel before it in the stream is still running; its first statement,
- * beginChainedKernel(), waits until that kernel has finished and its writes are visible, then lets the kernel after it
- * be scheduled in turn.  So each launch's latency (about 1-2 us a kernel boundary, which small systems pay several times
- * a step) overlaps the end of the kernel before, and nothing reads a result early: every chained kernel waits before its
- * first access to memory that a kernel writes (the fused network issues copies of its weights, which none writes, before
- * it: FusedNetworkKernels.cu), and a kernel waits only once its predecessor has completed, which completed only after its own
- * predecessor, and so on (kernels launched the ordinary way, and other stream operations, keep full serialization).
- * Captured into CUDA graphs as programmatic edges between adjacent chained kernels.  Before 9.0 (the device, or the code
- * built for it) the attribute is not set and the device code is empty.
+ * with launchChained may be scheduled while the kernel before it in the stream is still running; beginChainedKernel(),
+ * before its first access to memory that a kernel of the evaluation writes, waits until that kernel has finished and
+ * its writes are visible, then lets the kernel after it be scheduled in turn.  So each launch's latency (about 1-2 us a
+ * kernel boundary, which small systems pay several times a step) overlaps the end of the kernel before, and nothing
+ * reads a result early: what a chained kernel reads before the wait is set up before the evaluation and written by
+ * none of its kernels (the fused network's first weight slices, FusedNetworkKernels.cu; the force scan's first center
+ * and its type, EdgeScanKernels.cu; every other kernel waits first), and a kernel waits only once its predecessor has
+ * completed, which completed only after its own predecessor, and so on (kernels launched the ordinary way, and other
+ * stream operations, keep full serialization).  Captured into CUDA graphs as programmatic edges between adjacent
+ * chained kernels.  Before 9.0 (the device, or the code built for it) the attribute is not set and the device code is
+ * empty.
  */
 
 #include <cuda_runtime.h>
@@ -21,7 +23,10 @@
 
 namespace GraphPlugin {
 
-/** The first statement of every kernel launched with launchChained (a no-op for a kernel launched otherwise). */
+/**
+ * In every kernel launched with launchChained, before its first read of what a kernel of the evaluation writes (its
+ * first statement but for the reads above); a no-op for a kernel launched otherwise.
+ */
 __device__ inline void beginChainedKernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
