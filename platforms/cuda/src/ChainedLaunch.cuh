@@ -24,8 +24,9 @@
 namespace GraphPlugin {
 
 /**
- * In every kernel launched with launchChained, before its first read of what a kernel of the evaluation writes (its
- * first statement but for the reads above); a no-op for a kernel launched otherwise.
+ * In every kernel launched with launchChained, before its first read of what a kernel of the evaluation writes: its
+ * first statement, except in the two kernels named above that read static data first.  A no-op for a kernel launched
+ * otherwise.
  */
 __device__ inline void beginChainedKernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
