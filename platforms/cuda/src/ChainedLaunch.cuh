@@ -25,7 +25,7 @@ namespace GraphPlugin {
 
 /**
  * In every kernel launched with launchChained, before its first read of what a kernel of the evaluation writes: its
- * first statement, except in the two kernels named above that read static data first.  A no-op for a kernel launched
+ * first statement, except in the kernels named above that read static data first.  A no-op for a kernel launched
  * otherwise.
  */
 __device__ inline void beginChainedKernel() {
