@@ -7,13 +7,13 @@
  * before its first access to memory that a kernel of the evaluation writes, waits until that kernel has finished and
  * its writes are visible, then lets the kernel after it be scheduled in turn.  So each launch's latency (about 1-2 us a
  * kernel boundary, which small systems pay several times a step) overlaps the end of the kernel before, and nothing
- * reads a result early: what a chained kernel reads before the wait is set up before the evaluation and written by
- * none of its kernels (the fused network's first weight slices, FusedNetworkKernels.cu; the force scan's first center
- * and its type, EdgeScanKernels.cu; every other kernel waits first), and a kernel waits only once its predecessor has
- * completed, which completed only after its own predecessor, and so on (kernels launched the ordinary way, and other
- * stream operations, keep full serialization).  Captured into CUDA graphs as programmatic edges between adjacent
- * chained kernels.  Before 9.0 (the device, or the code built for it) the attribute is not set and the device code is
- * empty.
+ * reads a result early: what a chained kernel reads before the wait is set up before the evaluation and written by none
+ * of its kernels (the fused network's first weight slices and its scan's nodes, FusedNetworkKernels.cu; the force
+ * scan's first center and its type, EdgeScanKernels.cu; every other kernel waits first), and a kernel waits only once
+ * its predecessor has completed, which completed only after its own predecessor, and so on (kernels launched the
+ * ordinary way, and other stream operations, keep full serialization).  Captured into CUDA graphs as programmatic edges
+ * between adjacent chained kernels.  Before 9.0 (the device, or the code built for it) the attribute is not set and the
+ * device code is empty.
  */
 
 #include <cuda_runtime.h>

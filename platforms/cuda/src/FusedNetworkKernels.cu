@@ -95,6 +95,22 @@ __device__ inline void copyResidentShare(const FusedNetworkShape& shape, const F
     }
 }
 
+/** The (row, chunk) tasks of scanTileMoments that one warp takes (a warp takes tasks w, w + 8, ...). */
+template <int R> constexpr int FusedScanSteps = (R * MomentChunks + FusedThreads / 32 - 1) / (FusedThreads / 32);
+
+/**
+ * The node of this warp's scanTileMoments task `lane` (lanes 0 .. FusedScanSteps - 1; 0 in the others and past the tile's
+ * rows: never used), one register a thread: the scan takes task `step`'s node from lane `step` (a shuffle).  nodes: the
+ * tile's rows' nodes (global, [rows]), set up with the types before the evaluation and written by no kernel of it, so this
+ * may run before the wait for the kernel before: the scan's first loads (its rows' counts, written by the graph build)
+ * then follow the wait directly instead of this round trip.
+ */
+template <int R> __device__ inline int loadTaskNode(const int* nodes, int rows) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int r = (warp + lane * (FusedThreads / 32)) / MomentChunks;
+    return lane < FusedScanSteps<R> && r < rows ? nodes[r] : 0;
+}
+
 /** Where the fused kernel's moments come from: global memory, written by the moments kernel before it. */
 struct MomentsRead {
     static constexpr bool Scans = false;
@@ -111,21 +127,24 @@ template <int L, typename Shape_> struct MomentsScanned {
  * The moments of the tile's rows (nodes[0..rows)) into A (shared, [R][strideA]; zero past rows) and moments (global,
  * [node][H M]), as momentsKernel forms them: each row in MomentChunks chunks, a chunk summed by one warp
  * (chunkMoments: the same lane groups, order and butterfly), the chunks added in order, times invNorm, so bitwise the
- * same.  The block's warps take the R MomentChunks (row, chunk) pairs in turn.  stages: a free weight stage, room for a
- * warp's EdgeStage each; partial: R MomentChunks H M reals of shared memory not otherwise in use.  Ends synchronised.
+ * same.  The block's warps take the R MomentChunks (row, chunk) pairs in turn: warp w the tasks w, w + 8, ...
+ * (loadTaskNode read their nodes).  stages: a free weight stage, room for a warp's EdgeStage each; partial:
+ * R MomentChunks H M reals of shared memory not otherwise in use.  Ends synchronised.
  */
 template <typename real, int R, int LMAX, typename Shape>
-__device__ inline void scanTileMoments(const GraphModelParams<real>& model, const FusedMomentScan<real>& scan, const int* nodes, int rows,
-                                       int HM, real* A, int strideA, real* stages, real* partial, real* moments) {
+__device__ inline void scanTileMoments(const GraphModelParams<real>& model, const FusedMomentScan<real>& scan, const int* nodes,
+                                       int taskNode, int rows, int HM, real* A, int strideA, real* stages,
+                                       real* partial, real* moments) {
     constexpr int H = (LMAX + 1) * (LMAX + 1), Warps = FusedThreads / 32;
     using Stage = EdgeStage<real, H, false>;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     Stage* stage = reinterpret_cast<Stage*>(stages) + warp;
-    for (int task = warp; task < R * MomentChunks; task += Warps) {
-        const int r = task / MomentChunks, chunk = task % MomentChunks;
-        if (r >= rows) // the same for the whole warp
+#pragma unroll
+    for (int step = 0; step < FusedScanSteps<R>; step++) {
+        const int task = warp + step * Warps, r = task / MomentChunks, chunk = task % MomentChunks;
+        if (r >= rows) // the same for the whole warp (past R MomentChunks tasks too: rows <= R)
             continue;
-        const int i = nodes[r];
+        const int i = __shfl_sync(0xffffffff, taskNode, step);
         real acc[H][Shape::Channels];
         chunkMoments<real, LMAX, Shape>(stage, lane, model, scan.table, nullptr, scan.positions, scan.types, scan.neighbors, scan.capacity,
                                         scan.box, i, scan.rowCount[i], chunk, acc);
@@ -169,8 +188,8 @@ __global__ void __launch_bounds__(FusedThreads)
 
     // The first layer's first slices, with the resident layers' shares that ride with them (copyResidentShare), read
     // only weights, which no kernel of the evaluation writes: issued before waiting for the kernel before (the moments),
-    // so that they load while it finishes.  Everything after the wait as in any chained kernel.  The copies ride with
-    // the first FusedRiderSlices slices, by default the pre-issued ones.
+    // so that they load while it finishes; so are the scan's nodes (loadTaskNode).  Everything after the wait as in
+    // any chained kernel.  The copies ride with the first FusedRiderSlices slices, by default the pre-issued ones.
     constexpr int Preissued = FusedPreissue ? FusedStages - 1 : 0;
     auto firstRider = [&](int s, int numSlices) {
         const int carriers = min(numSlices, FusedRiderSlices);
@@ -182,12 +201,15 @@ __global__ void __launch_bounds__(FusedThreads)
         for (int s = 0; s < Preissued; s++)
             issueSlice(net.forward[0], D, ldb, stage, shape.stageElements, sliceRows, s, firstRider);
     }
+    [[maybe_unused]] int taskNode = 0; // the scan's nodes, read before the wait (loadTaskNode)
+    if constexpr (Moments::Scans)
+        taskNode = loadTaskNode<R>(rowNodes + rowBase, rows);
     beginChainedKernel();
 
     // The rows' moments (zero for the rows past the group's end: finite values that are never written out): scanned here
     // while the first slices load (the last stage is free until the first product issues into it), or read.
     if constexpr (Moments::Scans)
-        scanTileMoments<real, R, Moments::LMAX, typename Moments::Shape>(model, scan, rowNodes + rowBase, rows, HM, A, strideA,
+        scanTileMoments<real, R, Moments::LMAX, typename Moments::Shape>(model, scan, rowNodes + rowBase, taskNode, rows, HM, A, strideA,
                                                                          stage + (FusedStages - 1) * shape.stageElements, input, moments);
     else {
         loadTileMoments<real, R>(moments, rowNodes + rowBase, rows, HM, A, strideA, threadIdx.x, FusedThreads);
