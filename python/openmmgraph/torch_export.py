@@ -44,9 +44,12 @@ with one domain (n_owned = n, no ghosts) and box always [3, 3] (zeros when the
 system is not periodic); particle and edge counts are dynamic.
 """
 
+import contextlib
+import inspect
 import json
 import math
 import os
+import threading
 from typing import List, Optional, Tuple
 
 import torch
@@ -382,6 +385,64 @@ def _example_graph(model: GraphModelTorch, dtype: torch.dtype):
     return ((positions * scale).to(dtype), types, row_offsets, neighbors, vectors.detach().to(dtype), (box * scale).to(dtype))
 
 
+# How many exports are inside _int_array_declarations_where_used, and the method it replaced (under the lock).
+_declarations_lock = threading.Lock()
+_declarations_state = {"depth": 0, "replaced": None}
+
+
+def _wrapper_with_int_array_cache():
+    """torch's CppWrapperCpu where it has the cached ``codegen_int_array_var`` and the uncached
+    ``_codegen_int_array_var_impl(int_array, writeline, known_statically)`` that
+    _int_array_declarations_where_used relies on (torch 2.11 to at least 2.15), else None."""
+    try:
+        from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
+
+        impl = getattr(CppWrapperCpu, "_codegen_int_array_var_impl", None)
+        if (impl is not None and "codegen_int_array_var" in CppWrapperCpu.__dict__
+                and list(inspect.signature(impl).parameters)[:4] == ["self", "int_array", "writeline", "known_statically"]):
+            return CppWrapperCpu
+    except (ImportError, TypeError, ValueError):
+        pass
+    return None
+
+
+@contextlib.contextmanager
+def _int_array_declarations_where_used():
+    """While AOTInductor generates a package's C++ wrapper: every size or stride array gets its own declaration where
+    it is used, instead of a cached one.
+
+    torch 2.11's ``CppWrapperCpu.codegen_int_array_var`` caches the ``int_array_N`` variable of each array under
+    ``id(writeline)``, the id of a bound method that lives for one call. When CPython gives that address to the
+    ``writeline`` of another buffer or scope, a cache hit returns a variable declared where the new code cannot see
+    it, and the wrapper fails to compile ("'int_array_26' was not declared in this scope"; a CUDA package of the
+    interaction model on an H100, bench/NOTES.md v60). Whether it happens depends on addresses, so the same export
+    may pass or fail (pytorch/pytorch#140220; fixed upstream by #193621 and #193628, which key on the buffer and skip
+    the cache where the key is not stable). Each call mints a new name, so declaring every array where it is used is
+    always correct: the wrapper only gets more declarations. Where torch lacks the methods it relies on
+    (_wrapper_with_int_array_cache), nothing is changed."""
+    CppWrapperCpu = _wrapper_with_int_array_cache()
+    if CppWrapperCpu is None:
+        yield
+        return
+
+    def declared_where_used(self, int_array, writeline, known_statically=False, graph=None):
+        return self._codegen_int_array_var_impl(int_array, writeline, known_statically)
+
+    with _declarations_lock:
+        if _declarations_state["depth"] == 0:
+            _declarations_state["replaced"] = CppWrapperCpu.__dict__["codegen_int_array_var"]
+            CppWrapperCpu.codegen_int_array_var = declared_where_used
+        _declarations_state["depth"] += 1
+    try:
+        yield
+    finally:
+        with _declarations_lock:
+            _declarations_state["depth"] -= 1
+            if _declarations_state["depth"] == 0:
+                CppWrapperCpu.codegen_int_array_var = _declarations_state["replaced"]
+                _declarations_state["replaced"] = None
+
+
 def export_aoti(model, path: str, dtype: str = "float64", device: str = "cpu", static_shapes: Optional[bool] = None) -> dict:
     """Write the model (a model file path, bytes, ModelFile or GraphModelTorch) as an AOTInductor
     package (``path`` ends in .pt2) whose program returns the energies and their gradients (module
@@ -474,7 +535,8 @@ def export_aoti(model, path: str, dtype: str = "float64", device: str = "cpu", s
 
     temporary = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.pt2")
     try:
-        torch._inductor.aoti_compile_and_package(exported, package_path=temporary, inductor_configs=configs)
+        with _int_array_declarations_where_used():
+            torch._inductor.aoti_compile_and_package(exported, package_path=temporary, inductor_configs=configs)
         with zipfile.ZipFile(temporary, "a", compression=zipfile.ZIP_STORED) as archive:
             folder = archive.namelist()[0].split("/")[0]
             archive.writestr(f"{folder}/extra/{METADATA_FILE}", json.dumps(metadata, indent=1))

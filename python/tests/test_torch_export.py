@@ -551,6 +551,60 @@ def test_graphforce_float32_aoti_package(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
+def test_aoti_wrapper_declares_each_int_array_where_it_is_used(tmp_path):
+    """export_aoti compiles with each size and stride array of the C++ wrapper declared where it is used: torch 2.11
+    caches those declarations under the id of a bound method that lives for one call, and handed a CUDA package's
+    wrapper a variable declared out of its scope (torch_export._int_array_declarations_where_used).  One writeline
+    that writes into two scopes in turn stands for two writelines at one address: each scope must get a declaration
+    of its own.  Torch's method is back after an export, also after a failed one."""
+    import itertools
+    import zipfile
+
+    from openmmgraph.torch_export import _int_array_declarations_where_used, _wrapper_with_int_array_cache
+
+    CppWrapperCpu = _wrapper_with_int_array_cache()
+    if CppWrapperCpu is None:
+        pytest.skip(f"torch {torch.__version__} has no cached codegen_int_array_var to stand in for")
+    torch_method = CppWrapperCpu.__dict__["codegen_int_array_var"]
+    # Only the two methods' state: a whole wrapper needs a graph being compiled.
+    wrapper = object.__new__(CppWrapperCpu)
+    wrapper.int_array_id, wrapper.declared_int_array_vars, wrapper.codegen_int_array_var_cache = itertools.count(), set(), {}
+    wrapper._int_array_writeline_targets = []  # torch 2.15's cache keeps its keys' targets alive here
+    scopes = []
+
+    def writeline(line):
+        scopes[-1].append(line)
+
+    names = []
+    with _int_array_declarations_where_used():
+        for _ in range(2):
+            scopes.append([])
+            names.append(wrapper.codegen_int_array_var("{3, 1}", writeline, known_statically=True))
+    assert CppWrapperCpu.__dict__["codegen_int_array_var"] is torch_method
+    for name, scope in zip(names, scopes):
+        assert any(f" {name}[] = {{3, 1}};" in line for line in scope), (names, scopes)
+
+    seen = []
+
+    def stand_in(exported, package_path, inductor_configs):
+        seen.append(CppWrapperCpu.__dict__["codegen_int_array_var"] is not torch_method)
+        if len(seen) == 2:
+            raise RuntimeError("the compiler failed")
+        with zipfile.ZipFile(package_path, "w") as archive:
+            archive.writestr("stand_in/data/program.bin", b"compiled")
+
+    original = torch._inductor.aoti_compile_and_package
+    torch._inductor.aoti_compile_and_package = stand_in
+    try:
+        export_aoti(small_model("plain"), str(tmp_path / "model.pt2"), dtype="float32")
+        with pytest.raises(RuntimeError, match="the compiler failed"):
+            export_aoti(small_model("plain"), str(tmp_path / "model.pt2"), dtype="float32")
+    finally:
+        torch._inductor.aoti_compile_and_package = original
+    assert seen == [True, True]
+    assert CppWrapperCpu.__dict__["codegen_int_array_var"] is torch_method
+
+
 def test_aoti_metadata_is_checked(tmp_path):
     """A package's openmmgraph.json must pair the interface with the program; other devices are refused."""
     import zipfile
