@@ -133,8 +133,7 @@ template <int L, typename Shape_> struct MomentsScanned {
  */
 template <typename real, int R, int LMAX, typename Shape>
 __device__ inline void scanTileMoments(const GraphModelParams<real>& model, const FusedMomentScan<real>& scan, const int* nodes,
-                                       int taskNode, int rows, int HM, real* A, int strideA, real* stages,
-                                       real* partial, real* moments) {
+                                       int taskNode, int rows, int HM, real* A, int strideA, real* stages, real* partial, real* moments) {
     constexpr int H = (LMAX + 1) * (LMAX + 1), Warps = FusedThreads / 32;
     using Stage = EdgeStage<real, H, false>;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
