@@ -385,9 +385,9 @@ def _example_graph(model: GraphModelTorch, dtype: torch.dtype):
     return ((positions * scale).to(dtype), types, row_offsets, neighbors, vectors.detach().to(dtype), (box * scale).to(dtype))
 
 
-# How many exports are inside _int_array_declarations_where_used, and the method it replaced (under the lock).
-_declarations_lock = threading.Lock()
-_declarations_state = {"depth": 0, "replaced": None}
+# Held while a compile runs with torch's method replaced (_int_array_declarations_where_used): exports in other threads
+# wait for it, and a nested one in the same thread finds the replacement in place and puts it back as it found it.
+_declarations_lock = threading.RLock()
 
 
 def _wrapper_with_int_array_cache():
@@ -429,18 +429,12 @@ def _int_array_declarations_where_used():
         return self._codegen_int_array_var_impl(int_array, writeline, known_statically)
 
     with _declarations_lock:
-        if _declarations_state["depth"] == 0:
-            _declarations_state["replaced"] = CppWrapperCpu.__dict__["codegen_int_array_var"]
-            CppWrapperCpu.codegen_int_array_var = declared_where_used
-        _declarations_state["depth"] += 1
-    try:
-        yield
-    finally:
-        with _declarations_lock:
-            _declarations_state["depth"] -= 1
-            if _declarations_state["depth"] == 0:
-                CppWrapperCpu.codegen_int_array_var = _declarations_state["replaced"]
-                _declarations_state["replaced"] = None
+        replaced = CppWrapperCpu.__dict__["codegen_int_array_var"]
+        CppWrapperCpu.codegen_int_array_var = declared_where_used
+        try:
+            yield
+        finally:
+            CppWrapperCpu.codegen_int_array_var = replaced
 
 
 def export_aoti(model, path: str, dtype: str = "float64", device: str = "cpu", static_shapes: Optional[bool] = None) -> dict:

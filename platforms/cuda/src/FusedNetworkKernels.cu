@@ -106,6 +106,7 @@ template <int R> constexpr int FusedScanSteps = (R * MomentChunks + FusedThreads
  * then follow the wait directly instead of this round trip.
  */
 template <int R> __device__ inline int loadTaskNode(const int* nodes, int rows) {
+    static_assert(FusedScanSteps<R> <= 32, "loadTaskNode holds one task's node a lane");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int r = (warp + lane * (FusedThreads / 32)) / MomentChunks;
     return lane < FusedScanSteps<R> && r < rows ? nodes[r] : 0;
