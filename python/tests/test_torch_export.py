@@ -5,9 +5,9 @@ into domains."""
 
 import json
 import os
-
 import pathlib
 import sys
+from typing import Tuple
 
 import numpy as np
 import openmm
@@ -406,6 +406,40 @@ def test_a_module_with_the_wrong_output_is_refused(tmp_path):
 
 
 @needs_plugin
+@pytest.mark.parametrize("resized", ["edge_vectors", "positions"])
+def test_gradients_are_checked_against_the_graph_given_not_the_inputs_after_the_call(tmp_path, resized):
+    """A module that resizes an input in place and returns gradients of the new size is refused: the kernel reads the
+    gradients with the graph's own edge and particle counts (it read past them before; a segfault)."""
+
+    class ResizesEdges(torch.nn.Module):
+        def forward(self, positions: torch.Tensor, types: torch.Tensor, row_offsets: torch.Tensor, neighbors: torch.Tensor,
+                    edge_vectors: torch.Tensor, box: torch.Tensor, n_owned: int,
+                    communicator: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            edge_vectors.resize_(1, 3)
+            return (torch.zeros(n_owned, dtype=torch.float64), torch.zeros(1, 3, dtype=torch.float64),
+                    torch.zeros(positions.shape[0], 3, dtype=torch.float64))
+
+    class ResizesPositions(torch.nn.Module):
+        def forward(self, positions: torch.Tensor, types: torch.Tensor, row_offsets: torch.Tensor, neighbors: torch.Tensor,
+                    edge_vectors: torch.Tensor, box: torch.Tensor, n_owned: int,
+                    communicator: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            positions.resize_(1, 3)
+            return (torch.zeros(n_owned, dtype=torch.float64), torch.zeros(edge_vectors.shape[0], 3, dtype=torch.float64),
+                    torch.zeros(1, 3, dtype=torch.float64))
+
+    metadata = export_torchscript(small_model("plain"), str(tmp_path / "model.pt"))
+    declared = {**metadata, "interface": "particle_energies_and_gradients"}
+    path = str(tmp_path / "resizes.pt")
+    module = ResizesEdges() if resized == "edge_vectors" else ResizesPositions()
+    torch.jit.save(torch.jit.script(module), path, _extra_files={"openmmgraph.json": json.dumps(declared)})
+    positions, types, box = lattice_system(250, n_types=2, seed=4)
+    context = graph_context(path, types, box, positions, "Reference")[0]
+    what = "dE/d edge_vectors" if resized == "edge_vectors" else "dE/d positions"
+    with pytest.raises(openmm.OpenMMException, match=f"{what} has shape \\[1, 3\\]; expected"):
+        context.getState(getEnergy=True, getForces=True)
+
+
+@needs_plugin
 def test_module_outputs_must_have_the_metadata_dtype_and_may_be_constant(tmp_path):
     class Half(torch.nn.Module):
         def forward(self, positions: torch.Tensor, types: torch.Tensor, row_offsets: torch.Tensor, neighbors: torch.Tensor,
@@ -419,8 +453,20 @@ def test_module_outputs_must_have_the_metadata_dtype_and_may_be_constant(tmp_pat
                     edge_vectors: torch.Tensor, box: torch.Tensor, n_owned: int, communicator: int) -> torch.Tensor:
             return -1.5 - types[:n_owned].to(torch.float64)
 
+    class Meta(torch.nn.Module):
+        """Energies with a shape but no data."""
+
+        def forward(self, positions: torch.Tensor, types: torch.Tensor, row_offsets: torch.Tensor, neighbors: torch.Tensor,
+                    edge_vectors: torch.Tensor, box: torch.Tensor, n_owned: int, communicator: int) -> torch.Tensor:
+            return torch.empty(n_owned, dtype=torch.float64, device="meta")
+
     metadata = export_torchscript(small_model("plain"), str(tmp_path / "model.pt"))
     positions, types, box = lattice_system(250, n_types=2, seed=4)
+    path = str(tmp_path / "meta.pt")
+    torch.jit.save(torch.jit.script(Meta()), path, _extra_files={"openmmgraph.json": json.dumps(metadata)})
+    context = graph_context(path, types, box, positions, "Reference")[0]
+    with pytest.raises(openmm.OpenMMException, match="the energies must be a dense tensor that holds its data; found a meta"):
+        context.getState(getEnergy=True)
     path = str(tmp_path / "half.pt")
     torch.jit.save(torch.jit.script(Half()), path, _extra_files={"openmmgraph.json": json.dumps(metadata)})
     context = graph_context(path, types, box, positions, "Reference")[0]

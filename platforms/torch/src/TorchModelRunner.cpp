@@ -92,6 +92,14 @@ TorchModelRunner::TorchModelRunner(const GraphForce& force, torch::Device device
 }
 
 void TorchModelRunner::checkOutputType(const torch::Tensor& tensor, const char* what) const {
+    // A sparse output or one on the meta device (shapes without data) would fail later in LibTorch with a message that
+    // does not name the model.
+    if (tensor.layout() != c10::kStrided || tensor.is_meta()) {
+        std::stringstream message;
+        message << "GraphForce: " << kindName() << " model: " << what << " must be a dense tensor that holds its data; found a "
+                << (tensor.is_meta() ? std::string("meta-device") : c10::str(tensor.layout())) << " tensor (docs/torch-models.md)";
+        throw OpenMMException(message.str());
+    }
     if (tensor.scalar_type() != outputType)
         throw OpenMMException(std::string("GraphForce: ") + kindName() + " model: " + what + " are " + c10::toString(tensor.scalar_type()) +
                               "; the metadata's dtype is " + c10::toString(outputType) +
@@ -121,7 +129,7 @@ void TorchModelRunner::checkCompiledMetadata(const GraphModel& model) {
                               " (was the metadata edited? export the model again with export_aoti)");
 }
 
-void TorchModelRunner::takeGradientOutputs(const std::vector<torch::Tensor>& outputs, const std::vector<torch::Tensor>& inputs, int rows,
+void TorchModelRunner::takeGradientOutputs(const std::vector<torch::Tensor>& outputs, int64_t edges, int64_t particles, int rows,
                                            torch::Tensor& energies, torch::Tensor& gradEdges, torch::Tensor& gradPositions) const {
     if (outputs.size() != 3)
         throw OpenMMException(std::string("GraphForce: ") + kindName() + " model: the program returned " + std::to_string(outputs.size()) +
@@ -136,8 +144,8 @@ void TorchModelRunner::takeGradientOutputs(const std::vector<torch::Tensor>& out
         }
     };
     expectShape(outputs[0], {rows}, "the energies");
-    expectShape(outputs[1], {inputs[4].size(0), 3}, "dE/d edge_vectors");
-    expectShape(outputs[2], {inputs[0].size(0), 3}, "dE/d positions");
+    expectShape(outputs[1], {edges, 3}, "dE/d edge_vectors");
+    expectShape(outputs[2], {particles, 3}, "dE/d positions");
     checkOutputType(outputs[0], "the energies");
     checkOutputType(outputs[1], "dE/d edge_vectors");
     checkOutputType(outputs[2], "dE/d positions");
@@ -148,8 +156,11 @@ void TorchModelRunner::takeGradientOutputs(const std::vector<torch::Tensor>& out
 
 void TorchModelRunner::run(const std::vector<torch::Tensor>& inputs, int rows, int counted, int64_t communicator, bool wantGradients,
                            void* stream, torch::Tensor& energies, torch::Tensor& gradEdges, torch::Tensor& gradPositions) {
+    // The graph's sizes as the caller's kernel knows them: the gradients are read with these, whatever the program does
+    // to its input tensors (a module may resize one in place).
+    const int64_t edges = inputs[4].size(0), particles = inputs[0].size(0);
     if (package) {
-        takeGradientOutputs(package->run(inputs, stream), inputs, rows, energies, gradEdges, gradPositions);
+        takeGradientOutputs(package->run(inputs, stream), edges, particles, rows, energies, gradEdges, gradPositions);
         return;
     }
     // A module that returns its gradients differentiates inside forward: autograd must be on for it.
@@ -172,7 +183,7 @@ void TorchModelRunner::run(const std::vector<torch::Tensor>& inputs, int rows, i
                                       "; expected three tensors (energies, dE/d edge_vectors, dE/d positions; docs/torch-models.md)");
             outputs.push_back(element.toTensor().detach());
         }
-        takeGradientOutputs(outputs, inputs, rows, energies, gradEdges, gradPositions);
+        takeGradientOutputs(outputs, edges, particles, rows, energies, gradEdges, gradPositions);
         return;
     }
     if (!result.isTensor())

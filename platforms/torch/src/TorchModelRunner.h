@@ -67,9 +67,12 @@ private:
     void checkCompiledMetadata(const GraphModel& model);
     /** Refuses an output whose dtype is not the metadata's ("the energies", "dE/d edge_vectors", ...). */
     void checkOutputType(const torch::Tensor& tensor, const char* what) const;
-    /** The three outputs of a program that returns gradients, checked against the inputs. */
-    void takeGradientOutputs(const std::vector<torch::Tensor>& outputs, const std::vector<torch::Tensor>& inputs, int rows,
-                             torch::Tensor& energies, torch::Tensor& gradEdges, torch::Tensor& gradPositions) const;
+    /**
+     * The three outputs of a program that returns gradients, checked against the sizes of the graph it was given
+     * (edges E and local particles n_local, taken before the call: a module may resize its input tensors in place).
+     */
+    void takeGradientOutputs(const std::vector<torch::Tensor>& outputs, int64_t edges, int64_t particles, int rows, torch::Tensor& energies,
+                             torch::Tensor& gradEdges, torch::Tensor& gradPositions) const;
 
     torch::jit::Module module;
     bool moduleReturnsGradients = false;
