@@ -411,26 +411,24 @@ def test_gradients_are_checked_against_the_graph_given_not_the_inputs_after_the_
     """A module that resizes an input in place and returns gradients of the new size is refused: the kernel reads the
     gradients with the graph's own edge and particle counts (it read past them before; a segfault)."""
 
-    class ResizesEdges(torch.nn.Module):
-        def forward(self, positions: torch.Tensor, types: torch.Tensor, row_offsets: torch.Tensor, neighbors: torch.Tensor,
-                    edge_vectors: torch.Tensor, box: torch.Tensor, n_owned: int,
-                    communicator: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            edge_vectors.resize_(1, 3)
-            return (torch.zeros(n_owned, dtype=torch.float64), torch.zeros(1, 3, dtype=torch.float64),
-                    torch.zeros(positions.shape[0], 3, dtype=torch.float64))
+    class Resizes(torch.nn.Module):
+        """Resizes one input to one row, then returns gradients shaped as the inputs are after that."""
 
-    class ResizesPositions(torch.nn.Module):
+        def __init__(self, edges: bool):
+            super().__init__()
+            self.edges = edges
+
         def forward(self, positions: torch.Tensor, types: torch.Tensor, row_offsets: torch.Tensor, neighbors: torch.Tensor,
                     edge_vectors: torch.Tensor, box: torch.Tensor, n_owned: int,
                     communicator: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            positions.resize_(1, 3)
+            (edge_vectors if self.edges else positions).resize_(1, 3)
             return (torch.zeros(n_owned, dtype=torch.float64), torch.zeros(edge_vectors.shape[0], 3, dtype=torch.float64),
-                    torch.zeros(1, 3, dtype=torch.float64))
+                    torch.zeros(positions.shape[0], 3, dtype=torch.float64))
 
     metadata = export_torchscript(small_model("plain"), str(tmp_path / "model.pt"))
     declared = {**metadata, "interface": "particle_energies_and_gradients"}
     path = str(tmp_path / "resizes.pt")
-    module = ResizesEdges() if resized == "edge_vectors" else ResizesPositions()
+    module = Resizes(edges=resized == "edge_vectors")
     torch.jit.save(torch.jit.script(module), path, _extra_files={"openmmgraph.json": json.dumps(declared)})
     positions, types, box = lattice_system(250, n_types=2, seed=4)
     context = graph_context(path, types, box, positions, "Reference")[0]
