@@ -16,7 +16,7 @@ venv=/tmp/graph-bundle-venv
 [ -x $venv/bin/python3 ] || "$python" -m venv $venv || exit 1
 # The device's torch (bench/NOTES.md: 2.11.0+cu130; PyPI's 2.11.0 is that build): the torch operators and the LibTorch
 # plugins link it, and without it the package would lack them and their GPU tests would be skipped.
-$venv/bin/python3 -m pip install -q "scikit-build-core>=0.10" cmake ninja numpy "torch==${DEVICE_TORCH:-2.11.0}" || exit 1
+$venv/bin/python3 -m pip install -q "scikit-build-core>=0.10" cmake ninja swig numpy "torch==${DEVICE_TORCH:-2.11.0}" || exit 1
 # MPICH (libmpi.so.12) for libOpenMMGraphMPI: the device gets the same wheel's library from .device/mpi
 # (scripts/device-env.sh), so the package's MPI tests run there.  Its mpicc is the first on PATH below.
 mpich=$(ls .device/mpi/mpich-*.whl 2>/dev/null | head -n 1)
