@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <gtest/gtest.h>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -637,6 +638,43 @@ TEST(GraphForce, CutoffLargerThanHalfTheBoxIsRejected) {
     context.setPositions(config.positions);
     context.setPeriodicBoxVectors(Vec3(1.1, 0, 0), Vec3(0, 1.3, 0), Vec3(0, 0, 1.3));
     EXPECT_THROW(context.getState(State::Forces), OpenMMException);
+}
+
+TEST(GraphForce, NonFiniteBoxIsRejected) {
+    // OpenMM accepts NaN and +inf box components.  A NaN box failed every comparison of the cut-off check, and an
+    // infinite one dropped every pair: the energy of isolated particles and zero forces, with no error.
+    GraphTest::ModelOptions options;
+    Configuration config = makeConfiguration(Geometry::Cubic, 220, 2, 19);
+    std::unique_ptr<System> system(makeSystem(config, options));
+    const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+    const double length = config.box[0][0];
+    struct Case {
+        Vec3 a, b, c;
+        std::string vector;
+    };
+    const std::vector<Case> cases = {{Vec3(nan, 0, 0), config.box[1], config.box[2], "a"},
+                                     {Vec3(inf, 0, 0), config.box[1], config.box[2], "a"},
+                                     {config.box[0], Vec3(nan, length, 0), config.box[2], "b"},
+                                     {config.box[0], config.box[1], Vec3(0, 0, inf), "c"}};
+    for (const Case& bad : cases) {
+        system->setDefaultPeriodicBoxVectors(bad.a, bad.b, bad.c);
+        VerletIntegrator integrator(0.001);
+        expectRefused([&] { Context context(*system, integrator, testPlatform(), testPlatformProperties()); },
+                      {"box vector " + bad.vector, "not finite"}, "a non-finite default box");
+    }
+    system->setDefaultPeriodicBoxVectors(config.box[0], config.box[1], config.box[2]);
+    VerletIntegrator integrator(0.001);
+    Context context(*system, integrator, testPlatform(), testPlatformProperties());
+    context.setPositions(config.positions);
+    const double energy = context.getState(State::Energy).getPotentialEnergy();
+    for (const Case& bad : cases) {
+        context.setPeriodicBoxVectors(bad.a, bad.b, bad.c);
+        expectRefused([&] { context.getState(State::Forces | State::Energy); }, {"box vector " + bad.vector, "not finite"},
+                      "a non-finite box set on the Context");
+    }
+    // Nothing the user had is lost: a finite box gives the energy of before.
+    context.setPeriodicBoxVectors(config.box[0], config.box[1], config.box[2]);
+    EXPECT_EQ(context.getState(State::Energy).getPotentialEnergy(), energy);
 }
 
 TEST(GraphForce, CutoffRoundedAboveHalfTheBoxIsAccepted) {

@@ -37,8 +37,21 @@ void GraphForceImpl::validate(const GraphForce& force, const System& system) {
 }
 
 void GraphForceImpl::checkCutoffFitsBox(double cutoff, const Vec3& a, const Vec3& b, const Vec3& c) {
+    // OpenMM accepts NaN and +inf box components; a NaN fails every comparison below and an infinite box would drop
+    // every pair (the energy of isolated particles, no error), so both are refused here by name.
+    const Vec3* vectors[3] = {&a, &b, &c};
+    for (int v = 0; v < 3; v++) {
+        const Vec3& vector = *vectors[v];
+        if (!std::isfinite(vector[0]) || !std::isfinite(vector[1]) || !std::isfinite(vector[2])) {
+            std::stringstream s;
+            s.precision(15);
+            s << "GraphForce: the periodic box vector " << "abc"[v] << " = (" << vector[0] << ", " << vector[1] << ", " << vector[2]
+              << ") nm is not finite; set finite box vectors (Context.setPeriodicBoxVectors or the System's default box)";
+            throw OpenMMException(s.str());
+        }
+    }
     const double smallest = std::min(a[0], std::min(b[1], c[2]));
-    if (cutoff > 0.5 * smallest * (1 + 1e-12)) {
+    if (!(cutoff <= 0.5 * smallest * (1 + 1e-12))) {
         std::stringstream s;
         s.precision(15);
         s << "GraphForce: the model's cut-off (" << cutoff

@@ -353,6 +353,7 @@ openmm.Force: use GraphForce.cast(force) to get the GraphForce.
         """A new GraphForce from the XML of XmlSerializer.serialize(force), after checking that the XML's root
         element is one (OpenMMException otherwise)."""
         import io
+        import re
         import openmm
         from xml.etree import ElementTree
 
@@ -366,6 +367,13 @@ openmm.Force: use GraphForce.cast(force) to get the GraphForce.
         if kind != "GraphForce":
             held = f"a {kind!r}" if kind is not None else f"a <{root.tag}> element without a type"
             raise openmm.OpenMMException(f"GraphForce: the XML holds {held}, not a GraphForce")
+        # OpenMM's XML reader (TinyXML) and ElementTree must see the same root element: they read comments, processing
+        # instructions and DOCTYPEs differently (a decoy element inside a comment is TinyXML's root), so nothing but
+        # an XML declaration and white space may come before it, as in what XmlSerializer.serialize writes.
+        if not re.match(r"\s*(<\?xml[^<>]*\?>\s*)?<Force[\s/>]", text):
+            raise openmm.OpenMMException("GraphForce: the serialized state must be the XML of XmlSerializer.serialize(force): "
+                                         "an XML declaration at most, then the <Force> element (found a comment, processing "
+                                         "instruction, DOCTYPE or other element before it)")
         return GraphForce._deserializeXml(text)
 
     @staticmethod

@@ -459,6 +459,22 @@ def test_deserializing_xml_of_something_else_is_refused(modelBytes):
     assert force.getNumTypes() == 2  # the force is unchanged
 
 
+def test_a_decoy_before_the_root_element_is_refused(modelBytes):
+    # ElementTree skips comments and processing instructions; OpenMM's XML reader took a decoy element inside one
+    # as the root, and deserialized a HarmonicBondForce as a GraphForce (a garbage particle count, then a segfault).
+    force = GraphForce.fromModelBytes(modelBytes)
+    force.addParticle(0, 1)
+    good = openmm.XmlSerializer.serialize(force)
+    decoy = openmm.XmlSerializer.serialize(openmm.HarmonicBondForce()).split("?>", 1)[1].strip()
+    for prefix in (f"<!-- x>{decoy} -->", f"<?decoy x>{decoy}?>", "<!-- a comment -->"):
+        with pytest.raises(openmm.OpenMMException, match="then the <Force> element"):
+            GraphForce._deserialize(good.replace("?>", "?>\n" + prefix, 1))
+    # What XmlSerializer writes, with or without its declaration, still reads back.
+    for text in (good, good.split("?>", 1)[1]):
+        copy = GraphForce._deserialize(text)
+        assert openmm.XmlSerializer.serialize(copy) == good
+
+
 def test_a_saved_system_reads_back_in_a_fresh_process(modelBytes, tmp_path):
     # import openmmgraph alone registers the serialization proxy and the kernels with OpenMM.
     system = openmm.System()

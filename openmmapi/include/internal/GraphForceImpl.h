@@ -57,7 +57,9 @@ public:
      * 0.6000000000000001 nm) fits a box of exactly twice its length; the
      * tables vanish with two derivatives at the cut-off, so the pairs that
      * this admits contribute nothing.  Every platform calls this one check.
-     * Throws an OpenMMException naming both lengths and the box needed.
+     * Throws an OpenMMException naming both lengths and the box needed, or
+     * naming the vector when a box component is NaN or infinite (OpenMM
+     * itself accepts those).
      */
     static void checkCutoffFitsBox(double cutoff, const OpenMM::Vec3& a, const OpenMM::Vec3& b, const OpenMM::Vec3& c);
 
