@@ -45,7 +45,8 @@ void GraphForceImpl::checkCutoffFitsBox(double cutoff, const Vec3& a, const Vec3
         if (!std::isfinite(vector[0]) || !std::isfinite(vector[1]) || !std::isfinite(vector[2])) {
             std::stringstream s;
             s.precision(15);
-            s << "GraphForce: the periodic box vector " << "abc"[v] << " = (" << vector[0] << ", " << vector[1] << ", " << vector[2]
+            s << "GraphForce: the periodic box vector "
+              << "abc"[v] << " = (" << vector[0] << ", " << vector[1] << ", " << vector[2]
               << ") nm is not finite; set finite box vectors (Context.setPeriodicBoxVectors or the System's default box)";
             throw OpenMMException(s.str());
         }
