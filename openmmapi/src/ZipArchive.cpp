@@ -243,10 +243,28 @@ bool ZipArchive::looksLikeZip(const std::string& bytes) {
 }
 
 void ZipArchive::checkEntries(const std::string& bytes) {
+    // Entries lie apart in an archive.  A directory that points many entries at one deflated stream would make this
+    // check inflate the same bytes once an entry (hours for a few MB at the deflate limit of 1032x), so an entry whose
+    // local header and data overlap another's is refused before any is inflated: the work is then bounded by 1032
+    // times the archive's size.
+    std::vector<Entry> entries;
     forEachEntry(bytes, [&](const Entry& entry) {
-        checkEntry(bytes, entry, nullptr);
+        entries.push_back(entry);
         return false;
     });
+    std::vector<std::pair<uint64_t, size_t>> starts; // (local header offset, entry index)
+    for (size_t e = 0; e < entries.size(); e++)
+        starts.emplace_back(entries[e].local, e);
+    std::sort(starts.begin(), starts.end());
+    for (size_t k = 1; k < starts.size(); k++) {
+        const Entry& before = entries[starts[k - 1].second];
+        const Entry& entry = entries[starts[k].second];
+        if (dataOffset(bytes, before) + before.compressed > entry.local)
+            entryError(entry, "overlaps the zip entry '" + printable(before.name) +
+                                  "' in the archive (the directory points two entries at the same bytes: the file is damaged)");
+    }
+    for (const Entry& entry : entries)
+        checkEntry(bytes, entry, nullptr);
 }
 
 bool ZipArchive::readEntry(const std::string& bytes, const std::string& suffix, std::string& content) {

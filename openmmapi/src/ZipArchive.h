@@ -24,8 +24,9 @@ public:
     /**
      * Check every entry of the archive: its local header, that its data lie
      * inside the archive, that it is stored or deflated (unencrypted), that
-     * it decompresses to the recorded size and that its CRC-32 matches.
-     * Throws std::runtime_error with a message naming the first bad entry.
+     * it decompresses to the recorded size and that its CRC-32 matches, and
+     * that no two entries overlap (so the work is bounded by the archive's
+     * size).  Throws std::runtime_error with a message naming a bad entry.
      */
     static void checkEntries(const std::string& bytes);
     /**
