@@ -268,6 +268,13 @@ TEST(GraphForceSerialization, HandEditedValuesAreRefusedNotCoerced) {
          {"\"CheckFinite\" is given twice"}},
         {{"<Properties>", "<Extra/><Properties>"}, {"unknown child <Extra>"}},
         {{" version=\"1\"", " version=\"1\" colour=\"red\""}, {"unknown attribute \"colour\""}},
+        // Found by a review (session 61): these were read as if the edit were not there.
+        {{"<Particles>", "<Particles count=\"1000000000000000000\">"}, {"<Particles> element", "unknown attribute \"count\"", "has none"}},
+        {{"<Properties>", "<Properties junk=\"1\">"}, {"<Properties> element", "unknown attribute \"junk\""}},
+        {{"particle=\"4\" type=\"0\"/>", "particle=\"4\" type=\"0\"><Foo bar=\"1\"/></Particle>"},
+         {"<Particle> element 1", "has a child <Foo>"}},
+        {{"<Property key=\"CheckFinite\" value=\"false\"/>", "<Property key=\"CheckFinite\" value=\"false\"><Foo/></Property>"},
+         {"a <Property> element has a child <Foo>"}},
     };
     for (const auto& edit : cases) {
         const std::string message = exceptionMessage(edited(xml, edit.first.first, edit.first.second));

@@ -100,16 +100,22 @@ std::string base64Decode(const std::string& text) {
 
 /**
  * One element of the XML as the proxy reads it: every attribute is required
- * and parsed strictly, attributes it does not know are refused, and errors
+ * and parsed strictly, attributes it does not know are refused (as are
+ * children, for an element that openmm-graph writes without any), and errors
  * name the element and the attribute.
  */
 class StrictElement {
 public:
-    StrictElement(const SerializationNode& node, const std::string& where, const std::set<std::string>& known) : node(node), where(where) {
+    StrictElement(const SerializationNode& node, const std::string& where, const std::set<std::string>& known, bool leaf = false)
+        : node(node), where(where) {
         for (const auto& property : node.getProperties())
             if (known.count(property.first) == 0)
                 throw OpenMMException("GraphForceProxy: " + where + " has an unknown attribute " + quotedText(property.first) +
-                                      " (serialization version " + std::to_string(CurrentVersion) + " has only " + listOf(known) + ")");
+                                      " (serialization version " + std::to_string(CurrentVersion) + " has " +
+                                      (known.empty() ? std::string("none") : "only " + listOf(known)) + ")");
+        if (leaf && !node.getChildren().empty())
+            throw OpenMMException("GraphForceProxy: " + where + " has a child <" + node.getChildren()[0].getName() +
+                                  ">; it has none in serialization version " + std::to_string(CurrentVersion));
     }
 
     std::string text(const std::string& name) const {
@@ -219,24 +225,27 @@ void* GraphForceProxy::deserialize(const SerializationNode& node) const {
     force->setName(name);
     force->setUsesPeriodicBoundaryConditions(periodic);
     std::set<std::string> keys;
-    for (const SerializationNode& property : onlyChild(node, "Properties").getChildren()) {
+    const SerializationNode& properties = onlyChild(node, "Properties");
+    const StrictElement propertiesElement(properties, "the <Properties> element", {});
+    for (const SerializationNode& property : properties.getChildren()) {
         if (property.getName() != "Property")
             throw OpenMMException("GraphForceProxy: <Properties> has a child <" + property.getName() +
                                   ">; expected <Property key= value=>");
-        const StrictElement element(property, "a <Property> element", {"key", "value"});
+        const StrictElement element(property, "a <Property> element", {"key", "value"}, true);
         const std::string key = element.text("key");
         if (!keys.insert(key).second)
             throw OpenMMException("GraphForceProxy: the property " + quotedText(key) + " is given twice");
         force->setProperty(key, element.text("value"));
     }
     const SerializationNode& particles = onlyChild(node, "Particles");
+    const StrictElement particlesElement(particles, "the <Particles> element", {});
     for (size_t i = 0; i < particles.getChildren().size(); i++) {
         const SerializationNode& particle = particles.getChildren()[i];
         const std::string where = "<Particle> element " + std::to_string(i) + " (from 0)";
         if (particle.getName() != "Particle")
             throw OpenMMException("GraphForceProxy: <Particles> has a child <" + particle.getName() +
                                   ">; expected <Particle particle= type=>");
-        const StrictElement element(particle, where, {"particle", "type"});
+        const StrictElement element(particle, where, {"particle", "type"}, true);
         force->addParticle(element.integer("particle", 0, 2147483647LL), element.integer("type", 0, force->getNumTypes() - 1));
     }
     return force.release();
