@@ -85,6 +85,11 @@ def _atomIndices(topology, atoms, caller="createGraphForce", argument="atoms"):
     indices = []
     seen = set()
     for atom in items:
+        if isinstance(atom, bool):  # operator.index takes True as 1: a mask is not a list of indices
+            raise TypeError(
+                f"{caller}: {argument} must hold atom indices or openmm.app Atom objects, found {atom!r} "
+                "(for a boolean mask pass numpy.flatnonzero(mask))"
+            )
         try:
             index = operator.index(atom.index if hasattr(atom, "index") else atom)
         except TypeError:

@@ -79,6 +79,9 @@ def _atomIndexList(topology, atoms, caller):
     """mlAtoms (ints or Atom objects) as a non-empty list of distinct indices, checked against the topology."""
     from ._plugin import _atomIndices
 
+    if atoms is None:  # _atomIndices takes None for every atom; an ML region must be named
+        raise TypeError(f"{caller}: mlAtoms must be an iterable of atom indices or openmm.app Atom objects, found None "
+                        "(for a System of the model alone use createSystem)")
     indices = _atomIndices(topology, atoms, caller, "mlAtoms")
     if not indices:
         raise ValueError(f"{caller}: mlAtoms is empty; give at least one atom for the ML region")
@@ -111,6 +114,9 @@ def _makeGraphForce(topology, model, atoms, periodic, forceGroup, properties, ca
             message = message[len("createGraphForce: "):]
         raise type(error)(f"{caller}: {message}") from error
     force.setForceGroup(int(forceGroup))
+    if properties is not None and not hasattr(properties, "items"):
+        raise TypeError(f"{caller}: properties must be a mapping of GraphForce property names to values (a dict), "
+                        f"found {type(properties).__name__}")
     for key, value in (properties or {}).items():
         force.setProperty(str(key), str(value))
     return force

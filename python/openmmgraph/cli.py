@@ -18,7 +18,7 @@ import sys
 import warnings
 
 from . import grades
-from .modelfile import ACTIVATIONS, ENERGY_UNITS_KJ_PER_MOL, LENGTH_UNITS_NM, ModelFile, read_model
+from .modelfile import ACTIVATIONS, ENERGY_UNITS_KJ_PER_MOL, LENGTH_UNITS_NM, ModelFile, check_output_path, read_model
 
 PROGRAM = "openmm-graph"
 
@@ -146,6 +146,7 @@ def _width_list(text: str) -> list[int]:
 def _make_model(arguments) -> int:
     if arguments.seed < 0:
         raise _UsageError(f"argument --seed: expected an integer >= 0, found {arguments.seed}")
+    check_output_path(arguments.output, "make-model: output")  # before the tables and weights are made
     model = grades.make_model(
         grade=arguments.grade,
         seed=arguments.seed,
@@ -187,11 +188,22 @@ def _train(arguments) -> int:
 
     values = {}
     if arguments.config is not None:
+        def unique_keys(pairs):
+            keys = [key for key, _ in pairs]
+            repeated = sorted({key for key in keys if keys.count(key) > 1})
+            if repeated:
+                raise ValueError(f"{arguments.config}: the key {repeated[0]!r} is given twice in one JSON object")
+            return dict(pairs)
+
         try:
-            with open(arguments.config) as stream:
-                values = json.load(stream)
+            with open(arguments.config, encoding="utf-8") as stream:
+                values = json.load(stream, object_pairs_hook=unique_keys)
         except json.JSONDecodeError as error:
             raise ValueError(f"{arguments.config}: not valid JSON ({error})") from None
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{arguments.config}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+        except RecursionError:
+            raise ValueError(f"{arguments.config}: JSON nested too deeply to be a file of training options") from None
         if not isinstance(values, dict):
             raise ValueError(f"{arguments.config}: expected a JSON object of training options")
     for _, name, _ in _TRAIN_FLAGS:
@@ -219,7 +231,7 @@ def _train(arguments) -> int:
 
 def _convert_deepmd(arguments) -> int:
     from .convert.deepmd import convert_deepmd
-    from .modelfile import check_output_path, same_or_inside
+    from .modelfile import same_or_inside
 
     # Before any work: the output must not be the input model, and must be writable.
     if same_or_inside(arguments.output, arguments.model) == "is":

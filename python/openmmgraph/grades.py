@@ -39,6 +39,11 @@ from .modelfile import (
     FORMAT_NAME,
     FORMAT_VERSION,
     LENGTH_UNITS_NM,
+    MAX_CHANNELS,
+    MAX_INTERVALS,
+    MAX_LAYERS,
+    MAX_TYPES,
+    MAX_WIDTH,
     ModelFile,
 )
 
@@ -179,13 +184,14 @@ def make_model(grade: str = "small", seed: int = 0, dtype: str = "float64", l_ma
         raise ValueError(f"make_model: activation: expected one of {list(ACTIVATIONS)}, found {activation!r}")
     if type_names is None:
         type_names = list(_DEFAULT_TYPE_NAMES[:n_types]) + [f"T{index}" for index in range(len(_DEFAULT_TYPE_NAMES), n_types)]
-    for name, value, low, high in (("n_types", n_types, 1, None), ("l_max", l_max, 0, 2),
-                                   ("n_channels", n_channels, 1, None), ("n_axis", n_axis, 1, n_channels),
-                                   ("n_interactions", n_interactions, 0, 1), ("radial_intervals", intervals, 1, None)):
-        if value < low or (high is not None and value > high):
-            raise ValueError(f"make_model: {name}: expected an integer in [{low}, {high if high is not None else 'inf'}], found {value}")
-    if any(w < 1 for w in widths):
-        raise ValueError(f"make_model: fitting_widths: expected widths >= 1, found {widths}")
+    # The format's limits (modelfile.MAX_*), checked before any table or weight is made.
+    for name, value, low, high in (("n_types", n_types, 1, MAX_TYPES), ("l_max", l_max, 0, 2),
+                                   ("n_channels", n_channels, 1, MAX_CHANNELS), ("n_axis", n_axis, 1, n_channels),
+                                   ("n_interactions", n_interactions, 0, 1), ("radial_intervals", intervals, 1, MAX_INTERVALS)):
+        if not low <= value <= high:
+            raise ValueError(f"make_model: {name}: expected an integer in [{low}, {high}], found {value}")
+    if not 1 <= len(widths) <= MAX_LAYERS or any(not 1 <= w <= MAX_WIDTH for w in widths):
+        raise ValueError(f"make_model: fitting_widths: expected 1 to {MAX_LAYERS} widths from 1 to {MAX_WIDTH}, found {widths}")
 
     length_scale = LENGTH_UNITS_NM[length_unit]
     energy_scale = ENERGY_UNITS_KJ_PER_MOL[energy_unit]

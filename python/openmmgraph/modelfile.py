@@ -735,7 +735,10 @@ def check_output_path(path, what: str = "output", create_folder: bool = False) -
         raise ValueError(f"{what}: expected a file path, found ''")
     if os.path.isdir(path):
         raise ValueError(f"{what} {path!r}: is a folder; expected a file path")
-    folder = os.path.dirname(os.path.abspath(path))
+    if path.endswith(os.sep) or (os.altsep and path.endswith(os.altsep)):
+        raise ValueError(f"{what} {path!r}: ends with a path separator (a folder); expected a file path")
+    # The folder the file will be written in: write_atomically writes where a symbolic link points.
+    folder = os.path.dirname(os.path.realpath(path))
     if create_folder and not os.path.exists(folder):
         check_folder_path(folder, what)
         return

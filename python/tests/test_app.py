@@ -473,6 +473,14 @@ def test_mixed_system_errors(forcefield, solvated, model, waterModel):
         openmmgraph.createMixedSystem(topology, classical, mlAtoms, model, forceGroup=2.0)
     with pytest.raises(ValueError, match="empty"):
         openmmgraph.createMixedSystem(topology, classical, [], model)
+    # Session 61: None made every atom ML, booleans were taken as indices 1 and 0, and a list of properties raised
+    # a bare AttributeError.
+    with pytest.raises(TypeError, match="createMixedSystem: mlAtoms must be an iterable .*found None"):
+        openmmgraph.createMixedSystem(topology, classical, None, model)
+    with pytest.raises(TypeError, match=r"createMixedSystem: mlAtoms must hold atom indices .*found True .*flatnonzero"):
+        openmmgraph.createMixedSystem(topology, classical, [True, False], model)
+    with pytest.raises(TypeError, match="createMixedSystem: properties must be a mapping .*found list"):
+        openmmgraph.createMixedSystem(topology, classical, mlAtoms, model, properties=[("CheckFinite", "true")])
     small = openmm.System()
     small.addParticle(1.0)
     with pytest.raises(ValueError, match="same atoms"):

@@ -74,6 +74,11 @@ def test_inspect_text_names_units_types_and_shapes(tmp_path, capsys):
         (["make-model", "-o", "x.safetensors", "--axis", "64"], "n_axis"),
         (["make-model", "-o", "x.safetensors", "--seed", "-1"], "--seed: expected an integer >= 0, found -1"),
         (["frobnicate"], "invalid choice"),
+        # Session 61: a file named "new" was written; the others failed after the tables were made, or in a traceback.
+        (["make-model", "-o", "new/"], "make-model: output 'new/': ends with a path separator"),
+        (["make-model", "-o", "missing/x.safetensors"], "the folder"),
+        (["make-model", "-o", "x.safetensors", "--intervals", "1048577"], "radial_intervals: expected an integer in [1, 1048576]"),
+        (["make-model", "-o", "x.safetensors", "--channels", "4097", "--axis", "1"], "n_channels: expected an integer in [1, 4096]"),
     ],
 )
 def test_errors_are_one_line_with_status_2(tmp_path, capsys, monkeypatch, arguments, message):
@@ -82,6 +87,7 @@ def test_errors_are_one_line_with_status_2(tmp_path, capsys, monkeypatch, argume
     error = capsys.readouterr().err
     assert error.startswith("openmm-graph: error: ") and message in error
     assert error.count("\n") == 1
+    assert os.listdir(tmp_path) == []  # nothing written
 
 
 def test_inspect_reports_an_invalid_file_in_one_line(tmp_path, capsys):
@@ -128,6 +134,11 @@ _TRAIN = ["--epochs", "1", "--cutoff", "3", "--channels", "2", "--axis", "1", "-
         (["--r0", "10"], "'r0': expected 0 <= r0 < cutoff = 3.0, found 10.0"),
         (["--data", "empty.extxyz"], "training data empty.extxyz: cannot read it as extended XYZ"),
         (["--data", "bad.extxyz"], "training data bad.extxyz: cannot read it .*AttributeError"),
+        # Session 61: a traceback, a message without the file's name, and the last of two keys silently taken.
+        (["deep.json"], "deep.json: JSON nested too deeply"),
+        (["latin.json"], "latin.json: not UTF-8 text"),
+        (["twice.json"], "twice.json: the key 'epochs' is given twice in one JSON object"),
+        (["-o", "new/"], "'output' 'new/': ends with a path separator"),
     ],
 )
 def test_train_errors_are_one_line_before_training_and_keep_the_data(tmp_path, capsys, monkeypatch, arguments,
@@ -139,6 +150,9 @@ def test_train_errors_are_one_line_before_training_and_keep_the_data(tmp_path, c
     (tmp_path / "sub").mkdir()
     (tmp_path / "empty.extxyz").write_text("")
     (tmp_path / "bad.extxyz").write_text("2\nnot a comment line with Properties\nSi 0 0 0\n")
+    (tmp_path / "deep.json").write_text("[" * 100000 + "]" * 100000)
+    (tmp_path / "latin.json").write_bytes(b'{"length_unit": "\xc5ngstr\xf6m"}')
+    (tmp_path / "twice.json").write_text('{"epochs": 1, "epochs": 2}')
     before = (tmp_path / "data.extxyz").read_bytes()
     if "--data" not in arguments:
         arguments = ["--data", "data.extxyz", "-o", "m.safetensors"] + arguments

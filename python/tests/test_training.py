@@ -406,6 +406,13 @@ def test_train_refuses_an_output_that_is_its_training_data(tmp_path):
     (dict(radial="deepmd", r_smooth=5.0), r"r_smooth: expected 0 <= r_smooth < cutoff = 3.0"),
     (dict(n_axis=3), "expected 1 <= n_axis <= n_channels"),
     (dict(l_max=3), "expected 1 <= n_axis <= n_channels, 0 <= l_max <= 2"),
+    # The format's limits (session 61: these were refused only after the training run).
+    (dict(intervals=2**20 + 1), r"'intervals': expected at most 1048576 \(the format's limit\), found 1048577"),
+    (dict(n_channels=4097, n_axis=1), r"'n_channels': expected at most 4096"),
+    (dict(fitting_widths=[4] * 65), r"'fitting_widths': expected at most 64 widths of at most 65536"),
+    (dict(embedding_widths=[2**16 + 1]), r"'embedding_widths': expected at most 64 widths of at most 65536"),
+    (dict(type_map=[f"T{k}" for k in range(257)]), r"'type_map': expected at most 256 type names"),
+    (dict(output="OUT_DIR/new/"), "'output' .*: ends with a path separator"),
 ])
 def test_bad_options_are_refused_before_the_data_is_read(tmp_path, options, message):
     """A path that does not exist as the data: any option error must come first."""
@@ -469,6 +476,11 @@ _BAD_DEEPMD = [
     ("empty type_map.raw", lambda f: (f / "type_map.raw").write_text("\n"), "type_map.raw: no type names"),
     ("type_map.raw not UTF-8", lambda f: (f / "type_map.raw").write_bytes(b"O\n\xff\n"),
      "type_map.raw: expected one type name per line"),
+    # Session 61: accepted before (booleans as energies 1 and 0; frames scrambled by the transposed layout).
+    ("boolean energy.npy", lambda f: np.save(f / "set.000" / "energy.npy", np.array([True, False])),
+     "set.000/energy.npy: expected a numeric array, found bool"),
+    ("transposed coord.npy", lambda f: np.save(f / "set.000" / "coord.npy", np.load(f / "set.000" / "coord.npy").T.copy()),
+     r"set.000/coord.npy: expected frames x 18 values .*found an array of shape \[18, 2\]"),
 ]
 
 
@@ -487,6 +499,11 @@ def test_malformed_deepmd_files_are_named(tmp_path, change, message):
     ('1\nProperties=species:S:1:pos:R:3:forces:R:3 energy=abc pbc="F F F"\nSi 0 0 0 0 0 0\n', "energy"),
     ('1\nProperties=species:S:1:pos:R:3:forces:R:3 energy=T pbc="F F F"\nSi 0 0 0 0 0 0\n',
      "energy: expected a number, found True"),
+    # Session 61: reported as "no energy" (ASE's calculator refuses atoms with non-finite positions).
+    ('2\nProperties=species:S:1:pos:R:3:forces:R:3 energy=-1.0 pbc="F F F"\nSi 0 0 0 0 0 0\nSi nan 0 2 0 0 0\n',
+     "positions: expected finite numbers, found nan in row 1"),
+    ('1\nLattice="8 0 0 0 nan 0 0 0 8" Properties=species:S:1:pos:R:3:forces:R:3 energy=-1.0 pbc="T T T"\n'
+     'Si 0 0 0 0 0 0\n', "cell: expected finite numbers, found nan in row 1"),
 ])
 def test_malformed_extxyz_is_named(tmp_path, text, message):
     path = tmp_path / "bad.extxyz"
@@ -645,3 +662,36 @@ def test_checkpoints_are_read_without_running_pickled_code(tmp_path):
     with pytest.raises(ValueError, match=r"^checkpoint .*evil.pt: cannot read it as a checkpoint"):
         load_checkpoint(path)
     assert not (tmp_path / "ran").exists()
+
+
+def _cluster_extxyz(path, frames, spacing, isolated_first=False):
+    """Frames of 4 Si atoms on a square of side ``spacing`` (angstrom), open boundaries, made-up labels; with
+    ``isolated_first`` a one-atom frame comes first (an isolated-atom reference, as training sets often hold)."""
+    lines = []
+    if isolated_first:
+        lines += ["1", 'Properties=species:S:1:pos:R:3:forces:R:3 energy=-0.5 pbc="F F F"', "Si 0 0 0 0 0 0"]
+    for k in range(frames):
+        lines += ["4", f'Properties=species:S:1:pos:R:3:forces:R:3 energy={-10.0 - 0.1 * k} pbc="F F F"']
+        for x, y in ((0, 0), (1, 0), (0, 1), (1, 1)):
+            lines.append(f"Si {x * spacing + 0.01 * k} {y * spacing} 0 0.1 0 0")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_no_pair_within_the_cutoff_is_refused(tmp_path):
+    # Session 61: a cut-off below every distance trained a model of per-type constants, and the log gave the
+    # cut-off as the closest pair.
+    data = _cluster_extxyz(tmp_path / "square.extxyz", 3, spacing=2.4)
+    with pytest.raises(ValueError, match=r"no pair of atoms lies within the cut-off 1 angstrom in any of the \d+ "
+                                         r"training frames: use a larger cut-off"):
+        train(dict(TINY, cutoff=1.0), data=[str(data)], output=str(tmp_path / "m.safetensors"), log=None)
+    assert not (tmp_path / "m.safetensors").exists()
+
+
+def test_l_max_0_with_an_isolated_atom_frame_trains(tmp_path):
+    # Session 61: at l_max = 0 a batch (or the compression's sample frame) with no pair within the cut-off has
+    # energies that do not depend on the positions, and torch.autograd.grad raised.
+    data = _cluster_extxyz(tmp_path / "with-isolated.extxyz", 3, spacing=2.4, isolated_first=True)
+    output = tmp_path / "m.safetensors"
+    train(dict(TINY, l_max=0, validation_fraction=0.0, batch_size=1), data=[str(data)], output=str(output), log=None)
+    assert output.is_file()

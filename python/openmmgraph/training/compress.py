@@ -244,8 +244,11 @@ def compress(model: EmbeddingModel, intervals: int = 400, r0: float | None = Non
     x = torch.tensor(positions, requires_grad=True)
     eye = torch.eye(3, dtype=torch.float64)
     compressed_energy = compressed.particle_energies_model_units(x, torch.as_tensor(types), eye, pairs).sum()
-    (gradient,) = torch.autograd.grad(compressed_energy, x)
-    compressed_forces = -gradient.numpy()
+    # A sample with no pair within the cut-off at l_max = 0 has an energy that does not depend on x: zero forces.
+    (gradient,) = torch.autograd.grad(compressed_energy, x, allow_unused=True) if compressed_energy.requires_grad else (None,)
+    if gradient is None:
+        gradient = torch.zeros_like(x)
+    compressed_forces = -gradient.detach().numpy()
     model_file.report = CompressionReport(
         intervals=intervals,
         r0=r0,

@@ -120,6 +120,13 @@ def read_extxyz(path, type_map=None, energy_key: str = "energy", forces_key: str
     frames = []
     for number, atoms in enumerate(images):
         where = f"{path} frame {number}"
+        # Before the energy: ASE's single-point calculator refuses atoms with non-finite positions as "changed", which
+        # would be reported as a missing energy.
+        for name, values in (("positions", atoms.positions), ("cell", atoms.cell[:])):
+            values = np.asarray(values, dtype=np.float64)
+            if not np.isfinite(values).all():
+                raise ValueError(f"training data {where}: {name}: expected finite numbers, found "
+                                 f"{float(values[~np.isfinite(values)][0])} in row {int(np.argwhere(~np.isfinite(values))[0][0])}")
         if energy_key in atoms.info:
             try:
                 energy = _energy_number(atoms.info[energy_key])
@@ -240,11 +247,15 @@ def _read_deepmd_systems(systems, type_map) -> Dataset:
                     array = np.load(file, allow_pickle=False)
                 except (OSError, ValueError, EOFError, OverflowError, MemoryError) as error:  # a header can claim TiB
                     raise ValueError(f"training data {file}: not a readable .npy file ({_reason(error)})") from None
-                if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
+                if not isinstance(array, np.ndarray) or array.dtype.kind not in "iuf":
                     raise ValueError(f"training data {file}: expected a numeric array, found "
                                      f"{getattr(array, 'dtype', type(array).__name__)}")
                 frames_found = array.size // per_frame if per_frame else 0
-                if array.size % per_frame or (count is not None and frames_found != count):
+                # Frames along the first axis, as DeePMD-kit writes them ([frames, 3n] or [frames, n, 3]): an array
+                # of the right size in another layout ([3n, frames]) would scramble the frames.
+                frames_first = (array.shape[0] == frames_found if array.ndim >= 2 else
+                                per_frame == 1 or array.size == per_frame)
+                if array.size % per_frame or (count is not None and frames_found != count) or not frames_first:
                     expected = f"{count} x {per_frame}" if count is not None else f"frames x {per_frame}"
                     raise ValueError(f"training data {file}: expected {expected} values ({what}; {n} atoms in "
                                      f"type.raw), found an array of shape {list(array.shape)}")
@@ -320,7 +331,8 @@ def _check_image_search(heights, cutoff: float) -> None:
     axis = int(np.argmin(heights))
     height = float(heights[axis])
     ratios = [cutoff / h if h > 0 else math.inf for h in heights]
-    images = math.prod(2 * math.ceil(r) + 1 for r in ratios) if all(map(math.isfinite, ratios)) else math.inf
+    # As a float: with an absurd cut-off the product of integers is too large for the message's format.
+    images = math.prod(2.0 * math.ceil(r) + 1 for r in ratios) if all(map(math.isfinite, ratios)) else math.inf
     if not height >= MIN_HEIGHT_FRACTION * cutoff or images > MAX_IMAGES:
         raise ValueError(
             f"the periodic cell's height along lattice vector {'abc'[axis]} (the distance between its opposite "
@@ -372,7 +384,11 @@ def frame_pairs(positions: np.ndarray, cell: np.ndarray | None, cutoff: float):
         coincident = dist_sq <= tolerance_sq
         if np.any(coincident):
             i, j = (int(v) for v in np.argwhere(coincident)[0])
-            raise ValueError(f"particles {i} and {j} are at distance 0")
+            # The tolerance grows with the cut-off and the coordinates' magnitude: name it, since an absurd cut-off
+            # (a unit mistake) makes ordinary neighbours "coincident".
+            raise ValueError(f"particles {i} and {j} are at distance 0 (their distance {math.sqrt(dist_sq[i, j]):.3g} is "
+                             f"within the same-position tolerance {math.sqrt(tolerance_sq[i, j]):.3g}, which grows with "
+                             f"the cut-off {math.sqrt(cutoff_sq):g}: is the cut-off in the positions' unit?)")
         i, j = np.nonzero(dist_sq < cutoff_sq)
         if i.size:
             shift = image[None, :] + (0.0 if cell is None else (wrap[j] - wrap[i]) @ cell)

@@ -376,7 +376,10 @@ class EmbeddingModel(torch.nn.Module):
         pairs = (pairs[0], pairs[1], pairs[2].to(self.dtype))
         x = torch.tensor(positions_np, dtype=self.dtype, requires_grad=True)
         energy = self.particle_energies(x, torch.as_tensor(np.asarray(types), dtype=torch.long), pairs).sum()
-        (gradient,) = torch.autograd.grad(energy, x)
+        # A frame with no pair within the cut-off at l_max = 0 has an energy that does not depend on x: zero forces.
+        (gradient,) = torch.autograd.grad(energy, x, allow_unused=True) if energy.requires_grad else (None,)
+        if gradient is None:
+            gradient = torch.zeros_like(x)
         return float(energy.detach()), (-gradient).detach().to(torch.float64).numpy()
 
     def standardized_networks(self):

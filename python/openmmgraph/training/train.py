@@ -30,7 +30,18 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..modelfile import _shortened, check_folder_path, check_output_path, same_or_inside, write_atomically
+from ..modelfile import (
+    MAX_CHANNELS,
+    MAX_INTERVALS,
+    MAX_LAYERS,
+    MAX_TYPES,
+    MAX_WIDTH,
+    _shortened,
+    check_folder_path,
+    check_output_path,
+    same_or_inside,
+    write_atomically,
+)
 from .compress import CompressionReport, compress
 from .data import Dataset, frame_pairs, load_data
 from .model import EmbeddingModel, check_model_options
@@ -157,8 +168,15 @@ class TrainingConfig:
         if self.output_dtype not in _OUTPUT_DTYPES:
             raise ValueError(f"training config: 'output_dtype': expected 'float64' or 'float32', "
                              f"found {self.output_dtype!r}")
+        # The format's limits (modelfile.MAX_*): a model beyond them would be refused only after the training run.
         if self.intervals < 1:
             raise ValueError(f"training config: 'intervals': expected an integer >= 1, found {self.intervals}")
+        if self.intervals > MAX_INTERVALS:
+            raise ValueError(f"training config: 'intervals': expected at most {MAX_INTERVALS} (the format's limit), "
+                             f"found {self.intervals}")
+        if self.n_channels > MAX_CHANNELS:
+            raise ValueError(f"training config: 'n_channels': expected at most {MAX_CHANNELS} (the format's limit), "
+                             f"found {self.n_channels}")
         if self.r0 is not None:
             if not 0.0 <= self.r0 < self.cutoff:
                 raise ValueError(f"training config: 'r0': expected 0 <= r0 < cutoff = {self.cutoff}, found {self.r0}")
@@ -169,9 +187,15 @@ class TrainingConfig:
             widths = getattr(self, name)
             if widths is not None and any(width < 1 for width in widths):
                 raise ValueError(f"training config: {name!r}: expected widths >= 1, found {widths}")
+            if widths is not None and (len(widths) > MAX_LAYERS or any(width > MAX_WIDTH for width in widths)):
+                raise ValueError(f"training config: {name!r}: expected at most {MAX_LAYERS} widths of at most {MAX_WIDTH} "
+                                 f"(the format's limits), found {_shortened(str(widths))}")
         if self.type_map is not None:
             if not self.type_map:
                 raise ValueError("training config: 'type_map': expected at least one type name, found []")
+            if len(self.type_map) > MAX_TYPES:
+                raise ValueError(f"training config: 'type_map': expected at most {MAX_TYPES} type names (the format's limit), "
+                                 f"found {len(self.type_map)}")
             repeated = sorted({name for name in self.type_map if self.type_map.count(name) > 1})
             if repeated:
                 raise ValueError(f"training config: 'type_map': type {repeated[0]!r} is named twice in {self.type_map}")
@@ -311,7 +335,12 @@ def _predict(model, batch, create_graph):
     positions = batch["positions"].detach().clone().requires_grad_(True)
     atom_energies = model.particle_energies(positions, batch["types"], batch["pairs"])
     energies = atom_energies.new_zeros(batch["energy"].shape[0]).index_add(0, batch["frame"], atom_energies)
-    (gradient,) = torch.autograd.grad(energies.sum(), positions, create_graph=create_graph)
+    # allow_unused: a batch with no pair within the cut-off (isolated atoms) at l_max = 0 has energies that do not
+    # depend on the positions; its forces are zero.
+    (gradient,) = (torch.autograd.grad(energies.sum(), positions, create_graph=create_graph, allow_unused=True)
+                   if energies.requires_grad else (None,))
+    if gradient is None:
+        gradient = torch.zeros_like(positions)
     return energies, -gradient
 
 
@@ -450,9 +479,15 @@ def train(config: TrainingConfig | dict | None = None, *, log=print, **options) 
     val_frames = _Frames([dataset.frames[k] for k in val_indices], config.cutoff, dtype)
     natoms = sum(item["n"] for item in train_frames.items)
     npairs = sum(int(item["i"].shape[0]) for item in train_frames.items)
+    if npairs == 0:
+        # A model that sees no pair learns per-type constants and zero forces: almost always a cut-off in the wrong
+        # unit.  (Frames of isolated atoms among others are fine.)
+        raise ValueError(f"training data: no pair of atoms lies within the cut-off {config.cutoff:g} {config.length_unit} in "
+                         f"any of the {len(train_indices)} training frames: use a larger cut-off, or check that it is in "
+                         f"the data's length unit ({config.length_unit})")
     n_norm = config.n_norm if config.n_norm is not None else max(1.0, float(f"{npairs / natoms:.3g}"))
-    closest = min((float(torch.linalg.vector_norm(item["positions"][item["j"]] - item["positions"][item["i"]] + item["shift"], dim=1).min())
-                   for item in train_frames.items if item["i"].numel()), default=config.cutoff)
+    closest = min(float(torch.linalg.vector_norm(item["positions"][item["j"]] - item["positions"][item["i"]] + item["shift"], dim=1).min())
+                  for item in train_frames.items if item["i"].numel())
     r0 = config.r0
     if r0 is None:
         r0 = 0.0 if config.radial == "r" else float(f"{0.5 * closest:.3g}")
@@ -552,7 +587,7 @@ def train(config: TrainingConfig | dict | None = None, *, log=print, **options) 
     sample_frame = dataset.frames[(val_indices or train_indices)[0]]
     model_file = compress(model, config.intervals, r0,
                           sample=(sample_frame.positions, sample_frame.types, sample_frame.cell))
-    os.makedirs(os.path.dirname(os.path.abspath(config.output)), exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.realpath(config.output)), exist_ok=True)
     model_file.write(config.output, dtype=config.output_dtype)
     say(model_file.report.summary(config.energy_unit, config.length_unit))
     say(f"wrote {config.output} (checkpoints in {checkpoint_dir})")
