@@ -190,8 +190,8 @@ def make_model(grade: str = "small", seed: int = 0, dtype: str = "float64", l_ma
                                    ("n_interactions", n_interactions, 0, 1), ("radial_intervals", intervals, 1, MAX_INTERVALS)):
         if not low <= value <= high:
             raise ValueError(f"make_model: {name}: expected an integer in [{low}, {high}], found {value}")
-    if not 1 <= len(widths) <= MAX_LAYERS or any(not 1 <= w <= MAX_WIDTH for w in widths):
-        raise ValueError(f"make_model: fitting_widths: expected 1 to {MAX_LAYERS} widths from 1 to {MAX_WIDTH}, found {widths}")
+    if len(widths) > MAX_LAYERS or any(not 1 <= w <= MAX_WIDTH for w in widths):
+        raise ValueError(f"make_model: fitting_widths: expected at most {MAX_LAYERS} widths from 1 to {MAX_WIDTH}, found {widths}")
 
     length_scale = LENGTH_UNITS_NM[length_unit]
     energy_scale = ENERGY_UNITS_KJ_PER_MOL[energy_unit]
