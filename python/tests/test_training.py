@@ -410,7 +410,7 @@ def test_train_refuses_an_output_that_is_its_training_data(tmp_path):
     (dict(intervals=2**20 + 1), r"'intervals': expected at most 1048576 \(the format's limit\), found 1048577"),
     (dict(n_channels=4097, n_axis=1), r"'n_channels': expected at most 4096"),
     (dict(fitting_widths=[4] * 65), r"'fitting_widths': expected at most 64 widths of at most 65536"),
-    (dict(embedding_widths=[2**16 + 1]), r"'embedding_widths': expected at most 64 widths of at most 65536"),
+    (dict(fitting_widths=[2**16 + 1]), r"'fitting_widths': expected at most 64 widths of at most 65536"),
     (dict(type_map=[f"T{k}" for k in range(257)]), r"'type_map': expected at most 256 type names"),
     (dict(output="OUT_DIR/new/"), "'output' .*: ends with a path separator"),
 ])

@@ -187,7 +187,9 @@ class TrainingConfig:
             widths = getattr(self, name)
             if widths is not None and any(width < 1 for width in widths):
                 raise ValueError(f"training config: {name!r}: expected widths >= 1, found {widths}")
-            if widths is not None and (len(widths) > MAX_LAYERS or any(width > MAX_WIDTH for width in widths)):
+            # The fitting and node networks are stored layer by layer; the embedding becomes the tables.
+            if (widths is not None and name != "embedding_widths"
+                    and (len(widths) > MAX_LAYERS or any(width > MAX_WIDTH for width in widths))):
                 raise ValueError(f"training config: {name!r}: expected at most {MAX_LAYERS} widths of at most {MAX_WIDTH} "
                                  f"(the format's limits), found {_shortened(str(widths))}")
         if self.type_map is not None:
