@@ -413,6 +413,8 @@ def test_train_refuses_an_output_that_is_its_training_data(tmp_path):
     (dict(fitting_widths=[2**16 + 1]), r"'fitting_widths': expected at most 64 widths of at most 65536"),
     (dict(type_map=[f"T{k}" for k in range(257)]), r"'type_map': expected at most 256 type names"),
     (dict(output="OUT_DIR/new/"), "'output' .*: ends with a path separator"),
+    (dict(start_lr=1e-308, stop_lr=1e308), r"'stop_lr' / 'start_lr' = 1e\+308 / 1e-308 is beyond the range"),
+    (dict(start_lr=1e308, stop_lr=1e-308), r"'stop_lr' / 'start_lr' = 1e-308 / 1e\+308 is beyond the range"),
 ])
 def test_bad_options_are_refused_before_the_data_is_read(tmp_path, options, message):
     """A path that does not exist as the data: any option error must come first."""

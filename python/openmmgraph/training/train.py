@@ -147,6 +147,9 @@ class TrainingConfig:
             raise ValueError(f"training config: 'precision': expected float64 or float32, found {self.precision!r}")
         if not (self.start_lr > 0 and self.stop_lr > 0):
             raise ValueError("training config: expected start_lr > 0 and stop_lr > 0")
+        if not 0.0 < self.stop_lr / self.start_lr < math.inf:  # the decay's ratio: its log would be +-inf (NaN rates)
+            raise ValueError(f"training config: 'stop_lr' / 'start_lr' = {self.stop_lr:g} / {self.start_lr:g} is beyond the "
+                             "range of floating point numbers; expected the two within a factor of about 1e308")
         weights = (("energy_weight", "force_weight") if self.energy_weight is not None else
                    ("start_pref_e", "limit_pref_e", "start_pref_f", "limit_pref_f"))
         negative = [name for name in weights if getattr(self, name) < 0]
