@@ -188,20 +188,17 @@ def _train(arguments) -> int:
 
     values = {}
     if arguments.config is not None:
-        def unique_keys(pairs):
-            keys = [key for key, _ in pairs]
-            repeated = sorted({key for key in keys if keys.count(key) > 1})
-            if repeated:
-                raise ValueError(f"{arguments.config}: the key {repeated[0]!r} is given twice in one JSON object")
-            return dict(pairs)
+        from .modelfile import _reject_duplicate_keys
 
         try:
             with open(arguments.config, encoding="utf-8") as stream:
-                values = json.load(stream, object_pairs_hook=unique_keys)
+                values = json.load(stream, object_pairs_hook=_reject_duplicate_keys)
         except json.JSONDecodeError as error:
             raise ValueError(f"{arguments.config}: not valid JSON ({error})") from None
         except UnicodeDecodeError as error:
             raise ValueError(f"{arguments.config}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+        except ValueError as error:  # _reject_duplicate_keys: a key given twice in one object
+            raise ValueError(f"{arguments.config}: {error} in a JSON object (each option once)") from None
         except RecursionError:
             raise ValueError(f"{arguments.config}: JSON nested too deeply to be a file of training options") from None
         if not isinstance(values, dict):

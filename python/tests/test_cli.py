@@ -137,7 +137,7 @@ _TRAIN = ["--epochs", "1", "--cutoff", "3", "--channels", "2", "--axis", "1", "-
         # Session 61: a traceback, a message without the file's name, and the last of two keys silently taken.
         (["deep.json"], "deep.json: JSON nested too deeply"),
         (["latin.json"], "latin.json: not UTF-8 text"),
-        (["twice.json"], "twice.json: the key 'epochs' is given twice in one JSON object"),
+        (["twice.json"], "twice.json: duplicate key 'epochs' in a JSON object"),
         (["-o", "new/"], "'output' 'new/': ends with a path separator"),
     ],
 )
