@@ -290,6 +290,20 @@ def test_tiny_training_run_lowers_validation_loss_and_writes_a_model(tmp_path):
     assert restored.energy_and_forces(frame.positions, frame.types)[0] == pytest.approx(
         result.model.energy_and_forces(frame.positions, frame.types)[0], rel=1e-12)
     assert any(line.startswith("final model") and "eV/atom" in line for line in lines)
+    # A second run with the same output would mix its checkpoints with these: refused before the data is read,
+    # these kept byte for byte.
+    before = {name: (checkpoints / name).read_bytes() for name in os.listdir(checkpoints)}
+    (checkpoints / "notes.txt").write_text("the user's own file")
+    with pytest.raises(ValueError, match=r"^training config: the checkpoint folder .*model.checkpoints' already holds "
+                                         r"checkpoints of an earlier run \(best.pt, epoch-00015.pt, epoch-00030.pt\); "
+                                         r"move or delete them, or choose another 'checkpoint_dir'"):
+        train(data=[str(tmp_path / "missing.extxyz")], output=str(tmp_path / "model.safetensors"), log=None, **TINY)
+    assert {name: (checkpoints / name).read_bytes() for name in before} == before
+    # Other files in the folder are not checkpoints: a folder with only those is used.
+    for name in before:
+        (checkpoints / name).unlink()
+    with pytest.raises(ValueError, match="missing.extxyz"):
+        train(data=[str(tmp_path / "missing.extxyz")], output=str(tmp_path / "model.safetensors"), log=None, **TINY)
 
     # The energy shift starts at the per-type energies: frames whose energies are exactly 2 n_H - 3 n_O
     # (with different compositions) give back (2, -3).
@@ -558,6 +572,36 @@ def test_frame_pairs_refuses_particles_at_the_same_position_through_an_image():
         pytest.skip("no residue found")
     with pytest.raises(ValueError, match="particles 0 and 1 are at distance 0"):
         frame_pairs(np.array([x0, x1, [1.0, 1.0, 1.0]]), cell, 3.0)
+
+
+def test_frame_pairs_takes_its_rows_in_blocks_with_the_same_pairs_and_bounded_memory(monkeypatch):
+    import tracemalloc
+
+    from openmmgraph.training import data as training_data
+
+    rng = np.random.default_rng(5)
+    cell = np.array([[9.1, 0.0, 0.0], [1.3, 8.7, 0.0], [-0.9, 0.8, 9.4]])
+    positions = rng.uniform(-2.0, 11.0, (97, 3))  # some outside the cell: wrapped
+    whole = [frame_pairs(positions, c, 3.5) for c in (cell, None)]
+    for block in (1, 97 * 5, 97 * 13 + 1):  # a row a block, 5 rows, 13 rows and a remainder
+        monkeypatch.setattr(training_data, "PAIR_BLOCK_ELEMENTS", block)
+        for c, expected in zip((cell, None), whole):
+            for ours, theirs in zip(frame_pairs(positions, c, 3.5), expected):
+                np.testing.assert_array_equal(ours, theirs)
+        # A coincident pair in a later block is named by its particles.
+        with pytest.raises(ValueError, match="^particles 70 and 80 are at distance 0"):
+            frame_pairs(np.concatenate([positions[:80], positions[70:71], positions[81:]]), cell, 3.5)
+    monkeypatch.undo()
+    # 6,000 atoms in an open frame: the unblocked search held [n, n, 3] float64 (864 MB); the blocks about 16 MiB each.
+    positions = rng.uniform(0.0, 60.0, (6000, 3))
+    tracemalloc.start()
+    try:
+        i, j, _ = frame_pairs(positions, None, 3.0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(i) > 0 and np.all(i != j)
+    assert peak < 200 * 2**20, f"frame_pairs held {peak / 2**20:.0f} MiB at its peak"
 
 
 # -- review of session 45: checkpoints, schedule, statistics and DeePMD-kit systems ---------------

@@ -25,6 +25,8 @@ from ..torch_model import same_position_tolerance_squared
 # cell with a 1 angstrom height and a 10 angstrom cut-off needs 21^3 images.
 MIN_HEIGHT_FRACTION = 0.01
 MAX_IMAGES = 100_000
+# frame_pairs takes its rows in blocks of about this many (i, j) entries (float64 arrays of [rows, n]: 16 MiB each).
+PAIR_BLOCK_ELEMENTS = 1 << 21
 MAX_UNNAMED_TYPE = 1024  # type.raw indices without a type map must be below this
 
 
@@ -370,31 +372,40 @@ def frame_pairs(positions: np.ndarray, cell: np.ndarray | None, cutoff: float):
         counts = np.stack([g.ravel() for g in grid], axis=1).astype(np.float64)
         images = counts @ cell
     base = positions if cell is None else positions + wrap @ cell
+    magnitude_i = np.abs(base).max(axis=1)
+    # Rows of i in blocks, so that the [rows, n] distance arrays stay near PAIR_BLOCK_ELEMENTS entries whatever the
+    # frame's size (a 12,000-atom frame otherwise asked for 3.2 GiB at once); the pairs come in the same order.
+    rows = max(1, PAIR_BLOCK_ELEMENTS // max(n, 1))
     i_list, j_list, s_list = [], [], []
     for image in images:
-        d = base[None, :, :] + image[None, None, :] - base[:, None, :]  # [i, j, 3]
-        dist_sq = np.einsum("ijk,ijk->ij", d, d)
         zero_image = not np.any(image)
-        if zero_image:
-            np.fill_diagonal(dist_sq, np.inf)
-        # Distance 0 up to the rounding of the coordinates: the rule of every platform (GraphSamePosition.h).
-        magnitude_i = np.abs(base).max(axis=1)
-        magnitude_j = np.abs(base + image[None, :]).max(axis=1)
-        tolerance_sq = same_position_tolerance_squared(cutoff_sq, magnitude_i[:, None] ** 2, magnitude_j[None, :] ** 2)
-        coincident = dist_sq <= tolerance_sq
-        if np.any(coincident):
-            i, j = (int(v) for v in np.argwhere(coincident)[0])
-            # The tolerance grows with the cut-off and the coordinates' magnitude: name it, since an absurd cut-off
-            # (a unit mistake) makes ordinary neighbours "coincident".
-            raise ValueError(f"particles {i} and {j} are at distance 0 (their distance {math.sqrt(dist_sq[i, j]):.3g} is "
-                             f"within the same-position tolerance {math.sqrt(tolerance_sq[i, j]):.3g}, which grows with "
-                             f"the cut-off {math.sqrt(cutoff_sq):g}: is the cut-off in the positions' unit?)")
-        i, j = np.nonzero(dist_sq < cutoff_sq)
-        if i.size:
-            shift = image[None, :] + (0.0 if cell is None else (wrap[j] - wrap[i]) @ cell)
-            i_list.append(i)
-            j_list.append(j)
-            s_list.append(np.broadcast_to(shift, (i.size, 3)))
+        shifted = base + image[None, :]
+        magnitude_j = np.abs(shifted).max(axis=1)
+        for first in range(0, n, rows):
+            last = min(n, first + rows)
+            d = shifted[None, :, :] - base[first:last, None, :]  # [i - first, j, 3]
+            dist_sq = np.einsum("ijk,ijk->ij", d, d)
+            if zero_image:
+                dist_sq[np.arange(last - first), np.arange(first, last)] = np.inf
+            # Distance 0 up to the rounding of the coordinates: the rule of every platform (GraphSamePosition.h).
+            tolerance_sq = same_position_tolerance_squared(cutoff_sq, magnitude_i[first:last, None] ** 2,
+                                                           magnitude_j[None, :] ** 2)
+            coincident = dist_sq <= tolerance_sq
+            if np.any(coincident):
+                a, j = (int(v) for v in np.argwhere(coincident)[0])
+                # The tolerance grows with the cut-off and the coordinates' magnitude: name it, since an absurd
+                # cut-off (a unit mistake) makes ordinary neighbours "coincident".
+                raise ValueError(f"particles {first + a} and {j} are at distance 0 (their distance "
+                                 f"{math.sqrt(dist_sq[a, j]):.3g} is within the same-position tolerance "
+                                 f"{math.sqrt(tolerance_sq[a, j]):.3g}, which grows with the cut-off "
+                                 f"{math.sqrt(cutoff_sq):g}: is the cut-off in the positions' unit?)")
+            i, j = np.nonzero(dist_sq < cutoff_sq)
+            if i.size:
+                i += first
+                shift = image[None, :] + (0.0 if cell is None else (wrap[j] - wrap[i]) @ cell)
+                i_list.append(i)
+                j_list.append(j)
+                s_list.append(np.broadcast_to(shift, (i.size, 3)))
     if not i_list:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 3))
     return (np.concatenate(i_list).astype(np.int64), np.concatenate(j_list).astype(np.int64),

@@ -23,6 +23,7 @@ import io
 import json
 import math
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ from .model import EmbeddingModel, check_model_options
 _OPTIONAL_FLOATS = ("r_smooth", "n_norm", "energy_weight", "force_weight", "r0")
 _WIDTH_LISTS = ("embedding_widths", "fitting_widths", "node_widths")
 _PATHS = ("output", "checkpoint_dir")
+_CHECKPOINT_NAME = re.compile(r"best\.pt|epoch-\d{5,}\.pt")  # the files train writes in the checkpoint folder
 _OUTPUT_DTYPES = ("float64", "float32")
 
 
@@ -226,6 +228,15 @@ class TrainingConfig:
         # The output's folder is made if needed (as the default checkpoint folder beside it always made it).
         check_output_path(self.output, "training config: 'output'", create_folder=True)
         check_folder_path(checkpoint_dir, "training config: 'checkpoint_dir'")
+        # An earlier run's checkpoints would mix with this run's (and a failed run's message would point at the
+        # earlier best.pt): refused, so that nothing is overwritten or mistaken for this run's.
+        earlier = sorted(name for name in (os.listdir(checkpoint_dir) if os.path.isdir(checkpoint_dir) else ())
+                         if _CHECKPOINT_NAME.fullmatch(name))
+        if earlier:
+            shown = ", ".join(earlier[:3]) + (f" and {len(earlier) - 3} more" if len(earlier) > 3 else "")
+            raise ValueError(f"training config: the checkpoint folder {checkpoint_dir!r} already holds checkpoints of an "
+                             f"earlier run ({shown}); move or delete them, or choose another 'checkpoint_dir' "
+                             "(--checkpoint-dir) or output")
 
     def checkpoint_folder(self) -> str:
         """checkpoint_dir, or the output path without suffix + '.checkpoints'."""
