@@ -109,6 +109,9 @@ class GraphScriptModel(torch.nn.Module):
     """The model of docs/model-format.md on a graph given by the caller (see the module docstring)."""
 
     static_shapes: torch.jit.Final[bool]  # a constant of the scripted module: the other branch is not compiled
+    # Whether the interaction block's exchange is a collective call made by every domain, ghosts or not
+    # (GraphScriptModelWithCommunicate; docs/communicate.md, the collective rule): a constant, like static_shapes.
+    exchange_always: torch.jit.Final[bool]
 
     def __init__(self, model: GraphModelTorch, dtype: torch.dtype = torch.float64, static_shapes: bool = False):
         super().__init__()
@@ -116,6 +119,7 @@ class GraphScriptModel(torch.nn.Module):
         # work), instead of gathering each type's rows with torch.nonzero (which waits for the device and gives shapes
         # that depend on the data); then nothing in forward or its backward synchronises with the host.
         self.static_shapes = bool(static_shapes)
+        self.exchange_always = self._exchange_is_collective()
         self.n_types = int(model.n_types)
         self.l_max = int(model.l_max)
         self.n_channels = int(model.n_channels)
@@ -206,6 +210,11 @@ class GraphScriptModel(torch.nn.Module):
                 result = result.index_add(0, members, network(inputs.index_select(0, members))[:, 0])
         return result
 
+    @staticmethod
+    def _exchange_is_collective() -> bool:
+        """False: without the operator there is nothing to join, and ghosts are refused (_exchange)."""
+        return False
+
     def _exchange(self, features: torch.Tensor, communicator: int, n_owned: int) -> torch.Tensor:
         """Fill the ghost rows of features [n_local, M] from their owners."""
         raise RuntimeError(
@@ -247,7 +256,9 @@ class GraphScriptModel(torch.nn.Module):
         fitting_input = descriptor
         if self.n_interactions == 1:
             features = self._node_features(descriptor, owned_types)
-            if n_local > n_owned:
+            # Every domain joins the exchange, also one without ghosts: the engine's call is collective (an MPI
+            # domain that skipped it left the others waiting for ever).
+            if n_local > n_owned or self.exchange_always:
                 padded = torch.cat((features, features.new_zeros((n_local - n_owned, self.n_channels))), dim=0)
                 features = self._exchange(padded, communicator, n_owned)
             radial2 = self._radial(self.interaction_intervals_table, pair_types, r)
@@ -260,6 +271,10 @@ class GraphScriptModel(torch.nn.Module):
 class GraphScriptModelWithCommunicate(GraphScriptModel):
     """GraphScriptModel whose interaction block fills ghost node features with openmmgraph::communicate
     (scriptable only once the operator is registered: import openmmgraph.communicate first)."""
+
+    @staticmethod
+    def _exchange_is_collective() -> bool:
+        return True
 
     def _exchange(self, features: torch.Tensor, communicator: int, n_owned: int) -> torch.Tensor:
         return torch.ops.openmmgraph.communicate(features, communicator, n_owned)

@@ -29,11 +29,13 @@ def system_of(n, n_types, seed=1):
 
 
 def module_energy_and_forces(module, reference, positions, types, box, dtype=torch.float64):
-    """Energy (kJ/mol) and forces (kJ/mol/nm) of the exported module on the canonical graph (one domain)."""
+    """Energy (kJ/mol) and forces (kJ/mol/nm) of the exported module on the canonical graph (one domain; box None:
+    no periodic box)."""
     p = positions.clone().requires_grad_(True)
     rows, neighbors, vectors = canonical_graph(p, box, reference.cutoff_nm, reference.length_scale_nm)
+    model_box = torch.zeros(0, 3, dtype=torch.float64) if box is None else box / reference.length_scale_nm
     energies = module(p.to(dtype) / reference.length_scale_nm, types, rows, neighbors, vectors.to(dtype),
-                      (box / reference.length_scale_nm).to(dtype), len(types), 0)
+                      model_box.to(dtype), len(types), 0)
     energy = energies.to(torch.float64).sum() * reference.energy_scale_kj_per_mol
     (gradient,) = torch.autograd.grad(energy, p)
     return float(energy.detach()), (-gradient).numpy()
@@ -695,11 +697,27 @@ def test_aoti_metadata_is_checked(tmp_path):
             graph_context(path, types, box, positions, "Reference")
 
 
-def test_interaction_model_across_domains_with_communicate(tmp_path):
-    """An exported model with an interaction block split into two domains (one thread each, the
+def _clusters_without_a_box(model, reference):
+    """30 particles in open space: a cluster of 20 that domains 0 and 1 share (each has ghosts of the other's), and
+    an isolated cluster of 10 far away, domain 2's, which has no ghost at all."""
+    cut = reference.cutoff_nm
+    generator = torch.Generator().manual_seed(1)
+    first = torch.rand(20, 3, generator=generator, dtype=torch.float64) * cut * 1.5
+    second = torch.rand(10, 3, generator=generator, dtype=torch.float64) * cut * 0.8 + torch.tensor([10 * cut, 0, 0])
+    positions = torch.cat((first, second))
+    x = positions[:, 0]
+    masks = (x < 0.75 * cut, (x >= 0.75 * cut) & (x < 5 * cut), x >= 5 * cut)
+    return positions, torch.arange(len(positions)) % model.n_types, None, masks
+
+
+@pytest.mark.parametrize("layout", ["two halves of a box", "a domain without ghosts"])
+def test_interaction_model_across_domains_with_communicate(tmp_path, layout):
+    """An exported model with an interaction block split into domains (one thread each, the
     simulated engine of openmmgraph.simulated_domains): ghost node features come through
     openmmgraph::communicate and their gradients go back to the owners, so the energies and the
-    forces equal the one-domain run's."""
+    forces equal the one-domain run's. A domain without ghosts still calls communicate (the
+    collective rule of docs/communicate.md): it skipped the call, and the other domains waited for
+    it until the engine's timeout (under MPI: for ever)."""
     communicate = pytest.importorskip("openmmgraph.communicate")
     try:
         communicate.load_library()
@@ -714,32 +732,42 @@ def test_interaction_model_across_domains_with_communicate(tmp_path):
     path = str(tmp_path / "model.pt")
     assert export_torchscript(model, path, use_communicate=True)["uses_communicate"]
     module = torch.jit.load(path)
-    positions, types, box = system_of(250, model.n_types, seed=6)
+    if layout == "two halves of a box":
+        positions, types, box = system_of(250, model.n_types, seed=6)
+        masks = (positions[:, 0] < box[0, 0] / 2, positions[:, 0] >= box[0, 0] / 2)
+    else:
+        positions, types, box, masks = _clusters_without_a_box(model, reference)
     expected_energy, expected_forces = module_energy_and_forces(module, reference, positions, types, box)
+    model_box = torch.zeros(0, 3, dtype=torch.float64) if box is None else box / reference.length_scale_nm
 
-    masks = (positions[:, 0] < box[0, 0] / 2, positions[:, 0] >= box[0, 0] / 2)
     domains = [domain_inputs(positions, types, box, reference, mask) for mask in masks]
+    if layout == "a domain without ghosts":
+        assert [len(d[0]) > d[4] for d in domains] == [True, True, False]
     rows, neighbors, _ = canonical_graph(positions, box, reference.cutoff_nm, reference.length_scale_nm)
     centers = torch.repeat_interleave(torch.arange(len(types)), rows[1:] - rows[:-1])
-    results = [None, None]
-    with SimulatedDomains(owned=[d[0][: d[4]] for d in domains], ghosts=[d[0][d[4]:] for d in domains]) as engine:
+    results, errors = [None] * len(domains), [None] * len(domains)
+    owned, ghosts = [d[0][: d[4]] for d in domains], [d[0][d[4]:] for d in domains]
+    with SimulatedDomains(owned=owned, ghosts=ghosts, timeout=30) as engine:
 
         def run(d):
-            local, owned_rows, local_neighbors, vectors, n_owned = domains[d]
-            vectors = vectors.detach().clone().requires_grad_(True)
-            energies = module(positions[local] / reference.length_scale_nm, types[local], owned_rows, local_neighbors, vectors,
-                              box / reference.length_scale_nm, n_owned, engine.handles[d])
-            energy = energies.sum() * reference.energy_scale_kj_per_mol
-            (gradient,) = torch.autograd.grad(energy, vectors)
-            results[d] = (float(energy.detach()), gradient.detach())
+            try:
+                local, owned_rows, local_neighbors, vectors, n_owned = domains[d]
+                vectors = vectors.detach().clone().requires_grad_(True)
+                energies = module(positions[local] / reference.length_scale_nm, types[local], owned_rows, local_neighbors,
+                                  vectors, model_box, n_owned, engine.handles[d])
+                energy = energies.sum() * reference.energy_scale_kj_per_mol
+                (gradient,) = torch.autograd.grad(energy, vectors)
+                results[d] = (float(energy.detach()), gradient.detach())
+            except Exception as error:  # reported below with the domain
+                errors[d] = error
 
-        threads = [threading.Thread(target=run, args=(d,)) for d in range(2)]
+        threads = [threading.Thread(target=run, args=(d,)) for d in range(len(domains))]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(120)
-    assert all(result is not None for result in results), "a domain failed (see the thread's exception)"
-    assert results[0][0] + results[1][0] == pytest.approx(expected_energy, rel=1e-12)
+    assert errors == [None] * len(domains)
+    assert sum(result[0] for result in results) == pytest.approx(expected_energy, rel=1e-12)
     forces = np.zeros((len(types), 3))
     for d, mask in enumerate(masks):
         keep = mask[centers]
