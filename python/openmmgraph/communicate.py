@@ -248,7 +248,8 @@ def _wrap(function):
                 text = f"{type(error).__name__}: {error}"
             except BaseException:  # noqa: B036 (an exception whose str() raises)
                 text = type(error).__name__
-            text = text.encode("utf-8", "replace")[: max(0, messageSize - 1)]
+            # Cut to the C buffer on a character boundary (the C library would show a cut character as '?').
+            text = text.encode("utf-8", "replace")[: max(0, messageSize - 1)].decode("utf-8", "ignore").encode("utf-8")
             ctypes.memmove(message, text + b"\0", len(text) + 1)
             return 1
         finally:

@@ -378,6 +378,17 @@ def test_errors_name_the_problem():
         handle = engine.handle
     with pytest.raises(RuntimeError, match="is not registered"):
         torch.ops.openmmgraph.communicate(features, handle, 3)
+
+    # A message longer than the C buffer, cut inside a character: the error still names the engine (it was a
+    # UnicodeDecodeError).
+    def wordy(buffer):
+        raise OSError("x" + "\u00e9" * 1000)
+
+    with communicate.Communicator(wordy, wordy, name="wordy engine") as engine:
+        for operator in (torch.ops.openmmgraph.communicate, torch.ops.openmmgraph.communicate_reverse):
+            with pytest.raises(RuntimeError, match="'wordy engine'.*callback failed.*OSError: x\u00e9\u00e9") as error:
+                operator(features, engine.handle, 3)
+            assert "\u00e9" * 400 in str(error.value)
     # The meta kernel checks too (export reports a bad call while tracing).
     with pytest.raises(RuntimeError, match="dtype Long is not supported"):
         torch.ops.openmmgraph.communicate(torch.zeros(5, 3, dtype=torch.long, device="meta"), 0, 3)

@@ -18,12 +18,13 @@ struct PeriodicImages {
     std::vector<int64_t> ghostOwner;
     int released = 0;
     int failWithCode = 0;
+    const char* failMessage = "simulated failure of the forward exchange";
 };
 
 int imagesForward(void* userData, const OMMGraphCommBuffer* buffer, char* message, size_t messageSize) {
     auto* engine = static_cast<PeriodicImages*>(userData);
     if (engine->failWithCode != 0) {
-        std::snprintf(message, messageSize, "simulated failure of the forward exchange");
+        std::snprintf(message, messageSize, "%s", engine->failMessage);
         return engine->failWithCode;
     }
     if (buffer->numGhost != (int64_t) engine->ghostOwner.size()) {
@@ -191,6 +192,12 @@ TEST(CommunicateCApi, BadBuffersAndEngineErrorsAreReported) {
     EXPECT_NE(std::string::npos, lastError().find("code 42")) << lastError();
     EXPECT_NE(std::string::npos, lastError().find("simulated failure")) << lastError();
     EXPECT_EQ((std::vector<double>{1, 2, 0, 0}), rows);
+    // A message that is not valid UTF-8 (a character cut by the engine's buffer, an overlong form, a surrogate, a code
+    // point beyond U+10FFFF) reaches the caller with '?' for each bad byte: Python decodes it as UTF-8.
+    engine.failMessage = "caf\xC3\xA9 \xC3 \xC0\x80 \xED\xA0\x80 \xF4\x90\x80\x80 \xE2\x82\xAC\xF0\x9F\x98\x80 \xE2\x82";
+    EXPECT_EQ(OMMGRAPH_COMM_ERROR_ENGINE, ommgraph_communicate_forward(handle, &buffer));
+    const std::string expected = "caf\xC3\xA9 ? ?? ??? ???? \xE2\x82\xAC\xF0\x9F\x98\x80 ??";
+    EXPECT_EQ(expected, lastError().substr(lastError().size() - expected.size())) << lastError();
     // A success clears the message.
     engine.failWithCode = 0;
     EXPECT_EQ(OMMGRAPH_COMM_OK, ommgraph_communicate_forward(handle, &buffer));
