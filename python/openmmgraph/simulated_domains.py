@@ -40,7 +40,11 @@ class SimulatedDomains:
     ascending order, ghost rows in ascending order, so results are
     reproducible), then zeroes its ghost rows.  A second barrier keeps the
     published copies until every domain has read them.  If one domain fails,
-    the barrier is broken and the others fail too, with a message that says so.
+    the barrier is broken and the others fail too, with a message that names
+    the first failure; the engine then refuses every later call (make a new
+    one).  The domains' rows must have the same width and dtype (checked after
+    the first barrier, on every domain alike), and a domain's calls are made one
+    at a time: a second call on a handle while one is in progress is refused.
     """
 
     def __init__(self, owned, ghosts, timeout=60.0, name="simulated domain"):
@@ -75,6 +79,9 @@ class SimulatedDomains:
             self._contributions.append(perDomain)
         self._barrier = threading.Barrier(count, timeout=timeout)
         self._published = [None] * count
+        self._inCall = [threading.Lock() for _ in range(count)]  # held by a domain's call in progress
+        self._failureLock = threading.Lock()
+        self._failure = None  # the first failure's message: every later call is refused with it
         self.calls = [[] for _ in range(count)]  # ("forward" | "reverse", numOwned, numGhost) per call, per domain
         self._communicators = [
             Communicator(
@@ -97,10 +104,34 @@ class SimulatedDomains:
     def __exit__(self, *exc):
         self.close()
 
+    def _fail(self, message):
+        """Record the engine's first failure and break the barrier, so that every domain fails now, not at its timeout."""
+        with self._failureLock:
+            if self._failure is None:
+                self._failure = message
+        self._barrier.abort()
+
+    def _exchange(self, d, buffer, direction, body):
+        if not self._inCall[d].acquire(blocking=False):
+            # Refused without touching the barrier: the call in progress goes on with its partners.
+            raise RuntimeError(f"domain {d}: a second {direction} call on its handle while one is in progress (a domain's "
+                               "calls must be made one at a time, as in one thread)")
+        try:
+            if self._failure is not None:
+                raise RuntimeError(f"domain {d}: the engine failed in an earlier exchange ({self._failure}); make a new "
+                                   "SimulatedDomains")
+            try:
+                body(d, self._table(d, buffer, direction))
+            except BaseException as error:  # noqa: B036 (every failure breaks the barrier for the other domains)
+                text = str(error)
+                self._fail(text if text.startswith(f"domain {d}") else f"domain {d}: {text}")
+                raise
+        finally:
+            self._inCall[d].release()
+
     def _table(self, d, buffer, direction):
         owned, ghosts = len(self.owned[d]), len(self.ghosts[d])
         if buffer.numOwned != owned or buffer.numGhost != ghosts:
-            self._barrier.abort()
             raise ValueError(
                 f"domain {d} has {owned} owned and {ghosts} ghost rows, the {direction} buffer "
                 f"{buffer.numOwned} and {buffer.numGhost}"
@@ -112,23 +143,40 @@ class SimulatedDomains:
         try:
             self._barrier.wait()
         except threading.BrokenBarrierError:
-            raise RuntimeError(f"domain {d}: another domain failed or did not call communicate in time (broken barrier)") from None
+            reason = self._failure or "none reported: a domain did not call communicate within the timeout"
+            raise RuntimeError(f"domain {d}: another domain failed or did not call communicate in time (broken barrier; "
+                               f"first failure: {reason})") from None
+
+    def _check_rows(self, d, table):
+        """After the first barrier: every domain's published rows have this domain's width and dtype (every domain
+        compares the same copies, so all of them fail alike)."""
+        for e, rows in enumerate(self._published):
+            if rows.shape[1:] != table.shape[1:] or rows.dtype != table.dtype:
+                raise ValueError(f"domain {d}: the domains' rows differ: domain {d}'s are {table.shape[1:]} {table.dtype}, "
+                                 f"domain {e}'s {rows.shape[1:]} {rows.dtype} (every domain must pass the same row width "
+                                 "and dtype)")
 
     def _forward(self, d, buffer):
-        table = self._table(d, buffer, "forward")
+        self._exchange(d, buffer, "forward", self._forward_rows)
+
+    def _forward_rows(self, d, table):
         owned = len(self.owned[d])
         self._published[d] = table[:owned].copy()
         self._wait(d)
+        self._check_rows(d, table)
         domains, rows = self._ghostSource[d]
         for g in range(len(domains)):
             table[owned + g] = self._published[domains[g]][rows[g]]
         self._wait(d)
 
     def _reverse(self, d, buffer):
-        table = self._table(d, buffer, "reverse")
+        self._exchange(d, buffer, "reverse", self._reverse_rows)
+
+    def _reverse_rows(self, d, table):
         owned = len(self.owned[d])
         self._published[d] = table[owned:].copy()
         self._wait(d)
+        self._check_rows(d, table)
         for e, ghostRows, ownedRows in self._contributions[d]:
             for ghostRow, ownedRow in zip(ghostRows.tolist(), ownedRows.tolist()):
                 table[ownedRow] += self._published[e][ghostRow]

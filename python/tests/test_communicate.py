@@ -441,6 +441,92 @@ def test_a_failing_domain_fails_the_others_without_a_hang():
     assert "broken barrier" in errors[0]
 
 
+def _in_threads(work, count):
+    """Run work(d) for d < count in threads; the exceptions' texts (None for a success) and the seconds it took."""
+    import time
+
+    errors = [None] * count
+
+    def run(d):
+        try:
+            work(d)
+        except Exception as error:
+            errors[d] = str(error)
+
+    started = time.time()
+    threads = [threading.Thread(target=run, args=(d,)) for d in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    return errors, time.time() - started
+
+
+def test_simulated_domains_refuse_rows_of_another_width_on_every_domain():
+    # Domain 0's ghost is particle 3, owned by domain 1, whose rows had 1 feature: NumPy broadcast it into domain 0's
+    # 3 (no error); when the widths made the copy fail, the other domain waited for the whole timeout.
+    for widths in ((3, 1), (1, 3)):
+        with SimulatedDomains([[0, 1, 2], [3]], [[3], [0]], timeout=30) as domains:
+            def work(d):
+                rows = 4 if d == 0 else 2
+                torch.ops.openmmgraph.communicate(torch.ones(rows, widths[d], dtype=torch.float64), domains.handles[d],
+                                                  3 if d == 0 else 1)
+
+            errors, seconds = _in_threads(work, 2)
+        assert all(error is not None and "the domains' rows differ" in error for error in errors), errors
+        assert seconds < 20
+    with SimulatedDomains([[0, 1, 2], [3]], [[3], [0]], timeout=30) as domains:
+        def work(d):
+            dtype = torch.float64 if d == 0 else torch.float32
+            x = torch.ones(4 if d == 0 else 2, 2, dtype=dtype)
+            torch.ops.openmmgraph.communicate_reverse(x, domains.handles[d], 3 if d == 0 else 1)
+
+        errors, _ = _in_threads(work, 2)
+    assert all(error is not None and "float64" in error and "float32" in error for error in errors), errors
+
+
+def test_simulated_domains_refuse_a_second_call_on_a_handle_in_progress():
+    import time
+
+    with SimulatedDomains([[0, 1, 2], [3]], [[3], [0]], timeout=30) as domains:
+        first = torch.zeros(4, 2, dtype=torch.float64)
+        first[:3] = 1.0
+        errors = [None]
+        thread = threading.Thread(target=lambda: torch.ops.openmmgraph.communicate(first, domains.handles[0], 3))
+        thread.start()
+        deadline = time.time() + 30
+        while not domains.calls[0] and time.time() < deadline:  # the first call is inside the engine
+            time.sleep(0.01)
+        try:
+            torch.ops.openmmgraph.communicate(torch.zeros(4, 2, dtype=torch.float64), domains.handles[0], 3)
+        except RuntimeError as error:
+            errors[0] = str(error)
+        # The call in progress is not disturbed: domain 1 joins it, and its ghost row is domain 1's row.
+        result = torch.ops.openmmgraph.communicate(torch.full((2, 2), 7.0, dtype=torch.float64), domains.handles[1], 1)
+        thread.join(timeout=60)
+    assert errors[0] is not None and "a second forward call on its handle while one is in progress" in errors[0]
+    assert result[1].tolist() == [1.0, 1.0] and domains.calls[0] == [("forward", 3, 1)]
+
+
+def test_simulated_domains_after_a_failure_name_it():
+    with SimulatedDomains([[0, 1, 2], [3]], [[3], [0]], timeout=30) as domains:
+        def bad(d):  # domain 1 passes a wrong split
+            torch.ops.openmmgraph.communicate(torch.ones(4, 2, dtype=torch.float64), domains.handles[d], 3 if d == 0 else 2)
+
+        errors, seconds = _in_threads(bad, 2)
+        assert "domain 1 has 1 owned and 1 ghost rows, the forward buffer 2 and 2" in errors[1]
+        assert "first failure: domain 1 has 1 owned" in errors[0] and seconds < 20
+
+        def good(d):
+            torch.ops.openmmgraph.communicate(torch.ones(4 if d == 0 else 2, 2, dtype=torch.float64), domains.handles[d],
+                                              3 if d == 0 else 1)
+
+        errors, _ = _in_threads(good, 2)
+    # The later exchange is refused by name (it read "another domain failed", though none did that time).
+    assert all("the engine failed in an earlier exchange (domain 1 has 1 owned" in error for error in errors), errors
+
+
 def test_library_paths_are_installed():
     assert os.path.exists(communicate.library_path())
     assert os.path.exists(communicate.communicate_library_path())
