@@ -121,6 +121,9 @@ def neighbor_pairs(positions, box, cutoff: float):
     two particles are at distance 0, up to the rounding of their coordinates
     (SAME_POSITION_TOLERANCE; naming both).
     """
+    if isinstance(cutoff, bool) or not isinstance(cutoff, numbers.Real) or not (math.isfinite(cutoff) and cutoff > 0):
+        # A negative cut-off searched as its square (the pairs of -cutoff), a NaN one found no pair: both silently.
+        raise ValueError(f"cutoff: expected a finite number > 0, found {cutoff!r}")
     positions = _as_tensor(positions)
     if not positions.is_floating_point():
         positions = positions.to(torch.float64)
@@ -164,6 +167,43 @@ def neighbor_pairs(positions, box, cutoff: float):
         empty = torch.zeros(0, dtype=torch.long, device=device)
         return empty, empty.clone(), torch.zeros((0, 3), dtype=dtype, device=device)
     return torch.cat(i_chunks), torch.cat(j_chunks), torch.cat(shift_chunks)
+
+
+@torch.no_grad()
+def check_pairs(pairs, positions, box, cutoff: float) -> None:
+    """Raise ValueError unless ``pairs`` is (i [P], j [P], image counts [P, 3]) of integer indices into
+    ``positions`` [n, 3] and no pair is at distance 0 (a particle and itself in the same image, or two particles at
+    the same position, up to the rounding of their coordinates as in ``neighbor_pairs``): its direction is then
+    undefined and the energy was NaN.  ``box`` [3, 3] or None; same length unit throughout."""
+    if not isinstance(pairs, (tuple, list)) or len(pairs) != 3:
+        raise ValueError("pairs: expected (i [P], j [P], image counts [P, 3]) as neighbor_pairs returns them")
+    center, neighbor, shifts = (torch.as_tensor(x) for x in pairs)
+    count, n = center.shape[0] if center.ndim == 1 else -1, positions.shape[0]
+    if center.ndim != 1 or neighbor.shape != center.shape or shifts.shape != (count, 3):
+        raise ValueError(f"pairs: expected shapes [P], [P] and [P, 3], found {list(center.shape)}, "
+                         f"{list(neighbor.shape)} and {list(shifts.shape)}")
+    for name, index in (("i", center), ("j", neighbor)):
+        if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
+            raise ValueError(f"pairs: expected integer indices {name}, found dtype {index.dtype}")
+        if count and (int(index.min()) < 0 or int(index.max()) >= n):
+            raise ValueError(f"pairs: indices {name} must lie in [0, {n}) (the particles), found "
+                             f"{int(index.min())}..{int(index.max())}")
+    if not count:
+        return
+    center, neighbor = center.to(positions.device, torch.long), neighbor.to(positions.device, torch.long)
+    displacement = positions[neighbor] - positions[center]
+    if box is not None:
+        displacement = displacement + shifts.to(positions.device, positions.dtype) @ box
+    magnitude_squared = positions.abs().amax(dim=-1) ** 2
+    tolerance_squared = same_position_tolerance_squared(cutoff * cutoff, magnitude_squared[center],
+                                                        magnitude_squared[neighbor])
+    coincident = (displacement * displacement).sum(-1) <= tolerance_squared
+    if bool(coincident.any()):
+        k = int(coincident.nonzero()[0, 0])
+        i, j = int(center[k]), int(neighbor[k])
+        what = "a particle and itself" if i == j else "two particles at the same position"
+        raise ValueError(f"pairs: pair {k} ({i}, {j}, image {shifts[k].tolist()}) is at distance 0 ({what}): its "
+                         "direction is undefined; leave it out")
 
 
 def pairs_of_centers(pairs, start: int, stop: int):
@@ -469,6 +509,8 @@ class GraphModelTorch(torch.nn.Module):
         positions_nm, types, box_nm = self._prepare(positions_nm, types, box_nm)
         if pairs is None:
             pairs = neighbor_pairs(positions_nm.detach(), box_nm, self.cutoff_nm)
+        else:
+            check_pairs(pairs, positions_nm, box_nm, self.cutoff_nm)
         positions = positions_nm / self.length_scale_nm
         box = None if box_nm is None else box_nm / self.length_scale_nm
         energies = self.particle_energies_model_units(positions, types, box, pairs) * self.energy_scale_kj_per_mol

@@ -8,7 +8,7 @@ import torch
 
 from openmmgraph import grades
 from openmmgraph.modelfile import convert_model_units, read_model
-from openmmgraph.torch_model import GraphModelTorch, check_box, minimum_image, neighbor_pairs, pairs_of_centers
+from openmmgraph.torch_model import GraphModelTorch, check_box, check_pairs, minimum_image, neighbor_pairs, pairs_of_centers
 
 CUBIC_BOX = np.diag([1.3, 1.3, 1.3])
 TRICLINIC_BOX = np.array([[1.4, 0.0, 0.0], [0.5, 1.3, 0.0], [-0.6, 0.45, 1.25]])
@@ -440,6 +440,33 @@ def test_errors_name_the_problem():
         model.energy(torch.tensor(positions), torch.tensor(types), torch.tensor(CUBIC_BOX + 0.01))
     with pytest.raises(ValueError, match="types"):
         model.energy(torch.tensor(positions), torch.tensor(types + 2))
+    # Pairs given by the caller: a pair at distance 0 gave a NaN energy; bad shapes and indices are named.
+    box = torch.tensor(CUBIC_BOX)
+    pairs = neighbor_pairs(torch.tensor(positions), box, model.cutoff_nm)
+    energy = float(model.energy(torch.tensor(positions), torch.tensor(types), box, pairs=pairs))
+    assert math.isfinite(energy)
+    for i, j, shift, message in ((0, 0, [0.0, 0.0, 0.0], r"pairs: pair \d+ \(0, 0, image \[0.0, 0.0, 0.0\]\) is at distance 0 "
+                                                         r"\(a particle and itself\)"),
+                                 (3, 7, [0.0, 0.0, 0.0], r"pair \d+ \(3, 7, .*\(two particles at the same position\)")):
+        extra = (torch.cat((pairs[0], torch.tensor([i]))), torch.cat((pairs[1], torch.tensor([j]))),
+                 torch.cat((pairs[2], torch.tensor([shift], dtype=pairs[2].dtype))))
+        with pytest.raises(ValueError, match=message):
+            model.energy(torch.tensor(coincident if i != j else positions), torch.tensor(types), box, pairs=extra)
+    # The same particle in another image is a real pair (a box smaller than twice its distance is refused elsewhere).
+    check_pairs((torch.tensor([0]), torch.tensor([0]), torch.tensor([[1.0, 0.0, 0.0]])), torch.tensor(positions), box, 0.6)
+    with pytest.raises(ValueError, match=r"pairs: indices j must lie in \[0, 10\)"):
+        model.energy(torch.tensor(positions), torch.tensor(types), box, pairs=(pairs[0], pairs[1] + 10, pairs[2]))
+    with pytest.raises(ValueError, match=r"pairs: expected shapes \[P\], \[P\] and \[P, 3\]"):
+        model.energy(torch.tensor(positions), torch.tensor(types), box, pairs=(pairs[0], pairs[1][:-1], pairs[2]))
+    with pytest.raises(ValueError, match="pairs: expected integer indices i"):
+        model.energy(torch.tensor(positions), torch.tensor(types), box, pairs=(pairs[0].double(), pairs[1], pairs[2]))
+    with pytest.raises(ValueError, match=r"pairs: expected \(i \[P\], j \[P\], image counts \[P, 3\]\)"):
+        model.energy(torch.tensor(positions), torch.tensor(types), box, pairs=pairs[:2])
+    # A cut-off that is not a finite positive number: a negative one found the pairs of its absolute value, a NaN
+    # one none.
+    for cutoff in (-0.6, 0.0, math.nan, math.inf, True, "0.6"):
+        with pytest.raises(ValueError, match="cutoff: expected a finite number > 0"):
+            neighbor_pairs(torch.tensor(positions), None, cutoff)
 
 
 def test_energy_is_continuous_at_the_cutoff():
