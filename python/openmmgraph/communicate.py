@@ -33,6 +33,7 @@ the environment variables ``OPENMMGRAPH_TORCH_OPS_LIBRARY`` and
 """
 
 import ctypes
+import operator
 import os
 import sys
 import threading
@@ -271,6 +272,12 @@ class Communicator(Endpoint):
 
     def __init__(self, forward, reverse, name="", device_types=SUPPORTS_CPU):
         lib = _library()
+        if isinstance(device_types, bool) or not isinstance(device_types, int) or not 0 <= device_types < 2**32:
+            # A uint32 field: ctypes would keep the low 32 bits silently.
+            raise ValueError(f"openmmgraph.communicate.Communicator: device_types must be an integer mask in "
+                             f"[0, 2**32) (SUPPORTS_CPU, SUPPORTS_CUDA or both), found {device_types!r}")
+        if not isinstance(name, str):
+            raise TypeError(f"openmmgraph.communicate.Communicator: name must be a str, found {type(name).__name__}")
         with _lock:
             userData = _nextUserData[0]
             _nextUserData[0] += 1
@@ -292,8 +299,11 @@ class Communicator(Endpoint):
 
 
 def is_registered(handle):
-    """Whether ``handle`` is 0 or a registered endpoint."""
-    return bool(_library().isRegistered(int(handle)))
+    """Whether ``handle`` is 0 or a registered endpoint (False for an integer outside the int64 range of handles)."""
+    handle = operator.index(handle)
+    if not -(2**63) <= handle < 2**63:  # ctypes would wrap it (2**64 read as 0, "one domain")
+        return False
+    return bool(_library().isRegistered(handle))
 
 
 load_library()

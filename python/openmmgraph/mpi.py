@@ -258,6 +258,9 @@ class Communicator(Endpoint):
         except Exception:
             problem = problem or f"num_owned must be an integer, found {num_owned!r}"
             self.num_owned = 0
+        if not -(2**63) <= self.num_owned < 2**63:  # ctypes would wrap it silently (2**64 + 2 became 2)
+            problem = problem or f"num_owned {self.num_owned} is outside the int64 range"
+            self.num_owned = 0
         self.num_ghost = len(rows)
         self.handle = 0
         if problem is not None:

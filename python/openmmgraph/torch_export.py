@@ -579,7 +579,9 @@ def read_metadata(path: str) -> dict:
         raise ValueError(f"{path}: {METADATA_FILE} is not valid JSON ({error})") from None
     if not isinstance(metadata, dict):
         raise ValueError(f"{path}: {METADATA_FILE} is not a JSON object")
-    if metadata.get("format") != METADATA_FORMAT or metadata.get("version") != METADATA_VERSION:
+    version = metadata.get("version")
+    # type(): 1.0 and true equal 1 in Python, and GraphForce's loader refuses both.
+    if metadata.get("format") != METADATA_FORMAT or type(version) is not int or version != METADATA_VERSION:
         raise ValueError(f"{path}: {METADATA_FILE} has format {metadata.get('format')!r} version {metadata.get('version')!r}; "
                          f"expected {METADATA_FORMAT!r} version {METADATA_VERSION}")
     return metadata

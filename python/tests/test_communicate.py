@@ -219,7 +219,15 @@ def test_communicate_helpers_match_the_operators():
             communicate.communicate_reverse(features, handle, 2), torch.ops.openmmgraph.communicate_reverse(features, handle, 2)
         )
         assert communicate.is_registered(handle) and communicate.is_registered(0)
+        # Integers beyond the int64 handles are no handles (ctypes wrapped 2**64 + h to h, and 2**64 to 0).
+        assert not communicate.is_registered(2**64 + handle) and not communicate.is_registered(2**64)
+        assert not communicate.is_registered(-(2**63) - 1)
     assert not communicate.is_registered(handle)
+    for mask in (2**32 + 1, -1, 1.0, True):
+        with pytest.raises(ValueError, match=r"device_types must be an integer mask in \[0, 2\*\*32\)"):
+            communicate.Communicator(lambda buffer: None, lambda buffer: None, device_types=mask)
+    with pytest.raises(TypeError, match="name must be a str"):
+        communicate.Communicator(lambda buffer: None, lambda buffer: None, name=b"bytes")
 
 
 def test_periodic_images_forward_and_reverse():

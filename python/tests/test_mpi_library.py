@@ -293,10 +293,11 @@ for case, lists in {
     "owner_rank": ([size + 2], [0]),
     "owner_row": ([0], [owned_count(0) + 5]),
     "fractional": ([0.9], [1.7]),  # never truncated to 0 and 1
+    "huge_num_owned": ([], [], 2**64 + n),  # never wrapped to n by ctypes
 }.items():
     try:
         if rank == 1:
-            mpi.Communicator(lists[0], lists[1], n)
+            mpi.Communicator(lists[0], lists[1], lists[2] if len(lists) > 2 else n)
         else:
             mpi.Communicator([], [], n)
         result["create_" + case] = ""
@@ -328,11 +329,13 @@ def test_exchange_through_the_c_interface(mpiexec, tmp_path, ranks):
             assert f"ghost 0 has owner rank {ranks + 2}, not in [0, {ranks})" in r["create_owner_rank"]
             assert "ghost 0 copies row 9 of rank 0, which owns 4 rows" in r["create_owner_row"]
             assert "ghost_owner_rank must be a 1-D list of integers, found shape [1] of float64" in r["create_fractional"]
+            assert f"num_owned {2**64 + 5} is outside the int64 range" in r["create_huge_num_owned"], r["create_huge_num_owned"]
         else:
             assert "rank 1 failed" in r["create_lengths"] and "numGhost is -1" in r["create_lengths"]
             assert "rank 1 failed" in r["create_owner_rank"] and "not in [0," in r["create_owner_rank"]
             assert "rank 1 failed" in r["create_owner_row"] and "which owns 4 rows" in r["create_owner_row"]
             assert "rank 1 failed" in r["create_fractional"] and "numGhost is -1" in r["create_fractional"]
+            assert "rank 1 failed" in r["create_huge_num_owned"] and "numGhost is -1" in r["create_huge_num_owned"]
     assert results[last]["ghosts"] == 0 and all(results[r]["ghosts"] > 0 for r in range(last))
 
 

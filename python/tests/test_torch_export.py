@@ -16,7 +16,7 @@ import torch
 
 import openmmgraph
 from openmmgraph.grades import lattice_system
-from openmmgraph.torch_export import canonical_graph, export_aoti, export_torchscript, read_metadata
+from openmmgraph.torch_export import METADATA_FORMAT, canonical_graph, export_aoti, export_torchscript, read_metadata
 from openmmgraph.torch_model import GraphModelTorch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # the shared torch_model_system module (importlib mode)
@@ -214,6 +214,11 @@ def test_bad_inputs_are_refused(tmp_path):
     torch.jit.save(plain, wrong, _extra_files={"openmmgraph.json": json.dumps({"format": "other", "version": 9})})
     with pytest.raises(ValueError, match="format"):
         read_metadata(wrong)
+    for version in (1.0, True, "1"):  # equal to 1 in Python (or in text): GraphForce refuses them, and so does this
+        torch.jit.save(plain, wrong, _extra_files={"openmmgraph.json": json.dumps({"format": METADATA_FORMAT,
+                                                                                    "version": version})})
+        with pytest.raises(ValueError, match=f"version {version!r}; expected"):
+            read_metadata(wrong)
     text = tmp_path / "text.pt"
     text.write_text("not an archive")
     with pytest.raises(ValueError, match="not a TorchScript archive or AOTInductor package"):
