@@ -118,8 +118,9 @@ class SimulatedDomains:
                                "calls must be made one at a time, as in one thread)")
         try:
             if self._failure is not None:
-                raise RuntimeError(f"domain {d}: the engine failed in an earlier exchange ({self._failure}); make a new "
-                                   "SimulatedDomains")
+                # This exchange or an earlier one (a domain may call after another has failed the same exchange).
+                raise RuntimeError(f"domain {d}: the engine has failed (first failure: {self._failure}) and refuses every "
+                                   "call from then on; make a new SimulatedDomains")
             try:
                 body(d, self._table(d, buffer, direction))
             except BaseException as error:  # noqa: B036 (every failure breaks the barrier for the other domains)
