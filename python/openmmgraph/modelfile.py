@@ -780,8 +780,6 @@ def write_atomically(path, data: bytes) -> None:
     Anything else at ``path`` (a device such as /dev/null, a FIFO) is written
     in place, as open() would.
     """
-    import secrets
-
     target = os.path.realpath(os.fspath(path))
     if os.path.isdir(target):
         raise IsADirectoryError(f"cannot write the model: {os.fspath(path)!r} is a directory")
@@ -789,8 +787,7 @@ def write_atomically(path, data: bytes) -> None:
         with open(target, "wb") as stream:
             stream.write(data)
         return
-    folder, name = os.path.split(target)
-    temporary = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
+    temporary = temporary_path(target)
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(descriptor, "wb") as stream:
@@ -803,6 +800,18 @@ def write_atomically(path, data: bytes) -> None:
             os.unlink(temporary)
         except FileNotFoundError:
             pass
+
+
+def temporary_path(target, suffix: str = ".tmp") -> str:
+    """A new hidden path beside ``target`` for the file that will replace it: .NAME.RANDOM``suffix``, NAME cut so
+    that the name stays within the 255 bytes file systems allow (a legal 250-byte name got a temporary name too
+    long to create)."""
+    import secrets
+
+    folder, name = os.path.split(os.fspath(target))
+    token = secrets.token_hex(6)
+    room = 255 - len(os.fsencode(f"..{token}{suffix}"))
+    return os.path.join(folder, f".{os.fsdecode(os.fsencode(name)[:room])}.{token}{suffix}")
 
 
 def replace_file(temporary, path) -> None:

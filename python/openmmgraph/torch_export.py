@@ -54,7 +54,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from .modelfile import ModelFile, read_model
+from .modelfile import ModelFile, check_output_path, read_model, same_or_inside
 from .torch_model import GraphModelTorch, _Network
 
 METADATA_FILE = "openmmgraph.json"
@@ -320,6 +320,14 @@ def _communicate_available() -> bool:
         return False
 
 
+def _check_export_output(model, path, what: str) -> None:
+    """Before any work: ``path`` can be written, and it is not the model file being exported (which the export
+    replaced: the model lost, and a comparison of the two afterwards compared the export with itself)."""
+    check_output_path(path, f"{what}: output", create_folder=True)
+    if isinstance(model, (str, os.PathLike)) and same_or_inside(path, model) == "is":
+        raise ValueError(f"{what}: the output {os.fspath(path)!r} is the model file being exported; choose another path")
+
+
 def export_torchscript(model, path: str, dtype: str = "float64", use_communicate: Optional[bool] = None,
                        gradients: bool = False, static_shapes: bool = False) -> dict:
     """Write the model (a model file path, bytes, ModelFile or GraphModelTorch) as a TorchScript
@@ -337,6 +345,7 @@ def export_torchscript(model, path: str, dtype: str = "float64", use_communicate
     """
     if dtype not in ("float64", "float32"):
         raise ValueError(f"dtype must be 'float64' or 'float32', found {dtype!r}")
+    _check_export_output(model, path, "export_torchscript")
     torch_dtype = torch.float64 if dtype == "float64" else torch.float32
     if not isinstance(model, GraphModelTorch):
         model = GraphModelTorch(model if isinstance(model, ModelFile) else read_model(model), dtype=torch.float64)
@@ -479,6 +488,7 @@ def export_aoti(model, path: str, dtype: str = "float64", device: str = "cpu", s
         raise ValueError(f"device must be 'cpu' or 'cuda', found {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("export_aoti(device='cuda') compiles the package for the GPU and needs one (torch.cuda.is_available() is False)")
+    _check_export_output(model, path, "export_aoti")
     torch_dtype = torch.float64 if dtype == "float64" else torch.float32
     if not isinstance(model, GraphModelTorch):
         model = GraphModelTorch(model if isinstance(model, ModelFile) else read_model(model), dtype=torch.float64)
@@ -537,12 +547,11 @@ def export_aoti(model, path: str, dtype: str = "float64", device: str = "cpu", s
     configs["aot_inductor.metadata"] = {"openmmgraph_num_types": str(len(metadata["types"])), "openmmgraph_dtype": dtype}
     # The package is made beside `path` and moved over it only when complete: a failed compile (or an interrupt)
     # leaves an existing package at `path` as it was.
-    import secrets
     import zipfile
 
-    from .modelfile import replace_file
+    from .modelfile import replace_file, temporary_path
 
-    temporary = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(6)}.pt2")
+    temporary = temporary_path(os.path.join(directory, os.path.basename(path)), ".pt2")
     try:
         with _int_array_declarations_where_used():
             torch._inductor.aoti_compile_and_package(exported, package_path=temporary, inductor_configs=configs)

@@ -205,6 +205,29 @@ def test_bad_inputs_are_refused(tmp_path):
     model = small_model("plain")
     with pytest.raises(ValueError, match="dtype"):
         export_torchscript(model, str(tmp_path / "m.pt"), dtype="float16")
+    # The output must not be the model file being exported (it replaced the model; examples/torch_model.py then
+    # compared the export with itself and reported 0.0), nor a folder; both refused before any work.
+    source = tmp_path / "model.safetensors"
+    model.write(str(source))
+    before = source.read_bytes()
+    link = tmp_path / "link.safetensors"
+    link.symlink_to(source)
+    for output in (source, link):
+        with pytest.raises(ValueError, match="export_torchscript: the output .* is the model file being exported"):
+            export_torchscript(str(source), str(output))
+    package_link = tmp_path / "model.pt2"  # a .pt2 name (checked first) that is the model file
+    package_link.symlink_to(source)
+    with pytest.raises(ValueError, match="export_aoti: the output .* is the model file being exported"):
+        export_aoti(str(source), str(package_link))
+    with pytest.raises(ValueError, match="export_torchscript: output .*: is a folder"):
+        export_torchscript(str(source), str(tmp_path))
+    assert source.read_bytes() == before
+    # A name of 250 bytes is legal: its temporary file's name is cut to fit (it was 18 bytes too long to create).
+    long_name = tmp_path / ("m" * 247 + ".pt")
+    export_torchscript(str(source), str(long_name))
+    assert read_metadata(str(long_name))["format"] == METADATA_FORMAT
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["model.safetensors", "link.safetensors", "model.pt2",
+                                                                   long_name.name])
     plain = torch.jit.script(torch.nn.Linear(2, 2))
     foreign = str(tmp_path / "foreign.pt")
     torch.jit.save(plain, foreign)
