@@ -319,6 +319,10 @@ def main(argv=None) -> int:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         print(f"{PROGRAM}: error: {message}", file=sys.stderr)
         return 2
+    except MemoryError as error:  # sizes within the format's limits can still exceed the machine (a 256 GiB table)
+        detail = str(error).splitlines()[0] if str(error) else "no detail"
+        print(f"{PROGRAM}: error: out of memory ({detail}); choose smaller sizes (or a smaller input)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -90,6 +90,23 @@ def test_errors_are_one_line_with_status_2(tmp_path, capsys, monkeypatch, argume
     assert os.listdir(tmp_path) == []  # nothing written
 
 
+def test_out_of_memory_is_one_line_with_status_2(tmp_path, capsys, monkeypatch):
+    """Sizes within the format's limits can exceed the machine (--channels 4096 --intervals 1048576 asks numpy for
+    256 GiB): a one-line error, not a traceback."""
+    from openmmgraph import grades
+
+    def too_large(**options):
+        raise MemoryError("Unable to allocate 256. GiB for an array with shape (2, 2, 2, 1048577, 4096)")
+
+    monkeypatch.setattr(grades, "make_model", too_large)
+    monkeypatch.chdir(tmp_path)
+    assert main(["make-model", "-o", "x.safetensors"]) == 2
+    error = capsys.readouterr().err
+    assert error == ("openmm-graph: error: out of memory (Unable to allocate 256. GiB for an array with shape "
+                     "(2, 2, 2, 1048577, 4096)); choose smaller sizes (or a smaller input)\n")
+    assert os.listdir(tmp_path) == []
+
+
 def test_inspect_reports_an_invalid_file_in_one_line(tmp_path, capsys):
     path = tmp_path / "broken.safetensors"
     path.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}      ")
