@@ -25,7 +25,7 @@ import torch
 from openmmgraph import dlpack
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_md import DEFAULT_MODEL, build_system  # noqa: E402
+from run_md import DEFAULT_MODEL, build_system, report_errors  # noqa: E402
 
 
 def main(argv=None):
@@ -35,6 +35,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     names = [openmm.Platform.getPlatform(i).getName() for i in range(openmm.Platform.getNumPlatforms())]
     platform_name = args.platform or ("CUDA" if "CUDA" in names else "CPU")
+    if platform_name not in names:
+        parser.error(f"--platform: {platform_name!r} is not one of this OpenMM's platforms ({', '.join(names)})")
+    if args.particles < 2:
+        parser.error(f"--particles: expected an integer >= 2, found {args.particles}")
 
     _, system, positions = build_system(DEFAULT_MODEL, args.particles, seed=1)
     context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName(platform_name))
@@ -65,4 +69,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report_errors(main))

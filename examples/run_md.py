@@ -93,6 +93,27 @@ def make_context(system, platform_name, temperature=300.0, friction=1.0, seed=No
     raise SystemExit("no platform could run the System:\n  " + "\n  ".join(errors))
 
 
+MAX_SEED = 2**31 - 1  # OpenMM's random number seeds are C ints
+
+
+def check_seed(parser, seed):
+    """Refuse a seed OpenMM cannot take (numpy refused negative ones, OpenMM ones beyond a C int, after the work)."""
+    if not 0 <= seed <= MAX_SEED:
+        parser.error(f"--seed: expected an integer in [0, {MAX_SEED}], found {seed}")
+
+
+def report_errors(main, argv=None):
+    """Run an example's main: a user's error that surfaces while it runs (a model file that cannot be read, a box
+    the model does not fit, a platform that is not there, too little memory) ends it with one line and status 2,
+    not a traceback."""
+    try:
+        return main(argv)
+    except (openmm.OpenMMException, ValueError, OSError, MemoryError) as error:
+        lines = str(error).strip().splitlines()
+        sys.stderr.write(f"{os.path.basename(sys.argv[0])}: error: {lines[0] if lines else type(error).__name__}\n")
+        return 2
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=DEFAULT_MODEL, help="model file (default: the bundled small model)")
@@ -103,6 +124,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.particles < 2 or args.steps < 1:
         parser.error(f"expected --particles >= 2 and --steps >= 1, found {args.particles} and {args.steps}")
+    check_seed(parser, args.seed)
 
     topology, system, positions = build_system(args.model, args.particles, args.seed)
     context, integrator = make_context(system, args.platform)
@@ -136,4 +158,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report_errors(main))

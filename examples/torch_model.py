@@ -48,9 +48,18 @@ def main(argv=None):
     parser.add_argument("--out", default=None, help="where to write the exported model (default: a temporary folder)")
     parser.add_argument("--aoti", action="store_true", help="export an AOTInductor package (.pt2) instead of TorchScript")
     args = parser.parse_args(argv)
+    names = [openmm.Platform.getPlatform(i).getName() for i in range(openmm.Platform.getNumPlatforms())]
+    if args.platform not in names:
+        parser.error(f"--platform: {args.platform!r} is not one of this OpenMM's platforms ({', '.join(names)})")
+    if args.cells < 2 or args.steps < 1:
+        parser.error(f"expected --cells >= 2 (the box must hold twice the cut-off) and --steps >= 1, found "
+                     f"{args.cells} and {args.steps}")
+    if args.aoti and args.out and not args.out.endswith(".pt2"):
+        parser.error(f"--out: an AOTInductor package must be named *.pt2, found {args.out!r}")
     native = os.path.join(HERE, "models", "silicon-sw.safetensors")
     kind = "AOTInductor" if args.aoti else "TorchScript"
     exported = args.out or os.path.join(tempfile.mkdtemp(), "silicon.pt2" if args.aoti else "silicon.pt")
+    # export_torchscript and export_aoti refuse an output that is the bundled model itself, or a folder.
     cuda = args.platform == "CUDA"
     if args.aoti:
         metadata = export_aoti(native, exported, device="cuda" if cuda else "cpu")
@@ -81,4 +90,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(silicon_md.run_md.report_errors(main))

@@ -36,6 +36,7 @@ import sw  # noqa: E402
 
 DEFAULT_MODEL = os.path.join(HERE, "..", "models", "silicon-sw.safetensors")
 SHELL = 3.0  # angstrom: first-shell radius for the angle distribution (first minimum of g(r))
+OBSERVABLE_BLOCK = 1 << 21  # (i, j) pairs a block of observables(): about 50 MB of displacements
 
 
 def ml_system(model_path, n_atoms, edge):
@@ -102,24 +103,28 @@ def observables(frames, edge, r_max, dr=0.05, dtheta=2.0):
     edges_t = np.arange(0.0, 180.0 + 1e-9, dtheta)
     counts_r = np.zeros(len(edges_r) - 1)
     counts_t = np.zeros(len(edges_t) - 1)
-    iu, ju = np.triu_indices(n, 1)
+    rows = max(1, OBSERVABLE_BLOCK // n)  # atoms i a block: [rows, n, 3] arrays, not [n, n, 3] (24 GiB at 16^3 cells)
     coordination = []
     for frame in frames:
         frame = np.asarray(frame)
-        d = frame[None, :, :] - frame[:, None, :]
-        d -= edge * np.round(d / edge)
-        r = np.sqrt((d * d).sum(-1))
-        counts_r += np.histogram(r[iu, ju], bins=edges_r)[0]
-        near = (r < SHELL) & (r > 0)
-        coordination.append(near.sum() / n)
-        for i in range(n):
-            v = d[i, near[i]]
-            if len(v) < 2:
-                continue
-            u = v / np.linalg.norm(v, axis=1, keepdims=True)
-            a, b = np.triu_indices(len(u), 1)
-            cos = np.clip((u[a] * u[b]).sum(-1), -1.0, 1.0)
-            counts_t += np.histogram(np.degrees(np.arccos(cos)), bins=edges_t)[0]
+        neighbours = 0
+        for first in range(0, n, rows):
+            block = np.arange(first, min(n, first + rows))
+            d = frame[None, :, :] - frame[block, None, :]
+            d -= edge * np.round(d / edge)
+            r = np.sqrt((d * d).sum(-1))
+            counts_r += np.histogram(r[np.arange(n)[None, :] > block[:, None]], bins=edges_r)[0]  # pairs j > i
+            near = (r < SHELL) & (r > 0)
+            neighbours += near.sum()
+            for row in range(len(block)):
+                v = d[row, near[row]]
+                if len(v) < 2:
+                    continue
+                u = v / np.linalg.norm(v, axis=1, keepdims=True)
+                a, b = np.triu_indices(len(u), 1)
+                cos = np.clip((u[a] * u[b]).sum(-1), -1.0, 1.0)
+                counts_t += np.histogram(np.degrees(np.arccos(cos)), bins=edges_t)[0]
+        coordination.append(neighbours / n)
     centres_r = 0.5 * (edges_r[1:] + edges_r[:-1])
     shell_volume = 4.0 / 3.0 * np.pi * (edges_r[1:] ** 3 - edges_r[:-1] ** 3)
     density = n / edge ** 3
@@ -167,6 +172,32 @@ def plot(path, ml, ref, title):
     return True
 
 
+def plot_path(parser, path):
+    """The plot file matplotlib will write, checked before the runs (their results were lost to a bad --plot): a
+    format matplotlib writes (a name without a suffix gets .png, which matplotlib adds), in a folder that can be
+    made."""
+    from openmmgraph.modelfile import check_output_path
+
+    if not os.path.splitext(path)[1]:
+        path += ".png"
+    try:
+        import matplotlib
+        from matplotlib.figure import Figure
+
+        matplotlib.use("Agg")
+        formats = Figure().canvas.get_supported_filetypes()
+    except ImportError:
+        formats = None  # plot() says so after the runs; nothing is written
+    suffix = os.path.splitext(path)[1][1:].lower()
+    if formats is not None and suffix not in formats:
+        parser.error(f"--plot: matplotlib cannot write .{suffix} files; use one of {', '.join(sorted(formats))}")
+    try:
+        check_output_path(path, "--plot", create_folder=True)
+    except ValueError as error:
+        parser.error(str(error))
+    return path
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=DEFAULT_MODEL, help="model file (default: the bundled silicon model)")
@@ -185,6 +216,13 @@ def main(argv=None):
             parser.error(f"--{name.replace('_', '-')}: expected an integer >= 1, found {getattr(args, name)}")
     if args.equilibrate is not None and args.equilibrate < 0:
         parser.error(f"--equilibrate: expected an integer >= 0, found {args.equilibrate}")
+    if not (np.isfinite(args.temperature) and args.temperature >= 0):
+        parser.error(f"--temperature: expected a finite number of kelvin >= 0, found {args.temperature}")
+    run_md.check_seed(parser, args.seed)
+    if args.plot:
+        args.plot = plot_path(parser, args.plot)
+    # A model that cannot be read or has no type Si is refused before either run (by OpenMM's message).
+    openmmgraph.GraphForce(args.model).getTypeIndex("Si")
 
     positions, edge = sw.diamond(args.cells)
     n = len(positions)
@@ -221,4 +259,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_md.report_errors(main))
