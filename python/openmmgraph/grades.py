@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 
 import numpy as np
 
@@ -162,6 +163,27 @@ def make_model(grade: str = "small", seed: int = 0, dtype: str = "float64", l_ma
         )
     if dtype not in ("float64", "float32"):
         raise ValueError(f"make_model: dtype: expected 'float64' or 'float32', found {dtype!r}")
+    # Integers must be integers (1.5 was taken as 1) and names a list (the string "OH" was split into O and H).
+    for name, value in (("seed", seed), ("l_max", l_max), ("n_interactions", n_interactions), ("n_types", n_types),
+                        ("n_channels", n_channels), ("n_axis", n_axis), ("radial_intervals", radial_intervals)):
+        if value is not None:
+            _check_integer("make_model", name, value)
+    if seed < 0:
+        raise ValueError(f"make_model: seed: expected an integer >= 0, found {seed}")
+    if fitting_widths is not None:
+        if isinstance(fitting_widths, (str, bytes)) or not hasattr(fitting_widths, "__iter__"):
+            raise ValueError(f"make_model: fitting_widths: expected a list of integers, found {fitting_widths!r}")
+        for width in fitting_widths:
+            _check_integer("make_model", "fitting_widths", width)
+    if descriptor_l_sum is not None and not isinstance(descriptor_l_sum, (bool, np.bool_)):
+        raise ValueError(f"make_model: descriptor_l_sum: expected True or False, found {descriptor_l_sum!r}")
+    if isinstance(type_names, (str, bytes)):
+        raise ValueError(f"make_model: type_names: expected a list of type names, found the string {type_names!r}")
+    for name, value in (("cutoff", cutoff), ("radial_r0", radial_r0)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                                  or not math.isfinite(value * value)):
+            raise ValueError(f"make_model: {name}: expected a finite number of nm (whose square is finite), "
+                             f"found {value!r}")
     settings = dict(GRADES[grade])
     if type_names is not None:
         type_names = list(type_names)
@@ -253,6 +275,11 @@ def make_model(grade: str = "small", seed: int = 0, dtype: str = "float64", l_ma
     return model
 
 
+def _check_integer(function: str, name: str, value) -> None:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise ValueError(f"{function}: {name}: expected an integer, found {value!r}")
+
+
 def lattice_system(n: int, density: float = 100.0, n_types: int = 2, seed: int = 0):
     """A benchmark system of docs/benchmarks.md.
 
@@ -264,11 +291,22 @@ def lattice_system(n: int, density: float = 100.0, n_types: int = 2, seed: int =
     (drawn next). Returns (positions [n, 3] nm float64, types [n] int64,
     box [3, 3] nm float64 with rows a, b, c).
     """
+    _check_integer("lattice_system", "n", n)
+    _check_integer("lattice_system", "n_types", n_types)
+    _check_integer("lattice_system", "seed", seed)
     if n < 1:
         raise ValueError(f"lattice_system: n: expected >= 1, found {n}")
-    if not density > 0:
-        raise ValueError(f"lattice_system: density: expected > 0, found {density}")
+    if n_types < 1:
+        raise ValueError(f"lattice_system: n_types: expected >= 1, found {n_types}")
+    if seed < 0:
+        raise ValueError(f"lattice_system: seed: expected >= 0, found {seed}")
+    if isinstance(density, bool) or not isinstance(density, numbers.Real) or not (math.isfinite(density) and density > 0):
+        raise ValueError(f"lattice_system: density: expected a finite number > 0, found {density!r}")
     side = (n / density) ** (1.0 / 3.0)
+    if not (math.isfinite(side) and side > 0 and math.isfinite(side * side * side)):
+        # An infinite density gave a box of side 0 (every particle at 0), a tiny one an infinite box (NaN positions).
+        raise ValueError(f"lattice_system: density {density!r} gives a box of side {side!r} nm for {n} particles; "
+                         "expected particles per nm^3 (100 for the benchmarks)")
     m = math.ceil(round(n ** (1.0 / 3.0), 9))
     while m**3 < n:
         m += 1

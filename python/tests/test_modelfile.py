@@ -357,6 +357,30 @@ def test_grades_have_the_documented_shapes(grade):
         assert model.node_residual == [False, True]
 
 
+@pytest.mark.parametrize("function, arguments, message", [
+    # Session 62's review: values coerced, split or computed into a NaN box, and messages without the argument.
+    ("make_model", dict(l_max=1.5), "make_model: l_max: expected an integer, found 1.5"),
+    ("make_model", dict(n_channels=2.7), "make_model: n_channels: expected an integer, found 2.7"),
+    ("make_model", dict(fitting_widths=[8, 2.5]), "make_model: fitting_widths: expected an integer, found 2.5"),
+    ("make_model", dict(fitting_widths="88"), "make_model: fitting_widths: expected a list of integers"),
+    ("make_model", dict(type_names="OH"), "make_model: type_names: expected a list of type names, found the string 'OH'"),
+    ("make_model", dict(descriptor_l_sum=1), "make_model: descriptor_l_sum: expected True or False, found 1"),
+    ("make_model", dict(cutoff=1e300), r"make_model: cutoff: expected a finite number of nm \(whose square is finite\)"),
+    ("make_model", dict(cutoff=float("nan")), "make_model: cutoff: expected a finite number"),
+    ("make_model", dict(seed=-1), "make_model: seed: expected an integer >= 0, found -1"),
+    ("make_model", dict(seed=True), "make_model: seed: expected an integer, found True"),
+    ("lattice_system", dict(n=8, density=float("inf")), "lattice_system: density: expected a finite number > 0, found inf"),
+    ("lattice_system", dict(n=8, density=1e-320), "lattice_system: density 1e-320 gives a box of side inf nm"),
+    ("lattice_system", dict(n=8, n_types=0), "lattice_system: n_types: expected >= 1, found 0"),
+    ("lattice_system", dict(n=8, n_types=2.5), "lattice_system: n_types: expected an integer, found 2.5"),
+    ("lattice_system", dict(n=8, seed=-1), "lattice_system: seed: expected >= 0, found -1"),
+    ("lattice_system", dict(n=2.5), "lattice_system: n: expected an integer, found 2.5"),
+])
+def test_generators_name_a_bad_argument(function, arguments, message):
+    with pytest.raises(ValueError, match="^" + message):
+        getattr(grades, function)(**arguments)
+
+
 def test_generated_tables_have_consistent_derivatives():
     model = grades.make_model("small", seed=2, radial_intervals=2000, radial_r0=0.05)
     table = model.tensors["radial.table"]
