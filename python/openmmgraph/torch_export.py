@@ -358,7 +358,7 @@ def export_torchscript(model, path: str, dtype: str = "float64", use_communicate
     scripted = torch.jit.script(GradientScriptModel(module).eval() if gradients else module)
     metadata = _metadata(model, dtype, use_communicate)
     if static_shapes:
-        # With one domain (the CUDA platform: no ghosts) the communicate branch never runs.
+        # With one domain (the CUDA platform: no ghosts, handle 0) communicate is a copy on the device, no engine call.
         metadata["capturable"] = True
     if gradients:
         metadata["interface"] = "particle_energies_and_gradients"
