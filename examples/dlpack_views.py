@@ -25,7 +25,7 @@ import torch
 from openmmgraph import dlpack
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_md import DEFAULT_MODEL, build_system, report_errors  # noqa: E402
+from run_md import DEFAULT_MODEL, build_system, check_platform, report_errors  # noqa: E402
 
 
 def main(argv=None):
@@ -35,8 +35,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     names = [openmm.Platform.getPlatform(i).getName() for i in range(openmm.Platform.getNumPlatforms())]
     platform_name = args.platform or ("CUDA" if "CUDA" in names else "CPU")
-    if platform_name not in names:
-        parser.error(f"--platform: {platform_name!r} is not one of this OpenMM's platforms ({', '.join(names)})")
+    check_platform(parser, platform_name)
     if args.particles < 2:
         parser.error(f"--particles: expected an integer >= 2, found {args.particles}")
 

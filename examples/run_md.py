@@ -102,6 +102,13 @@ def check_seed(parser, seed):
         parser.error(f"--seed: expected an integer in [0, {MAX_SEED}], found {seed}")
 
 
+def check_platform(parser, name):
+    """Refuse a platform this OpenMM does not have (OpenMM's exception came after the work before it)."""
+    names = [openmm.Platform.getPlatform(i).getName() for i in range(openmm.Platform.getNumPlatforms())]
+    if name not in names:
+        parser.error(f"--platform: {name!r} is not one of this OpenMM's platforms ({', '.join(names)})")
+
+
 def report_errors(main, argv=None):
     """Run an example's main: a user's error that surfaces while it runs (a model file that cannot be read, a box
     the model does not fit, a platform that is not there, too little memory) ends it with one line and status 2,

@@ -48,9 +48,7 @@ def main(argv=None):
     parser.add_argument("--out", default=None, help="where to write the exported model (default: a temporary folder)")
     parser.add_argument("--aoti", action="store_true", help="export an AOTInductor package (.pt2) instead of TorchScript")
     args = parser.parse_args(argv)
-    names = [openmm.Platform.getPlatform(i).getName() for i in range(openmm.Platform.getNumPlatforms())]
-    if args.platform not in names:
-        parser.error(f"--platform: {args.platform!r} is not one of this OpenMM's platforms ({', '.join(names)})")
+    silicon_md.run_md.check_platform(parser, args.platform)
     if args.cells < 2 or args.steps < 1:
         parser.error(f"expected --cells >= 2 (the box must hold twice the cut-off) and --steps >= 1, found "
                      f"{args.cells} and {args.steps}")

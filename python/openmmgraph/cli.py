@@ -315,13 +315,11 @@ def main(argv=None) -> int:
     try:
         arguments = parser.parse_args(argv)
         return arguments.run(arguments)
-    except (_UsageError, ValueError, OSError) as error:
+    except (_UsageError, ValueError, OSError, MemoryError) as error:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        if isinstance(error, MemoryError):  # sizes within the format's limits can still exceed the machine
+            message = f"out of memory ({message}); choose smaller sizes (or a smaller input)"
         print(f"{PROGRAM}: error: {message}", file=sys.stderr)
-        return 2
-    except MemoryError as error:  # sizes within the format's limits can still exceed the machine (a 256 GiB table)
-        detail = str(error).splitlines()[0] if str(error) else "no detail"
-        print(f"{PROGRAM}: error: out of memory ({detail}); choose smaller sizes (or a smaller input)", file=sys.stderr)
         return 2
 
 
