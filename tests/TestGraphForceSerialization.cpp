@@ -1,10 +1,12 @@
 /**
  * Serialization of GraphForce (GraphForceProxy): XmlSerializer round trips of
- * the force and of a System, the embedded model bytes, and the rejection of
- * an unknown version, of damaged model text and of hand-edited values.
+ * the force and of a System, the embedded model bytes and their SHA-256, the
+ * reading of version 1 (no digest), and the rejection of an unknown version,
+ * of damaged model text and of hand-edited values.
  */
 #include "GraphForce.h"
 #include "TestModelBuilder.h"
+#include "internal/Sha256.h"
 #include "openmm/Context.h"
 #include "openmm/OpenMMException.h"
 #include "openmm/Platform.h"
@@ -70,6 +72,16 @@ std::string exceptionMessage(const std::string& xml) {
     }
     ADD_FAILURE() << "deserializing did not throw";
     return "";
+}
+
+/** The XML of a force with the first occurrence of `from` replaced by `to` (which must exist). */
+std::string edited(const std::string& xml, const std::string& from, const std::string& to) {
+    size_t position = xml.find(from);
+    EXPECT_NE(position, std::string::npos) << "no " << from << " in the XML";
+    std::string result = xml;
+    if (position != std::string::npos)
+        result.replace(position, from.size(), to);
+    return result;
 }
 
 void expectSameForce(const GraphForce& expected, const GraphForce& actual) {
@@ -177,12 +189,77 @@ TEST(GraphForceSerialization, SystemRoundTripGivesTheSameEnergy) {
 TEST(GraphForceSerialization, UnknownVersionIsRejected) {
     std::unique_ptr<GraphForce> force = makeForce(GraphTest::ModelOptions(), 2);
     std::string xml = serializeForce(*force);
-    size_t position = xml.find(" version=\"1\"");
+    size_t position = xml.find(" version=\"2\"");
     ASSERT_NE(position, std::string::npos);
-    xml.replace(position, 12, " version=\"2\"");
-    std::string message = exceptionMessage(xml);
-    EXPECT_NE(message.find("version 2"), std::string::npos) << message;
-    EXPECT_NE(message.find("version 1"), std::string::npos) << message;
+    for (const std::string& version : {"3", "0", "02"}) {
+        std::string message = exceptionMessage(std::string(xml).replace(position, 12, " version=\"" + version + "\""));
+        EXPECT_NE(message.find("version " + version + ";"), std::string::npos) << message;
+        EXPECT_NE(message.find("versions 1 to 2"), std::string::npos) << message;
+    }
+}
+
+TEST(GraphForceSerialization, Sha256MatchesKnownDigests) {
+    // FIPS 180-4 examples, and messages whose padding crosses a block (55, 56 and 64 bytes).
+    EXPECT_EQ(sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    EXPECT_EQ(sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    EXPECT_EQ(sha256Hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+              "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    EXPECT_EQ(sha256Hex(std::string(1000000, 'a')), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    EXPECT_EQ(sha256Hex(std::string(55, 'a')), "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318");
+    EXPECT_EQ(sha256Hex(std::string(56, 'a')), "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a");
+    EXPECT_EQ(sha256Hex(std::string(64, 'a')), "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb");
+    EXPECT_EQ(sha256Hex(std::string("\0\xff", 2)), "06eb7d6a69ee19e5fbdf749018d3d2abfa04bcbd1365db312eb86dc7169389b8");
+}
+
+TEST(GraphForceSerialization, XmlRecordsTheModelsSha256) {
+    std::unique_ptr<GraphForce> force = makeForce(GraphTest::ModelOptions(), 2);
+    const std::string xml = serializeForce(*force);
+    EXPECT_NE(xml.find(" modelSha256=\"" + sha256Hex(force->getModelBytes()) + "\""), std::string::npos) << xml.substr(0, 400);
+}
+
+TEST(GraphForceSerialization, EditedModelBytesAreRefusedByTheirSha256) {
+    // Changing any one character of the model's base64 text (here one near its end, in the tensors' data, which the
+    // loader alone might accept as other weights) is caught by the digest, before the bytes reach the loader.
+    std::unique_ptr<GraphForce> force = makeForce(GraphTest::ModelOptions(), 2);
+    const std::string xml = serializeForce(*force);
+    std::string text;
+    const size_t start = findModelText(xml, text);
+    for (size_t offset : {size_t(8), text.size() / 2, size_t(40)}) {
+        std::string damaged = xml;
+        const size_t at = start + text.size() - offset;
+        damaged[at] = damaged[at] == 'A' ? 'B' : 'A';
+        const std::string message = exceptionMessage(damaged);
+        EXPECT_NE(message.find("do not match the SHA-256 recorded beside them"), std::string::npos) << message;
+        EXPECT_NE(message.find(sha256Hex(force->getModelBytes())), std::string::npos) << message;
+    }
+    // The digest itself edited: refused the same way; not a digest at all: named.
+    const std::string digest = sha256Hex(force->getModelBytes());
+    std::string otherDigest = digest;
+    otherDigest[0] = otherDigest[0] == '0' ? '1' : '0';
+    EXPECT_NE(exceptionMessage(edited(xml, digest, otherDigest)).find("do not match the SHA-256"), std::string::npos);
+    for (const std::string& bad : {std::string("abc"), digest.substr(0, 63) + "G", std::string(64, 'A'), std::string()}) {
+        const std::string message = exceptionMessage(edited(xml, "modelSha256=\"" + digest + "\"", "modelSha256=\"" + bad + "\""));
+        EXPECT_NE(message.find("attribute 'modelSha256' is \"" + bad + "\"; expected the model's SHA-256 as 64 lowercase"),
+                  std::string::npos)
+            << message;
+    }
+    EXPECT_NE(exceptionMessage(edited(xml, " modelSha256=\"" + digest + "\"", "")).find("no attribute 'modelSha256'"), std::string::npos);
+}
+
+TEST(GraphForceSerialization, VersionOneWithoutDigestIsStillRead) {
+    // What openmm-graph wrote before session 63: version 1, no modelSha256. It is read as before (without a check of
+    // the bytes), and written again as version 2 with the digest.
+    std::unique_ptr<GraphForce> force = makeForce(GraphTest::ModelOptions(), 3);
+    const std::string xml = serializeForce(*force);
+    const std::string digestAttribute = " modelSha256=\"" + sha256Hex(force->getModelBytes()) + "\"";
+    const std::string versionOne = edited(edited(xml, " version=\"2\"", " version=\"1\""), digestAttribute, "");
+    std::unique_ptr<GraphForce> copy = deserializeForce(versionOne);
+    ASSERT_NE(copy, nullptr);
+    expectSameForce(*force, *copy);
+    EXPECT_EQ(serializeForce(*copy), xml);
+    // Version 1 has no such attribute: a digest beside version 1 is refused by name, not ignored.
+    const std::string message = exceptionMessage(edited(xml, " version=\"2\"", " version=\"1\""));
+    EXPECT_NE(message.find("unknown attribute \"modelSha256\" (serialization version 1 has only"), std::string::npos) << message;
 }
 
 TEST(GraphForceSerialization, InvalidBase64CharacterIsRejected) {
@@ -220,28 +297,17 @@ TEST(GraphForceSerialization, TruncatedBase64IsRejected) {
 TEST(GraphForceSerialization, DamagedModelIsRejectedByTheLoader) {
     // Valid base64 whose bytes are no model: characters 4-7 encode bytes 3-5 of
     // the safetensors header length, which become 0xFF (a header of ~2^40 bytes).
+    // In version 1 (no digest) the loader is what refuses such bytes; in version 2 the digest refuses them first.
     std::unique_ptr<GraphForce> force = makeForce(GraphTest::ModelOptions(), 2);
-    std::string xml = serializeForce(*force);
+    std::string xml = edited(edited(serializeForce(*force), " version=\"2\"", " version=\"1\""),
+                             " modelSha256=\"" + sha256Hex(force->getModelBytes()) + "\"", "");
     std::string text;
     size_t start = findModelText(xml, text);
     xml.replace(start + 4, 4, "////");
     std::string message = exceptionMessage(xml);
     EXPECT_NE(message.find("GraphForce"), std::string::npos) << message;
+    EXPECT_NE(message.find("header length"), std::string::npos) << message;
 }
-
-namespace {
-
-/** The XML of a force with the first occurrence of `from` replaced by `to` (which must exist). */
-std::string edited(const std::string& xml, const std::string& from, const std::string& to) {
-    size_t position = xml.find(from);
-    EXPECT_NE(position, std::string::npos) << "no " << from << " in the XML";
-    std::string result = xml;
-    if (position != std::string::npos)
-        result.replace(position, from.size(), to);
-    return result;
-}
-
-} // namespace
 
 TEST(GraphForceSerialization, HandEditedValuesAreRefusedNotCoerced) {
     std::unique_ptr<GraphForce> force = makeForce(GraphTest::ModelOptions(), 3);
@@ -254,8 +320,8 @@ TEST(GraphForceSerialization, HandEditedValuesAreRefusedNotCoerced) {
         {{"forceGroup=\"5\"", "forceGroup=\"three\""}, {"'forceGroup'", "\"three\"", "0 to 31"}},
         {{"forceGroup=\"5\"", "forceGroup=\"5x\""}, {"'forceGroup'", "\"5x\""}},
         {{"forceGroup=\"5\"", "forceGroup=\"32\""}, {"'forceGroup'", "\"32\""}},
-        {{"version=\"1\"", "version=\"1.9\""}, {"version \"1.9\""}},
-        {{"version=\"1\"", ""}, {"no attribute 'version'"}},
+        {{"version=\"2\"", "version=\"1.9\""}, {"version \"1.9\""}},
+        {{"version=\"2\"", ""}, {"no attribute 'version'"}},
         {{"name=\"ML region\"", ""}, {"no attribute 'name'"}},
         {{"particle=\"4\" type=\"0\"", "particle=\"four\" type=\"1\""}, {"<Particle> element 1", "'particle'", "\"four\""}},
         {{"particle=\"4\" type=\"0\"", "particle=\"99999999999\" type=\"1\""}, {"'particle'", "\"99999999999\""}},
@@ -267,7 +333,7 @@ TEST(GraphForceSerialization, HandEditedValuesAreRefusedNotCoerced) {
           "<Property key=\"CheckFinite\" value=\"false\"/><Property key=\"CheckFinite\" value=\"true\"/>"},
          {"\"CheckFinite\" is given twice"}},
         {{"<Properties>", "<Extra/><Properties>"}, {"unknown child <Extra>"}},
-        {{" version=\"1\"", " version=\"1\" colour=\"red\""}, {"unknown attribute \"colour\""}},
+        {{" version=\"2\"", " version=\"2\" colour=\"red\""}, {"unknown attribute \"colour\"", "version 2 has only"}},
         // Found by a review (session 61): these were read as if the edit were not there.
         {{"<Particles>", "<Particles count=\"1000000000000000000\">"}, {"<Particles> element", "unknown attribute \"count\"", "has none"}},
         {{"<Properties>", "<Properties junk=\"1\">"}, {"<Properties> element", "unknown attribute \"junk\""}},

@@ -6,6 +6,7 @@ have no compiled module.
 """
 
 import copy
+import hashlib
 import math
 import os
 import pathlib
@@ -422,6 +423,22 @@ def test_force_xml_round_trip_and_cast_keeps_owner_alive(modelBytes):
     copied = GraphForce.cast(plainForce)
     del plainForce  # the cast view must keep the object alive
     assert forceFields(copied) == forceFields(force)
+
+
+def test_xml_records_the_model_files_sha256(modelBytes, tmp_path):
+    # The digest the C++ proxy writes is the standard SHA-256 of the model file (what sha256sum prints), and an XML
+    # whose model text was changed by one character is refused by it.
+    force = GraphForce.fromModelBytes(modelBytes)
+    force.addParticle(0, 1)
+    xml = openmm.XmlSerializer.serialize(force)
+    digest = hashlib.sha256(modelBytes).hexdigest()
+    assert f'modelSha256="{digest}"' in xml
+    assert ' version="2"' in xml
+    start = xml.index(' model="') + len(' model="')
+    at = xml.index('"', start) - 10
+    damaged = xml[:at] + ("B" if xml[at] == "A" else "A") + xml[at + 1 :]
+    with pytest.raises(openmm.OpenMMException, match="do not match the SHA-256 recorded beside them"):
+        openmm.XmlSerializer.deserialize(damaged)
 
 
 def test_cast_of_a_force_read_back_can_join_a_system(modelBytes):

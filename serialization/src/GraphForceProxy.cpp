@@ -1,6 +1,7 @@
 #include "GraphForceProxy.h"
 #include "GraphForce.h"
 #include "internal/QuotedText.h"
+#include "internal/Sha256.h"
 #include "openmm/OpenMMException.h"
 #include "openmm/serialization/SerializationNode.h"
 #include <cstdint>
@@ -13,7 +14,11 @@ using namespace OpenMM;
 
 namespace {
 
-const int CurrentVersion = 1;
+/**
+ * Version 2 (session 63) adds `modelSha256`, the SHA-256 of the model's bytes, checked on reading. Version 1 (no
+ * digest) is still read; a version above CurrentVersion is refused.
+ */
+const int CurrentVersion = 2;
 
 const char Base64Alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -106,16 +111,17 @@ std::string base64Decode(const std::string& text) {
  */
 class StrictElement {
 public:
-    StrictElement(const SerializationNode& node, const std::string& where, const std::set<std::string>& known, bool leaf = false)
+    StrictElement(const SerializationNode& node, int version, const std::string& where, const std::set<std::string>& known,
+                  bool leaf = false)
         : node(node), where(where) {
         for (const auto& property : node.getProperties())
             if (known.count(property.first) == 0)
                 throw OpenMMException("GraphForceProxy: " + where + " has an unknown attribute " + quotedText(property.first) +
-                                      " (serialization version " + std::to_string(CurrentVersion) + " has " +
+                                      " (serialization version " + std::to_string(version) + " has " +
                                       (known.empty() ? std::string("none") : "only " + listOf(known)) + ")");
         if (leaf && !node.getChildren().empty())
             throw OpenMMException("GraphForceProxy: " + where + " has a child <" + node.getChildren()[0].getName() +
-                                  ">; it has none in serialization version " + std::to_string(CurrentVersion));
+                                  ">; it has none in serialization version " + std::to_string(version));
     }
 
     std::string text(const std::string& name) const {
@@ -192,6 +198,7 @@ void GraphForceProxy::serialize(const void* object, SerializationNode& node) con
     node.setStringProperty("name", force.getName());
     node.setBoolProperty("usesPeriodic", force.usesPeriodicBoundaryConditions());
     node.setStringProperty("model", base64Encode(force.getModelBytes()));
+    node.setStringProperty("modelSha256", sha256Hex(force.getModelBytes()));
     SerializationNode& properties = node.createChildNode("Properties");
     for (const auto& property : force.getProperties())
         properties.createChildNode("Property").setStringProperty("key", property.first).setStringProperty("value", property.second);
@@ -206,46 +213,66 @@ void GraphForceProxy::serialize(const void* object, SerializationNode& node) con
 void* GraphForceProxy::deserialize(const SerializationNode& node) const {
     if (!node.hasProperty("version"))
         throw OpenMMException(
-            "GraphForceProxy: the GraphForce element has no attribute 'version'; this build of openmm-graph reads version " +
+            "GraphForceProxy: the GraphForce element has no attribute 'version'; this build of openmm-graph reads versions 1 to " +
             std::to_string(CurrentVersion));
     const std::string versionText = node.getStringProperty("version");
-    if (versionText != std::to_string(CurrentVersion))
-        throw OpenMMException("GraphForceProxy: unsupported GraphForce serialization version " +
-                              (versionText.find_first_not_of("0123456789") == std::string::npos && !versionText.empty()
-                                   ? versionText
-                                   : quotedText(versionText)) +
-                              "; this build of openmm-graph reads version " + std::to_string(CurrentVersion));
+    if (versionText != "1" && versionText != std::to_string(CurrentVersion))
+        throw OpenMMException(
+            "GraphForceProxy: unsupported GraphForce serialization version " +
+            (versionText.find_first_not_of("0123456789") == std::string::npos && !versionText.empty() ? versionText
+                                                                                                      : quotedText(versionText)) +
+            "; this build of openmm-graph reads versions 1 to " + std::to_string(CurrentVersion) + " (a newer openmm-graph wrote it?)");
+    const int version = std::stoi(versionText);
+    const bool hasDigest = version >= 2;
     // "type" is the attribute XmlSerializer itself adds to the root element.
-    const StrictElement root(node, "the GraphForce element", {"version", "forceGroup", "name", "usesPeriodic", "model", "type"});
+    std::set<std::string> known = {"version", "forceGroup", "name", "usesPeriodic", "model", "type"};
+    if (hasDigest)
+        known.insert("modelSha256");
+    const StrictElement root(node, version, "the GraphForce element", known);
     const int forceGroup = root.integer("forceGroup", 0, 31);
     const std::string name = root.text("name");
     const bool periodic = root.boolean("usesPeriodic");
-    std::unique_ptr<GraphForce> force(GraphForce::fromModelBytes(base64Decode(root.text("model"))));
+    const std::string modelBytes = base64Decode(root.text("model"));
+    if (hasDigest) {
+        const std::string recorded = root.text("modelSha256");
+        const std::string computed = sha256Hex(modelBytes);
+        if (recorded.size() != 64 || recorded.find_first_not_of("0123456789abcdef") != std::string::npos)
+            throw OpenMMException("GraphForceProxy: the GraphForce element: attribute 'modelSha256' is " +
+                                  quotedText(fileErrorText(recorded, 100)) +
+                                  "; expected the model's SHA-256 as 64 lowercase hexadecimal digits");
+        if (recorded != computed)
+            throw OpenMMException("GraphForceProxy: the embedded model's bytes (" + std::to_string(modelBytes.size()) +
+                                  " bytes) do not match the SHA-256 recorded beside them (modelSha256 " + recorded + ", the bytes give " +
+                                  computed +
+                                  "): the XML was damaged or edited after it was written; serialize the System again "
+                                  "from its source");
+    }
+    std::unique_ptr<GraphForce> force(GraphForce::fromModelBytes(modelBytes));
     force->setForceGroup(forceGroup);
     force->setName(name);
     force->setUsesPeriodicBoundaryConditions(periodic);
     std::set<std::string> keys;
     const SerializationNode& properties = onlyChild(node, "Properties");
-    const StrictElement propertiesElement(properties, "the <Properties> element", {});
+    const StrictElement propertiesElement(properties, version, "the <Properties> element", {});
     for (const SerializationNode& property : properties.getChildren()) {
         if (property.getName() != "Property")
             throw OpenMMException("GraphForceProxy: <Properties> has a child <" + property.getName() +
                                   ">; expected <Property key= value=>");
-        const StrictElement element(property, "a <Property> element", {"key", "value"}, true);
+        const StrictElement element(property, version, "a <Property> element", {"key", "value"}, true);
         const std::string key = element.text("key");
         if (!keys.insert(key).second)
             throw OpenMMException("GraphForceProxy: the property " + quotedText(key) + " is given twice");
         force->setProperty(key, element.text("value"));
     }
     const SerializationNode& particles = onlyChild(node, "Particles");
-    const StrictElement particlesElement(particles, "the <Particles> element", {});
+    const StrictElement particlesElement(particles, version, "the <Particles> element", {});
     for (size_t i = 0; i < particles.getChildren().size(); i++) {
         const SerializationNode& particle = particles.getChildren()[i];
         const std::string where = "<Particle> element " + std::to_string(i) + " (from 0)";
         if (particle.getName() != "Particle")
             throw OpenMMException("GraphForceProxy: <Particles> has a child <" + particle.getName() +
                                   ">; expected <Particle particle= type=>");
-        const StrictElement element(particle, where, {"particle", "type"}, true);
+        const StrictElement element(particle, version, where, {"particle", "type"}, true);
         force->addParticle(element.integer("particle", 0, 2147483647LL), element.integer("type", 0, force->getNumTypes() - 1));
     }
     return force.release();
