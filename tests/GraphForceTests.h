@@ -668,7 +668,18 @@ TEST(GraphForce, NonFiniteBoxIsRejected) {
     context.setPositions(config.positions);
     const double energy = context.getState(State::Energy).getPotentialEnergy();
     for (const Case& bad : cases) {
-        context.setPeriodicBoxVectors(bad.a, bad.b, bad.c);
+        // OpenMM's CUDA platform refuses an off-diagonal NaN itself, in setPeriodicBoxVectors: a NaN is not 0, so it
+        // takes the box for a triclinic one in a rectangular Context ("The box shape has changed from rectangular to
+        // triclinic"). That is a refusal too; the other platforms and components come to the GraphForce's check.
+        const bool offDiagonal = bad.b[0] != 0 || bad.c[0] != 0 || bad.c[1] != 0 || bad.a[1] != 0 || bad.a[2] != 0 || bad.b[2] != 0;
+        try {
+            context.setPeriodicBoxVectors(bad.a, bad.b, bad.c);
+        }
+        catch (const OpenMMException& e) {
+            EXPECT_TRUE(offDiagonal) << "box vector " << bad.vector << " refused by OpenMM itself: " << e.what();
+            EXPECT_NE(std::string(e.what()).find("triclinic"), std::string::npos) << e.what();
+            continue;
+        }
         expectRefused([&] { context.getState(State::Forces | State::Energy); }, {"box vector " + bad.vector, "not finite"},
                       "a non-finite box set on the Context");
     }
