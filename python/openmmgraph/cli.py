@@ -12,6 +12,7 @@ status 2 (no traceback).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import sys
@@ -115,12 +116,26 @@ def _format_summary(path: str, summary: dict) -> str:
         f"FLOPs (forward + backward): {summary['flops_per_edge']} per edge, {summary['flops_per_node']} per node",
         f"file dtype: {summary['file_dtype']}",
     ]
+    if "sha256" in summary:
+        lines.append(f"sha256: {summary['sha256']} (a serialized System's GraphForce records it as modelSha256)")
     return "\n".join(lines)
+
+
+def _file_sha256(path) -> str:
+    """The SHA-256 of a file's bytes (what sha256sum prints), read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _inspect(arguments) -> int:
     model = read_model(arguments.model)
     summary = describe_model(model)
+    # The digest a serialized System's GraphForce records as modelSha256 (docs/implementation-notes.md, Serialization):
+    # it tells which model file a System was built with.
+    summary["sha256"] = _file_sha256(arguments.model)
     if arguments.json:
         print(json.dumps(summary, indent=2))
     else:

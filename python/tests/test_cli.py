@@ -1,5 +1,6 @@
 """Tests of the openmm-graph command line (openmmgraph.cli)."""
 
+import hashlib
 import json
 import os
 import subprocess
@@ -50,6 +51,7 @@ def test_make_model_then_inspect_json(tmp_path, capsys):
     assert summary["flops_per_edge"] == grades.flops_per_edge(model)
     assert summary["flops_per_node"] == grades.flops_per_node(model)
     assert summary["network_parameters"] == model.network_parameter_count > 0
+    assert summary["sha256"] == hashlib.sha256(output.read_bytes()).hexdigest()
 
 
 def test_inspect_text_names_units_types_and_shapes(tmp_path, capsys):
@@ -61,7 +63,7 @@ def test_inspect_text_names_units_types_and_shapes(tmp_path, capsys):
     for expected in ("length nm", "energy kJ/mol", "0: H (Z=1)", "1: C (Z=6)", "cut-off: 0.6 nm = 0.6 nm",
                      "channels M: 32, axis channels M_axis: 8, l_max L: 1, l-sum: no", "K = 10 intervals",
                      "activation: tanh, interactions: 0", "fitting network of type 1: 512->128, 128->128 (residual, timestep)",
-                     "per edge", "file dtype: float64"):
+                     "per edge", "file dtype: float64", f"sha256: {hashlib.sha256(output.read_bytes()).hexdigest()} "):
         assert expected in text
 
 
