@@ -19,6 +19,7 @@ namespace {
  * digest) is still read; a version above CurrentVersion is refused.
  */
 const int CurrentVersion = 2;
+const int OldestVersion = 1;
 
 const char Base64Alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -213,16 +214,19 @@ void GraphForceProxy::serialize(const void* object, SerializationNode& node) con
 void* GraphForceProxy::deserialize(const SerializationNode& node) const {
     if (!node.hasProperty("version"))
         throw OpenMMException(
-            "GraphForceProxy: the GraphForce element has no attribute 'version'; this build of openmm-graph reads versions 1 to " +
-            std::to_string(CurrentVersion));
+            "GraphForceProxy: the GraphForce element has no attribute 'version'; this build of openmm-graph reads versions " +
+            std::to_string(OldestVersion) + " to " + std::to_string(CurrentVersion));
     const std::string versionText = node.getStringProperty("version");
-    if (versionText != "1" && versionText != std::to_string(CurrentVersion))
+    int version = 0;
+    for (int known = OldestVersion; known <= CurrentVersion; known++)
+        if (versionText == std::to_string(known))
+            version = known;
+    if (version == 0)
         throw OpenMMException(
             "GraphForceProxy: unsupported GraphForce serialization version " +
             (versionText.find_first_not_of("0123456789") == std::string::npos && !versionText.empty() ? versionText
                                                                                                       : quotedText(versionText)) +
-            "; this build of openmm-graph reads versions 1 to " + std::to_string(CurrentVersion) + " (a newer openmm-graph wrote it?)");
-    const int version = std::stoi(versionText);
+            "; this build of openmm-graph reads versions " + std::to_string(OldestVersion) + " to " + std::to_string(CurrentVersion));
     const bool hasDigest = version >= 2;
     // "type" is the attribute XmlSerializer itself adds to the root element.
     std::set<std::string> known = {"version", "forceGroup", "name", "usesPeriodic", "model", "type"};
