@@ -7,5 +7,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup-env.sh
+echo "openmm-graph: building and installing the plugin (pip install .; the first time about 15 minutes on 2 cores)"
 python -m pip install -q --no-build-isolation .
 python examples/silicon/silicon_md.py "$@"

@@ -5,13 +5,18 @@
 # against Open MPI in build/openmpi, and runs python/tests/test_mpi_library.py
 # and test_mpi_domains.py with that library (OPENMMGRAPH_MPI_LIBRARY) under
 # Open MPI's mpiexec (OPENMMGRAPH_TEST_MPIEXEC).  Without apt-get or root and
-# without Open MPI it says so and stops (GRAPH_TEST_OPENMPI=on makes that an
-# error).  Sourced environment: scripts/setup-env.sh.
+# without Open MPI it says so and stops.  GRAPH_TEST_OPENMPI: auto (the
+# default), on (no Open MPI is an error), off (skip these tests); any other
+# value is refused.  Sourced environment: scripts/setup-env.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/setup-env.sh
 mode="${GRAPH_TEST_OPENMPI:-auto}"
+case "$mode" in
+    auto | on | off) ;;
+    *) echo "openmm-graph: GRAPH_TEST_OPENMPI must be auto, on or off, not '$mode'" >&2; exit 1 ;;
+esac
 [ "$mode" = off ] && exit 0
+source scripts/setup-env.sh
 if ! command -v mpicc.openmpi >/dev/null || ! command -v mpiexec.openmpi >/dev/null; then
     if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
         echo "openmm-graph: installing Open MPI (apt-get: openmpi-bin libopenmpi-dev)"

@@ -219,6 +219,8 @@ def main(argv=None):
     if not (np.isfinite(args.temperature) and args.temperature >= 0):
         parser.error(f"--temperature: expected a finite number of kelvin >= 0, found {args.temperature}")
     run_md.check_seed(parser, args.seed)
+    if args.platform is not None:
+        run_md.check_platform(parser, args.platform)
     if args.plot:
         args.plot = plot_path(parser, args.plot)
     # A model that cannot be read or has no type Si is refused before either run (by OpenMM's message).
@@ -227,7 +229,7 @@ def main(argv=None):
     positions, edge = sw.diamond(args.cells)
     n = len(positions)
     if edge < 2 * sw.CUTOFF / sw.ANGSTROM:
-        raise SystemExit("--cells: the box must be at least twice the cut-off (use 2 or more)")
+        parser.error("--cells: the box must be at least twice the cut-off (use 2 or more)")
     equilibrate = args.steps // 4 if args.equilibrate is None else args.equilibrate
     print(f"silicon demo: {n} atoms ({args.cells}x{args.cells}x{args.cells} diamond cells, a = {sw.LATTICE_A} angstrom), "
           f"{args.temperature:g} K, {equilibrate} + {args.steps} steps of 1 fs per run, model {os.path.basename(args.model)}")

@@ -78,6 +78,18 @@ def test_examples_check_their_arguments_before_any_work(capsys, load_script, tmp
         with pytest.raises(SystemExit):
             silicon.main(["--temperature", temperature, "--platform", "CPU", "--plot", ""])
         assert "--temperature: expected a finite number of kelvin >= 0" in capsys.readouterr().err
+    # Session 63's review: an unknown platform was named only after the header was printed (status 1), and --cells 1
+    # ended with status 1; both are usage errors now (status 2, before any output).
+    for platform in ("Bogus", "cpu"):
+        with pytest.raises(SystemExit) as exit_info:
+            silicon.main(["--platform", platform, "--plot", "", "--steps", "1"])
+        assert exit_info.value.code == 2
+        captured = capsys.readouterr()
+        assert f"--platform: {platform!r} is not one of this OpenMM's platforms (" in captured.err and "Reference" in captured.err
+        assert captured.out == ""
+    with pytest.raises(SystemExit) as exit_info:
+        silicon.main(["--cells", "1", "--platform", "CPU", "--plot", ""])
+    assert exit_info.value.code == 2 and "--cells: the box must be at least twice the cut-off" in capsys.readouterr().err
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
     with pytest.raises(SystemExit):  # the folder of the plot is a file: refused before the runs, not after them
