@@ -2,7 +2,7 @@
 # The main job: set up (system packages, .venv, build and install the plugin)
 # and run the silicon demo: MD of 512 Si atoms with the bundled trained model on
 # the best platform present, compared with the classical Stillinger-Weber
-# reference (speed of both, g(r) and angle distribution, examples/silicon/observables.png).
+# reference (speed of both, g(r) and angle distribution, examples/silicon/results/observables.png).
 # Extra arguments go to examples/silicon/silicon_md.py (e.g. --steps 500 --platform CPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
