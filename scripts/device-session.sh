@@ -24,6 +24,9 @@
 # calls without `test` the build while the sources are the same (checked by a hash).  scripts/build-device-bundle.sh
 # makes .device/pkg.txz and .device/tests.txz on a CPU machine: carried with .device/wheels, no call builds at all, and
 # `test` runs the carried build's GPU tests (`ctest -L gpu`; its CPU tests are CI's).
+# The MPI tests of `py` need the mpich wheel the bundle was built against in .device/mpi (`pip download --no-deps -d
+# .device/mpi mpich==5.0.2`, 13.3 MB); with .device/tests.txz as well the carry and the tree pass a call's 64 MiB, so
+# carry .device/tests.txz for `test` and .device/mpi for `py`, in two calls (bench/NOTES.md v64).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 parts="${1:-all}"
