@@ -12,7 +12,10 @@
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <memory>
 #include <random>
+#include <sys/stat.h>
+#include <thread>
 
 using namespace GraphPlugin;
 using OpenMM::OpenMMException;
@@ -765,6 +768,37 @@ TEST(GraphModelLoader, FileErrorsNameThePath) {
             << e.what();
     }
     std::remove(path.c_str());
+}
+
+TEST(GraphModelLoader, StreamsThatAreNoModelAreRefusedAtOnce) {
+    // /dev/zero was read until memory ran out (then "std::bad_alloc"): a stream that is not a regular file must begin
+    // a model in its first 8 bytes.
+    for (const std::string device : {"/dev/zero", "/dev/urandom"}) {
+        if (!std::filesystem::exists(device))
+            continue;
+        try {
+            GraphForce force(device);
+            ADD_FAILURE() << device << " was accepted";
+        }
+        catch (const OpenMMException& e) {
+            EXPECT_EQ(std::string(e.what()).find("GraphForce: the model file '" + device + "' is not a regular file, and its first 8 bytes"),
+                      0u)
+                << e.what();
+            EXPECT_NE(std::string(e.what()).find("stopped reading there"), std::string::npos) << e.what();
+        }
+    }
+    // A model through a FIFO (a pipe, as from `<(...)`) is still read whole.
+    const std::string fifo = testing::TempDir() + "graph_model_loader_fifo";
+    std::remove(fifo.c_str());
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    const std::string bytes = GraphTest::makeModelBytes(smallOptions());
+    std::thread writer([&] { std::ofstream(fifo, std::ios::binary) << bytes; });
+    std::unique_ptr<GraphForce> force;
+    EXPECT_NO_THROW(force.reset(new GraphForce(fifo)));
+    writer.join();
+    if (force)
+        EXPECT_EQ(force->getModelBytes(), bytes);
+    std::remove(fifo.c_str());
 }
 
 TEST(GraphModelLoader, CudaChunkRowsIsExactlyADecimalWholeNumber) {

@@ -19,7 +19,8 @@ import sys
 import warnings
 
 from . import grades
-from .modelfile import ACTIVATIONS, ENERGY_UNITS_KJ_PER_MOL, LENGTH_UNITS_NM, ModelFile, check_output_path, read_model
+from .modelfile import (ACTIVATIONS, ENERGY_UNITS_KJ_PER_MOL, LENGTH_UNITS_NM, ModelFile, check_output_path, read_model,
+                        read_model_bytes)
 
 PROGRAM = "openmm-graph"
 
@@ -121,21 +122,13 @@ def _format_summary(path: str, summary: dict) -> str:
     return "\n".join(lines)
 
 
-def _file_sha256(path) -> str:
-    """The SHA-256 of a file's bytes (what sha256sum prints), read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _inspect(arguments) -> int:
-    model = read_model(arguments.model)
+    data = read_model_bytes(arguments.model)  # once: the path may be a pipe
+    model = read_model(data, source=arguments.model)
     summary = describe_model(model)
     # The digest a serialized System's GraphForce records as modelSha256 (docs/implementation-notes.md, Serialization):
     # it tells which model file a System was built with.
-    summary["sha256"] = _file_sha256(arguments.model)
+    summary["sha256"] = hashlib.sha256(data).hexdigest()
     if arguments.json:
         print(json.dumps(summary, indent=2))
     else:

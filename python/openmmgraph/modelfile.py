@@ -43,6 +43,7 @@ import json
 import math
 import os
 import re
+import stat
 import struct
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -994,21 +995,42 @@ def decode_safetensors(buffer: bytes, source: str | None = None) -> tuple[dict, 
     return metadata, tensors
 
 
-def read_model(path_or_bytes) -> ModelFile:
+def read_model_bytes(path) -> bytes:
+    """The bytes of a model file at `path` (str or os.PathLike), read once.
+
+    A FIFO or a device has no size to check first: its first 8 bytes must begin
+    a safetensors header, so that /dev/zero is refused at once (a ValueError
+    starting with ``ModelFile``) instead of read until memory runs out, as the
+    C++ reader does. OSError when the path cannot be read.
+    """
+    source = os.fspath(path)
+    with open(source, "rb") as stream:
+        buffer = b""
+        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+            buffer = stream.read(8)
+            header_length = struct.unpack("<Q", buffer)[0] if len(buffer) == 8 else None
+            if header_length is not None and not 1 <= header_length <= _MAX_HEADER_BYTES:
+                raise _Errors(source).error(
+                    f"header length: expected 1 to {_MAX_HEADER_BYTES} bytes, found {header_length} (not a "
+                    "safetensors file; it is not a regular file, so reading stopped after its first 8 bytes)")
+        return buffer + stream.read()
+
+
+def read_model(path_or_bytes, *, source: str | None = None) -> ModelFile:
     """Read and validate a model file.
 
-    path_or_bytes: a path (str or os.PathLike) or the file's bytes. Returns a
-    ModelFile whose tensors keep the file's dtype. Raises ValueError (message
-    starting with ``ModelFile``, naming the key, expected and found value) for
-    any file that breaks a rule of docs/model-format.md, and OSError when the
-    path cannot be read.
+    path_or_bytes: a path (str or os.PathLike) or the file's bytes (then
+    `source`, if given, names them in error messages). Returns a ModelFile
+    whose tensors keep the file's dtype. Raises ValueError (message starting
+    with ``ModelFile``, naming the key, expected and found value) for any file
+    that breaks a rule of docs/model-format.md, and OSError when the path
+    cannot be read.
     """
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-        buffer, source = bytes(path_or_bytes), None
+        buffer = bytes(path_or_bytes)
     else:
         source = os.fspath(path_or_bytes)
-        with open(source, "rb") as stream:
-            buffer = stream.read()
+        buffer = read_model_bytes(source)
     metadata, tensors = decode_safetensors(buffer, source)
     validate_model(metadata, tensors, source)
     return ModelFile(metadata, tensors)

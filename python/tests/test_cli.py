@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +116,25 @@ def test_inspect_reports_an_invalid_file_in_one_line(tmp_path, capsys):
     assert main(["inspect", str(path)]) == 2
     error = capsys.readouterr().err
     assert "ModelFile" in error and "header" in error and error.count("\n") == 1
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero") or not hasattr(os, "mkfifo"), reason="needs /dev/zero and FIFOs")
+def test_inspect_refuses_an_endless_stream_and_reads_a_pipe_once(tmp_path, capsys):
+    # /dev/zero was read until memory ran out; a FIFO was read twice (the model, then the digest: a hang).
+    assert main(["inspect", "/dev/zero"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "ModelFile (/dev/zero): header length: expected 1 to" in error
+    assert "not a regular file, so reading stopped after its first 8 bytes" in error
+    model = tmp_path / "small.safetensors"
+    assert main(["make-model", "--grade", "small", "-o", str(model), "--intervals", "10"]) == 0
+    capsys.readouterr()
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(model.read_bytes()))
+    writer.start()
+    assert main(["inspect", str(fifo)]) == 0
+    writer.join(timeout=30)
+    assert f"sha256: {hashlib.sha256(model.read_bytes()).hexdigest()} " in capsys.readouterr().out
 
 
 def test_runs_as_a_module(tmp_path):

@@ -441,6 +441,22 @@ def test_xml_records_the_model_files_sha256(modelBytes, tmp_path):
         openmm.XmlSerializer.deserialize(damaged)
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/zero") or not hasattr(os, "mkfifo"), reason="needs /dev/zero and FIFOs")
+def test_model_streams_endless_ones_refused_pipes_read(modelBytes, tmp_path):
+    # GraphForce("/dev/zero") read until memory ran out ("std::bad_alloc" under a memory limit); a pipe is a model source.
+    with pytest.raises(openmm.OpenMMException, match="'/dev/zero' is not a regular file, and its first 8 bytes"):
+        GraphForce("/dev/zero")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    import threading
+
+    writer = threading.Thread(target=lambda: fifo.write_bytes(modelBytes))
+    writer.start()
+    force = GraphForce(str(fifo))
+    writer.join(timeout=30)
+    assert force.getModelBytes() == modelBytes
+
+
 def test_cast_of_a_force_read_back_can_join_a_system(modelBytes):
     force = GraphForce.fromModelBytes(modelBytes)
     force.addParticle(0, 1)
