@@ -781,8 +781,8 @@ TEST(GraphModelLoader, StreamsThatAreNoModelAreRefusedAtOnce) {
             ADD_FAILURE() << device << " was accepted";
         }
         catch (const OpenMMException& e) {
-            EXPECT_EQ(std::string(e.what()).find("GraphForce: the model file '" + device + "' is not a regular file, and its first 8 bytes"),
-                      0u)
+            EXPECT_EQ(
+                std::string(e.what()).find("GraphForce: the model file '" + device + "' is not a regular file, and its first 8 bytes"), 0u)
                 << e.what();
             EXPECT_NE(std::string(e.what()).find("stopped reading there"), std::string::npos) << e.what();
         }

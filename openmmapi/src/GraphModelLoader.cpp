@@ -581,8 +581,8 @@ std::string GraphModelLoader::readFile(const std::string& path) {
         content += rest.str();
     }
     catch (const std::bad_alloc&) {
-        throw OpenMMException("GraphForce: out of memory while reading the model file '" + path + "' (" +
-                              std::to_string(content.size()) + " bytes read before); is it a model file?");
+        throw OpenMMException("GraphForce: out of memory while reading the model file '" + path + "' (" + std::to_string(content.size()) +
+                              " bytes read before); is it a model file?");
     }
     if (file.bad())
         throw OpenMMException("GraphForce: error while reading the model file '" + path + "'");
