@@ -130,7 +130,7 @@ def test_inspect_refuses_an_endless_stream_and_reads_a_pipe_once(tmp_path, capsy
     capsys.readouterr()
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    writer = threading.Thread(target=lambda: fifo.write_bytes(model.read_bytes()))
+    writer = threading.Thread(target=lambda: fifo.write_bytes(model.read_bytes()), daemon=True)
     writer.start()
     assert main(["inspect", str(fifo)]) == 0
     writer.join(timeout=30)

@@ -448,12 +448,20 @@ def test_model_streams_endless_ones_refused_pipes_read(modelBytes, tmp_path):
         GraphForce("/dev/zero")
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    import threading
-
-    writer = threading.Thread(target=lambda: fifo.write_bytes(modelBytes))
-    writer.start()
-    force = GraphForce(str(fifo))
-    writer.join(timeout=30)
+    model = tmp_path / "model.safetensors"
+    model.write_bytes(modelBytes)
+    # The writer is another process: the constructor holds the GIL while it waits for the pipe's writer to open it,
+    # so a writer thread of this interpreter would never run.
+    writer = subprocess.Popen(["sh", "-c", 'cat "$0" > "$1"', str(model), str(fifo)])
+    try:
+        force = GraphForce(str(fifo))
+    finally:
+        try:
+            writer.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            writer.kill()  # the constructor failed before it opened the pipe
+            raise
+    assert writer.returncode == 0
     assert force.getModelBytes() == modelBytes
 
 
