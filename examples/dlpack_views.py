@@ -25,7 +25,7 @@ import torch
 from openmmgraph import dlpack
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_md import DEFAULT_MODEL, build_system, check_platform, report_errors  # noqa: E402
+from run_md import DEFAULT_MODEL, build_system, check_platform, platform_names, report_errors  # noqa: E402
 
 
 def main(argv=None):
@@ -33,8 +33,7 @@ def main(argv=None):
     parser.add_argument("--platform", default=None, help="CUDA, CPU or Reference (default: CUDA if available, else CPU)")
     parser.add_argument("--particles", type=int, default=512)
     args = parser.parse_args(argv)
-    names = [openmm.Platform.getPlatform(i).getName() for i in range(openmm.Platform.getNumPlatforms())]
-    platform_name = args.platform or ("CUDA" if "CUDA" in names else "CPU")
+    platform_name = args.platform or ("CUDA" if "CUDA" in platform_names() else "CPU")
     check_platform(parser, platform_name)
     if args.particles < 2:
         parser.error(f"--particles: expected an integer >= 2, found {args.particles}")

@@ -102,9 +102,14 @@ def check_seed(parser, seed):
         parser.error(f"--seed: expected an integer in [0, {MAX_SEED}], found {seed}")
 
 
+def platform_names():
+    """The names of this OpenMM's platforms."""
+    return [openmm.Platform.getPlatform(i).getName() for i in range(openmm.Platform.getNumPlatforms())]
+
+
 def check_platform(parser, name):
     """Refuse a platform this OpenMM does not have (OpenMM's exception came after the work before it)."""
-    names = [openmm.Platform.getPlatform(i).getName() for i in range(openmm.Platform.getNumPlatforms())]
+    names = platform_names()
     if name not in names:
         parser.error(f"--platform: {name!r} is not one of this OpenMM's platforms ({', '.join(names)})")
 

@@ -556,23 +556,20 @@ std::string GraphModelLoader::readFile(const std::string& path) {
             "GraphForce: cannot open the model file '" + path + "'" +
             (std::filesystem::exists(path, error) ? " (it exists but cannot be read; check its permissions)" : ": there is no such file"));
     // A stream that is not a regular file (a FIFO, a device) has no size to check beforehand: its first 8 bytes must
-    // begin a model, a safetensors header length of 1 to MaxHeaderBytes or a zip archive's "PK" (TorchScript, AOTI),
-    // so that /dev/zero or /dev/urandom is refused at once instead of read until memory runs out.
+    // begin a model, a safetensors header length of 1 to MaxHeaderBytes or a zip archive (TorchScript, AOTI), so that
+    // /dev/zero or /dev/urandom is refused at once instead of read until memory runs out.
     std::string content;
     try {
         if (!std::filesystem::is_regular_file(path, error)) {
             char head[8];
             file.read(head, 8);
             content.assign(head, (size_t) file.gcount());
-            uint64_t headerSize = 0;
-            for (size_t i = 0; i < content.size(); i++)
-                headerSize |= (uint64_t) (unsigned char) content[i] << (8 * i);
-            const bool zip = content.size() >= 2 && content[0] == 'P' && content[1] == 'K';
-            if (content.size() == 8 && !zip && (headerSize == 0 || headerSize > MaxHeaderBytes))
+            if (content.size() == 8 && !ZipArchive::looksLikeZip(content) &&
+                (headerLength(content) == 0 || headerLength(content) > MaxHeaderBytes))
                 throw OpenMMException("GraphForce: the model file '" + path +
                                       "' is not a regular file, and its first 8 bytes begin neither a model file (a "
                                       "safetensors header length of 1 to " +
-                                      std::to_string(MaxHeaderBytes) + " bytes; found " + std::to_string(headerSize) +
+                                      std::to_string(MaxHeaderBytes) + " bytes; found " + std::to_string(headerLength(content)) +
                                       ") nor a zip archive (a TorchScript or AOTInductor model): stopped reading there");
         }
         std::stringstream rest;

@@ -117,8 +117,7 @@ def _format_summary(path: str, summary: dict) -> str:
         f"FLOPs (forward + backward): {summary['flops_per_edge']} per edge, {summary['flops_per_node']} per node",
         f"file dtype: {summary['file_dtype']}",
     ]
-    if "sha256" in summary:
-        lines.append(f"sha256: {summary['sha256']} (a serialized System's GraphForce records it as modelSha256)")
+    lines.append(f"sha256: {summary['sha256']} (a serialized System's GraphForce records it as modelSha256)")
     return "\n".join(lines)
 
 
