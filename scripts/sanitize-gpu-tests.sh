@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# compute-sanitizer over the CUDA C++ tests: every GoogleTest case of each test binary in a process of its own, under
+# each tool, SANITIZE_JOBS processes at a time on the one GPU.  Needs a GPU whose runtime lets compute-sanitizer run
+# (the lent Firecracker machines do; /work/.library/device/KINDS.md).
+#
+#   bash scripts/sanitize-gpu-tests.sh
+#   EXTRA_SCRIPT=scripts/sanitize-gpu-tests.sh bash scripts/device-session.sh extra   (carry .device/tests.txz)
+#
+#   BUILD              the CMake build holding the tests (default /tmp/graph-py, unpacked from .device/tests.txz when
+#                      it is not there and the carried tests match these sources)
+#   SANITIZE_TOOLS     default "memcheck racecheck synccheck initcheck", run in that order
+#   SANITIZE_BINARIES  default "TestCudaDenseTiles TestCudaDLPackViews TestCudaGraphForceMixed"
+#   SANITIZE_FILTER    grep -E pattern on "tool binary case" lines (default: every case)
+#   SANITIZE_TIMEOUT   seconds a case may take (default 150)
+#   SANITIZE_DEADLINE  seconds after which no case starts (default 480)
+#   SANITIZE_JOBS      processes at a time (default 8)
+#   SANITIZER          the compute-sanitizer to run (default: the one on PATH or in /usr/local/cuda)
+#
+# Each case ends as: clean (the test passed and the tool reported nothing), ERROR (the tool's report: hazards,
+# invalid accesses, uninitialised reads), FAILED (the test failed under the tool), TIMEOUT or NOT STARTED (the
+# deadline).  A case not clean is never counted as checked.  Logs: $OUT/sanitize/<tool>/<binary>.<case>.log and
+# $OUT/sanitize/summary.txt.  The exit status is 1 when a case reports ERROR or FAILED.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out}
+BUILD=${BUILD:-/tmp/graph-py}
+SAN=${SANITIZER:-$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -n 1)}
+[ -n "$SAN" ] || { echo "compute-sanitizer not found"; exit 1; }
+if [ ! -d "$BUILD" ]; then
+    source scripts/device-build.sh
+    reuse_tests || { echo "no build in $BUILD and no carried tests for these sources"; exit 1; }
+fi
+[ -n "${OPENMM_PLUGIN_DIR:-}" ] || { echo "OPENMM_PLUGIN_DIR is not set (source scripts/device-env.sh)"; exit 1; }
+dir="$OUT/sanitize"
+mkdir -p "$dir"
+"$SAN" --version | tail -n 1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+
+# "tool binary case" lines, every tool's cases before the next tool's, so that the deadline cuts the last tools.
+cases="$dir/cases.txt"
+: > "$cases"
+for binary in ${SANITIZE_BINARIES:-TestCudaDenseTiles TestCudaDLPackViews TestCudaGraphForceMixed}; do
+    path=$(find "$BUILD" -maxdepth 3 -type f -name "$binary" -perm -u+x | head -n 1)
+    [ -n "$path" ] || { echo "no $binary in $BUILD"; exit 1; }
+    echo "$path" > "$dir/$binary.path"
+    # --gtest_list_tests: "Suite." lines, then "  Case" lines; parameterised ones end in "  # GetParam() = ...".
+    "$path" --gtest_list_tests | sed 's/  #.*$//' | awk '/^[^ ]/ { suite = $1; next } /^  / { print suite $1 }' > "$dir/$binary.list"
+    [ -s "$dir/$binary.list" ] || { echo "$binary listed no tests"; exit 1; }
+done
+for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
+    for binary in ${SANITIZE_BINARIES:-TestCudaDenseTiles TestCudaDLPackViews TestCudaGraphForceMixed}; do
+        sed "s/^/$tool $binary /" "$dir/$binary.list"
+    done
+done | grep -E "${SANITIZE_FILTER:-.}" > "$cases"
+echo "$(wc -l < "$cases") cases, ${SANITIZE_JOBS:-8} at a time, ${SANITIZE_TIMEOUT:-150} s each at most"
+
+export SAN dir
+export DEADLINE=$(($(date +%s) + ${SANITIZE_DEADLINE:-480})) CASE_TIMEOUT=${SANITIZE_TIMEOUT:-150}
+run_case() {
+    local tool=$1 binary=$2 name=$3 options start rc result
+    local log="$dir/$tool/$binary.${name//\//_}.log"
+    mkdir -p "$dir/$tool"
+    if [ "$(date +%s)" -ge "$DEADLINE" ]; then
+        echo "$tool $binary $name NOT-STARTED 0" >> "$dir/results.txt"
+        return 0
+    fi
+    case $tool in
+        memcheck) options="--leak-check no" ;;
+        initcheck) options="--track-unused-memory no" ;;
+        *) options= ;;
+    esac
+    start=$(date +%s)
+    timeout -k 10 "$CASE_TIMEOUT" "$SAN" --tool "$tool" $options --error-exitcode 86 --print-limit 20 \
+        "$(cat "$dir/$binary.path")" --gtest_filter="$name" > "$log" 2>&1
+    rc=$?
+    case $rc in
+        0) result=clean ;;
+        86) result=ERROR ;;
+        124|137) result=TIMEOUT ;;
+        *) result=FAILED ;;
+    esac
+    # A test that skips itself (GTEST_SKIP) is not a checked case.
+    [ $rc -eq 0 ] && grep -q '\[  SKIPPED \]' "$log" && result=SKIPPED
+    echo "$tool $binary $name $result $(($(date +%s) - start))" >> "$dir/results.txt"
+}
+export -f run_case
+: > "$dir/results.txt"
+xargs -P "${SANITIZE_JOBS:-8}" -L 1 bash -c 'run_case "$@"' _ < "$cases"
+
+{
+    echo "== per tool: clean / SKIPPED / ERROR / FAILED / TIMEOUT / NOT-STARTED"
+    for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
+        printf '%s:' "$tool"
+        for result in clean SKIPPED ERROR FAILED TIMEOUT NOT-STARTED; do
+            printf ' %s' "$(awk -v t="$tool" -v r="$result" '$1 == t && $4 == r' "$dir/results.txt" | wc -l)"
+        done
+        echo
+    done
+    echo "== cases not clean"
+    sort "$dir/results.txt" | awk '$4 != "clean"'
+    echo "== the tools' reports (first lines of each)"
+    for log in $(grep -l -E '^========= (Invalid|Race|Error|Uninitialized|Barrier|Warning|[A-Z][a-z]+ (reported|hazard))' "$dir"/*/*.log 2>/dev/null); do
+        echo "--- $log"
+        grep -E '^=========' "$log" | head -n 12
+    done
+    echo "== slowest cases"
+    sort -k5 -n -r "$dir/results.txt" | head -n 10
+} | tee "$dir/summary.txt"
+! awk '$4 == "ERROR" || $4 == "FAILED"' "$dir/results.txt" | grep -q .
