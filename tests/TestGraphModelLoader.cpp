@@ -267,6 +267,8 @@ TEST(GraphModelLoader, ReadsFilesFromDisk) {
 TEST(GraphModelLoader, RejectsBrokenContainers) {
     std::string good = GraphTest::makeModelBytes(smallOptions());
     expectRejected(good.substr(0, 5), {"8-byte header length"});
+    // Only the length: said so, not "expected 1 to 0 bytes".
+    expectRejected(good.substr(0, 8), {"header length", "ends after these 8 bytes"});
     expectRejected(good.substr(0, good.size() - 8), {"data"});
     expectRejected(good.substr(0, 200), {"header length"});
     std::string longHeader = good;
@@ -290,6 +292,8 @@ TEST(GraphModelLoader, RejectsBadMetadata) {
     expectMetadataRejected("type_names", "[\"H\",\"H\"]", {"'type_names'", "unique"});
     expectMetadataRejected("type_names", "H,C", {"'type_names'"});
     expectMetadataRejected("type_atomic_numbers", "[1]", {"'type_atomic_numbers'", "expected 2"});
+    // A name short: both keys are named, since either may be the wrong one.
+    expectMetadataRejected("type_names", "[\"H\"]", {"'type_atomic_numbers'", "'type_names', which lists 1 names", "found 2"});
     expectMetadataRejected("cutoff", "nan", {"'cutoff'", "nan"});
     expectMetadataRejected("cutoff", "-0.6", {"'cutoff'"});
     expectMetadataRejected("cutoff", "0x1.3p-1", {"'cutoff'", "0x1.3p-1"});
@@ -349,6 +353,17 @@ TEST(GraphModelLoader, RejectsBadTensors) {
     parts.tensors["fitting.0.0.timestep"] = GraphTest::TestTensor{{6}, {1, 1, 1, 1, 1, 1}};
     expectRejected(parts.bytes(), {"'fitting.0.0.timestep'", "residual"});
 
+    // A missing output layer's weight: its shape is known ([1, width] for the energy, [M, width] for the node features).
+    parts = GraphTest::makeModelParts(smallOptions());
+    parts.tensors.erase("fitting.1.out.weight");
+    expectRejected(parts.bytes(), {"'fitting.1.out.weight'", "missing", "expected shape [1, 6]"});
+    parts = GraphTest::makeModelParts(smallOptions());
+    parts.tensors.erase("node.0.out.weight");
+    expectRejected(parts.bytes(), {"'node.0.out.weight'", "missing", "expected shape [4, 4]"});
+    parts = GraphTest::makeModelParts(smallOptions());
+    parts.tensors.erase("fitting.0.1.weight");
+    expectRejected(parts.bytes(), {"'fitting.0.1.weight'", "missing", "expected shape [width, 6]"});
+
     parts = GraphTest::makeModelParts(smallOptions());
     parts.tensors["node.0.out.weight"].shape = {3, 4};
     parts.tensors["node.0.out.weight"].values.resize(12);
@@ -373,6 +388,30 @@ TEST(GraphModelLoader, RejectsBadTensorEntries) {
     ASSERT_NE(at, std::string::npos);
     offsets[at + 16] = '8'; // begin 8 instead of 0: span no longer matches the shape
     expectRejected(offsets, {"data_offsets"});
+    // Overlapping tensors: both are named, with their spans; a gap is measured.  The last tensor in the data (the tensors
+    // are written in name order: energy_shift first, radial.table last) is moved onto the first, or 8 bytes on.
+    {
+        auto moveTable = [&](bool overlap) {
+            uint64_t headerSize = 0;
+            for (int i = 7; i >= 0; i--)
+                headerSize = headerSize << 8 | (unsigned char) good[i];
+            std::string header = good.substr(8, headerSize), data = good.substr(8 + headerSize);
+            size_t at = header.find("\"radial.table\":{");
+            at = header.find("\"data_offsets\":[", at) + 16;
+            const size_t comma = header.find(',', at), close = header.find(']', at);
+            const uint64_t begin = std::stoull(header.substr(at, comma - at)), end = std::stoull(header.substr(comma + 1, close - comma - 1));
+            const uint64_t newBegin = overlap ? 0 : begin + 8;
+            header.replace(at, close - at, std::to_string(newBegin) + "," + std::to_string(newBegin + end - begin));
+            if (!overlap)
+                data += std::string(8, '\0');
+            std::string bytes(8, '\0');
+            for (int i = 0; i < 8; i++)
+                bytes[i] = (char) ((header.size() >> (8 * i)) & 0xFF);
+            return bytes + header + data;
+        };
+        expectRejected(moveTable(true), {"tensors 'energy_shift' [0, 16] and 'radial.table' [0, ", "overlap"});
+        expectRejected(moveTable(false), {"tensor 'radial.table' [", "a gap of 8 bytes before it"});
+    }
     std::string shape = replaceFirst("\"shape\":[2]", "\"shape\":[9]");
     expectRejected(shape, {"data_offsets", "shape [9]"});
 }

@@ -129,6 +129,8 @@ private:
             fail("the file is " + str(bytes.size()) + " bytes long; a safetensors file starts with an 8-byte header length");
         uint64_t headerSize = headerLength(bytes);
         uint64_t available = bytes.size() - 8;
+        if (available == 0)
+            fail("header length: found " + str(headerSize) + ", but the file ends after these 8 bytes (truncated or not a safetensors file)");
         if (headerSize == 0 || headerSize > available || headerSize > MaxHeaderBytes)
             fail("header length: expected 1 to " + str(std::min<uint64_t>(available, MaxHeaderBytes)) +
                  " bytes (the rest of the file), found " + str(headerSize) + " (truncated or not a safetensors file)");
@@ -217,11 +219,16 @@ private:
         std::sort(order.begin(), order.end(),
                   [](const TensorEntry* a, const TensorEntry* b) { return a->begin != b->begin ? a->begin < b->begin : a->end < b->end; });
         uint64_t expected = 0;
+        const TensorEntry* previous = nullptr;
+        auto span = [&](const TensorEntry* t) { return "'" + t->name + "' [" + str(t->begin) + ", " + str(t->end) + "]"; };
         for (const TensorEntry* t : order) {
-            if (t->begin != expected)
-                fail("tensor '" + t->name + "': data_offsets begin expected " + str(expected) +
-                     " (tensors must tile the data without gaps or overlaps), found " + str(t->begin));
+            if (t->begin < expected)
+                fail("tensors " + span(previous) + " and " + span(t) + " overlap (data_offsets; tensors must tile the data without gaps or overlaps)");
+            if (t->begin > expected)
+                fail("tensor " + span(t) + ": a gap of " + str(t->begin - expected) + " bytes before it (data_offsets; tensors must tile the data " +
+                     "without gaps or overlaps)");
             expected = t->end;
+            previous = t;
         }
         if (expected != dataSize)
             fail("data size: expected " + str(expected) + " bytes after the header (the end of the last tensor), found " + str(dataSize));
@@ -323,8 +330,8 @@ private:
         m->numTypes = (int) m->typeNames.size();
         JsonValue numbers = metaJsonArray("type_atomic_numbers", "a JSON list of integers");
         if ((int) numbers.array.size() != m->numTypes)
-            fail("metadata key 'type_atomic_numbers': expected " + str(m->numTypes) + " entries (one per type), found " +
-                 str(numbers.array.size()));
+            fail("metadata key 'type_atomic_numbers': expected " + str(m->numTypes) + " entries (one per entry of 'type_names', which lists " +
+                 str(m->numTypes) + " names), found " + str(numbers.array.size()));
         for (const JsonValue& number : numbers.array)
             m->typeAtomicNumbers.push_back((int) exactInteger(number, "metadata key 'type_atomic_numbers'", 0, 118));
 
@@ -422,7 +429,8 @@ private:
         layer.residual = residual;
         auto it = tensors.find(prefix + ".weight");
         if (it == tensors.end())
-            fail("tensor '" + prefix + ".weight': missing (expected shape [width, " + str(numInputs) + "])");
+            fail("tensor '" + prefix + ".weight': missing (expected shape [" + (outputs == 0 ? std::string("width") : str(outputs)) + ", " +
+                 str(numInputs) + "])");
         const std::vector<int64_t>& shape = it->second.shape;
         int numOutputs = outputs;
         if (outputs == 0) {

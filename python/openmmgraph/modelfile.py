@@ -303,7 +303,7 @@ def parse_metadata(metadata: dict, source: str | None = None) -> ModelShape:
     if len(atomic_numbers) != len(type_names):
         raise errors.metadata(
             "type_atomic_numbers",
-            f"{len(type_names)} integers (one per entry of type_names)",
+            f"{len(type_names)} integers (one per entry of type_names, which lists {len(type_names)} names)",
             metadata["type_atomic_numbers"],
         )
     cutoff = _parse_real(metadata, "cutoff", errors, positive=True)
@@ -920,6 +920,10 @@ def decode_safetensors(buffer: bytes, source: str | None = None) -> tuple[dict, 
         raise errors.error(f"header length: expected 8 bytes, found a file of {len(buffer)} bytes")
     (header_length,) = struct.unpack("<Q", buffer[:8])
     available = len(buffer) - 8
+    if available == 0:
+        raise errors.error(
+            f"header length: found {header_length}, but the file ends after these 8 bytes (truncated or not a safetensors file)"
+        )
     if header_length == 0 or header_length > available or header_length > _MAX_HEADER_BYTES:
         raise errors.error(
             f"header length: expected 1 to {min(available, _MAX_HEADER_BYTES)} bytes (the rest of the file), "
@@ -970,11 +974,14 @@ def decode_safetensors(buffer: bytes, source: str | None = None) -> tuple[dict, 
         entries.append((offsets[0], offsets[1], name, data_type, shape))
     entries.sort(key=lambda e: (e[0], e[1]))
     position = 0
+    previous = None
     tensors = {}
     for begin, end, name, data_type, shape in entries:
         if begin != position:
-            what = "overlaps the previous tensor" if begin < position else "leaves a gap"
+            what = (f"overlaps tensor '{previous[0]}' [{previous[1]}, {previous[2]}]" if begin < position
+                    else f"leaves a gap of {begin - position} bytes")
             raise errors.tensor(name, f"data_offsets beginning at {position}", f"[{begin}, {end}] ({what})")
+        previous = (name, begin, end)
         itemsize = _SAFETENSORS_DTYPES[data_type].itemsize
         numel = math.prod(shape)
         if end - begin != numel * itemsize:

@@ -269,6 +269,7 @@ def _container_cases():
     first, second = names[0], names[1]
 
     cases.append(("short", b"\x01\x00\x00", "header length"))
+    cases.append(("only the length", struct.pack("<Q", 100), "ends after these 8 bytes"))
     cases.append(("header too long", struct.pack("<Q", 10**6) + b"{}", "header length"))
     cases.append(("empty header", struct.pack("<Q", 0) + b"{}", "header length"))
     cases.append(("not json", struct.pack("<Q", 3) + b"{x}", "header"))
@@ -291,9 +292,9 @@ def _container_cases():
         ("no offsets", lambda h: h[first].pop("data_offsets"), first),
         ("extra field", lambda h: h[first].__setitem__("extra", 1), first),
         ("negative shape", lambda h: h[first].__setitem__("shape", [-1]), first),
-        ("gap", lambda h: h[second].__setitem__("data_offsets", [h[second]["data_offsets"][0] + 8, h[second]["data_offsets"][1] + 8]), second),
+        ("gap", lambda h: h[second].__setitem__("data_offsets", [h[second]["data_offsets"][0] + 8, h[second]["data_offsets"][1] + 8]), "a gap of 8 bytes"),
         ("size", lambda h: h[first].__setitem__("shape", [1]), first),
-        ("overlap", lambda h: h[second].__setitem__("data_offsets", [0, h[second]["data_offsets"][1] - h[second]["data_offsets"][0]]), "overlaps"),
+        ("overlap", lambda h: h[second].__setitem__("data_offsets", [0, h[second]["data_offsets"][1] - h[second]["data_offsets"][0]]), "overlaps tensor '"),
     ):
         changed = json.loads(json.dumps(header))
         change(changed)
@@ -310,6 +311,19 @@ def test_malformed_container_is_rejected(label, buffer, key):
     with pytest.raises(ValueError, match="ModelFile") as error:
         read_model(buffer)
     assert key in str(error.value)
+
+
+def test_overlapping_tensors_are_both_named():
+    header, data = _valid_parts()
+    names = sorted((n for n in header if n != "__metadata__"), key=lambda n: header[n]["data_offsets"][0])
+    moved, landed_on = names[-1], names[0]
+    span = header[moved]["data_offsets"]
+    header[moved]["data_offsets"] = [0, span[1] - span[0]]
+    with pytest.raises(ValueError) as error:
+        read_model(raw_file(header, data))
+    # The moved tensor and the one it lands on, each named.
+    message = str(error.value)
+    assert f"'{moved}'" in message and f"'{landed_on}'" in message and "overlaps" in message, message
 
 
 def test_random_corruption_never_crashes():

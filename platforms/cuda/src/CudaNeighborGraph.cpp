@@ -148,22 +148,22 @@ std::string CudaNeighborGraph::errorMessage(const GraphStatus& s) const {
     message << "GraphForce: ";
     switch (s.errorCode) {
     case GraphErrorSamePosition:
-        message << "particles " << name(s.errorParticle[0]) << " and " << name(s.errorParticle[1])
+        message << "System particles " << name(s.errorParticle[0]) << " and " << name(s.errorParticle[1])
                 << " are at the same position; the model is undefined at zero distance";
         break;
     case GraphErrorNonFinitePosition:
-        message << "the position of particle " << name(s.errorParticle[0]) << " is not finite";
+        message << "the position of System particle " << name(s.errorParticle[0]) << " is not finite";
         break;
     case GraphErrorNonFiniteEnergy:
-        message << "the energy of particle " << name(s.errorParticle[0]) << " is not finite or beyond 1e9 kJ/mol (" << s.errorValue
+        message << "the energy of System particle " << name(s.errorParticle[0]) << " is not finite or beyond 1e9 kJ/mol (" << s.errorValue
                 << "); check the positions and the model";
         break;
     case GraphErrorForceOutOfRange:
-        message << "a force contribution between particles " << name(s.errorParticle[0]) << " and " << name(s.errorParticle[1])
+        message << "a force contribution between System particles " << name(s.errorParticle[0]) << " and " << name(s.errorParticle[1])
                 << " is not finite or beyond the fixed-point range (" << s.errorValue << " kJ/mol/nm); check the positions and the model";
         break;
     case GraphErrorEdgeOrder:
-        message << "the streamed moments scan met the edge from particle " << name(s.errorParticle[0]) << " to particle "
+        message << "the streamed moments scan met the edge from System particle " << name(s.errorParticle[0]) << " to System particle "
                 << name(s.errorParticle[1]) << " (table interval " << s.errorValue
                 << ") after an edge two or more intervals farther out, which its ring of knots cannot serve; set the GraphForce "
                    "property CudaMomentsScan to \"rows\" and report the model and positions";

@@ -19,7 +19,7 @@ const Vec3* GraphPlugin::buildReferenceGraph(ContextImpl& context, double cutoff
     for (int i = 0; i < n; i++) {
         localPositions[i] = positions[particles[i]];
         if (!std::isfinite(localPositions[i][0]) || !std::isfinite(localPositions[i][1]) || !std::isfinite(localPositions[i][2]))
-            throw OpenMMException("GraphForce: the position of particle " + std::to_string(particles[i]) + " is not finite");
+            throw OpenMMException("GraphForce: the position of System particle " + std::to_string(particles[i]) + " is not finite");
     }
     const Vec3* box = nullptr;
     if (periodic) {
@@ -38,7 +38,7 @@ void GraphPlugin::addReferenceForces(ContextImpl& context, const std::vector<int
             throw OpenMMException("GraphForce: the model's energy is not finite (" + std::to_string(energy) + "); check the positions and the model");
         for (int i = 0; i < n && localForces != nullptr; i++)
             if (!std::isfinite((*localForces)[i][0]) || !std::isfinite((*localForces)[i][1]) || !std::isfinite((*localForces)[i][2]))
-                throw OpenMMException("GraphForce: the force on particle " + std::to_string(particles[i]) + " is not finite");
+                throw OpenMMException("GraphForce: the force on System particle " + std::to_string(particles[i]) + " is not finite");
     }
     if (localForces != nullptr) {
         std::vector<Vec3>& forces = *referencePlatformData(context).forces;
