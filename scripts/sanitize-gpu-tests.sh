@@ -14,6 +14,8 @@
 #   SANITIZE_TIMEOUT   seconds a case may take (default 150)
 #   SANITIZE_DEADLINE  seconds after which no case starts (default 480)
 #   SANITIZE_JOBS      processes at a time (default 8)
+#                      (racecheck is the slow one: at 10 jobs and 170 s a case, 15 of 85 cases timed out and two ended
+#                      without output in bench/NOTES.md v65; give it SANITIZE_FILTER, fewer jobs and more time)
 #   SANITIZER          the compute-sanitizer to run (default: the one on PATH or in /usr/local/cuda)
 #
 # Each case ends as: clean (the test passed and the tool reported nothing), HOST-ONLY (the test passed without any

@@ -127,7 +127,7 @@ std::string makeZip(const std::vector<ZipEntry>& entries) {
             putLittleEndian(*record, named.name.size(), 2);
             putLittleEndian(*record, 0, 2); // extra
             if (central) {
-                putLittleEndian(*record, 0, 2 + 2 + 2 + 4); // comment, disk, attributes
+                record->append(2 + 2 + 2 + 4, '\0'); // comment, disk, attributes
                 putLittleEndian(*record, offset, 4);
             }
             *record += named.name;
