@@ -719,7 +719,8 @@ TEST(GraphForce, ParticlesAtTheSamePositionAreRejected) {
     VerletIntegrator integrator(0.001);
     Context context(*system, integrator, testPlatform(), testPlatformProperties());
     context.setPositions(positions);
-    expectRefused([&] { context.getState(State::Forces); }, {"System particles ", "4", "17", "same position"}, "two particles at one position");
+    expectRefused([&] { context.getState(State::Forces); }, {"System particles ", "4", "17", "same position"},
+                  "two particles at one position");
 }
 
 TEST(GraphForce, ParticlesAtTheSamePositionThroughAnImageAreRejected) {

@@ -399,7 +399,8 @@ TEST(GraphModelLoader, RejectsBadTensorEntries) {
             size_t at = header.find("\"radial.table\":{");
             at = header.find("\"data_offsets\":[", at) + 16;
             const size_t comma = header.find(',', at), close = header.find(']', at);
-            const uint64_t begin = std::stoull(header.substr(at, comma - at)), end = std::stoull(header.substr(comma + 1, close - comma - 1));
+            const uint64_t begin = std::stoull(header.substr(at, comma - at)),
+                           end = std::stoull(header.substr(comma + 1, close - comma - 1));
             const uint64_t newBegin = overlap ? 0 : begin + 8;
             header.replace(at, close - at, std::to_string(newBegin) + "," + std::to_string(newBegin + end - begin));
             if (!overlap)

@@ -130,7 +130,8 @@ private:
         uint64_t headerSize = headerLength(bytes);
         uint64_t available = bytes.size() - 8;
         if (available == 0)
-            fail("header length: found " + str(headerSize) + ", but the file ends after these 8 bytes (truncated or not a safetensors file)");
+            fail("header length: found " + str(headerSize) +
+                 ", but the file ends after these 8 bytes (truncated or not a safetensors file)");
         if (headerSize == 0 || headerSize > available || headerSize > MaxHeaderBytes)
             fail("header length: expected 1 to " + str(std::min<uint64_t>(available, MaxHeaderBytes)) +
                  " bytes (the rest of the file), found " + str(headerSize) + " (truncated or not a safetensors file)");
@@ -223,10 +224,11 @@ private:
         auto span = [&](const TensorEntry* t) { return "'" + t->name + "' [" + str(t->begin) + ", " + str(t->end) + "]"; };
         for (const TensorEntry* t : order) {
             if (t->begin < expected)
-                fail("tensors " + span(previous) + " and " + span(t) + " overlap (data_offsets; tensors must tile the data without gaps or overlaps)");
+                fail("tensors " + span(previous) + " and " + span(t) +
+                     " overlap (data_offsets; tensors must tile the data without gaps or overlaps)");
             if (t->begin > expected)
-                fail("tensor " + span(t) + ": a gap of " + str(t->begin - expected) + " bytes before it (data_offsets; tensors must tile the data " +
-                     "without gaps or overlaps)");
+                fail("tensor " + span(t) + ": a gap of " + str(t->begin - expected) +
+                     " bytes before it (data_offsets; tensors must tile the data without gaps or overlaps)");
             expected = t->end;
             previous = t;
         }
@@ -330,8 +332,9 @@ private:
         m->numTypes = (int) m->typeNames.size();
         JsonValue numbers = metaJsonArray("type_atomic_numbers", "a JSON list of integers");
         if ((int) numbers.array.size() != m->numTypes)
-            fail("metadata key 'type_atomic_numbers': expected " + str(m->numTypes) + " entries (one per entry of 'type_names', which lists " +
-                 str(m->numTypes) + " names), found " + str(numbers.array.size()));
+            fail("metadata key 'type_atomic_numbers': expected " + str(m->numTypes) +
+                 " entries (one per entry of 'type_names', which lists " + str(m->numTypes) + " names), found " +
+                 str(numbers.array.size()));
         for (const JsonValue& number : numbers.array)
             m->typeAtomicNumbers.push_back((int) exactInteger(number, "metadata key 'type_atomic_numbers'", 0, 118));
 

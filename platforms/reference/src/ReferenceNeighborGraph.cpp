@@ -134,8 +134,8 @@ void ReferenceNeighborGraph::build(const std::vector<Vec3>& positions, const Vec
                         const double xj[3] = {positions[j][0], positions[j][1], positions[j][2]};
                         if (isSamePosition(r2, xi, xj, cutoff2)) {
                             std::stringstream s;
-                            s << "GraphForce: System particles " << particleNames[std::min(i, j)] << " and " << particleNames[std::max(i, j)]
-                              << " are at the same position" << (periodic ? " (minimum image)" : "")
+                            s << "GraphForce: System particles " << particleNames[std::min(i, j)] << " and "
+                              << particleNames[std::max(i, j)] << " are at the same position" << (periodic ? " (minimum image)" : "")
                               << "; the model is undefined at zero distance";
                             throw OpenMMException(s.str());
                         }
