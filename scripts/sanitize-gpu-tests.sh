@@ -3,7 +3,7 @@
 # each tool, SANITIZE_JOBS processes at a time on the one GPU.  Needs a GPU whose runtime lets compute-sanitizer run
 # (the lent Firecracker machines do; /work/.library/device/KINDS.md).
 #
-#   bash scripts/sanitize-gpu-tests.sh
+#   BUILD=build/tests bash scripts/sanitize-gpu-tests.sh      (after scripts/test-gpu.sh, which builds there)
 #   EXTRA_SCRIPT=scripts/sanitize-gpu-tests.sh bash scripts/device-session.sh extra   (carry .device/tests.txz)
 #
 #   BUILD              the CMake build holding the tests (default /tmp/graph-py, unpacked from .device/tests.txz when
@@ -32,10 +32,17 @@ BUILD=${BUILD:-/tmp/graph-py}
 SAN=${SANITIZER:-$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -n 1)}
 [ -n "$SAN" ] || { echo "compute-sanitizer not found"; exit 1; }
 if [ ! -d "$BUILD" ]; then
+    [ "$BUILD" = /tmp/graph-py ] || { echo "no build in $BUILD"; exit 1; }
     source scripts/device-build.sh
     reuse_tests || { echo "no build in $BUILD and no carried tests for these sources"; exit 1; }
 fi
-[ -n "${OPENMM_PLUGIN_DIR:-}" ] || { echo "OPENMM_PLUGIN_DIR is not set (source scripts/device-env.sh)"; exit 1; }
+# The tests load OpenMM's platforms from OPENMM_PLUGIN_DIR, which ctest sets from the build's configuration (run directly
+# here, they need it from the environment or from that configuration).
+if [ -z "${OPENMM_PLUGIN_DIR:-}" ]; then
+    OPENMM_PLUGIN_DIR=$(grep -rhoE 'OPENMM_PLUGIN_DIR=[^";]+' "$BUILD" --include=CTestTestfile.cmake 2>/dev/null | head -n 1 | cut -d= -f2-)
+    [ -n "$OPENMM_PLUGIN_DIR" ] || { echo "OPENMM_PLUGIN_DIR is not set and $BUILD's tests do not name it (source scripts/device-env.sh)"; exit 1; }
+    export OPENMM_PLUGIN_DIR
+fi
 dir="$OUT/sanitize"
 mkdir -p "$dir"
 "$SAN" --version | tail -n 1
