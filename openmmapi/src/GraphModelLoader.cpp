@@ -129,12 +129,12 @@ private:
             fail("the file is " + str(bytes.size()) + " bytes long; a safetensors file starts with an 8-byte header length");
         uint64_t headerSize = headerLength(bytes);
         uint64_t available = bytes.size() - 8;
-        if (available == 0)
-            fail("header length: found " + str(headerSize) +
-                 ", but the file ends after these 8 bytes (truncated or not a safetensors file)");
         if (headerSize == 0 || headerSize > available || headerSize > MaxHeaderBytes)
-            fail("header length: expected 1 to " + str(std::min<uint64_t>(available, MaxHeaderBytes)) +
-                 " bytes (the rest of the file), found " + str(headerSize) + " (truncated or not a safetensors file)");
+            fail("header length: " +
+                 (available == 0 ? "found " + str(headerSize) + ", but the file ends after these 8 bytes"
+                                 : "expected 1 to " + str(std::min<uint64_t>(available, MaxHeaderBytes)) +
+                                       " bytes (the rest of the file), found " + str(headerSize)) +
+                 " (truncated or not a safetensors file)");
         dataStart = 8 + headerSize;
         dataSize = bytes.size() - dataStart;
         JsonValue header = JsonValue::parse(bytes.data() + 8, headerSize, "the safetensors header");

@@ -920,15 +920,10 @@ def decode_safetensors(buffer: bytes, source: str | None = None) -> tuple[dict, 
         raise errors.error(f"header length: expected 8 bytes, found a file of {len(buffer)} bytes")
     (header_length,) = struct.unpack("<Q", buffer[:8])
     available = len(buffer) - 8
-    if available == 0:
-        raise errors.error(
-            f"header length: found {header_length}, but the file ends after these 8 bytes (truncated or not a safetensors file)"
-        )
     if header_length == 0 or header_length > available or header_length > _MAX_HEADER_BYTES:
-        raise errors.error(
-            f"header length: expected 1 to {min(available, _MAX_HEADER_BYTES)} bytes (the rest of the file), "
-            f"found {header_length} (truncated or not a safetensors file)"
-        )
+        problem = (f"found {header_length}, but the file ends after these 8 bytes" if available == 0 else
+                   f"expected 1 to {min(available, _MAX_HEADER_BYTES)} bytes (the rest of the file), found {header_length}")
+        raise errors.error(f"header length: {problem} (truncated or not a safetensors file)")
     header_bytes = bytes(buffer[8 : 8 + header_length])
     data = buffer[8 + header_length :]
     try:

@@ -12,12 +12,6 @@ from openmmgraph.grades import lattice_system, make_model
 pytestmark = pytest.mark.gpu
 
 
-def _has_cuda():
-    openmmgraph.pluginLoadFailures()  # loads the plugins
-    names = [openmm.Platform.getPlatform(i).getName() for i in range(openmm.Platform.getNumPlatforms())]
-    return "CUDA" in names and openmm.Platform.getPlatformByName("CUDA").supportsKernels(["CalcGraphForce"])
-
-
 def evaluate(model_bytes, positions, types, box, platform, properties=None):
     system = openmm.System()
     for _ in range(len(positions)):
@@ -38,9 +32,7 @@ def evaluate(model_bytes, positions, types, box, platform, properties=None):
 
 @pytest.mark.parametrize("precision", ["single", "mixed", "double"])
 @pytest.mark.parametrize("grade", ["small", "medium", "large"])
-def test_cuda_matches_reference(grade, precision):
-    if not _has_cuda():
-        pytest.skip("no CUDA platform with the GraphForce kernels")
+def test_cuda_matches_reference(grade, precision, graph_cuda):
     model = make_model(grade=grade, seed=1, radial_intervals=100)
     positions, types, box = lattice_system(1000, n_types=len(model.type_names), seed=2)
     e_ref, f_ref, pe_ref = evaluate(model.to_bytes(), positions, types, box, "Reference")
@@ -53,7 +45,7 @@ def test_cuda_matches_reference(grade, precision):
 
 
 @pytest.mark.parametrize("precision", ["single", "mixed"])
-def test_cuda_tables_of_float32_knots_keep_fp32_accuracy(precision):
+def test_cuda_tables_of_float32_knots_keep_fp32_accuracy(precision, graph_cuda):
     """The bundled silicon model (float32 tables, steep radial functions at 0.0189 nm knot spacing): the table lookups'
     difference form keeps fp32's force error near that of the rest of the pipeline.  Summed as f_even c0 + f_odd c3 + ...
     the two knots' products cancelled and this error was about 1.7e-5 (an emulation of the kernels' arithmetic, bench/NOTES.md
@@ -61,8 +53,6 @@ def test_cuda_tables_of_float32_knots_keep_fp32_accuracy(precision):
     import os
     import sys
 
-    if not _has_cuda():
-        pytest.skip("no CUDA platform with the GraphForce kernels")
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, os.path.join(here, "..", "..", "examples", "silicon"))
     import sw

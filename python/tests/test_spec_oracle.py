@@ -108,12 +108,6 @@ def test_reference_follows_the_contract(seed, options, box, n, dtype):
     assert particle_energies < 1e-10
 
 
-def _has_cuda():
-    openmmgraph.pluginLoadFailures()  # loads the plugins
-    names = [openmm.Platform.getPlatform(i).getName() for i in range(openmm.Platform.getNumPlatforms())]
-    return "CUDA" in names and openmm.Platform.getPlatformByName("CUDA").supportsKernels(["CalcGraphForce"])
-
-
 # Mixed precision on every case; single and double on every third.
 GPU_CASES = [pytest.param("mixed", *case.values, id="mixed-" + case.id) for case in CASES] + [
     pytest.param(precision, *case.values, id=f"{precision}-{case.id}") for case in CASES[::3] for precision in ("single", "double")]
@@ -121,9 +115,7 @@ GPU_CASES = [pytest.param("mixed", *case.values, id="mixed-" + case.id) for case
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision, seed, options, box, n, dtype", GPU_CASES)
-def test_cuda_follows_the_contract(precision, seed, options, box, n, dtype):
-    if not _has_cuda():
-        pytest.skip("no CUDA platform with the GraphForce kernels")
+def test_cuda_follows_the_contract(precision, seed, options, box, n, dtype, graph_cuda):
     energy, forces, particle_energies = _errors((seed, options, box, n, dtype), "CUDA", {"Precision": precision})
     tolerance = 1e-8 if precision == "double" else 5e-5
     assert forces < tolerance
