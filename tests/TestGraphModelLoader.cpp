@@ -303,7 +303,10 @@ TEST(GraphModelLoader, RejectsBadMetadata) {
     expectMetadataRejected("l_max", "3", {"'l_max'", "3"});
     expectMetadataRejected("descriptor_l_sum", "yes", {"'descriptor_l_sum'", "yes"});
     expectMetadataRejected("n_norm", "0", {"'n_norm'"});
-    expectMetadataRejected("radial_dr", "0.1", {"'radial_dr'", "cutoff"});
+    // Numbers in messages are the shortest text that reads back as the same double (0.6, not 0.59999999999999998).
+    expectMetadataRejected("radial_dr", "0.1", {"'radial_dr'", "cutoff = 0.6,", "found 0.8500000000000001"});
+    expectMetadataRejected("radial_r0", "0.6", {"'radial_r0'", "< cutoff (0.6)", "found 0.6"});
+    expectMetadataRejected("n_norm", "-0.3", {"'n_norm'", "> 0,"});
     expectMetadataRejected("radial_intervals", "9", {"'radial_intervals'"});
     expectMetadataRejected("activation", "relu", {"'activation'", "relu"});
     expectMetadataRejected("fitting_residual", "[false]", {"fitting.0.1.", "not a tensor of this model"});

@@ -73,9 +73,19 @@ uint64_t headerLength(const std::string& bytes) {
 
 template <class T> std::string str(const T& value) {
     std::stringstream s;
-    s.precision(17);
     s << value;
     return s.str();
+}
+
+/** The shortest decimal text that reads back as exactly this double (0.6, not 0.59999999999999998). */
+std::string str(double value) {
+    for (int digits = 1;; digits++) {
+        std::stringstream s;
+        s.precision(digits);
+        s << value;
+        if (digits == 17 || std::strtod(s.str().c_str(), nullptr) == value)
+            return s.str();
+    }
 }
 
 std::string shapeString(const std::vector<int64_t>& shape) {
