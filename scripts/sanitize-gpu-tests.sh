@@ -78,7 +78,6 @@ run_case() {
     fi
     case $tool in
         memcheck) options="--leak-check no" ;;
-        initcheck) options="--track-unused-memory no" ;;
         *) options= ;;
     esac
     start=$(date +%s)

@@ -62,7 +62,9 @@ Which forces are in the forces view: those of the Context's last evaluation
 of any kind (an integrator step, ``getState(getForces=True)``, and also
 ``getState(getEnergy=True)``, which refills OpenMM's force buffer), restricted
 to the force groups that evaluation asked for (``groups=``): never computed by
-the views or the helpers.
+the views or the helpers.  Before the Context's first evaluation the view
+holds whatever OpenMM's buffer holds (on CUDA, memory OpenMM has not written
+yet): evaluate first.
 
 Writing: the positions, velocities and forces views (and the Reference/CPU
 results of the helpers, which are those views) are writable, and a write

@@ -32,7 +32,9 @@
  * ownership of `owner`.  Apart from those, ommgraph_view_* copy nothing unless
  * OMMGRAPH_VIEW_COPY is given (then the tensor owns a copy, flagged IS_COPIED).
  * FORCES holds the forces of the Context's last evaluation of any kind (also
- * an energy-only getState), of the force groups it asked for.  A write through
+ * an energy-only getState), of the force groups it asked for; before the
+ * Context's first evaluation it holds whatever OpenMM's buffer holds (on CUDA,
+ * memory OpenMM has not written yet).  A write through
  * POSITIONS is not announced to OpenMM: an Integrator that keeps forces between
  * steps (CustomIntegrator, NoseHooverIntegrator) needs Context::setPositions
  * afterwards (Python: openmmgraph.dlpack.positions_changed).
