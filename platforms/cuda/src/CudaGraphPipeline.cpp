@@ -590,7 +590,10 @@ private:
         if (converted.empty())
             converted.push_back(0);
         std::unique_ptr<CudaArray> array(CudaArray::create<real>(cu, converted.size(), name));
-        array->upload(converted);
+        // With a size_t byte count: OpenMM 8.6.1's CudaArray::upload multiplies elements by their size in int, so a table or
+        // layer of 2 to 4 GiB failed to upload and one of 4 to 6 GiB was copied in part (bench/NOTES.md v66).
+        ContextSelector selector(cu);
+        GRAPH_CU_CHECK(cuMemcpyHtoD(array->getDevicePointer(), converted.data(), converted.size() * sizeof(real)));
         return array;
     }
 

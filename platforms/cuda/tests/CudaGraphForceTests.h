@@ -983,3 +983,26 @@ TEST(CudaGraphForce, BadCudaGraphPropertyIsRejected) {
     force->setProperty("CudaForceScan", "streamed");
     EXPECT_EQ("streamed", force->getProperty("CudaForceScan"));
 }
+
+/**
+ * A radial table past 2 GiB on the device, in the platform's precision (2 types, l_max 2, 128 channels and as many
+ * intervals as that takes: 131,073 knots in fp32, 65,537 in fp64), against the Reference platform.  OpenMM 8.6.1's
+ * CudaArray::upload multiplies elements by their size in int, and the plugin's model uploads went through it: a table
+ * of 2 to 4 GiB failed to upload, one of 4 to 6 GiB was copied in part (bench/NOTES.md v66).  Needs about 20 GB of host
+ * memory and 5 GB of device memory.
+ */
+TEST(CudaGraphForce, TablesPastTwoGibibytesAreUploadedWhole) {
+    GraphTest::ModelOptions options;
+    options.lMax = 2;
+    options.numChannels = 128;
+    options.numAxis = 2;
+    options.fittingWidths = {8};
+    options.float32 = true; // the file's bytes: half the table's doubles
+    const size_t realSize = std::string(GRAPH_TEST_PRECISION) == "double" ? 8 : 4;
+    const size_t knotBytes = (size_t) options.numTypes * options.numTypes * (options.lMax + 1) * 3 * options.numChannels * realSize;
+    options.intervals = (int) (((size_t) 9 << 28) / knotBytes); // 2.25 GiB of knots
+    ASSERT_GT((options.intervals + 1) * knotBytes, (size_t) 1 << 31);
+    Configuration config = makeConfiguration(Geometry::Cubic, 40, options.numTypes, 11);
+    std::unique_ptr<System> system(makeSystem(config, options));
+    checkAgainstReference(*system, config.positions);
+}
