@@ -37,12 +37,13 @@ if [ ! -d "$BUILD" ]; then
     reuse_tests || { echo "no build in $BUILD and no carried tests for these sources"; exit 1; }
 fi
 # The tests load OpenMM's platforms from OPENMM_PLUGIN_DIR, which ctest sets from the build's configuration (run directly
-# here, they need it from the environment or from that configuration).
+# here, they need it from the environment or from that configuration).  A carried build names the folder of the machine
+# that built it (bench/NOTES.md v66), so the folder must exist here.
 if [ -z "${OPENMM_PLUGIN_DIR:-}" ]; then
     OPENMM_PLUGIN_DIR=$(grep -rhoE 'OPENMM_PLUGIN_DIR=[^";]+' "$BUILD" --include=CTestTestfile.cmake 2>/dev/null | head -n 1 | cut -d= -f2-)
-    [ -n "$OPENMM_PLUGIN_DIR" ] || { echo "OPENMM_PLUGIN_DIR is not set and $BUILD's tests do not name it (source scripts/device-env.sh)"; exit 1; }
     export OPENMM_PLUGIN_DIR
 fi
+[ -d "$OPENMM_PLUGIN_DIR" ] || { echo "OPENMM_PLUGIN_DIR (\"$OPENMM_PLUGIN_DIR\", from the environment or $BUILD's tests) is not a folder here (source scripts/device-env.sh)"; exit 1; }
 dir="$OUT/sanitize"
 mkdir -p "$dir"
 "$SAN" --version | tail -n 1
