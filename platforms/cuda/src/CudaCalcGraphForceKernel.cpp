@@ -199,7 +199,7 @@ double CudaCalcGraphForceKernel::executeRanks(bool includeForces) {
     }
     // The energy words, then the forces.
     std::vector<int64_t> forces;
-    int64_t words[2] = {0, 0};
+    int64_t words[3] = {0, 0, 0};
     std::string error;
     try {
         if (injected == InjectedFailure::Result)
@@ -212,16 +212,15 @@ double CudaCalcGraphForceKernel::executeRanks(bool includeForces) {
     // As readRankResult sizes them, whether or not it ran: every rank sums as many words.
     forces.resize(includeForces ? 3 * std::max<size_t>(1, particles.size()) : 0);
     std::vector<int64_t> sums;
-    sums.reserve(2 + forces.size() + 1); // and sumAgreed's word
-    sums.push_back(words[0]);
-    sums.push_back(words[1]);
+    sums.reserve(3 + forces.size() + 1); // and sumAgreed's word
+    sums.insert(sums.end(), words, words + 3);
     sums.insert(sums.end(), forces.begin(), forces.end());
     domains->sumAgreed(sums, error);
     if (includeForces) {
-        std::copy(sums.begin() + 2, sums.end(), forces.begin());
+        std::copy(sums.begin() + 3, sums.end(), forces.begin());
         pipeline->addRankForces(forces);
     }
-    return energyOfWords(sums[0], sums[1]); // words that are bitwise the same on every rank
+    return energyOfWords(sums[0], sums[1], sums[2]); // words that are bitwise the same on every rank
 }
 
 double CudaCalcGraphForceKernel::execute(ContextImpl& context, bool includeForces, bool includeEnergy) {

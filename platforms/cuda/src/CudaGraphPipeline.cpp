@@ -552,9 +552,10 @@ public:
         energies.assign(values.begin(), values.begin() + n);
     }
 
-    void readRankResult(std::vector<int64_t>* forces, int64_t energyWords[2]) override {
-        energyWords[0] = hostStatus[EndRecord].energyHigh;
-        energyWords[1] = hostStatus[EndRecord].energyLow;
+    void readRankResult(std::vector<int64_t>* forces, int64_t energyWords[3]) override {
+        energyWords[0] = hostStatus[EndRecord].energyTop;
+        energyWords[1] = hostStatus[EndRecord].energyHigh;
+        energyWords[2] = hostStatus[EndRecord].energyLow;
         if (forces != nullptr) {
             ContextSelector selector(cu);
             forces->resize(3 * (size_t) std::max(1, n));

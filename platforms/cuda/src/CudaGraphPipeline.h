@@ -145,11 +145,11 @@ public:
     virtual bool finish(std::string& error) = 0;
     /**
      * CudaGraphDomain::rankSums, after finish(): this evaluation's energy (the
-     * two words of GraphStatus::energyHigh/Low) and, when forces is not null,
+     * words of GraphStatus::energyTop/High/Low) and, when forces is not null,
      * its forces ([3][n] in force order, 64-bit fixed point, 2^-32 kJ/mol/nm;
      * a copy to the host that synchronises).
      */
-    virtual void readRankResult(std::vector<int64_t>* forces, int64_t energyWords[2]) = 0;
+    virtual void readRankResult(std::vector<int64_t>* forces, int64_t energyWords[3]) = 0;
     /** CudaGraphDomain::rankSums: add forces ([3][n] force order, fixed point, host) to OpenMM's force buffer. */
     virtual void addRankForces(const std::vector<int64_t>& forces) = 0;
     /** Set the model type of every particle (force order). */

@@ -8,6 +8,7 @@
  */
 
 #include <cstdint>
+#include <math.h>
 
 namespace GraphPlugin {
 
@@ -44,14 +45,19 @@ struct GraphStatus {
     int errorParticle[2]; ///< force-local indices of the particles concerned
     double errorValue;
     /**
-     * The energy of the evaluation in two 64-bit fixed-point parts (kJ/mol):
-     * E = energyHigh / 2^8 + energyLow / 2^40.  Integer sums are order
-     * independent, so the energy is bitwise reproducible under any particle
-     * order; the split keeps 2^-40 kJ/mol resolution and room for 3e7
-     * particles of up to 1e9 kJ/mol each (one 2^32-scaled word overflows
-     * past 2.1e9 kJ/mol in total, about 5 million silicon atoms).
+     * The energy of the evaluation in 64-bit fixed-point words (kJ/mol), sums
+     * over the particles of energyWordsOf(E_i): E = energyHigh / 2^8 +
+     * energyLow / 2^40.  Integer sums are order independent, so the energy is
+     * bitwise reproducible under any particle order; the split keeps 2^-40
+     * kJ/mol resolution (one 2^32-scaled word would overflow past 2.1e9
+     * kJ/mol in total, about 5 million silicon atoms).  energyHigh wraps past
+     * 2^63 / 2^8 = 3.6e16 kJ/mol (36 million particles near the 1e9 kJ/mol
+     * limit of each); energyTop, the sum of the particles' high words
+     * rounded down to multiples of 2^32 (in units of 2^32), never wraps, and
+     * with it energyOfWords gives the total exactly in every case
+     * (bench/NOTES.md v67).
      */
-    long long energyHigh, energyLow;
+    long long energyHigh, energyLow, energyTop;
     long long edgeCount; ///< PyTorch models on CUDA: the edges of the graph (for the edge capacity of the model's tensors)
 };
 
@@ -61,12 +67,40 @@ struct GraphStatus {
 #define GRAPH_HOST_DEVICE
 #endif
 
-/** Units of GraphStatus::energyHigh and energyLow: 2^8 and 2^40 per kJ/mol. */
-constexpr double EnergyHighScale = 256.0, EnergyLowScale = 1099511627776.0;
+/** Units of GraphStatus::energyHigh and energyLow: 2^8 and 2^40 per kJ/mol; energyTop counts 2^32 units of energyHigh. */
+constexpr double EnergyHighScale = 256.0, EnergyLowScale = 1099511627776.0, EnergyTopUnit = 4294967296.0;
 
-/** The energy (kJ/mol) that the two fixed-point words of GraphStatus hold. */
-GRAPH_HOST_DEVICE inline double energyOfWords(long long high, long long low) {
-    return (double) high * (1.0 / EnergyHighScale) + (double) low * (1.0 / EnergyLowScale);
+/** One particle's share of the fixed-point energy words of GraphStatus (atomically added to them). */
+struct GraphEnergyWords {
+    long long high; ///< floor(E 2^8): |high| < 2^38 for |E| < 1e9 kJ/mol
+    long long low;  ///< (E - high / 2^8) 2^40 rounded to nearest, in [0, 2^32]
+    long long top;  ///< floor(high / 2^32), in [-64, 63]
+};
+
+/** The fixed-point words of a particle energy `e` (kJ/mol, finite, |e| < 1e9; the caller checks). */
+GRAPH_HOST_DEVICE inline GraphEnergyWords energyWordsOf(double e) {
+    const double high = floor(e * EnergyHighScale); // an integer below 2^38 in magnitude: exact in a double
+    GraphEnergyWords words;
+    words.high = (long long) high;
+    words.low = llrint((e - high * (1.0 / EnergyHighScale)) * EnergyLowScale);
+    words.top = (long long) floor(high * (1.0 / EnergyTopUnit)); // a division by a power of two: exact
+    return words;
+}
+
+/**
+ * The energy (kJ/mol) of the sums of energyWordsOf over the particles (GraphStatus's words, or their sums over ranks).
+ * high holds the total T of the high words modulo 2^64; high - top 2^32 (modulo 2^64) is the sum of the particles' high
+ * words less their multiples of 2^32, exact below 2^32 particles: T = carried 2^32 + rest, with rest in [0, 2^32).
+ * Where T fits a signed 64-bit word (|E| below 3.6e16 kJ/mol) high is T and the energy is computed from it as it always
+ * was, bitwise; beyond, from carried and rest (rounded once to a double, not wrapped).
+ */
+GRAPH_HOST_DEVICE inline double energyOfWords(long long top, long long high, long long low) {
+    const unsigned long long bottom = (unsigned long long) high - ((unsigned long long) top << 32);
+    const long long carried = top + (long long) (bottom >> 32);
+    const double lowPart = (double) low * (1.0 / EnergyLowScale);
+    if (carried >= -2147483648LL && carried < 2147483648LL)
+        return (double) high * (1.0 / EnergyHighScale) + lowPart;
+    return ((double) carried * EnergyTopUnit + (double) (bottom & 0xffffffffULL)) * (1.0 / EnergyHighScale) + lowPart;
 }
 
 enum GraphErrorCode : int {

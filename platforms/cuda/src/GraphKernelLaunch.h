@@ -437,7 +437,7 @@ void launchDenseBackward(const DenseBatch<real>& batch, const int* rowNodes, con
  * The fitting network's scalar output for every group: E_i = w . h_i + b + shift
  * (weight [width], bias [1] of each group) into particleEnergy [node]; with
  * gradHidden also dE/dh_i = w ([local row][stride]); with status also the sum
- * of the energies in fixed point (GraphStatus::energyHigh/Low: order
+ * of the energies in fixed point (GraphStatus::energyHigh/Low/Top: order
  * independent, so bitwise reproducible), reporting a non-finite energy.
  */
 template <typename real>

@@ -84,18 +84,18 @@ template <typename real> __device__ inline real warpDot(const real* __restrict__
 
 /**
  * Adds a particle's energy to the evaluation's fixed-point sum
- * (GraphStatus::energyHigh/Low, integer atomics: order independent), or
+ * (GraphStatus::energyHigh/Low/Top, integer atomics: order independent), or
  * reports it when not finite or beyond the fixed-point range.
  */
 __device__ inline void addParticleEnergy(GraphStatus* status, int node, double e) {
     if (!(fabs(e) < FixedPointLimit))
         reportError(status, GraphErrorNonFiniteEnergy, node, -1, e);
     else {
-        // e = high / 2^8 + low / 2^40, both parts exact integers (see GraphStatus).
-        const double high = floor(e * EnergyHighScale);
-        atomicAdd((unsigned long long*) &status->energyHigh, (unsigned long long) (long long) high);
-        atomicAdd((unsigned long long*) &status->energyLow,
-                  (unsigned long long) llrint((e - high * (1.0 / EnergyHighScale)) * EnergyLowScale));
+        // e = high / 2^8 + low / 2^40, and high's multiple of 2^32 (see GraphStatus).
+        const GraphEnergyWords words = energyWordsOf(e);
+        atomicAdd((unsigned long long*) &status->energyHigh, (unsigned long long) words.high);
+        atomicAdd((unsigned long long*) &status->energyLow, (unsigned long long) words.low);
+        atomicAdd((unsigned long long*) &status->energyTop, (unsigned long long) words.top);
     }
 }
 

@@ -25,7 +25,7 @@ __global__ void statusKernel(GraphStatus* __restrict__ status, GraphStatus* host
     static_assert(sizeof(GraphStatus) % sizeof(int) == 0, "the status record is copied in 4-byte words");
     constexpr int Words = sizeof(GraphStatus) / sizeof(int);
     if (threadIdx.x == 0 && energyBuffer != nullptr) {
-        const double energy = energyOfWords(status->energyHigh, status->energyLow);
+        const double energy = energyOfWords(status->energyTop, status->energyHigh, status->energyLow);
         if (energyIsDouble)
             ((double*) energyBuffer)[0] += energy;
         else
