@@ -32,6 +32,8 @@ CudaNeighborGraph::CudaNeighborGraph(CudaContext& cu, const std::vector<int>& pa
     slotArray.reset(CudaArray::create<int>(cu, n1, "graphSlotOfNode"));
     maxCells = 2 * n + 125; // cells of r_c / 2: about n / 2.7 at 100 nm^-3; sparser systems get thicker cells
     grid.reset(CudaArray::create<GraphGrid<double>>(cu, 1, "graphGrid"));
+    if (gridBoundsBlocks(n, periodic) > 0)
+        gridBounds.reset(CudaArray::create<double>(cu, 6 * gridBoundsBlocks(n, periodic), "graphGridBounds"));
     cellOfNode.reset(CudaArray::create<uint32_t>(cu, n1, "graphCellOfNode"));
     sortedCells.reset(CudaArray::create<uint32_t>(cu, n1, "graphSortedCells"));
     nodeIds.reset(CudaArray::create<int>(cu, n1, "graphNodeIds"));
@@ -75,7 +77,8 @@ void CudaNeighborGraph::enqueue(cudaStream_t stream, const GraphBox<double>& box
         return;
     }
     GraphGrid<double>* cells = reinterpret_cast<GraphGrid<double>*>(grid->getDevicePointer());
-    launchGridSetup(x, n, box, cutoff, maxCells, cells, stream);
+    launchGridSetup(x, n, box, cutoff, maxCells, gridBounds ? reinterpret_cast<double*>(gridBounds->getDevicePointer()) : nullptr, cells,
+                    stream);
     launchCellSort(x, n, box, cells, maxCells, reinterpret_cast<uint32_t*>(cellOfNode->getDevicePointer()),
                    reinterpret_cast<uint32_t*>(sortedCells->getDevicePointer()), reinterpret_cast<int*>(nodeIds->getDevicePointer()),
                    reinterpret_cast<int*>(sortedNodes->getDevicePointer()),

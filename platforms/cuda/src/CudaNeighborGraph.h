@@ -109,6 +109,7 @@ private:
         cellStart, sortScratch, rowCountArray, neighbors;
     std::unique_ptr<OpenMM::CudaArray> rowEntries; ///< [buildScratchRows * rowCapacity] uint64: rows while they are collected
     std::unique_ptr<OpenMM::CudaArray> sortedPositions;           ///< [n] GraphDouble4: the positions in cell order (launchCellSort)
+    std::unique_ptr<OpenMM::CudaArray> gridBounds; ///< open boundaries, more than one block of them: [blocks][6] double (launchGridSetup)
     std::unique_ptr<OpenMM::CudaArray> atomOrder, correctionCopy; ///< with orderContext: its atom order and posqCorrection here
     std::unique_ptr<CudaPeerCopyStream> correctionStream;         ///< with correctionCopy: the copy's stream
 };

@@ -55,34 +55,74 @@ __global__ void gatherPositionsKernel(const posqType* __restrict__ posq, const f
     }
 }
 
+/**
+ * The block's bounding box of the boxes lo/hi of its threads (shared reduction, blockDim.x = GridBoundsThreads): the
+ * result in low[d][0] and high[d][0] for every thread.  Minima and maxima are exact, so any order gives the same bits.
+ */
 template <typename real>
-__global__ void gridSetupKernel(const real* __restrict__ positions, int n, GraphBox<real> box, real cutoff, int maxCells,
-                                GraphGrid<real>* grid) {
+__device__ void reduceBounds(const real lo[3], const real hi[3], real (*low)[GridBoundsThreads], real (*high)[GridBoundsThreads]) {
+    for (int d = 0; d < 3; d++) {
+        low[d][threadIdx.x] = lo[d];
+        high[d][threadIdx.x] = hi[d];
+    }
+    __syncthreads();
+    for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+        if (threadIdx.x < stride)
+            for (int d = 0; d < 3; d++) {
+                low[d][threadIdx.x] = min(low[d][threadIdx.x], low[d][threadIdx.x + stride]);
+                high[d][threadIdx.x] = max(high[d][threadIdx.x], high[d][threadIdx.x + stride]);
+            }
+        __syncthreads();
+    }
+}
+
+/** Open boundaries with more than one block of bounds: each block's bounding box of its grid-stride share of the particles into
+ * bounds[block] (low xyz, high xyz). */
+template <typename real>
+__global__ void __launch_bounds__(GridBoundsThreads) boundsKernel(const real* __restrict__ positions, int n, real* __restrict__ bounds) {
     beginChainedKernel();
-    __shared__ real low[3][256], high[3][256];
+    __shared__ real low[3][GridBoundsThreads], high[3][GridBoundsThreads];
+    real lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        for (int d = 0; d < 3; d++) {
+            lo[d] = min(lo[d], positions[3 * i + d]);
+            hi[d] = max(hi[d], positions[3 * i + d]);
+        }
+    reduceBounds(lo, hi, low, high);
+    if (threadIdx.x < 3) {
+        bounds[6 * blockIdx.x + threadIdx.x] = low[threadIdx.x][0];
+        bounds[6 * blockIdx.x + 3 + threadIdx.x] = high[threadIdx.x][0];
+    }
+}
+
+/**
+ * One block: the grid from the periodic box, or from the bounding box of the open system's positions, read directly
+ * (numBounds 0) or as the numBounds block boxes of boundsKernel.
+ */
+template <typename real>
+__global__ void __launch_bounds__(GridBoundsThreads)
+    gridSetupKernel(const real* __restrict__ positions, int n, GraphBox<real> box, real cutoff, int maxCells,
+                    const real* __restrict__ bounds, int numBounds, GraphGrid<real>* grid) {
+    beginChainedKernel();
+    __shared__ real low[3][GridBoundsThreads], high[3][GridBoundsThreads];
     real extent[3];
     if (box.periodic)
         periodicHeights(box, extent);
     else {
         real lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
-        for (int i = threadIdx.x; i < n; i += blockDim.x)
-            for (int d = 0; d < 3; d++) {
-                lo[d] = min(lo[d], positions[3 * i + d]);
-                hi[d] = max(hi[d], positions[3 * i + d]);
-            }
-        for (int d = 0; d < 3; d++) {
-            low[d][threadIdx.x] = lo[d];
-            high[d][threadIdx.x] = hi[d];
-        }
-        __syncthreads();
-        for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
-            if (threadIdx.x < stride)
+        if (numBounds > 0)
+            for (int b = threadIdx.x; b < numBounds; b += blockDim.x)
                 for (int d = 0; d < 3; d++) {
-                    low[d][threadIdx.x] = min(low[d][threadIdx.x], low[d][threadIdx.x + stride]);
-                    high[d][threadIdx.x] = max(high[d][threadIdx.x], high[d][threadIdx.x + stride]);
+                    lo[d] = min(lo[d], bounds[6 * b + d]);
+                    hi[d] = max(hi[d], bounds[6 * b + 3 + d]);
                 }
-            __syncthreads();
-        }
+        else
+            for (int i = threadIdx.x; i < n; i += blockDim.x)
+                for (int d = 0; d < 3; d++) {
+                    lo[d] = min(lo[d], positions[3 * i + d]);
+                    hi[d] = max(hi[d], positions[3 * i + d]);
+                }
+        reduceBounds(lo, hi, low, high);
         for (int d = 0; d < 3; d++)
             extent[d] = n > 0 ? high[d][0] - low[d][0] : real(0);
     }
@@ -481,9 +521,20 @@ void launchGatherPositions(const posqType* posq, const float4* posqCorrection, c
                   nodeOfSystemParticle, positions, slotOfNode, status);
 }
 
-void launchGridSetup(const double* positions, int n, GraphBox<double> box, double cutoff, int maxCells, GraphGrid<double>* grid,
-                     cudaStream_t stream) {
-    launchChained(gridSetupKernel<double>, 1, 256, 0, stream, positions, n, box, cutoff, maxCells, grid);
+int gridBoundsBlocks(int n, bool periodic) {
+    if (periodic)
+        return 0;
+    const int blocks = (int) std::min<long long>(((long long) n + GridBoundsParticles - 1) / GridBoundsParticles, GridBoundsMaxBlocks);
+    return blocks > 1 ? blocks : 0;
+}
+
+void launchGridSetup(const double* positions, int n, GraphBox<double> box, double cutoff, int maxCells, double* bounds,
+                     GraphGrid<double>* grid, cudaStream_t stream) {
+    const int blocks = gridBoundsBlocks(n, box.periodic != 0);
+    if (blocks > 0)
+        launchChained(boundsKernel<double>, blocks, GridBoundsThreads, 0, stream, positions, n, bounds);
+    launchChained(gridSetupKernel<double>, 1, GridBoundsThreads, 0, stream, positions, n, box, cutoff, maxCells, (const double*) bounds,
+                  blocks, grid);
 }
 
 size_t getCellSortScratchBytes(int n, int maxCells) {

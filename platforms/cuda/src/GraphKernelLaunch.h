@@ -34,9 +34,25 @@ template <typename posqType>
 void launchGatherPositions(const posqType* posq, const float4* posqCorrection, const int* atomIndex, int numSlots,
                            const int* nodeOfSystemParticle, double* positions, int* slotOfNode, GraphStatus* status, cudaStream_t stream);
 
-/** The cell grid (device), from the box or from the bounding box of the positions. */
-void launchGridSetup(const double* positions, int n, GraphBox<double> box, double cutoff, int maxCells, GraphGrid<double>* grid,
-                     cudaStream_t stream);
+/**
+ * The open-boundary bounding box's work: blocks of GridBoundsThreads threads, one a GridBoundsParticles particles up to
+ * GridBoundsMaxBlocks (each then reads more), whose boxes one block combines.  Up to GridBoundsParticles particles one
+ * block reads the positions itself (one kernel, as for a periodic box); before, one block read every particle, 1.6 GB
+ * at OpenMM's 67M-particle limit (bench/NOTES.md v67).
+ */
+constexpr int GridBoundsThreads = 256, GridBoundsParticles = 2048, GridBoundsMaxBlocks = 512;
+
+/** The blocks of launchGridSetup's bounds (0: none, the grid's own block reads the positions or the box). */
+int gridBoundsBlocks(int n, bool periodic);
+
+/**
+ * The cell grid (device), from the box or from the bounding box of the positions.
+ * @param positions [n][3] nm, double (device)
+ * @param bounds    scratch of [GridBoundsMaxBlocks][6] doubles (device): the blocks' boxes of open boundaries
+ * @param grid      out (device)
+ */
+void launchGridSetup(const double* positions, int n, GraphBox<double> box, double cutoff, int maxCells, double* bounds,
+                     GraphGrid<double>* grid, cudaStream_t stream);
 
 /**
  * Bin the particles into cells and sort them by cell (stable radix sort, so the
