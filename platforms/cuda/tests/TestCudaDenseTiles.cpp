@@ -17,6 +17,7 @@
 // with the transposed weights (DenseBatch::weightT: the forward's 16-byte
 // copies of W^T where N is a multiple of 4; otherwise, and without weightT,
 // the forward takes the register kernel).
+#include "CudaRuntimeTest.h"
 #include "GraphKernelLaunch.h"
 #include <algorithm>
 #include <cstdio>
@@ -31,13 +32,6 @@
 using namespace GraphPlugin;
 
 namespace {
-
-#define CUDA_OK(call) ASSERT_EQ(cudaSuccess, (call)) << #call
-
-bool haveDevice() {
-    int count = 0;
-    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
 
 template <typename real> struct Buffer {
     real* data = nullptr;
@@ -178,7 +172,7 @@ template <typename real> void expectScaledGradient(const DenseLayerCase<real>& l
 }
 
 template <typename real> void checkEveryTile() {
-    if (!haveDevice())
+    if (!haveCudaDevice())
         GTEST_SKIP() << "no CUDA device";
     // (rows, streamed, transposed weights, 64 x 128): the 128 x 128 tiles both ways in float; the streamed ones only where
     // the device takes them, with and without DenseBatch::weightT (which the other tiles ignore), and so the streamed 64 x 128
@@ -331,7 +325,7 @@ TEST(CudaDenseTiles, ChosenTilesAndTheirStarts) {
 }
 
 TEST(CudaDenseTiles, WideTilesStreamWhereTheDeviceHasTheSharedMemory) {
-    if (!haveDevice())
+    if (!haveCudaDevice())
         GTEST_SKIP() << "no CUDA device";
     int device = 0, major = 0, minor = 0;
     CUDA_OK(cudaGetDevice(&device));

@@ -5,6 +5,7 @@
 // placed in particles that different blocks read; and for a periodic box.  The cell search would give the same rows
 // from a wrong bounding box (particles outside the grid fall into its edge cells), only slower: this is what checks it.
 #include "CellColumns.h"
+#include "CudaRuntimeTest.h"
 #include "GraphKernelLaunch.h"
 #include <algorithm>
 #include <cstring>
@@ -18,13 +19,6 @@
 using namespace GraphPlugin;
 
 namespace {
-
-#define CUDA_OK(call) ASSERT_EQ(cudaSuccess, (call)) << #call
-
-bool haveDevice() {
-    int count = 0;
-    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
 
 /** The grid that launchGridSetup must make for `positions` ([n][3] nm) with the open or the periodic `box`. */
 GraphGrid<double> hostGrid(const std::vector<double>& positions, const GraphBox<double>& box, double cutoff, int maxCells) {
@@ -80,7 +74,7 @@ void expectGridOf(const std::vector<double>& positions, const GraphBox<double>& 
 } // namespace
 
 TEST(CudaGridSetup, OpenBoundingBoxIsTheHostsForEverySize) {
-    if (!haveDevice())
+    if (!haveCudaDevice())
         GTEST_SKIP() << "no CUDA device";
     GraphBox<double> open;
     std::memset(&open, 0, sizeof(open));
@@ -106,7 +100,7 @@ TEST(CudaGridSetup, OpenBoundingBoxIsTheHostsForEverySize) {
 }
 
 TEST(CudaGridSetup, PeriodicGridIsTheBoxs) {
-    if (!haveDevice())
+    if (!haveCudaDevice())
         GTEST_SKIP() << "no CUDA device";
     GraphBox<double> box;
     std::memset(&box, 0, sizeof(box));
