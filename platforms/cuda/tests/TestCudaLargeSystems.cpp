@@ -22,8 +22,9 @@ using namespace OpenMM;
  * about 9.9e8 kJ/mol each (the energy shift of their type), in a periodic box: a total of 3.76e16 kJ/mol, past the
  * 2^63 / 2^8 = 3.6e16 kJ/mol that the 2^-8 kJ/mol energy word holds.  Before the third word (bench/NOTES.md v67) that
  * word wrapped and the energy came out as about -3.4e16 kJ/mol, unreported.  The energies are floats in [2^29, 2^30)
- * (multiples of 64), so their sum in doubles is exact, and the GraphForce's total must be it (within 1e-12).  Needs about 20 GB of
- * device memory and 15 GB of host memory (the tests/TestEnergyWords CPU test checks the words' arithmetic alone).
+ * (multiples of 64), so their sum in doubles is exact, and the GraphForce's total must be it (within 1e-12).  It needs, by estimate,
+ * 20 GB of device memory (rows of 64 entries) and 15 GB of host memory, and ran in 46 s on an H100 (bench/NOTES.md
+ * v67); tests/TestEnergyWords checks the words' arithmetic alone on the CPU.
  */
 TEST(CudaLargeSystems, EnergyTotalPastOneWordIsExact) {
     const int side = 337, n = 38000000;
