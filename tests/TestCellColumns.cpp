@@ -21,20 +21,6 @@ struct System {
     double cutoff = 0.6;
 };
 
-GraphBox<double> periodicBox(const double a[3], const double b[3], const double c[3]) {
-    GraphBox<double> box{};
-    for (int d = 0; d < 3; d++) {
-        box.a[d] = a[d];
-        box.b[d] = b[d];
-        box.c[d] = c[d];
-    }
-    box.inverse[0] = 1 / a[0];
-    box.inverse[1] = 1 / b[1];
-    box.inverse[2] = 1 / c[2];
-    box.periodic = 1;
-    return box;
-}
-
 /** The squared distance between i and j, over the 27 nearest images in a periodic box (exact for reduced boxes). */
 double distance2(const System& s, int i, int j) {
     double delta[3] = {s.x[3 * j] - s.x[3 * i], s.x[3 * j + 1] - s.x[3 * i + 1], s.x[3 * j + 2] - s.x[3 * i + 2]};
@@ -159,7 +145,7 @@ System randomSystem(GraphBox<double> box, int n, double side, unsigned seed) {
 
 TEST(CellColumns, RectangularBoxAtLiquidDensity) {
     const double L = 2.5, a[3] = {L, 0, 0}, b[3] = {0, L, 0}, c[3] = {0, 0, L};
-    const System s = randomSystem(periodicBox(a, b, c), 1562, 0, 1); // 100 nm^-3
+    const System s = randomSystem(boxOfVectors(a, b, c, true), 1562, 0, 1); // 100 nm^-3
     const double ratio = checkRows(s);
     // About 2.5 times the sphere's particles (27 whole cells: 6.4 or more); the run-to-run spread is small.
     EXPECT_GT(ratio, 1.0);
@@ -172,7 +158,7 @@ TEST(CellColumns, RectangularBoxesOfFewCellsAlongSomeAxes) {
     unsigned seed = 10;
     for (const auto& size : sizes) {
         const double a[3] = {size[0], 0, 0}, b[3] = {0, size[1], 0}, c[3] = {0, 0, size[2]};
-        checkRows(randomSystem(periodicBox(a, b, c), 700, 0, seed++));
+        checkRows(randomSystem(boxOfVectors(a, b, c, true), 700, 0, seed++));
     }
 }
 
@@ -180,7 +166,7 @@ TEST(CellColumns, BoxAMultipleOfHalfTheCutoff) {
     // Particles on the faces of the cells: a lattice of spacing r_c / 4 in a box of 10 half cut-offs.
     const double L = 3.0, a[3] = {L, 0, 0}, b[3] = {0, L, 0}, c[3] = {0, 0, L};
     System s;
-    s.box = periodicBox(a, b, c);
+    s.box = boxOfVectors(a, b, c, true);
     for (int i = 0; i < 20; i++)
         for (int j = 0; j < 20; j++)
             for (int k = 0; k < 20; k += 3) {
@@ -193,9 +179,9 @@ TEST(CellColumns, BoxAMultipleOfHalfTheCutoff) {
 
 TEST(CellColumns, TriclinicBoxes) {
     const double a[3] = {3.0, 0, 0}, b[3] = {1.1, 2.8, 0}, c[3] = {-1.2, 1.3, 2.6};
-    checkRows(randomSystem(periodicBox(a, b, c), 1500, 0, 3));
+    checkRows(randomSystem(boxOfVectors(a, b, c, true), 1500, 0, 3));
     const double a2[3] = {1.4, 0, 0}, b2[3] = {0.6, 1.35, 0}, c2[3] = {0.5, -0.6, 1.3};
-    checkRows(randomSystem(periodicBox(a2, b2, c2), 400, 0, 4));
+    checkRows(randomSystem(boxOfVectors(a2, b2, c2, true), 400, 0, 4));
 }
 
 TEST(CellColumns, OpenClusters) {
@@ -216,7 +202,7 @@ TEST(CellColumns, NonFiniteCentersGiveCellsOfTheGrid) {
     // must still be cells of the grid (no read outside cellStart).
     const double L = 3.0, a[3] = {L, 0, 0}, b[3] = {0, L, 0}, c[3] = {0, 0, L};
     GraphBox<double> open{};
-    for (const GraphBox<double>& box : {periodicBox(a, b, c), open}) {
+    for (const GraphBox<double>& box : {boxOfVectors(a, b, c, true), open}) {
         System s = randomSystem(box, 500, 3.0, 9);
         const GraphGrid<double> grid = gridOf(s);
         const int cells = grid.numCells[0] * grid.numCells[1] * grid.numCells[2];

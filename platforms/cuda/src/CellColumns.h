@@ -29,6 +29,25 @@ static_assert(ColumnSpan * ColumnSpan <= 32, "a row's columns are a lane each");
 /** Cell units (a cell's thickness is 1) by which the cut of a column errs on the wide side, for rounding. */
 constexpr double ColumnMargin = 1e-6;
 
+/**
+ * The box of the vectors a, b, c (nm, OpenMM's reduced triclinic form: a along x, b in the xy plane) with the inverses
+ * that the minimum image uses; `periodic` false: open boundaries (the vectors are then not used).
+ */
+template <typename real>
+GRAPH_HOST_DEVICE inline GraphBox<real> boxOfVectors(const real a[3], const real b[3], const real c[3], bool periodic) {
+    GraphBox<real> box;
+    for (int d = 0; d < 3; d++) {
+        box.a[d] = a[d];
+        box.b[d] = b[d];
+        box.c[d] = c[d];
+    }
+    box.inverse[0] = 1 / a[0];
+    box.inverse[1] = 1 / b[1];
+    box.inverse[2] = 1 / c[2];
+    box.periodic = periodic ? 1 : 0;
+    return box;
+}
+
 /** The heights (nm) of the periodic box (OpenMM's reduced form) perpendicular to its pairs of faces. */
 template <typename real> GRAPH_HOST_DEVICE inline void periodicHeights(const GraphBox<real>& box, real extent[3]) {
     const real *a = box.a, *b = box.b, *c = box.c;

@@ -128,19 +128,10 @@ void CudaNeighborGraph::checkBox(CudaContext& cu, double cutoff, bool periodic) 
 }
 
 GraphBox<double> CudaNeighborGraph::currentBox() const {
-    GraphBox<double> box;
     Vec3 v[3];
     cu.getPeriodicBoxVectors(v[0], v[1], v[2]);
-    for (int d = 0; d < 3; d++) {
-        box.a[d] = v[0][d];
-        box.b[d] = v[1][d];
-        box.c[d] = v[2][d];
-    }
-    box.inverse[0] = 1 / box.a[0];
-    box.inverse[1] = 1 / box.b[1];
-    box.inverse[2] = 1 / box.c[2];
-    box.periodic = periodic ? 1 : 0;
-    return box;
+    const double a[3] = {v[0][0], v[0][1], v[0][2]}, b[3] = {v[1][0], v[1][1], v[1][2]}, c[3] = {v[2][0], v[2][1], v[2][2]};
+    return boxOfVectors(a, b, c, periodic);
 }
 
 std::string CudaNeighborGraph::errorMessage(const GraphStatus& s) const {

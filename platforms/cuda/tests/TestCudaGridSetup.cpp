@@ -102,18 +102,8 @@ TEST(CudaGridSetup, OpenBoundingBoxIsTheHostsForEverySize) {
 TEST(CudaGridSetup, PeriodicGridIsTheBoxs) {
     if (!haveCudaDevice())
         GTEST_SKIP() << "no CUDA device";
-    GraphBox<double> box;
-    std::memset(&box, 0, sizeof(box));
     const double a[3] = {7.0, 0, 0}, b[3] = {1.5, 6.0, 0}, c[3] = {-1.0, 2.0, 8.5};
-    for (int d = 0; d < 3; d++) {
-        box.a[d] = a[d];
-        box.b[d] = b[d];
-        box.c[d] = c[d];
-    }
-    box.inverse[0] = 1 / a[0];
-    box.inverse[1] = 1 / b[1];
-    box.inverse[2] = 1 / c[2];
-    box.periodic = 1;
+    const GraphBox<double> box = boxOfVectors(a, b, c, true);
     std::vector<double> positions;
     std::mt19937 rng(7);
     std::uniform_real_distribution<double> u(0.0, 6.0);
