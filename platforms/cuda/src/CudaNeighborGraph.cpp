@@ -1,4 +1,5 @@
 #include "CudaNeighborGraph.h"
+#include "CellColumns.h"
 #include "CudaGraphErrors.h"
 #include "GraphKernelLaunch.h"
 #include "internal/GraphForceImpl.h"
