@@ -18,7 +18,7 @@
 #   extra    bash each script of $EXTRA_SCRIPT (space-separated; after the rest; the package is installed)
 # "all" = test,py,bench (the default).
 # Timing on an H200 (bench/NOTES.md v39): the build about 200 s, `test` about 190 s (170-220 s on H100s in v53; 335 s on an H100 in v67, with
-# the 2.25 GiB table and 38M-particle tests: keep CTEST_TIMEOUT above 320), `py` about 310 s (210 s of it the
+# the 2.25 GiB table and 38M-particle tests; the mixed binary took 319 s, so keep CTEST_TIMEOUT at 400 or more), `py` about 310 s (210 s of it the
 # AOTI test, which compiles a package), so `test,py` does not fit one 600 s device call: run `test` with `py` and
 # PYTEST_ARGS="--deselect python/tests/test_torch_cuda.py::test_aoti_package_for_cuda", then that test alone.
 # A call that builds returns the package as $OUT/pkg.txz; copied to .device/pkg.txz (carried with .device) it spares later
