@@ -33,8 +33,8 @@ CudaNeighborGraph::CudaNeighborGraph(CudaContext& cu, const std::vector<int>& pa
     slotArray.reset(CudaArray::create<int>(cu, n1, "graphSlotOfNode"));
     maxCells = 2 * n + 125; // cells of r_c / 2: about n / 2.7 at 100 nm^-3; sparser systems get thicker cells
     grid.reset(CudaArray::create<GraphGrid<double>>(cu, 1, "graphGrid"));
-    if (gridBoundsBlocks(n, periodic) > 0)
-        gridBounds.reset(CudaArray::create<double>(cu, 6 * gridBoundsBlocks(n, periodic), "graphGridBounds"));
+    if (const int boundsBlocks = gridBoundsBlocks(n, periodic))
+        gridBounds.reset(CudaArray::create<double>(cu, 6 * boundsBlocks, "graphGridBounds"));
     cellOfNode.reset(CudaArray::create<uint32_t>(cu, n1, "graphCellOfNode"));
     sortedCells.reset(CudaArray::create<uint32_t>(cu, n1, "graphSortedCells"));
     nodeIds.reset(CudaArray::create<int>(cu, n1, "graphNodeIds"));

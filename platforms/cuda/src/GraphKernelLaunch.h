@@ -48,7 +48,8 @@ int gridBoundsBlocks(int n, bool periodic);
 /**
  * The cell grid (device), from the box or from the bounding box of the positions.
  * @param positions [n][3] nm, double (device)
- * @param bounds    scratch of [GridBoundsMaxBlocks][6] doubles (device): the blocks' boxes of open boundaries
+ * @param bounds    scratch of [gridBoundsBlocks(n, box.periodic)][6] doubles (device): the blocks' boxes of open
+ *                  boundaries (unused, may be null, where that is 0)
  * @param grid      out (device)
  */
 void launchGridSetup(const double* positions, int n, GraphBox<double> box, double cutoff, int maxCells, double* bounds,

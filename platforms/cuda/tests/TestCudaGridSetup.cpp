@@ -8,7 +8,6 @@
 #include "CudaRuntimeTest.h"
 #include "GraphKernelLaunch.h"
 #include <algorithm>
-#include <cstring>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <limits>
@@ -36,8 +35,7 @@ GraphGrid<double> hostGrid(const std::vector<double>& positions, const GraphBox<
             extent[d] = high - low;
             origin[d] = low;
         }
-    GraphGrid<double> grid;
-    std::memset(&grid, 0, sizeof(grid));
+    GraphGrid<double> grid{};
     setGrid(extent, origin, cutoff, maxCells, grid);
     return grid;
 }
@@ -57,8 +55,7 @@ void expectGridOf(const std::vector<double>& positions, const GraphBox<double>& 
     CUDA_OK(cudaMemset(grid, 0xff, sizeof(GraphGrid<double>)));
     launchGridSetup(x, n, box, cutoff, maxCells, bounds, grid, 0);
     CUDA_OK(cudaGetLastError());
-    GraphGrid<double> found;
-    std::memset(&found, 0, sizeof(found));
+    GraphGrid<double> found{};
     CUDA_OK(cudaMemcpy(&found, grid, sizeof(found), cudaMemcpyDeviceToHost));
     const GraphGrid<double> expected = hostGrid(positions, box, cutoff, maxCells);
     for (int d = 0; d < 3; d++) {
@@ -76,8 +73,7 @@ void expectGridOf(const std::vector<double>& positions, const GraphBox<double>& 
 TEST(CudaGridSetup, OpenBoundingBoxIsTheHostsForEverySize) {
     if (!haveCudaDevice())
         GTEST_SKIP() << "no CUDA device";
-    GraphBox<double> open;
-    std::memset(&open, 0, sizeof(open));
+    const GraphBox<double> open{};
     const int limit = GridBoundsMaxBlocks * GridBoundsParticles;
     for (int n : {1, 2, 100, GridBoundsParticles, GridBoundsParticles + 1, 5000, 300001, limit, limit + 1, 3 * limit + 17}) {
         SCOPED_TRACE(std::to_string(n) + " particles");
