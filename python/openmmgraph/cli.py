@@ -5,8 +5,11 @@
     openmm-graph train [CONFIG.json] [--data PATH ...] [-o OUT] [options] [--set KEY=JSON ...]
     openmm-graph convert-deepmd MODEL.pth -o OUT [--intervals K] [--r0 R0] [--dtype float64|float32]
 
+``inspect`` also takes a PyTorch model exported for openmm-graph (a
+TorchScript archive or an AOTInductor package) and prints its metadata.
 Errors print one line ``openmm-graph: error: ...`` on stderr and exit with
-status 2 (no traceback).
+status 2 (no traceback); output whose reader went away (``| head``) ends
+the command with status 1 and no message.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import argparse
 import hashlib
 import json
 import logging
+import os
 import sys
 import warnings
 
@@ -121,8 +125,27 @@ def _format_summary(path: str, summary: dict) -> str:
     return "\n".join(lines)
 
 
+def _inspect_archive(arguments, data: bytes) -> int:
+    """inspect of a PyTorch model exported for openmm-graph (a zip: docs/torch-models.md): what its metadata declares."""
+    from .torch_export import read_metadata  # imports torch: only for such files
+
+    summary = dict(read_metadata(data, source=arguments.model))
+    summary["sha256"] = hashlib.sha256(data).hexdigest()
+    if arguments.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    lines = [f"model: {arguments.model}", "kind: a PyTorch model exported for openmm-graph (TorchScript archive or "
+             "AOTInductor package; docs/torch-models.md): the metadata it declares"]
+    lines += [f"{key}: {json.dumps(value)}" for key, value in summary.items() if key != "sha256"]
+    lines.append(f"sha256: {summary['sha256']} (a serialized System's GraphForce records it as modelSha256)")
+    print("\n".join(lines))
+    return 0
+
+
 def _inspect(arguments) -> int:
     data = read_model_bytes(arguments.model)  # once: the path may be a pipe
+    if data[:4] == b"PK\x03\x04":  # a zip: an exported TorchScript archive or AOTInductor package, not a safetensors file
+        return _inspect_archive(arguments, data)
     model = read_model(data, source=arguments.model)
     summary = describe_model(model)
     # The digest a serialized System's GraphForce records as modelSha256 (docs/implementation-notes.md, Serialization):
@@ -264,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
 
     inspect = commands.add_parser("inspect", help="print a model's units, shapes, sizes and FLOPs")
-    inspect.add_argument("model", help="model file (.safetensors)")
+    inspect.add_argument("model", help="model file (.safetensors), or a PyTorch model exported for openmm-graph (.pt, .pt2)")
     inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
     inspect.set_defaults(run=_inspect)
 
@@ -321,7 +344,14 @@ def main(argv=None) -> int:
     parser = build_parser()
     try:
         arguments = parser.parse_args(argv)
-        return arguments.run(arguments)
+        status = arguments.run(arguments)
+        sys.stdout.flush()  # here, so that a reader that went away is met below, not at the interpreter's exit
+        return status
+    except BrokenPipeError:
+        # The reader of the output went away (`openmm-graph inspect m.safetensors | head`): not the command's error.
+        # Whatever is still buffered goes nowhere, so that the interpreter's own flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except (_UsageError, ValueError, OSError, MemoryError) as error:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         if isinstance(error, MemoryError):  # sizes within the format's limits can still exceed the machine

@@ -565,15 +565,20 @@ def export_aoti(model, path: str, dtype: str = "float64", device: str = "cpu", s
     return metadata
 
 
-def read_metadata(path: str) -> dict:
+def read_metadata(path, *, source: Optional[str] = None) -> dict:
     """The openmmgraph.json metadata of an exported TorchScript archive or AOTInductor package. Its format and
     version are checked here (ValueError naming the file); GraphForce's loader checks every key when it reads the
-    model."""
+    model. path: the file (str or os.PathLike) or its bytes (then `source`, if given, names them in messages)."""
+    import io
     import zipfile
 
     text = ""
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        path, opened = (source or "the archive's bytes"), io.BytesIO(bytes(path))
+    else:
+        path = opened = os.fspath(path)
     try:
-        with zipfile.ZipFile(path) as archive:
+        with zipfile.ZipFile(opened) as archive:
             for name in archive.namelist():
                 if name.endswith(f"/extra/{METADATA_FILE}"):
                     text = archive.read(name).decode()

@@ -222,3 +222,45 @@ def test_convert_deepmd_refuses_to_overwrite_its_input(tmp_path, capsys, monkeyp
     assert "convert-deepmd: output 'missing/x.safetensors': the folder" in capsys.readouterr().err
     assert main(["convert-deepmd", "model.pth", "-o", "."]) == 2
     assert "convert-deepmd: output '.': is a folder" in capsys.readouterr().err
+
+
+def test_inspect_of_an_exported_pytorch_model_prints_its_metadata(tmp_path, capsys):
+    # Session 67's review: inspect of a .pt refused it as a truncated safetensors file ("header length ... found
+    # 578712552184433488") although GraphForce runs it.
+    pytest.importorskip("torch")
+    from openmmgraph.torch_export import export_torchscript, read_metadata
+
+    model = tmp_path / "small.safetensors"
+    assert main(["make-model", "--grade", "small", "--seed", "1", "--intervals", "10", "-o", str(model)]) == 0
+    exported = tmp_path / "small.pt"
+    export_torchscript(str(model), str(exported))
+    capsys.readouterr()
+    assert main(["inspect", str(exported), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary.pop("sha256") == hashlib.sha256(exported.read_bytes()).hexdigest()
+    assert summary == read_metadata(str(exported))
+    assert main(["inspect", str(exported)]) == 0
+    text = capsys.readouterr().out
+    assert "kind: a PyTorch model exported for openmm-graph" in text and f"cutoff: {json.dumps(summary['cutoff'])}" in text
+    # A zip that is not such a model is refused in one line, naming the file.
+    foreign = tmp_path / "foreign.pt"
+    import zipfile
+
+    with zipfile.ZipFile(foreign, "w") as archive:
+        archive.writestr("x/data.pkl", b"0")
+    assert main(["inspect", str(foreign)]) == 2
+    assert f"{foreign}: no openmmgraph.json in the archive" in capsys.readouterr().err
+
+
+def test_inspect_into_a_closed_pipe_ends_quietly(tmp_path):
+    # Session 67's review: `openmm-graph inspect m.safetensors | head` ended with "error: [Errno 32] Broken pipe".
+    model = tmp_path / "small.safetensors"
+    assert main(["make-model", "--grade", "small", "--seed", "1", "--intervals", "10", "-o", str(model)]) == 0
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the command writes: its first write fails with EPIPE
+    try:
+        done = subprocess.run([sys.executable, "-m", "openmmgraph.cli", "inspect", str(model)], stdout=write_end,
+                              stderr=subprocess.PIPE, timeout=120, text=True)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (1, "")

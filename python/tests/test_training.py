@@ -741,3 +741,25 @@ def test_l_max_0_with_an_isolated_atom_frame_trains(tmp_path):
     output = tmp_path / "m.safetensors"
     train(dict(TINY, l_max=0, validation_fraction=0.0, batch_size=1), data=[str(data)], output=str(output), log=None)
     assert output.is_file()
+
+
+def test_the_log_names_the_frames_it_monitors(tmp_path, monkeypatch):
+    # Session 67's review: without a validation set every epoch's line said "validation loss" although it was the
+    # training frames' loss (only the last line said so).  A line an epoch is logged where there is no tqdm bar.
+    import importlib
+
+    train_module = importlib.import_module("openmmgraph.training.train")  # the module, not the function of the package
+    monkeypatch.setattr(train_module, "_progress", lambda total, enabled: None)
+    data = tmp_path / "data.extxyz"
+    _write_morse_extxyz(data, 4)
+    lines = []
+    train(data=[str(data)], output=str(tmp_path / "none.safetensors"), log=lines.append,
+          **dict(TINY, epochs=2, validation_fraction=0.0, progress=True))
+    epochs = [line for line in lines if line.startswith("epoch ")]
+    assert len(epochs) == 3 and all("training-set loss" in line and "validation" not in line for line in epochs), epochs
+    assert any("training (no validation set)" in line for line in lines)
+    lines.clear()
+    train(data=[str(data)], output=str(tmp_path / "split.safetensors"), log=lines.append,
+          **dict(TINY, epochs=2, validation_fraction=0.25, progress=True))
+    epochs = [line for line in lines if line.startswith("epoch ")]
+    assert len(epochs) == 3 and all("validation loss" in line and "training-set" not in line for line in epochs), epochs

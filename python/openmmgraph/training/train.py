@@ -535,8 +535,10 @@ def train(config: TrainingConfig | dict | None = None, *, log=print, **options) 
     total_steps = max(1, config.epochs * steps_per_epoch)
     decay = math.log(config.stop_lr / config.start_lr) / max(1, total_steps - 1)  # stop_lr at the last step
     monitor = val_frames if len(val_frames) else train_frames
+    # What the monitored loss and RMSEs are of: the validation frames, or the training frames when there are none.
+    monitored = "validation" if len(val_frames) else "training-set"
     initial = evaluate(model, monitor, config.batch_size, val_pref_e, val_pref_f)
-    say(f"epoch 0: validation loss {initial['loss']:.4g}, RMSE energy {initial['rmse_energy_per_atom']:.4g} "
+    say(f"epoch 0: {monitored} loss {initial['loss']:.4g}, RMSE energy {initial['rmse_energy_per_atom']:.4g} "
         f"{config.energy_unit}/atom, force {initial['rmse_force']:.4g} {config.energy_unit}/{config.length_unit}")
     best = dict(loss=initial["loss"], epoch=0, state={k: v.clone() for k, v in model.state_dict().items()})
     history = []
@@ -582,7 +584,7 @@ def train(config: TrainingConfig | dict | None = None, *, log=print, **options) 
         if config.checkpoint_every and epoch % config.checkpoint_every == 0:
             save_checkpoint(os.path.join(checkpoint_dir, f"epoch-{epoch:05d}.pt"), model, config, epoch, validation,
                             optimizer)
-        line = (f"epoch {epoch}/{config.epochs}: lr {lr:.3g}, train loss {entry['train_loss']:.4g}, validation loss "
+        line = (f"epoch {epoch}/{config.epochs}: lr {lr:.3g}, train loss {entry['train_loss']:.4g}, {monitored} loss "
                 f"{validation['loss']:.4g}, RMSE energy {validation['rmse_energy_per_atom']:.4g} "
                 f"{config.energy_unit}/atom, force {validation['rmse_force']:.4g} {config.energy_unit}/{config.length_unit}")
         if bar is not None:
