@@ -25,7 +25,7 @@ import torch
 from openmmgraph import dlpack
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_md import DEFAULT_MODEL, build_system, check_platform, platform_names, report_errors  # noqa: E402
+from run_md import DEFAULT_MODEL, build_system, check_particles, check_platform, platform_names, report_errors  # noqa: E402
 
 
 def main(argv=None):
@@ -37,6 +37,7 @@ def main(argv=None):
     check_platform(parser, platform_name)
     if args.particles < 2:
         parser.error(f"--particles: expected an integer >= 2, found {args.particles}")
+    check_particles(parser, DEFAULT_MODEL, args.particles)
 
     _, system, positions = build_system(DEFAULT_MODEL, args.particles, seed=1)
     context = openmm.Context(system, openmm.VerletIntegrator(0.001), openmm.Platform.getPlatformByName(platform_name))

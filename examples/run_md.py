@@ -14,6 +14,7 @@ can be created (CUDA, then CPU, then Reference); --platform forces one.
 """
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -28,12 +29,33 @@ from openmmgraph.grades import lattice_system
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_MODEL = os.path.join(HERE, "models", "small-random.safetensors")
+DENSITY = 100.0  # particles / nm^3 (liquid water's number density)
+REPULSION_CUTOFF = 0.4  # nm, the classical repulsion's cut-off
+
+
+def minimum_particles(cutoff):
+    """The fewest particles whose periodic box at DENSITY is at least twice `cutoff` (nm) across: OpenMM and the
+    GraphForce refuse a cut-off beyond half the box."""
+    n = max(2, math.ceil(DENSITY * (2 * cutoff) ** 3))
+    while (n / DENSITY) ** (1.0 / 3.0) < 2 * cutoff:  # the box's side as lattice_system computes it
+        n += 1
+    return n
+
+
+def check_particles(parser, model_path, n_particles):
+    """Refuse a particle count whose box the model's cut-off (or the repulsion's) does not fit, naming the fewest that
+    fit, before any work (the GraphForce's own message came at the first evaluation and spoke of the box)."""
+    cutoff = max(openmmgraph.GraphForce(model_path).getCutoff(), REPULSION_CUTOFF)
+    needed = minimum_particles(cutoff)
+    if n_particles < needed:
+        parser.error(f"--particles: expected at least {needed}, found {n_particles}: at this example's density of "
+                     f"{DENSITY:g} nm^-3 the periodic box must be at least twice the cut-off ({cutoff:g} nm) across")
 
 
 def build_system(model_path, n_particles, seed):
     """A Topology, System and positions (nm) of n particles with the GraphForce and a repulsion."""
     force = openmmgraph.GraphForce(model_path)
-    positions, types, box = lattice_system(n_particles, density=100.0, n_types=force.getNumTypes(), seed=seed)
+    positions, types, box = lattice_system(n_particles, density=DENSITY, n_types=force.getNumTypes(), seed=seed)
     topology = app.Topology()
     chain = topology.addChain()
     for t in range(force.getNumTypes()):
@@ -55,7 +77,7 @@ def build_system(model_path, n_particles, seed):
     # A soft classical repulsion keeps particles apart (the random model has no repulsive core).
     repulsion = openmm.CustomNonbondedForce("epsilon*(sigma/r)^12; sigma=0.16; epsilon=2.0")
     repulsion.setNonbondedMethod(openmm.CustomNonbondedForce.CutoffPeriodic)
-    repulsion.setCutoffDistance(0.4)
+    repulsion.setCutoffDistance(REPULSION_CUTOFF)
     for _ in range(n_particles):
         repulsion.addParticle([])
     system.addForce(repulsion)
@@ -137,6 +159,7 @@ def main(argv=None):
     if args.particles < 2 or args.steps < 1:
         parser.error(f"expected --particles >= 2 and --steps >= 1, found {args.particles} and {args.steps}")
     check_seed(parser, args.seed)
+    check_particles(parser, args.model, args.particles)
 
     topology, system, positions = build_system(args.model, args.particles, args.seed)
     context, integrator = make_context(system, args.platform)

@@ -124,10 +124,19 @@ def test_examples_check_their_arguments_before_any_work(capsys, load_script, tmp
 
     dlpack_views = load_script("examples/dlpack_views.py")
     for arguments, message in ((["--platform", "bogus"], "--platform: 'bogus' is not one of"),
-                               (["--particles", "0"], "--particles: expected an integer >= 2, found 0")):
+                               (["--particles", "0"], "--particles: expected an integer >= 2, found 0"),
+                               (["--platform", "CPU", "--particles", "172"], "--particles: expected at least 173, found 172")):
         with pytest.raises(SystemExit):
             dlpack_views.main(arguments)
         assert message in capsys.readouterr().err
+    # Session 67's review: 128 particles passed the check and then failed at the first evaluation on the box.  173 is the
+    # fewest at 100 nm^-3 for the bundled model's 0.6 nm cut-off: they run.
+    run_md = load_script("examples/run_md.py")
+    with pytest.raises(SystemExit):
+        run_md.main(["--platform", "CPU", "--particles", "128", "--steps", "1"])
+    assert "--particles: expected at least 173, found 128: at this example's density of 100 nm^-3" in capsys.readouterr().err
+    assert run_md.main(["--platform", "CPU", "--particles", "173", "--steps", "1"]) == 0
+    capsys.readouterr()
 
     torch_model = load_script("examples/torch_model.py")
     bundled = ROOT / "examples" / "models" / "silicon-sw.safetensors"
