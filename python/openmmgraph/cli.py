@@ -252,7 +252,11 @@ def _train(arguments) -> int:
         except json.JSONDecodeError:
             values[key] = text
     config = TrainingConfig.from_dict(values)
-    train(config)
+    with warnings.catch_warnings():
+        # torch.func initialises itself with torch.jit.script on first use (compress's jvp), and torch 2.15 warns
+        # that torch.jit.script is deprecated: torch's own business, not the training's (nothing here is scripted).
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
+        train(config)
     return 0
 
 

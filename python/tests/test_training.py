@@ -763,3 +763,19 @@ def test_the_log_names_the_frames_it_monitors(tmp_path, monkeypatch):
           **dict(TINY, epochs=2, validation_fraction=0.25, progress=True))
     epochs = [line for line in lines if line.startswith("epoch ")]
     assert len(epochs) == 3 and all("validation loss" in line and "training-set" not in line for line in epochs), epochs
+
+
+def test_cli_train_prints_no_torch_script_deprecation(tmp_path):
+    # Session 67's review: every `openmm-graph train` printed torch 2.15's "`torch.jit.script` is deprecated" (torch.func
+    # scripts itself on first use, inside compress); nothing of the training is scripted.  A fresh process, since torch
+    # warns once.
+    import subprocess
+    import sys
+
+    data = tmp_path / "morse.extxyz"
+    _write_morse_extxyz(data, 4, seed=2)
+    done = subprocess.run([sys.executable, "-W", "default", "-m", "openmmgraph.cli", "train", "--data", str(data), "-o",
+                           str(tmp_path / "m.safetensors"), "--cutoff", "3.0", "--epochs", "1", "--intervals", "10",
+                           "--no-progress"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "torch.jit.script" not in done.stderr, done.stderr
