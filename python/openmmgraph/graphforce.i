@@ -171,6 +171,35 @@ static void graphSetOpenMMException(const char* message) {
     $1 = (!PyUnicode_Check($input) && PyObject_CheckBuffer($input)) ? 1 : 0;
 }
 
+/*
+ * Property keys and values and type names: str only.  SWIG's own refusal named
+ * no argument ("argument 3 of type 'std::string const &'"), and a property
+ * value is easily passed as True; the message names the argument and, for a
+ * value, that properties are text.
+ */
+%define GRAPH_TEXT_ARGUMENT(NAME, HINT)
+%typemap(in) const std::string& NAME (std::string temp) {
+    if (!PyUnicode_Check($input)) {
+        PyErr_Format(PyExc_TypeError, "in method '$symname', argument '$1_name': expected a str, found %s%s",
+                     Py_TYPE($input)->tp_name, HINT);
+        SWIG_fail;
+    }
+    Py_ssize_t size = 0;
+    const char* data = PyUnicode_AsUTF8AndSize($input, &size);
+    if (data == NULL)
+        SWIG_fail;
+    temp.assign(data, (size_t) size);
+    $1 = &temp;
+}
+%typemap(freearg) const std::string& NAME "";
+%typemap(typecheck, precedence=SWIG_TYPECHECK_STRING) const std::string& NAME {
+    $1 = PyUnicode_Check($input) ? 1 : 0;
+}
+%enddef
+GRAPH_TEXT_ARGUMENT(key, "")
+GRAPH_TEXT_ARGUMENT(value, " (property values are text, e.g. 'true', 'false' or '4')")
+GRAPH_TEXT_ARGUMENT(name, "")
+
 /* getModelBytes() -> bytes (the model is binary: never decode it as text). */
 %typemap(out) const std::string& GraphPlugin::GraphForce::getModelBytes {
     $result = PyBytes_FromStringAndSize($1->data(), (Py_ssize_t) $1->size());

@@ -236,6 +236,22 @@ def test_integer_arguments_take_numpy_integers_not_floats(modelBytes):
         force.addParticle(2**31, 0)
 
 
+def test_text_arguments_name_themselves_when_not_str(modelBytes):
+    # Session 67's review: setProperty("CheckFinite", True) gave SWIG's "argument 3 of type 'std::string const &'".
+    force = GraphForce.fromModelBytes(modelBytes)
+    with pytest.raises(TypeError, match=r"argument 'value': expected a str, found bool \(property values are text, "
+                                        r"e\.g\. 'true'"):
+        force.setProperty("CheckFinite", True)
+    with pytest.raises(TypeError, match="argument 'key': expected a str, found int"):
+        force.setProperty(1, "true")
+    with pytest.raises(TypeError, match="argument 'key': expected a str, found NoneType"):
+        force.getProperty(None)
+    with pytest.raises(TypeError, match="argument 'name': expected a str, found bytes"):
+        force.getTypeIndex(b"O")
+    force.setProperty("CheckFinite", "deferred")
+    assert force.getProperty("CheckFinite") == "deferred" and force.getTypeIndex("H") == 1
+
+
 def test_messages_with_bytes_that_are_not_utf8_arrive_escaped(tmp_path):
     # The loader quotes the path (and header text) as given; bytes that are not UTF-8 are escaped, not a
     # UnicodeDecodeError in place of the message.
