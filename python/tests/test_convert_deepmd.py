@@ -275,6 +275,73 @@ def test_atom_ener_without_values_is_a_plain_model(models):
     assert unset.to_bytes() == plain.to_bytes()
 
 
+_FREEZE_WITH_OP_LIBRARY = """
+import sys, json, copy, torch
+# As where DeePMD-kit's op library loads (its torch is the one the wheel was built for): the op exists before DeePMD-kit
+# is imported, so its descriptor scripts a call to it in the compressed branch, instead of a Python stand-in.
+lib = torch.library.Library("deepmd", "FRAGMENT")
+lib.define("tabulate_fusion_se_a(Tensor _0, Tensor _1, Tensor _2, Tensor _3, int _4) -> Tensor[] _0")
+from openmmgraph.convert.deepmd import _ensure_deepmd_pytorch, load_deepmd
+_ensure_deepmd_pytorch()
+from deepmd.pt.model.model.model import BaseModel
+data = load_deepmd(sys.argv[1])
+model = BaseModel.deserialize(copy.deepcopy(data["model"]))
+model.model_def_script = json.dumps(data["model_def_script"])
+model.min_nbor_dist = torch.tensor(0.8, dtype=torch.float64)
+torch.jit.save(torch.jit.script(model), sys.argv[2])
+"""
+
+
+def test_a_model_frozen_with_deepmds_op_library_converts(models, tmp_path):
+    # Session 67: a model frozen by a DeePMD-kit whose op library loads calls deepmd::tabulate_fusion_se_a in its
+    # TorchScript (the compressed branch, never run when not compressed).  Converted where the library cannot load
+    # (another torch: the project's environment) TorchScript's loader did not know the op, and the model was refused
+    # as "a compressed model".  Now it converts, to the same model as one frozen without the library.
+    import zipfile
+
+    frozen = tmp_path / "frozen-with-ops.pth"
+    made = subprocess.run([sys.executable, "-c", _FREEZE_WITH_OP_LIBRARY, str(models["two_side"]), str(frozen)], env=_ENV,
+                          capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr[-3000:]
+    with zipfile.ZipFile(frozen) as archive:
+        code = "".join(archive.read(name).decode() for name in archive.namelist() if name.endswith("descriptor/se_a.py"))
+    assert "ops.deepmd.tabulate_fusion_se_a(" in code  # the model calls the op, as a user's frozen model does
+    output = tmp_path / "converted.safetensors"
+    # A fresh process, as a user's: nothing has declared the op before the converter.
+    done = subprocess.run([sys.executable, "-m", "openmmgraph.cli", "convert-deepmd", str(frozen), "-o", str(output),
+                           "--intervals", "50"], env=_ENV, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert output.read_bytes() == convert_deepmd(str(models["two_side"]), intervals=50).to_bytes()
+
+
+_SCRIPT_CALLING_A_NEW_OP = """
+import sys, torch
+lib = torch.library.Library("deepmd", "FRAGMENT")
+lib.define("tabulate_fusion_se_future(Tensor _0) -> Tensor _0")
+
+class Module(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.deepmd.tabulate_fusion_se_future(x)
+
+torch.jit.save(torch.jit.script(Module()), sys.argv[1])
+"""
+
+
+def test_an_op_the_converter_does_not_know_is_named(tmp_path):
+    # An op of a newer DeePMD-kit's library than the converter declares: named, with the torch versions, not taken for
+    # a compressed model.
+    frozen, script = tmp_path / "future.pth", tmp_path / "script_a_new_op.py"
+    script.write_text(_SCRIPT_CALLING_A_NEW_OP)  # in a file: TorchScript reads the module's source
+    made = subprocess.run([sys.executable, str(script), str(frozen)], env=_ENV, capture_output=True, text=True,
+                          timeout=600)
+    assert made.returncode == 0, made.stderr[-3000:]
+    done = subprocess.run([sys.executable, "-m", "openmmgraph.cli", "convert-deepmd", str(frozen), "-o",
+                           str(tmp_path / "f.safetensors")], env=_ENV, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2
+    assert "its TorchScript calls deepmd::tabulate_fusion_se_future, an op of DeePMD-kit's op library" in done.stderr
+    assert "compressed" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
 _COMPRESS = """
 import sys, json, copy, torch
 from openmmgraph.convert.deepmd import _ensure_deepmd_pytorch, load_deepmd, convert_deepmd, DeepmdConversionError
@@ -302,7 +369,7 @@ def test_compressed_and_multitask_models_are_named(models, tmp_path, capsys):
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "a compressed model (`dp --pt compress`)" in result.stdout, result.stdout
-    # In this process the op is unknown, and TorchScript's loader fails first.
+    # In this process too (the converter declares the op library's ops where the library cannot load).
     assert main(["convert-deepmd", str(compressed), "-o", str(tmp_path / "c.safetensors")]) == 2
     error = capsys.readouterr().err
     assert "a compressed model (`dp --pt compress`)" in error and error.count("\n") == 1, error

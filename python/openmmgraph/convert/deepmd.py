@@ -43,6 +43,7 @@ import errno
 import json
 import math
 import os
+import re
 import types as _types
 from dataclasses import dataclass
 
@@ -84,6 +85,23 @@ def _refuse(message: str):
     raise DeepmdConversionError(f"convert-deepmd: {message}")
 
 
+# The schemas of the ops of DeePMD-kit's PyTorch op library (3.2.0, as it registers them).  A model frozen where that
+# library was loaded (any DeePMD-kit whose torch matches its wheel's) calls them in the TorchScript of branches that
+# conversion never runs (the compressed descriptor, the MPI border exchange); TorchScript's loader must still resolve
+# them, so where the library cannot load they are declared without any kernel (bench/NOTES.md v68).
+_DEEPMD_OP_SCHEMAS = (
+    "tabulate_fusion_se_a(Tensor _0, Tensor _1, Tensor _2, Tensor _3, int _4) -> Tensor[] _0",
+    "tabulate_fusion_se_atten(Tensor _0, Tensor _1, Tensor _2, Tensor _3, Tensor _4, int _5, bool _6) -> Tensor[] _0",
+    "tabulate_fusion_se_r(Tensor _0, Tensor _1, Tensor _2, int _3) -> Tensor[] _0",
+    "tabulate_fusion_se_t(Tensor _0, Tensor _1, Tensor _2, Tensor _3, int _4) -> Tensor[] _0",
+    "tabulate_fusion_se_t_tebd(Tensor _0, Tensor _1, Tensor _2, Tensor _3, int _4) -> Tensor[] _0",
+    "border_op(Tensor _0, Tensor _1, Tensor _2, Tensor _3, Tensor _4, Tensor _5, Tensor _6, Tensor _7, Tensor _8) "
+    "-> Tensor[] _0",
+    "border_op_backward(Tensor _0, Tensor _1, Tensor _2, Tensor _3, Tensor _4, Tensor _5, Tensor _6, Tensor _7, "
+    "Tensor _8) -> Tensor _0",
+)
+
+
 def _ensure_deepmd_pytorch():
     """Import DeePMD-kit's PyTorch backend.
 
@@ -91,7 +109,10 @@ def _ensure_deepmd_pytorch():
     PyTorch version and refuses to import its PyTorch backend under another.
     Reading a model and the se_e2_a inference are pure PyTorch and need no
     custom op, so when the versions differ the op library's marker op is
-    defined (empty) before the import and the backend runs without it.
+    defined (empty) before the import and the backend runs without it.  The
+    library's other ops are then declared (schemas only, no kernel), so that
+    a model frozen with the library loaded, whose TorchScript calls them in
+    branches that are never run here, can still be read.
     """
     try:
         from deepmd.env import GLOBAL_CONFIG
@@ -107,6 +128,9 @@ def _ensure_deepmd_pytorch():
         if not (hasattr(torch.ops, "deepmd") and hasattr(torch.ops.deepmd, "enable_mpi")):
             library = torch.library.Library("deepmd", "FRAGMENT")
             library.define("enable_mpi() -> ()")
+            for schema in _DEEPMD_OP_SCHEMAS:
+                if not torch._C._jit_get_schemas_for_operator("deepmd::" + schema.split("(", 1)[0]):
+                    library.define(schema)
             _ensure_deepmd_pytorch.library = library  # keep it alive
     try:
         import deepmd.pt  # noqa: F401
@@ -153,9 +177,17 @@ def load_deepmd(path: str) -> dict:
 def _refuse_unreadable(path: str, error: Exception):
     """Refuse a model DeePMD-kit's reader failed on, naming the cause where it is a known kind of model."""
     text = str(error)
-    if any(marker in text for marker in ("tabulate_fusion", "compress_info", "compress_data")):
+    if any(marker in text for marker in ("compress_info", "compress_data")):
         _refuse(f"{path}: a compressed model (`dp --pt compress`): its embedding nets are tables, which cannot be "
                 "converted exactly; convert the frozen model from before `dp compress` instead")
+    unknown = re.search(r"Unknown builtin op: (deepmd::\w+)", text)
+    if unknown:  # an op of a newer DeePMD-kit than _DEEPMD_OP_SCHEMAS knows, where its op library cannot load
+        from deepmd.env import GLOBAL_CONFIG
+
+        built = str(GLOBAL_CONFIG.get("pt_version", "")) or "another version"
+        _refuse(f"{path}: its TorchScript calls {unknown.group(1)}, an op of DeePMD-kit's op library, which cannot load "
+                f"here (built for torch {built}, this is torch {torch.__version__}); convert in an environment with the "
+                "torch DeePMD-kit was built for (docs/deepmd-import.md)")
     heads = _multitask_heads(path)
     if heads:
         _refuse(f"{path}: a multi-task checkpoint (heads {', '.join(heads)}); freeze one head first with "
