@@ -129,7 +129,7 @@ def _ensure_deepmd_pytorch():
             library = torch.library.Library("deepmd", "FRAGMENT")
             library.define("enable_mpi() -> ()")
             for schema in _DEEPMD_OP_SCHEMAS:
-                if not torch._C._jit_get_schemas_for_operator("deepmd::" + schema.split("(", 1)[0]):
+                if not hasattr(torch.ops.deepmd, schema.split("(", 1)[0]):
                     library.define(schema)
             _ensure_deepmd_pytorch.library = library  # keep it alive
     try:
