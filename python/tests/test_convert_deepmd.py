@@ -277,10 +277,16 @@ def test_atom_ener_without_values_is_a_plain_model(models):
 
 _FREEZE_WITH_OP_LIBRARY = """
 import sys, json, copy, torch
+from deepmd.env import GLOBAL_CONFIG
+from packaging.version import Version
 # As where DeePMD-kit's op library loads (its torch is the one the wheel was built for): the op exists before DeePMD-kit
-# is imported, so its descriptor scripts a call to it in the compressed branch, instead of a Python stand-in.
-lib = torch.library.Library("deepmd", "FRAGMENT")
-lib.define("tabulate_fusion_se_a(Tensor _0, Tensor _1, Tensor _2, Tensor _3, int _4) -> Tensor[] _0")
+# is imported, so its descriptor scripts a call to it in the compressed branch, instead of a Python stand-in.  Where
+# the library can load here, it registers the op itself.
+if str(GLOBAL_CONFIG.get("pt_version", "")) == Version(torch.__version__).public:
+    import deepmd.pt
+else:
+    lib = torch.library.Library("deepmd", "FRAGMENT")
+    lib.define("tabulate_fusion_se_a(Tensor _0, Tensor _1, Tensor _2, Tensor _3, int _4) -> Tensor[] _0")
 from openmmgraph.convert.deepmd import _ensure_deepmd_pytorch, load_deepmd
 _ensure_deepmd_pytorch()
 from deepmd.pt.model.model.model import BaseModel
