@@ -121,40 +121,35 @@ def _format_summary(path: str, summary: dict) -> str:
         f"FLOPs (forward + backward): {summary['flops_per_edge']} per edge, {summary['flops_per_node']} per node",
         f"file dtype: {summary['file_dtype']}",
     ]
-    lines.append(f"sha256: {summary['sha256']} (a serialized System's GraphForce records it as modelSha256)")
+    lines.append(_sha256_line(summary))
     return "\n".join(lines)
 
 
-def _inspect_archive(arguments, data: bytes) -> int:
-    """inspect of a PyTorch model exported for openmm-graph (a zip: docs/torch-models.md): what its metadata declares."""
-    from .torch_export import read_metadata  # imports torch: only for such files
-
-    summary = dict(read_metadata(data, source=arguments.model))
-    summary["sha256"] = hashlib.sha256(data).hexdigest()
-    if arguments.json:
-        print(json.dumps(summary, indent=2))
-        return 0
-    lines = [f"model: {arguments.model}", "kind: a PyTorch model exported for openmm-graph (TorchScript archive or "
-             "AOTInductor package; docs/torch-models.md): the metadata it declares"]
+def _format_archive(path: str, summary: dict) -> str:
+    """inspect's text for a PyTorch model exported for openmm-graph (a zip: docs/torch-models.md): its metadata."""
+    lines = [f"model: {path}", "kind: a PyTorch model exported for openmm-graph (TorchScript archive or AOTInductor "
+             "package; docs/torch-models.md): the metadata it declares"]
     lines += [f"{key}: {json.dumps(value)}" for key, value in summary.items() if key != "sha256"]
-    lines.append(f"sha256: {summary['sha256']} (a serialized System's GraphForce records it as modelSha256)")
-    print("\n".join(lines))
-    return 0
+    lines.append(_sha256_line(summary))
+    return "\n".join(lines)
+
+
+def _sha256_line(summary: dict) -> str:
+    return f"sha256: {summary['sha256']} (a serialized System's GraphForce records it as modelSha256)"
 
 
 def _inspect(arguments) -> int:
     data = read_model_bytes(arguments.model)  # once: the path may be a pipe
     if data[:4] == b"PK\x03\x04":  # a zip: an exported TorchScript archive or AOTInductor package, not a safetensors file
-        return _inspect_archive(arguments, data)
-    model = read_model(data, source=arguments.model)
-    summary = describe_model(model)
+        from .torch_export import read_metadata  # imports torch: only for such files
+
+        summary, format_text = read_metadata(data, source=arguments.model), _format_archive
+    else:
+        summary, format_text = describe_model(read_model(data, source=arguments.model)), _format_summary
     # The digest a serialized System's GraphForce records as modelSha256 (docs/implementation-notes.md, Serialization):
     # it tells which model file a System was built with.
     summary["sha256"] = hashlib.sha256(data).hexdigest()
-    if arguments.json:
-        print(json.dumps(summary, indent=2))
-    else:
-        print(_format_summary(arguments.model, summary))
+    print(json.dumps(summary, indent=2) if arguments.json else format_text(arguments.model, summary))
     return 0
 
 

@@ -123,7 +123,7 @@ def _ensure_deepmd_pytorch():
         ) from error
     from packaging.version import Version
 
-    built = str(GLOBAL_CONFIG.get("pt_version", ""))
+    built = _deepmd_torch_version(GLOBAL_CONFIG)
     if built and built != Version(torch.__version__).public:
         if not (hasattr(torch.ops, "deepmd") and hasattr(torch.ops.deepmd, "enable_mpi")):
             library = torch.library.Library("deepmd", "FRAGMENT")
@@ -136,6 +136,11 @@ def _ensure_deepmd_pytorch():
         import deepmd.pt  # noqa: F401
     except ImportError as error:
         raise _backend_import_error(error) from error
+
+
+def _deepmd_torch_version(config) -> str:
+    """The torch version DeePMD-kit's op library was built for (its GLOBAL_CONFIG), or "" where it does not say."""
+    return str(config.get("pt_version", ""))
 
 
 def _backend_import_error(error: ImportError) -> DeepmdConversionError:
@@ -184,7 +189,7 @@ def _refuse_unreadable(path: str, error: Exception):
     if unknown:  # an op of a newer DeePMD-kit than _DEEPMD_OP_SCHEMAS knows, where its op library cannot load
         from deepmd.env import GLOBAL_CONFIG
 
-        built = str(GLOBAL_CONFIG.get("pt_version", "")) or "another version"
+        built = _deepmd_torch_version(GLOBAL_CONFIG) or "another version"
         _refuse(f"{path}: its TorchScript calls {unknown.group(1)}, an op of DeePMD-kit's op library, which cannot load "
                 f"here (built for torch {built}, this is torch {torch.__version__}); convert in an environment with the "
                 "torch DeePMD-kit was built for (docs/deepmd-import.md)")
