@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 JULIA_DIR = ROOT / "julia"
 HEADER = ROOT / "wrappers" / "include" / "OpenMMGraphDLPack.h"
 
-# ccall((:name, lib), ...) and @ccall lib.name(...) forms.
-CCALL_RE = re.compile(r"\bccall\s*\(\s*\(\s*:(\w+)\s*,")
+# ccall((:name, lib), ...), ccall(_fn(:name), ...) (the package's dlsym of the
+# library) and @ccall lib.name(...) forms.
+CCALL_RE = re.compile(r"\bccall\s*\(\s*(?:\(|_fn\()\s*:(\w+)\s*[,)]")
 MACRO_CCALL_RE = re.compile(r"@ccall\s+[\w.()\"$]*?\.(\w+)\s*\(")
 HEADER_FUNC_RE = re.compile(r"^\s*OMMGRAPH_C_EXPORT\s+[\w\s\*]+?\b(\w+)\s*\(", re.MULTILINE)
 
@@ -114,7 +115,8 @@ def test_julia_wraps_the_whole_c_api():
 def test_symbol_check_catches_drift():
     text = "x = ccall((:ommgraph_view_legacy, libpath()), Cint, ())\n" \
            "y = ccall((:ommgraph_no_such_function, libpath()), Cint, ())\n" \
-           "z = @ccall libfoo.ommgraph_macro_form(1::Cint)::Cint\n"
+           "z = @ccall libfoo.ommgraph_macro_form(1::Cint)::Cint\n" \
+           "w = ccall(_fn(:ommgraph_dlsym_form), Cint, ())\n"
     used = ccall_symbols(text)
-    assert used == {"ommgraph_view_legacy", "ommgraph_no_such_function", "ommgraph_macro_form"}
-    assert used - header_functions() == {"ommgraph_no_such_function", "ommgraph_macro_form"}
+    assert used == {"ommgraph_view_legacy", "ommgraph_no_such_function", "ommgraph_macro_form", "ommgraph_dlsym_form"}
+    assert used - header_functions() == {"ommgraph_no_such_function", "ommgraph_macro_form", "ommgraph_dlsym_form"}

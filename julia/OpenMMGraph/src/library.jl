@@ -1,8 +1,10 @@
 # Locating libOpenMMGraphDLPack and the ccall wrappers of every function of
 # wrappers/include/OpenMMGraphDLPack.h.  The library is found at run time, so
-# every ccall names it through a call, `libpath()` (see "Non-constant Function
-# Specifications" in the Julia manual): the call runs when the ccall is first
-# executed and its result is cached.
+# every ccall takes its function pointer from `_fn(:name)` (dlsym on the handle
+# that `libpath()` opened once): a pointer works in every Julia version, where a
+# `(name, libpath())` tuple needs the run-time library specifications of newer
+# ones (Julia 1.5 refuses it: "first argument not a pointer or valid constant
+# expression").
 
 const LIBNAME = Sys.isapple() ? "libOpenMMGraphDLPack.dylib" :
                 Sys.iswindows() ? "OpenMMGraphDLPack.dll" : "libOpenMMGraphDLPack.so"
@@ -11,6 +13,7 @@ const PYTHON_QUERY = "import openmmgraph, os; " *
     "print(os.path.join(os.path.dirname(openmmgraph.__file__), 'lib', '$LIBNAME'))"
 
 const _LIBPATH = Ref{String}("")
+const _LIBHANDLE = Ref{Ptr{Cvoid}}(C_NULL)
 
 # Set by the PythonCall extension: asks the embedded interpreter, the one whose
 # openmm created the Contexts, where its openmmgraph package is.
@@ -52,10 +55,17 @@ package of the embedded Python; else `python3 -c "import openmmgraph ..."`
 function libpath()
     if isempty(_LIBPATH[])
         path = _find_library()
-        Libdl.dlopen(path, Libdl.RTLD_NOW | Libdl.RTLD_GLOBAL)   # fails early, with the loader's message
+        _LIBHANDLE[] = Libdl.dlopen(path, Libdl.RTLD_NOW | Libdl.RTLD_GLOBAL)   # fails early, with the loader's message
         _LIBPATH[] = path
     end
     return _LIBPATH[]
+end
+
+# The address of the C function `name` of the library (a lookup in the loaded
+# library's symbol table, cheap beside the call it serves).
+function _fn(name::Symbol)
+    libpath()
+    return Libdl.dlsym(_LIBHANDLE[], name)
 end
 
 ## Status codes and flags (OMMGraphStatus, OMMGRAPH_VIEW_*)
@@ -111,7 +121,7 @@ end
 `ommgraph_last_error()`: the message of the last failed call on this thread ("" if none).
 """
 function last_error()
-    p = ccall((:ommgraph_last_error, libpath()), Ptr{UInt8}, ())
+    p = ccall(_fn(:ommgraph_last_error), Ptr{UInt8}, ())
     return p == C_NULL ? "" : unsafe_string(p)
 end
 
@@ -120,7 +130,7 @@ end
 
 `ommgraph_live_views()`: the number of views whose deleter has not run yet.
 """
-live_views() = Int(ccall((:ommgraph_live_views, libpath()), Int64, ()))
+live_views() = Int(ccall(_fn(:ommgraph_live_views), Int64, ()))
 
 """
     OpenMMGraph.live_views(ctx, view=nothing) -> Int
@@ -137,7 +147,7 @@ function live_views(ctx, view=nothing)
     c = _context(ctx)
     v = view === nothing ? Cint(-1) : Cint(_view(view))
     count = Ref{Int64}(0)
-    rc = GC.@preserve c ccall((:ommgraph_context_live_views, libpath()), Cint,
+    rc = GC.@preserve c ccall(_fn(:ommgraph_context_live_views), Cint,
                               (Ptr{Cvoid}, Cint, Ref{Int64}), c.ptr, v, count)
     _check(rc, :ommgraph_context_live_views, view === nothing ? nothing : _viewname(_view(view)))
     return Int(count[])
@@ -159,7 +169,7 @@ function view_device(ctx)
     c = _context(ctx)
     devtype = Ref{Int32}(0)
     devid = Ref{Int32}(0)
-    rc = GC.@preserve c ccall((:ommgraph_view_device, libpath()), Cint,
+    rc = GC.@preserve c ccall(_fn(:ommgraph_view_device), Cint,
                               (Ptr{Cvoid}, Ref{Int32}, Ref{Int32}), c.ptr, devtype, devid)
     _check(rc, :ommgraph_view_device)
     return (devtype[], devid[])
@@ -175,7 +185,7 @@ OpenMM has queued so far.  A no-op on host platforms.  See
 """
 function synchronize_stream(ctx, stream::Integer)
     c = _context(ctx)
-    rc = GC.@preserve c ccall((:ommgraph_synchronize_stream, libpath()), Cint,
+    rc = GC.@preserve c ccall(_fn(:ommgraph_synchronize_stream), Cint,
                               (Ptr{Cvoid}, UInt), c.ptr, UInt(stream))
     _check(rc, :ommgraph_synchronize_stream)
     return nothing
@@ -192,7 +202,7 @@ function view_legacy(ctx, view, flags::Integer=0)
     c = _context(ctx)
     v = _view(view)
     out = Ref{Ptr{DLPack.DLManagedTensor}}(C_NULL)
-    rc = GC.@preserve c ccall((:ommgraph_view_legacy, libpath()), Cint,
+    rc = GC.@preserve c ccall(_fn(:ommgraph_view_legacy), Cint,
                               (Ptr{Cvoid}, Cint, Cuint, Ptr{Cvoid}, Ptr{Cvoid}, Ref{Ptr{DLPack.DLManagedTensor}}),
                               c.ptr, Cint(v), Cuint(flags), C_NULL, C_NULL, out)
     _check(rc, :ommgraph_view_legacy, _viewname(v))
@@ -231,7 +241,7 @@ function view_versioned(ctx, view, flags::Integer=0)
     c = _context(ctx)
     v = _view(view)
     out = Ref{Ptr{DLManagedTensorVersionedC}}(C_NULL)
-    rc = GC.@preserve c ccall((:ommgraph_view_versioned, libpath()), Cint,
+    rc = GC.@preserve c ccall(_fn(:ommgraph_view_versioned), Cint,
                               (Ptr{Cvoid}, Cint, Cuint, Ptr{Cvoid}, Ptr{Cvoid}, Ref{Ptr{DLManagedTensorVersionedC}}),
                               c.ptr, Cint(v), Cuint(flags), C_NULL, C_NULL, out)
     _check(rc, :ommgraph_view_versioned, _viewname(v))
@@ -251,24 +261,28 @@ function `function_pointer` (from `@cfunction`, with the signature of
 """
 function callback_force_create(function_pointer::Ptr{Cvoid}, userdata::Ptr{Cvoid}=C_NULL)
     out = Ref{Ptr{Cvoid}}(C_NULL)
-    rc = ccall((:ommgraph_callback_force_create, libpath()), Cint, (Ptr{Cvoid}, Ptr{Cvoid}, Ref{Ptr{Cvoid}}),
+    rc = ccall(_fn(:ommgraph_callback_force_create), Cint, (Ptr{Cvoid}, Ptr{Cvoid}, Ref{Ptr{Cvoid}}),
                function_pointer, userdata, out)
     _check(rc, :ommgraph_callback_force_create)
     return out[]
 end
 
 """
-    OpenMMGraph.borrow_tensor(tensor::Ptr{Cvoid}; versioned=false, readonly=false) -> Ptr{Cvoid}
+    OpenMMGraph.borrow_tensor(tensor::Ptr; versioned=false, readonly=false)
+        -> Ptr{DLPack.DLManagedTensor} (or Ptr{OpenMMGraph.DLManagedTensorVersionedC} with versioned=true)
 
 `ommgraph_borrow_tensor`: wrap a borrowed `DLTensor*` (an argument of a
 callback) as a managed tensor whose deleter frees only the wrapper, e.g. for
 `unsafe_wrap(DLPack.DLManagedTensor(ptr), owner)`.  The data stays valid only
-as long as the borrowed tensor does.
+as long as the borrowed tensor does.  [`OpenMMGraph.borrowed_array`](@ref)
+does all of it.
 """
-function borrow_tensor(tensor::Ptr{Cvoid}; versioned::Bool=false, readonly::Bool=false)
+function borrow_tensor(tensor::Ptr; versioned::Bool=false, readonly::Bool=false)
+    tensor == C_NULL && throw(ArgumentError("borrow_tensor: a null DLTensor pointer (a CallbackForce's forces are " *
+                                            "NULL in an evaluation of the energy alone)"))
     out = Ref{Ptr{Cvoid}}(C_NULL)
-    rc = ccall((:ommgraph_borrow_tensor, libpath()), Cint, (Ptr{Cvoid}, Cint, Cuint, Ref{Ptr{Cvoid}}),
-               tensor, versioned ? 1 : 0, readonly ? VIEW_READ_ONLY : Cuint(0), out)
+    rc = ccall(_fn(:ommgraph_borrow_tensor), Cint, (Ptr{Cvoid}, Cint, Cuint, Ref{Ptr{Cvoid}}),
+               Ptr{Cvoid}(tensor), versioned ? 1 : 0, readonly ? VIEW_READ_ONLY : Cuint(0), out)
     _check(rc, :ommgraph_borrow_tensor)
-    return out[]
+    return versioned ? Ptr{DLManagedTensorVersionedC}(out[]) : Ptr{DLPack.DLManagedTensor}(out[])
 end

@@ -49,6 +49,10 @@ end
 function _cuda_select_device end
 function _cuda_stream end
 
+# What an array is of, in messages: a view's name, or e.g. :borrowed.
+_label(v::View) = _viewname(v)
+_label(s::Symbol) = s
+
 function _managed_from_versioned(ptr::Ptr{DLManagedTensorVersionedC}, v::View)
     mt = unsafe_load(ptr)
     if mt.version.major != 1
@@ -63,9 +67,9 @@ end
 
 # DLPack.jl ignores byte_offset and handles only contiguous row- or
 # column-major tensors; refuse anything else rather than misread memory.
-function _check_layout(manager::DLPack.DLManagedTensor, v::View)
+function _check_layout(manager::DLPack.DLManagedTensor, v::Union{View,Symbol})
     t = manager.dl_tensor
-    t.byte_offset == 0 || throw(OpenMMGraphError(:view, _viewname(v), OMMGRAPH_ERROR_RUNTIME,
+    t.byte_offset == 0 || throw(OpenMMGraphError(:view, _label(v), OMMGRAPH_ERROR_RUNTIME,
                                                   "byte_offset $(t.byte_offset) != 0 is not supported"))
     t.strides == C_NULL && return nothing
     nd = Int(t.ndim)
@@ -85,7 +89,7 @@ function _check_layout(manager::DLPack.DLManagedTensor, v::View)
     end
     relevant = shape .> 1
     (strides[relevant] == rowmajor[relevant] || strides[relevant] == colmajor[relevant]) ||
-        throw(OpenMMGraphError(:view, _viewname(v), OMMGRAPH_ERROR_RUNTIME,
+        throw(OpenMMGraphError(:view, _label(v), OMMGRAPH_ERROR_RUNTIME,
                                "non-contiguous strides $strides for shape $shape"))
     return nothing
 end
@@ -126,18 +130,41 @@ function view(ctx, v; versioned::Bool=false, readonly::Bool=false, copy::Bool=fa
         DLPack.DLManagedTensor(view_legacy(c, vw, flags))
     end
     # From here on the deleter runs when `manager` is garbage collected.
-    _check_layout(manager, vw)
-    devtype = Int32(DLPack.device_type(manager))
-    if devtype == kDLCUDA
-        _require_cuda("view :$(_viewname(vw))")
-        _cuda_select_device(manager.dl_tensor.ctx.device_id)
-    elseif devtype != kDLCPU
-        throw(OpenMMGraphError(:view, _viewname(vw), OMMGRAPH_ERROR_PLATFORM,
-                               "the tensor is on DLPack device type $devtype, which OpenMMGraph.jl cannot wrap"))
-    end
     # DLPack.jl keeps the `foreign` object alive as long as the array: the
     # tensor (so its deleter, which frees copies, waits) and the context.
-    return unsafe_wrap(manager, (manager, c))
+    return _wrap(manager, vw, (manager, c))
+end
+
+# The array over `manager`'s tensor, after the checks every array gets.
+function _wrap(manager::DLPack.DLManagedTensor, what::Union{View,Symbol}, foreign)
+    _check_layout(manager, what)
+    devtype = Int32(DLPack.device_type(manager))
+    if devtype == kDLCUDA
+        _require_cuda("$(what isa View ? "view" : "tensor") :$(_label(what))")
+        _cuda_select_device(manager.dl_tensor.ctx.device_id)
+    elseif devtype != kDLCPU
+        throw(OpenMMGraphError(:view, _label(what), OMMGRAPH_ERROR_PLATFORM,
+                               "the tensor is on DLPack device type $devtype, which OpenMMGraph.jl cannot wrap"))
+    end
+    return unsafe_wrap(manager, foreign)
+end
+
+"""
+    OpenMMGraph.borrowed_array(tensor::Ptr; readonly=false)
+
+A zero-copy array over a borrowed `DLTensor*`: an argument of the C function
+of a CallbackForce made by [`OpenMMGraph.callback_force_create`](@ref)
+(positions, forces, box, atom order), in the platform's layout with the
+dimensions reversed, as [`OpenMMGraph.view`](@ref) gives them: on
+Reference/CPU `3×n` `Float64` positions and forces in System order.  The
+memory is OpenMM's and is valid only during that call: do not keep the array
+(or anything made from it without copying) after the function returns.  The
+forces are a null pointer when OpenMM asks for the energy alone (an
+`ArgumentError` here).
+"""
+function borrowed_array(tensor::Ptr; readonly::Bool=false)
+    manager = DLPack.DLManagedTensor(borrow_tensor(tensor; readonly=readonly))
+    return _wrap(manager, :borrowed, manager)
 end
 
 """

@@ -12,6 +12,9 @@ using CUDA
 
 const omm = pyimport("openmm")
 
+# The same package through OpenMM's C API, without Python (its own test set).
+include("capi.jl")
+
 # E = k (x^2 + 2 y^2 + 3 z^2) per particle, so F = (-2k x, -4k y, -6k z).
 const K = 10.0
 
