@@ -36,7 +36,8 @@ _view(x) = throw(ArgumentError("a view is a Symbol or an OpenMMGraph.View, got $
 
 _viewname(v::View) = Symbol(lowercase(string(v)))
 
-cuda_extension() = Base.get_extension(@__MODULE__, :OpenMMGraphCUDAExt)
+# Julia before 1.9 has no package extensions, so no CUDA extension either.
+cuda_extension() = isdefined(Base, :get_extension) ? Base.get_extension(@__MODULE__, :OpenMMGraphCUDAExt) : nothing
 
 function _require_cuda(what)
     cuda_extension() === nothing && error(

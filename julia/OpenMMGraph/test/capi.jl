@@ -91,8 +91,10 @@ end
 # forces: OpenMM_Force* to add (the System owns them).  With energy_integrator
 # the integrator is a CustomIntegrator whose one step computes the global
 # "e" = energy, which OpenMM evaluates without forces.
+# properties: the platform's property defaults for this Context (OpenMM's C
+# API has no property map to pass), e.g. "Precision" => "mixed".
 function Simulation(platform::AbstractString, masses::AbstractVector, forces::AbstractVector{Ptr{Cvoid}};
-                    energy_integrator::Bool=false)
+                    energy_integrator::Bool=false, properties=Dict{String,String}())
     system = ccall(fn(:OpenMM_System_create), Ptr{Cvoid}, ())
     for m in masses
         ccall(fn(:OpenMM_System_addParticle), Cint, (Ptr{Cvoid}, Cdouble), system, m)
@@ -107,8 +109,17 @@ function Simulation(platform::AbstractString, masses::AbstractVector, forces::Ab
         ccall(fn(:OpenMM_CustomIntegrator_addComputeGlobal), Cint, (Ptr{Cvoid}, Cstring, Cstring), integrator, "e", "energy")
     end
     p = ccall(fn(:OpenMM_Platform_getPlatformByName), Ptr{Cvoid}, (Cstring,), platform)
+    for (name, value) in properties
+        ccall(fn(:OpenMM_Platform_setPropertyDefaultValue), Cvoid, (Ptr{Cvoid}, Cstring, Cstring), p, name, value)
+    end
     context = ccall(fn(:OpenMM_Context_create_2), Ptr{Cvoid}, (Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}), system, integrator, p)
     return Simulation(system, integrator, kind, context, length(masses))
+end
+
+function property(s::Simulation, name::AbstractString)
+    p = ccall(fn(:OpenMM_Context_getPlatform), Ptr{Cvoid}, (Ptr{Cvoid},), s.context)
+    return unsafe_string(ccall(fn(:OpenMM_Platform_getPropertyValue), Cstring, (Ptr{Cvoid}, Ptr{Cvoid}, Cstring),
+                               p, s.context, name))
 end
 
 step!(s::Simulation, n::Integer) = ccall(fn(Symbol(:OpenMM_, s.integrator_kind, :_step)), Cvoid, (Ptr{Cvoid}, Cint),
@@ -159,6 +170,18 @@ function external_force(k::Real, n::Integer)
         ccall(fn(:OpenMM_CustomExternalForce_addParticle), Cint, (Ptr{Cvoid}, Cint, Ptr{Cvoid}), force, i, params)
     end
     ccall(fn(:OpenMM_DoubleArray_destroy), Cvoid, (Ptr{Cvoid},), params)
+    return force
+end
+
+# A NonbondedForce with a cut-off and no charges or well depths: no energy or
+# force, but on the CUDA platform it makes OpenMM sort the atoms spatially.
+function sorting_force(n::Integer)
+    force = ccall(fn(:OpenMM_NonbondedForce_create), Ptr{Cvoid}, ())
+    ccall(fn(:OpenMM_NonbondedForce_setNonbondedMethod), Cvoid, (Ptr{Cvoid}, Cint), force, 1)   # CutoffNonPeriodic
+    ccall(fn(:OpenMM_NonbondedForce_setCutoffDistance), Cvoid, (Ptr{Cvoid}, Cdouble), force, 1.0)
+    for _ in 1:n
+        ccall(fn(:OpenMM_NonbondedForce_addParticle), Cint, (Ptr{Cvoid}, Cdouble, Cdouble, Cdouble), force, 0.0, 0.3, 0.0)
+    end
     return force
 end
 
@@ -373,5 +396,67 @@ end
                 CAPI.destroy(sim)
             end
         end
+    end
+
+    # The CUDA platform without CUDA.jl (or before Julia 1.9, without package
+    # extensions): the raw views refuse to wrap device memory, and the helpers
+    # read host copies, converting the fixed-point forces and the sorted,
+    # padded rows into System order.
+    if "CUDA" in names
+        for precision in ("single", "mixed", "double")
+            @testset "CUDA platform ($precision) without CUDA.jl: host copies" begin
+                n = 100   # padded by OpenMM
+                # Scattered over a 3 nm cube (a fixed sequence), so that the spatial sort permutes them.
+                pos = reduce(hcat, [[mod(0.618034 * i, 1.0), mod(0.414214 * i, 1.0), mod(0.732051 * i, 1.0)] .* 3.0
+                                    for i in 1:n])
+                vel = reduce(hcat, [[0.01 * i, -0.02 * mod(i, 7), 0.003 * i] for i in 1:n])
+                masses = [1.0 + mod(i, 3) for i in 1:n]
+                ref = CAPI.Simulation("Reference", masses, [CAPI.external_force(KC, n), CAPI.sorting_force(n)])
+                gpu = CAPI.Simulation("CUDA", masses, [CAPI.external_force(KC, n), CAPI.sorting_force(n)];
+                                      properties=Dict("Precision" => precision))
+                @test CAPI.property(gpu, "Precision") == precision
+                for sim in (ref, gpu)
+                    CAPI.set_positions!(sim, pos)
+                    CAPI.set_velocities!(sim, vel)
+                end
+                _, fref, _ = CAPI.state(ref)
+                _, fgpu, _ = CAPI.state(gpu)
+                ctx = OpenMMContext(gpu.context; natoms=n)
+                @test OpenMMGraph.view_device(ctx)[1] == Int32(2)
+                OpenMMGraph.synchronize(ctx; stream=0)
+
+                err = try
+                    OpenMMGraph.view(ctx, :forces)
+                    nothing
+                catch e
+                    e
+                end
+                @test err isa ErrorException
+                @test occursin("using CUDA", sprint(showerror, err))
+
+                order = OpenMMGraph.atom_order(ctx)
+                @test sort(order) == collect(1:n)
+                @test order != collect(1:n)   # the sort moved atoms, so the helpers' reordering is exercised
+                f = OpenMMGraph.forces(ctx)
+                @test f isa Matrix{Float64}
+                @test size(f) == (3, n)
+                @test f ≈ fgpu rtol = 1e-12   # the State's forces: the same fixed-point buffer
+                @test f ≈ fref rtol = 1e-5
+                tol = precision == "single" ? 1e-6 : 1e-12
+                @test isapprox(OpenMMGraph.positions(ctx), pos; atol=3 * tol)
+                @test isapprox(OpenMMGraph.velocities(ctx), vel; atol=tol)
+                @test OpenMMGraph.box(ctx) == 2.0 * [1 0 0; 0 1 0; 0 0 1]
+                raw = OpenMMGraph.view(ctx, :forces; copy=true, host=true)
+                @test raw isa Matrix{Int64}
+                @test size(raw, 2) == 3 && size(raw, 1) >= n
+                raw = nothing
+                capi_settle_gc()
+                @test OpenMMGraph.live_views(ctx) == 0
+                CAPI.destroy(gpu)
+                CAPI.destroy(ref)
+            end
+        end
+    else
+        @info "No OpenMM CUDA platform here: the CUDA host-copy tests are skipped"
     end
 end
