@@ -133,4 +133,52 @@ TEST_P(CallbackForceTest, FailuresAreReported) {
     delete system;
 }
 
+TEST_P(CallbackForceTest, ComputeForcesIsGetStateWithoutTheCopy) {
+    // The bond (group 0) and the callback's restraint (group 2): ommgraph_compute_forces gives getState's energy for
+    // each mask, and leaves getState's forces in the FORCES view.
+    System* system = makeSystem();
+    CallCounter counter;
+    void* force = nullptr;
+    ASSERT_EQ(ommgraph_callback_force_create(harmonicRestraint, &counter, &force), OMMGRAPH_OK) << ommgraph_last_error();
+    static_cast<Force*>(force)->setForceGroup(2);
+    system->addForce(static_cast<Force*>(force));
+    VerletIntegrator integrator(0.001);
+    Context context(*system, integrator, platform(GetParam()));
+    context.setPositions({Vec3(0.1, 0.2, 0.3), Vec3(0.9, -0.4, 0.2), Vec3(0.25, 0.1, 0.05)});
+    for (int groups : {-1, 1 << 0, 1 << 2, 1 << 5}) {
+        State state = context.getState(State::Energy | State::Forces, false, groups);
+        double energy = -1.0;
+        ASSERT_EQ(ommgraph_compute_forces(&context, groups, &energy), OMMGRAPH_OK) << ommgraph_last_error();
+        EXPECT_EQ(energy, state.getPotentialEnergy()) << "groups " << groups;
+        DLManagedTensor* view = nullptr;
+        ASSERT_EQ(ommgraph_view_legacy(&context, OMMGRAPH_VIEW_FORCES, 0, nullptr, nullptr, &view), OMMGRAPH_OK);
+        const double* f = static_cast<const double*>(view->dl_tensor.data);
+        for (int i = 0; i < 3; i++)
+            for (int c = 0; c < 3; c++)
+                EXPECT_EQ(f[3 * i + c], state.getForces()[i][c]) << "groups " << groups << ", particle " << i;
+        view->deleter(view);
+    }
+    EXPECT_EQ(ommgraph_compute_forces(&context, -1, nullptr), OMMGRAPH_OK) << ommgraph_last_error(); // the energy is optional
+    EXPECT_EQ(ommgraph_compute_forces(nullptr, -1, nullptr), OMMGRAPH_ERROR_ARGUMENT);
+    EXPECT_NE(std::string(ommgraph_last_error()).find("NULL"), std::string::npos) << ommgraph_last_error();
+    delete system;
+}
+
+TEST_P(CallbackForceTest, ComputeForcesReturnsFailuresAsStatus) {
+    System* system = makeSystem();
+    CallbackForce* force = new CallbackForce();
+    force->setFunction(reinterpret_cast<CallbackForce::Function>(failingCallback), nullptr);
+    system->addForce(force);
+    VerletIntegrator integrator(0.001);
+    Context context(*system, integrator, platform(GetParam()));
+    context.setPositions(std::vector<Vec3>(3, Vec3()));
+    double energy = 42.0;
+    EXPECT_EQ(ommgraph_compute_forces(&context, -1, &energy), OMMGRAPH_ERROR_RUNTIME);
+    EXPECT_EQ(energy, 42.0); // left unchanged
+    std::string message = ommgraph_last_error();
+    EXPECT_NE(message.find("ommgraph_compute_forces"), std::string::npos) << message;
+    EXPECT_NE(message.find("status 3"), std::string::npos) << message;
+    delete system;
+}
+
 INSTANTIATE_TEST_SUITE_P(HostPlatforms, CallbackForceTest, ::testing::Values("Reference", "CPU"));

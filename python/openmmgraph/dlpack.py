@@ -125,6 +125,7 @@ __all__ = [
     "View",
     "ViewInfo",
     "forces",
+    "compute_forces",
     "positions",
     "velocities",
     "box",
@@ -305,6 +306,9 @@ class _Library:
         self.contextLiveViews = dll.ommgraph_context_live_views
         self.contextLiveViews.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]
         self.contextLiveViews.restype = ctypes.c_int
+        self.computeForces = dll.ommgraph_compute_forces
+        self.computeForces.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
+        self.computeForces.restype = ctypes.c_int
         self.borrowTensor = dll.ommgraph_borrow_tensor
         self.borrowTensor.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)]
         self.borrowTensor.restype = ctypes.c_int
@@ -928,6 +932,34 @@ def forces(context, xp=None):
     order = _array(v.atom_order, xp)
     sortedForces = _astype(xp, raw[:, :n].T, "float64") / FORCE_SCALE
     return _toSystemOrder(xp, sortedForces, order[:n])
+
+
+def compute_forces(context, groups=-1):
+    """Evaluate the forces of the force ``groups`` (a bit mask, -1 for all, as
+    ``getState(groups=...)`` takes; or a set of group numbers) at the Context's
+    current positions and return their potential energy in kJ/mol: what
+    ``context.getState(getForces=True, getEnergy=True, groups=groups)`` computes,
+    without the State's host copy of every force.  The forces view (and
+    :func:`forces`) holds the result afterwards; on CUDA it stays on the
+    device.  An error of the evaluation raises RuntimeError with OpenMM's
+    message."""
+    if isinstance(groups, (set, frozenset, list, tuple)):
+        mask = 0
+        for group in groups:
+            if not isinstance(group, int) or isinstance(group, bool) or not 0 <= group <= 31:
+                raise ValueError(f"compute_forces: force groups are integers from 0 to 31, found {group!r}")
+            mask |= 1 << group
+        groups = mask
+    elif not isinstance(groups, int) or isinstance(groups, bool):
+        raise TypeError(f"compute_forces: groups is a bit mask (int) or a set of group numbers, found {type(groups).__name__}")
+    elif not -(2**31) <= groups < 2**32:
+        raise ValueError(f"compute_forces: the groups mask {groups} does not fit 32 bits")
+    if groups >= 2**31:
+        groups -= 2**32  # the same 32 bits as a C int
+    lib = _library()
+    energy = ctypes.c_double()
+    lib.check(lib.computeForces(_contextPointer(_asContext(context)), groups, ctypes.byref(energy)), "ommgraph_compute_forces")
+    return float(energy.value)
 
 
 def positions(context, xp=None):

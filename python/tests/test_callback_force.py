@@ -227,3 +227,40 @@ def test_callback_bias_on_cuda_in_fixed_point():
     e2, f2, _ = run(with_custom, "CUDA", positions, 0)
     assert e1 == pytest.approx(e2, rel=1e-5)
     assert np.max(np.abs(f1 - f2)) < 1e-4 * K
+
+
+def test_compute_forces_is_get_state_without_the_copy():
+    system = make_system()
+    bias = dlpack.callback_force(numpy_bias)
+    bias.setForceGroup(3)
+    system.addForce(bias)
+    context = reference_context(system)
+    unit = openmm.unit.kilojoule_per_mole
+    for groups in (-1, 1 << 0, {3}, {0, 3}, 1 << 7, 0xFFFFFFFF):
+        state = context.getState(getEnergy=True, getForces=True, groups=groups)
+        context.setPositions(np.arange(15, dtype=float).reshape(5, 3) * 0.1 + 0.01)  # the buffer now holds other forces
+        context.getState(getForces=True)
+        context.setPositions(np.arange(15, dtype=float).reshape(5, 3) * 0.1)
+        energy = dlpack.compute_forces(context, groups)
+        assert energy == state.getPotentialEnergy().value_in_unit(unit), groups
+        expected = state.getForces(asNumpy=True).value_in_unit(unit / openmm.unit.nanometer)
+        assert np.array_equal(dlpack.forces(context), expected), groups
+    assert dlpack.compute_forces(context, [0, 3]) == dlpack.compute_forces(context, {0, 3})  # a list of groups too
+    with pytest.raises(ValueError, match="integers from 0 to 31, found 32"):
+        dlpack.compute_forces(context, {32})
+    with pytest.raises(TypeError, match="bit mask"):
+        dlpack.compute_forces(context, "all")
+    with pytest.raises(ValueError, match="does not fit 32 bits"):
+        dlpack.compute_forces(context, 1 << 33)
+
+
+def test_compute_forces_raises_what_the_evaluation_reported(capsys):
+    def broken(positions, forces, box, atom_order, stream):
+        raise ValueError("bias failed on purpose")
+
+    system = make_system()
+    system.addForce(dlpack.callback_force(broken))
+    context = reference_context(system)
+    with pytest.raises(RuntimeError, match="ommgraph_compute_forces: .*CallbackForce: the callback function reported failure"):
+        dlpack.compute_forces(context)
+    assert "bias failed on purpose" in capsys.readouterr().err

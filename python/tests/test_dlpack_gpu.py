@@ -382,6 +382,22 @@ def test_helpers(context, precision):
     assert dlpack.box(context, xp=torch).dtype == torch.float64
 
 
+def test_compute_forces(context, precision):
+    """compute_forces: getState's energy, and its forces left on the device (the buffer first holds other forces)."""
+    state = context.getState(getEnergy=True, getForces=True)
+    expected = state.getForces(asNumpy=True).value_in_unit(unit.kilojoule_per_mole / unit.nanometer)
+    context.setPositions(POSITIONS + 0.01)
+    context.getState(getForces=True)
+    assert not np.array_equal(dlpack.forces(context), expected)
+    context.setPositions(POSITIONS)
+    energy = dlpack.compute_forces(context)
+    assert energy == pytest.approx(state.getPotentialEnergy().value_in_unit(unit.kilojoule_per_mole), rel=1e-6)
+    onDevice = dlpack.forces(context, xp=torch)
+    assert onDevice.device.type == "cuda"
+    np.testing.assert_allclose(onDevice.cpu().numpy(), expected, rtol=0, atol=1e-9)
+    assert dlpack.compute_forces(context, 1 << 9) == 0.0  # no force in group 9
+
+
 # --- OpenMM's atom reordering --------------------------------------------------
 
 

@@ -125,6 +125,18 @@ OMMGRAPH_C_EXPORT int ommgraph_view_device(void* context, int32_t* deviceType, i
  */
 OMMGRAPH_C_EXPORT int ommgraph_synchronize_stream(void* context, uintptr_t consumerStream);
 
+/**
+ * Evaluate the forces of the force groups in `groups` (a bit mask, -1 for all)
+ * at the Context's current positions, as Context::getState(State::Forces |
+ * State::Energy, false, groups) does, without copying them out: the FORCES view
+ * holds them afterwards.  *energy (may be NULL) receives their potential
+ * energy in kJ/mol; it is left unchanged on failure.  An error of OpenMM (e.g.
+ * a CallbackForce whose function failed) is returned as OMMGRAPH_ERROR_RUNTIME
+ * with its message, where OpenMM's own C API lets the C++ exception escape,
+ * which ends a C or Julia program.
+ */
+OMMGRAPH_C_EXPORT int ommgraph_compute_forces(void* context, int groups, double* energy);
+
 /** The message of the last failed call on this thread ("" if none). */
 OMMGRAPH_C_EXPORT const char* ommgraph_last_error(void);
 

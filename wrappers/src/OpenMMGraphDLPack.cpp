@@ -132,6 +132,15 @@ OMMGRAPH_C_EXPORT int ommgraph_synchronize_stream(void* context, uintptr_t consu
                    [&] { StateViewProvider::forContext(contextImpl(context))->synchronize(consumerStream); });
 }
 
+OMMGRAPH_C_EXPORT int ommgraph_compute_forces(void* context, int groups, double* energy) {
+    return guarded("ommgraph_compute_forces", [&] {
+        // What Context::getState(State::Forces | State::Energy) runs, without the State's host copy of the forces.
+        double value = contextImpl(context).calcForcesAndEnergy(true, energy != nullptr, groups);
+        if (energy != nullptr)
+            *energy = value;
+    });
+}
+
 OMMGRAPH_C_EXPORT const char* ommgraph_last_error(void) {
     return lastError();
 }

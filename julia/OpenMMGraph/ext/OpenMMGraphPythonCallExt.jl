@@ -40,11 +40,6 @@ end
 
 OpenMMGraph._context(obj::Py) = OpenMMContext(obj)
 
-function OpenMMGraph._compute_forces!(owner::Py)
-    owner.getState(getForces=true)
-    return nothing
-end
-
 function OpenMMGraph.callback_force(f; periodic::Bool=false)
     dlpack = pyimport("openmmgraph.dlpack")
     wrapper = pyfunc(function (positions, forces, box, atom_order, stream)

@@ -69,20 +69,24 @@ function natoms(ctx)
 end
 
 """
-    OpenMMGraph.compute_forces!(ctx)
+    OpenMMGraph.compute_forces!(ctx; groups=-1) -> Float64
 
-Have OpenMM evaluate the forces at the current positions (Python:
-`context.getState(getForces=True)`), so that the FORCES view holds them.
-After `integrator.step(n)` the force buffer holds the forces OpenMM used last,
-which are not those of the final positions.  Needs a context made from a
-Python Context (PythonCall).
+Have OpenMM evaluate the forces of the force `groups` (a bit mask, -1 for
+all) at the current positions, so that the FORCES view holds them, and return
+their potential energy in kJ/mol: `ommgraph_compute_forces`, what Python's
+`context.getState(getForces=True, getEnergy=True, groups=groups)` computes
+without copying the forces out (on CUDA they stay on the device).  After
+`integrator.step(n)` the force buffer holds the forces OpenMM used last, which
+are not those of the final positions.  An error of the evaluation (e.g. a
+CallbackForce whose function failed) throws an `OpenMMGraphError`, where
+OpenMM's own C API (`OpenMM_Context_getState`) would end the process.
 """
-function compute_forces!(ctx)
+function compute_forces!(ctx; groups::Integer=-1)
     c = _context(ctx)
-    _compute_forces!(c.owner)
-    return c
+    -(Int64(2)^31) <= groups < Int64(2)^32 || throw(ArgumentError("the groups mask $groups does not fit 32 bits"))
+    mask = groups >= Int64(2)^31 ? Cint(groups - Int64(2)^32) : Cint(groups)
+    energy = Ref{Cdouble}(NaN)
+    rc = GC.@preserve c ccall(_fn(:ommgraph_compute_forces), Cint, (Ptr{Cvoid}, Cint, Ref{Cdouble}), c.ptr, mask, energy)
+    _check(rc, :ommgraph_compute_forces)
+    return energy[]
 end
-
-_compute_forces!(owner) = throw(ArgumentError(
-    "compute_forces! needs an OpenMMContext made from a Python openmm.Context (using PythonCall); " *
-    "otherwise evaluate the forces yourself (e.g. context.getState(getForces=True) in Python)"))

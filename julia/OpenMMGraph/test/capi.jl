@@ -224,6 +224,10 @@ function capi_write_to_copy(ctx)
     return nothing
 end
 
+# A CallbackForce function that fails (status 5).
+failing_callback(userdata::Ptr{Cvoid}, positions::Ptr{Cvoid}, forces::Ptr{Cvoid}, box::Ptr{Cvoid}, order::Ptr{Cvoid},
+                 stream::UInt, energy::Ptr{Cdouble}) = Cint(5)
+
 # The CallbackForce's function: E = 1/2 k_s sum |r|^2, F = -k_s r, written
 # into OpenMM's own force buffer through borrowed tensors.  `userdata` points
 # to k_s.  The calls it saw are counted (with and without forces).
@@ -327,15 +331,14 @@ end
             @test fnew ≈ capi_expected_forces(newpos) rtol = 1e-6
             @test old == fstate
 
-            # compute_forces! needs a Python Context; a raw one is told what to do instead.
-            err = try
-                OpenMMGraph.compute_forces!(ctx)
-                nothing
-            catch e
-                e
-            end
-            @test err isa ArgumentError
-            @test occursin("getState", sprint(showerror, err))
+            # compute_forces! evaluates the forces at the current positions, as getState does, without its copy.
+            CAPI.set_positions!(sim, pos)
+            @test OpenMMGraph.forces(ctx) == fnew   # not evaluated at pos yet
+            e = OpenMMGraph.compute_forces!(ctx)
+            @test OpenMMGraph.forces(ctx) == fstate
+            @test e == CAPI.state(sim)[3]
+            @test OpenMMGraph.compute_forces!(sim.context; groups=1 << 5) == 0.0   # no force in group 5
+            @test_throws ArgumentError OpenMMGraph.compute_forces!(ctx; groups=Int64(2)^33)
 
             # Errors of the C library name the function, the view and the status.
             err = try
@@ -393,6 +396,23 @@ end
                 CAPI.step!(sim, 1)
                 @test CALLBACK_ENERGY_ONLY[] == only + 1
                 @test CAPI.global_variable(sim, "e") ≈ 0.5 * ks[] * sum(pos .^ 2) rtol = 1e-12
+                CAPI.destroy(sim)
+
+                # A failing function: compute_forces! throws (OpenMM's own getState would end the process).
+                failing = @cfunction(failing_callback, Cint,
+                                     (Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, UInt, Ptr{Cdouble}))
+                sim = CAPI.Simulation(platform, ones(n), [OpenMMGraph.callback_force_create(failing)])
+                CAPI.set_positions!(sim, pos)
+                err = try
+                    OpenMMGraph.compute_forces!(OpenMMContext(sim.context; natoms=n))
+                    nothing
+                catch e
+                    e
+                end
+                @test err isa OpenMMGraphError
+                @test err.func === :ommgraph_compute_forces
+                @test err.status == OpenMMGraph.OMMGRAPH_ERROR_RUNTIME
+                @test occursin("status 5", err.message)
                 CAPI.destroy(sim)
             end
         end
