@@ -144,9 +144,16 @@ TEST_P(CallbackForceTest, ComputeForcesIsGetStateWithoutTheCopy) {
     system->addForce(static_cast<Force*>(force));
     VerletIntegrator integrator(0.001);
     Context context(*system, integrator, platform(GetParam()));
-    context.setPositions({Vec3(0.1, 0.2, 0.3), Vec3(0.9, -0.4, 0.2), Vec3(0.25, 0.1, 0.05)});
+    const std::vector<Vec3> positions = {Vec3(0.1, 0.2, 0.3), Vec3(0.9, -0.4, 0.2), Vec3(0.25, 0.1, 0.05)};
+    std::vector<Vec3> moved = positions;
+    for (Vec3& x : moved)
+        x += Vec3(0.01, -0.02, 0.015);
     for (int groups : {-1, 1 << 0, 1 << 2, 1 << 5}) {
+        context.setPositions(positions);
         State state = context.getState(State::Energy | State::Forces, false, groups);
+        context.setPositions(moved);
+        context.getState(State::Forces); // the buffer now holds other forces
+        context.setPositions(positions);
         double energy = -1.0;
         ASSERT_EQ(ommgraph_compute_forces(&context, groups, &energy), OMMGRAPH_OK) << ommgraph_last_error();
         EXPECT_EQ(energy, state.getPotentialEnergy()) << "groups " << groups;

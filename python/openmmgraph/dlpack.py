@@ -934,32 +934,46 @@ def forces(context, xp=None):
     return _toSystemOrder(xp, sortedForces, order[:n])
 
 
-def compute_forces(context, groups=-1):
-    """Evaluate the forces of the force ``groups`` (a bit mask, -1 for all, as
-    ``getState(groups=...)`` takes; or a set of group numbers) at the Context's
-    current positions and return their potential energy in kJ/mol: what
-    ``context.getState(getForces=True, getEnergy=True, groups=groups)`` computes,
-    without the State's host copy of every force.  The forces view (and
-    :func:`forces`) holds the result afterwards; on CUDA it stays on the
-    device.  An error of the evaluation raises RuntimeError with OpenMM's
-    message."""
+def compute_forces(context, groups=-1, energy=True):
+    """Evaluate the forces of the force ``groups`` (a 32-bit mask, -1 for all,
+    as ``getState(groups=...)`` takes; or a set of group numbers) at the
+    Context's current positions and return their potential energy in kJ/mol
+    (None with ``energy=False``, which spares the energy's reduction and, on
+    CUDA, its download): what ``context.getState(getForces=True,
+    getEnergy=True, groups=groups)`` computes, without the State's host copy of
+    every force.  The forces view (and :func:`forces`) holds the result
+    afterwards; on CUDA it stays on the device.  An error of the evaluation
+    raises RuntimeError with OpenMM's message."""
     if isinstance(groups, (set, frozenset, list, tuple)):
         mask = 0
         for group in groups:
-            if not isinstance(group, int) or isinstance(group, bool) or not 0 <= group <= 31:
+            number = None if isinstance(group, bool) else _integer(group)
+            if number is None or not 0 <= number <= 31:
                 raise ValueError(f"compute_forces: force groups are integers from 0 to 31, found {group!r}")
-            mask |= 1 << group
+            mask |= 1 << number
         groups = mask
-    elif not isinstance(groups, int) or isinstance(groups, bool):
-        raise TypeError(f"compute_forces: groups is a bit mask (int) or a set of group numbers, found {type(groups).__name__}")
-    elif not -(2**31) <= groups < 2**32:
-        raise ValueError(f"compute_forces: the groups mask {groups} does not fit 32 bits")
-    if groups >= 2**31:
-        groups -= 2**32  # the same 32 bits as a C int
+    else:
+        number = None if isinstance(groups, bool) else _integer(groups)
+        if number is None:
+            raise TypeError(f"compute_forces: groups is a bit mask (an integer) or a set of group numbers, found {groups!r}")
+        if not -(2**31) <= number < 2**32:
+            raise ValueError(f"compute_forces: the groups mask {number} does not fit 32 bits")
+        groups = number - 2**32 if number >= 2**31 else number  # the same 32 bits as a C int
     lib = _library()
-    energy = ctypes.c_double()
-    lib.check(lib.computeForces(_contextPointer(_asContext(context)), groups, ctypes.byref(energy)), "ommgraph_compute_forces")
-    return float(energy.value)
+    value = ctypes.c_double()
+    lib.check(
+        lib.computeForces(_contextPointer(_asContext(context)), groups, ctypes.byref(value) if energy else None),
+        "ommgraph_compute_forces",
+    )
+    return float(value.value) if energy else None
+
+
+def _integer(value):
+    """value as a Python int if it is an integer of any kind (NumPy's too), else None."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def positions(context, xp=None):

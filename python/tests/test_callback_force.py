@@ -246,6 +246,21 @@ def test_compute_forces_is_get_state_without_the_copy():
         expected = state.getForces(asNumpy=True).value_in_unit(unit / openmm.unit.nanometer)
         assert np.array_equal(dlpack.forces(context), expected), groups
     assert dlpack.compute_forces(context, [0, 3]) == dlpack.compute_forces(context, {0, 3})  # a list of groups too
+    # NumPy integers, as getState takes them.
+    assert dlpack.compute_forces(context, np.int64(1)) == dlpack.compute_forces(context, 1)
+    assert dlpack.compute_forces(context, np.uint32(0xFFFFFFFF)) == dlpack.compute_forces(context, -1)
+    assert dlpack.compute_forces(context, {np.int64(3)}) == dlpack.compute_forces(context, {3})
+    # The forces alone: no energy returned, the buffer refilled all the same.
+    full = context.getState(getForces=True).getForces(asNumpy=True).value_in_unit(unit / openmm.unit.nanometer)
+    context.setPositions(np.arange(15, dtype=float).reshape(5, 3) * 0.1 + 0.01)
+    context.getState(getForces=True)
+    context.setPositions(np.arange(15, dtype=float).reshape(5, 3) * 0.1)
+    assert dlpack.compute_forces(context, energy=False) is None
+    assert np.array_equal(dlpack.forces(context), full)
+    with pytest.raises(TypeError, match="bit mask"):
+        dlpack.compute_forces(context, True)
+    with pytest.raises(ValueError, match="integers from 0 to 31, found True"):
+        dlpack.compute_forces(context, {True})
     with pytest.raises(ValueError, match="integers from 0 to 31, found 32"):
         dlpack.compute_forces(context, {32})
     with pytest.raises(TypeError, match="bit mask"):

@@ -5,10 +5,11 @@ in Julia against OpenMM's own State, with the library of the installed
 openmmgraph package.
 
 Julia is found as $OPENMMGRAPH_JULIA (a path) or `julia` on PATH; the Julia
-environment must load DLPack.jl and OpenMMGraph (with neither JULIA_PROJECT nor
-JULIA_LOAD_PATH set, the package's own project is used, which needs
-`julia --project=julia/OpenMMGraph -e 'using Pkg; Pkg.instantiate()'` once).
-Skipped, with the reason, where either is missing (CI has no Julia)."""
+environment must load DLPack.jl and this repository's OpenMMGraph (with neither
+JULIA_PROJECT nor JULIA_LOAD_PATH set, the package's own project is used, which
+needs `julia --project=julia/OpenMMGraph -e 'using Pkg; Pkg.instantiate()'`
+once).  Skipped, with the reason, where Julia or DLPack.jl is missing (CI has
+no Julia); an OpenMMGraph that does not load, or is another copy, fails."""
 
 import os
 import shutil
@@ -41,10 +42,14 @@ def _environment():
 def test_the_julia_package_runs_through_openmms_c_api():
     julia = _julia()
     env = _environment()
-    probe = subprocess.run([julia, "-e", "using DLPack, OpenMMGraph"], env=env, capture_output=True, text=True,
-                           timeout=1200)
+    # DLPack.jl is the environment's (skipped without it); OpenMMGraph must be this repository's, and must load.
+    probe = subprocess.run([julia, "-e", "using DLPack"], env=env, capture_output=True, text=True, timeout=1200)
     if probe.returncode != 0:
-        pytest.skip(f"{julia} cannot load DLPack and OpenMMGraph in this environment: {probe.stderr.strip()[-400:]}")
+        pytest.skip(f"{julia} cannot load DLPack.jl in this environment: {probe.stderr.strip()[-400:]}")
+    where = subprocess.run([julia, "-e", "using OpenMMGraph; print(pathof(OpenMMGraph))"], env=env, capture_output=True,
+                           text=True, timeout=1200)
+    assert where.returncode == 0, f"OpenMMGraph does not load:\n{where.stderr[-4000:]}"
+    assert Path(where.stdout.strip()).resolve() == (PACKAGE / "src" / "OpenMMGraph.jl").resolve(), where.stdout
     run = subprocess.run([julia, str(PACKAGE / "test" / "capi.jl")], env=env, capture_output=True, text=True,
                          timeout=1200)
     assert run.returncode == 0, f"capi.jl failed (status {run.returncode}):\n{run.stdout[-4000:]}\n{run.stderr[-4000:]}"

@@ -33,6 +33,12 @@ include("library.jl")
 include("context.jl")
 include("views.jl")
 include("state.jl")
+include("callback.jl")
+
+function __init__()
+    _init_callbacks()
+    return nothing
+end
 
 """
     OpenMMGraph.callback_force(f; periodic=false)

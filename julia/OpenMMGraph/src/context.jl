@@ -69,24 +69,28 @@ function natoms(ctx)
 end
 
 """
-    OpenMMGraph.compute_forces!(ctx; groups=-1) -> Float64
+    OpenMMGraph.compute_forces!(ctx; groups=-1, energy=true) -> Float64 (or nothing)
 
-Have OpenMM evaluate the forces of the force `groups` (a bit mask, -1 for
+Have OpenMM evaluate the forces of the force `groups` (a 32-bit mask, -1 for
 all) at the current positions, so that the FORCES view holds them, and return
-their potential energy in kJ/mol: `ommgraph_compute_forces`, what Python's
-`context.getState(getForces=True, getEnergy=True, groups=groups)` computes
-without copying the forces out (on CUDA they stay on the device).  After
-`integrator.step(n)` the force buffer holds the forces OpenMM used last, which
-are not those of the final positions.  An error of the evaluation (e.g. a
-CallbackForce whose function failed) throws an `OpenMMGraphError`, where
-OpenMM's own C API (`OpenMM_Context_getState`) would end the process.
+their potential energy in kJ/mol (`nothing` with `energy=false`, which spares
+the energy's reduction and, on CUDA, its download): `ommgraph_compute_forces`,
+what Python's `context.getState(getForces=True, getEnergy=True,
+groups=groups)` computes without copying the forces out (on CUDA they stay on
+the device).  After `integrator.step(n)` the force buffer holds the forces
+OpenMM used last, which are not those of the final positions.  An error of the
+evaluation (e.g. a CallbackForce whose function failed) throws an
+`OpenMMGraphError`, where OpenMM's own C API (`OpenMM_Context_getState`) would
+end the process.
 """
-function compute_forces!(ctx; groups::Integer=-1)
+function compute_forces!(ctx; groups::Integer=-1, energy::Bool=true)
     c = _context(ctx)
+    groups isa Bool && throw(ArgumentError("groups is a bit mask (an integer), found $groups"))
     -(Int64(2)^31) <= groups < Int64(2)^32 || throw(ArgumentError("the groups mask $groups does not fit 32 bits"))
-    mask = groups >= Int64(2)^31 ? Cint(groups - Int64(2)^32) : Cint(groups)
-    energy = Ref{Cdouble}(NaN)
-    rc = GC.@preserve c ccall(_fn(:ommgraph_compute_forces), Cint, (Ptr{Cvoid}, Cint, Ref{Cdouble}), c.ptr, mask, energy)
+    mask = reinterpret(Cint, UInt32(mod(groups, Int64(2)^32)))   # the same 32 bits as a C int
+    value = Ref{Cdouble}(NaN)
+    rc = GC.@preserve c value ccall(_fn(:ommgraph_compute_forces), Cint, (Ptr{Cvoid}, Cint, Ptr{Cdouble}), c.ptr, mask,
+                                    energy ? Base.unsafe_convert(Ptr{Cdouble}, value) : Ptr{Cdouble}(C_NULL))
     _check(rc, :ommgraph_compute_forces)
-    return energy[]
+    return energy ? value[] : nothing
 end

@@ -256,8 +256,10 @@ end
 `ommgraph_callback_force_create`: a new `GraphPlugin::CallbackForce` (an
 `OpenMM::Force*`, for C++ or OpenMM's C API, which then owns it) calling the C
 function `function_pointer` (from `@cfunction`, with the signature of
-`OMMGraphForceCallback`).  Low level: from Python Systems use
-[`OpenMMGraph.callback_force`](@ref).
+`OMMGraphForceCallback`).  Low level: the function must catch everything and
+return a nonzero status instead of throwing (a Julia exception must not unwind
+through OpenMM's C++ frames); `callback_force_create(f::Function)` does that for
+a Julia function, and from Python Systems use [`OpenMMGraph.callback_force`](@ref).
 """
 function callback_force_create(function_pointer::Ptr{Cvoid}, userdata::Ptr{Cvoid}=C_NULL)
     out = Ref{Ptr{Cvoid}}(C_NULL)

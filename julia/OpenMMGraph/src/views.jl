@@ -151,7 +151,7 @@ function _wrap(manager::DLPack.DLManagedTensor, what::Union{View,Symbol}, foreig
 end
 
 """
-    OpenMMGraph.borrowed_array(tensor::Ptr; readonly=false)
+    OpenMMGraph.borrowed_array(tensor::Ptr)
 
 A zero-copy array over a borrowed `DLTensor*`: an argument of the C function
 of a CallbackForce made by [`OpenMMGraph.callback_force_create`](@ref)
@@ -159,12 +159,13 @@ of a CallbackForce made by [`OpenMMGraph.callback_force_create`](@ref)
 dimensions reversed, as [`OpenMMGraph.view`](@ref) gives them: on
 Reference/CPU `3×n` `Float64` positions and forces in System order.  The
 memory is OpenMM's and is valid only during that call: do not keep the array
-(or anything made from it without copying) after the function returns.  The
-forces are a null pointer when OpenMM asks for the energy alone (an
-`ArgumentError` here).
+(or anything made from it without copying) after the function returns.
+`nothing` for a null pointer (the forces of an evaluation of the energy
+alone).  Julia arrays cannot be read-only: do not write into the positions.
 """
-function borrowed_array(tensor::Ptr; readonly::Bool=false)
-    manager = DLPack.DLManagedTensor(borrow_tensor(tensor; readonly=readonly))
+function borrowed_array(tensor::Ptr)
+    tensor == C_NULL && return nothing
+    manager = DLPack.DLManagedTensor(borrow_tensor(tensor))
     return _wrap(manager, :borrowed, manager)
 end
 

@@ -37,7 +37,8 @@ const HANDLE = Ref{Ptr{Cvoid}}(C_NULL)
 function libopenmm()
     if HANDLE[] == C_NULL
         OpenMMGraph.libpath()
-        paths = filter(p -> basename(p) == "libOpenMM.so" || startswith(basename(p), "libOpenMM.so."), Libdl.dllist())
+        paths = filter(p -> basename(p) in ("libOpenMM.so", "libOpenMM.dylib") || startswith(basename(p), "libOpenMM.so."),
+                       Libdl.dllist())
         isempty(paths) && error("libOpenMM is not loaded beside $(OpenMMGraph.libpath())")
         HANDLE[] = Libdl.dlopen(first(paths))
     end
@@ -238,7 +239,7 @@ function spring_callback(userdata::Ptr{Cvoid}, positions::Ptr{Cvoid}, forces::Pt
                          order::Ptr{Cvoid}, stream::UInt, energy::Ptr{Cdouble})::Cint
     try
         ks = unsafe_load(Ptr{Cdouble}(userdata))
-        x = OpenMMGraph.borrowed_array(positions; readonly=true)
+        x = OpenMMGraph.borrowed_array(positions)
         e = 0.0
         for i in eachindex(x)
             e += 0.5 * ks * x[i]^2
@@ -338,7 +339,19 @@ end
             @test OpenMMGraph.forces(ctx) == fstate
             @test e == CAPI.state(sim)[3]
             @test OpenMMGraph.compute_forces!(sim.context; groups=1 << 5) == 0.0   # no force in group 5
+            # Every 32-bit mask, whatever its integer type, is the same C int.
+            @test OpenMMGraph.compute_forces!(ctx; groups=0xffffffff % UInt) == e
+            @test OpenMMGraph.compute_forces!(ctx; groups=UInt32(1)) == e
+            @test OpenMMGraph.compute_forces!(ctx; groups=UInt(1) << 31) == 0.0
+            @test OpenMMGraph.compute_forces!(ctx; groups=Int64(-2)^31) == 0.0
             @test_throws ArgumentError OpenMMGraph.compute_forces!(ctx; groups=Int64(2)^33)
+            @test_throws ArgumentError OpenMMGraph.compute_forces!(ctx; groups=true)
+            # The forces alone: no energy, the buffer refilled all the same.
+            CAPI.set_positions!(sim, newpos)
+            CAPI.state(sim)
+            CAPI.set_positions!(sim, pos)
+            @test OpenMMGraph.compute_forces!(ctx; energy=false) === nothing
+            @test OpenMMGraph.forces(ctx) == fstate
 
             # Errors of the C library name the function, the view and the status.
             err = try
@@ -418,11 +431,60 @@ end
         end
     end
 
+    for platform in ("Reference", "CPU")
+        platform in names || continue
+        @testset "$platform platform: callback_force_create with a Julia function" begin
+            n = 4
+            pos = reduce(hcat, [[0.2 * i - 0.3, 0.1 * i, 0.25 - 0.1 * i] for i in 0:n-1])
+            seen = Dict(:calls => 0, :energy_only => 0, :fail => false)
+            kspring = 2.5
+            function spring(x, f, box, order, stream)
+                seen[:fail] && error("failing on purpose")
+                seen[:calls] += 1
+                @assert size(x) == (3, n) && size(box) == (3, 3) && order == Int32.(0:n-1) && stream == 0
+                if f === nothing
+                    seen[:energy_only] += 1
+                else
+                    f .-= kspring .* x
+                end
+                return 0.5 * kspring * sum(abs2, x)
+            end
+            sim = CAPI.Simulation(platform, ones(n), [OpenMMGraph.callback_force_create(spring)])
+            CAPI.set_positions!(sim, pos)
+            ctx = OpenMMContext(sim.context; natoms=n)
+            @test OpenMMGraph.compute_forces!(ctx) ≈ 0.5 * kspring * sum(abs2, pos) rtol = 1e-12
+            @test OpenMMGraph.forces(ctx) ≈ -kspring .* pos rtol = 1e-12
+            @test seen[:calls] == 1
+            # What the function throws fails the evaluation, named; the Context keeps working.
+            seen[:fail] = true
+            err = try
+                OpenMMGraph.compute_forces!(ctx)
+                nothing
+            catch e
+                e
+            end
+            @test err isa OpenMMGraphError
+            @test occursin("CallbackForce", err.message)
+            seen[:fail] = false
+            @test OpenMMGraph.compute_forces!(ctx) ≈ 0.5 * kspring * sum(abs2, pos) rtol = 1e-12
+            CAPI.step!(sim, 2)
+            @test seen[:calls] >= 4
+            CAPI.destroy(sim)
+            # The energy alone: forces === nothing.
+            sim = CAPI.Simulation(platform, ones(n), [OpenMMGraph.callback_force_create(spring)]; energy_integrator=true)
+            CAPI.set_positions!(sim, pos)
+            CAPI.step!(sim, 1)
+            @test seen[:energy_only] == 1
+            @test CAPI.global_variable(sim, "e") ≈ 0.5 * kspring * sum(abs2, pos) rtol = 1e-12
+            CAPI.destroy(sim)
+        end
+    end
+
     # The CUDA platform without CUDA.jl (or before Julia 1.9, without package
     # extensions): the raw views refuse to wrap device memory, and the helpers
     # read host copies, converting the fixed-point forces and the sorted,
     # padded rows into System order.
-    if "CUDA" in names
+    if "CUDA" in names && OpenMMGraph.cuda_extension() === nothing
         for precision in ("single", "mixed", "double")
             @testset "CUDA platform ($precision) without CUDA.jl: host copies" begin
                 n = 100   # padded by OpenMM
@@ -477,6 +539,6 @@ end
             end
         end
     else
-        @info "No OpenMM CUDA platform here: the CUDA host-copy tests are skipped"
+        @info "No OpenMM CUDA platform here, or CUDA.jl is loaded (runtests.jl's CUDA tests): the CUDA host-copy tests are skipped"
     end
 end
