@@ -951,14 +951,13 @@ def compute_forces(context, groups=-1, energy=True):
             if number is None or not 0 <= number <= 31:
                 raise ValueError(f"compute_forces: force groups are integers from 0 to 31, found {group!r}")
             mask |= 1 << number
-        groups = mask
     else:
-        number = None if isinstance(groups, bool) else _integer(groups)
-        if number is None:
+        mask = None if isinstance(groups, bool) else _integer(groups)
+        if mask is None:
             raise TypeError(f"compute_forces: groups is a bit mask (an integer) or a set of group numbers, found {groups!r}")
-        if not -(2**31) <= number < 2**32:
-            raise ValueError(f"compute_forces: the groups mask {number} does not fit 32 bits")
-        groups = number - 2**32 if number >= 2**31 else number  # the same 32 bits as a C int
+        if not -(2**31) <= mask < 2**32:
+            raise ValueError(f"compute_forces: the groups mask {mask} does not fit 32 bits")
+    groups = mask - 2**32 if mask >= 2**31 else mask  # the same 32 bits as a C int (group 31 included)
     lib = _library()
     value = ctypes.c_double()
     lib.check(

@@ -250,6 +250,7 @@ def test_compute_forces_is_get_state_without_the_copy():
     assert dlpack.compute_forces(context, np.int64(1)) == dlpack.compute_forces(context, 1)
     assert dlpack.compute_forces(context, np.uint32(0xFFFFFFFF)) == dlpack.compute_forces(context, -1)
     assert dlpack.compute_forces(context, {np.int64(3)}) == dlpack.compute_forces(context, {3})
+    assert dlpack.compute_forces(context, {31}) == 0.0  # group 31: the C int's sign bit
     # The forces alone: no energy returned, the buffer refilled all the same.
     full = context.getState(getForces=True).getForces(asNumpy=True).value_in_unit(unit / openmm.unit.nanometer)
     context.setPositions(np.arange(15, dtype=float).reshape(5, 3) * 0.1 + 0.01)
