@@ -34,6 +34,7 @@ include("context.jl")
 include("views.jl")
 include("state.jl")
 include("callback.jl")
+include("plugins.jl")
 
 function __init__()
     _init_callbacks()

@@ -266,6 +266,9 @@ end
 
 @testset "OpenMMGraph.jl through OpenMM's C API" begin
     CAPI.load_plugins()
+    @test OpenMMGraph.load_plugins() isa Vector{String}   # openmm-graph's (the CUDA views need them)
+    @test OpenMMGraph._reference_has_kernels()
+    @test isempty(OpenMMGraph.load_plugins())             # once: a second call loads nothing again
     names = CAPI.platform_names()
     @test "Reference" in names
 
