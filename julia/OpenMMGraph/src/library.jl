@@ -61,8 +61,9 @@ function libpath()
     return _LIBPATH[]
 end
 
-# The address of the C function `name` of the library (a lookup in the loaded
-# library's symbol table, cheap beside the call it serves).
+# The address of the C function `name` of the library, or of OpenMM's C API
+# (libOpenMM is its dependency): a lookup in the loaded libraries' symbol
+# tables, cheap beside the call it serves.
 function _fn(name::Symbol)
     libpath()
     return Libdl.dlsym(_LIBHANDLE[], name)

@@ -30,24 +30,19 @@ const STATE_VELOCITIES = Cint(2)
 const STATE_FORCES = Cint(4)
 const STATE_ENERGY = Cint(8)
 
-const HANDLE = Ref{Ptr{Cvoid}}(C_NULL)
+# OpenMM's C API through the package's own lookup (libOpenMM is a dependency
+# of libOpenMMGraphDLPack).
+fn(name::Symbol) = OpenMMGraph._fn(name)
 
-# The libOpenMM that libOpenMMGraphDLPack is linked against (already loaded
-# by OpenMMGraph.libpath(), which opens the library RTLD_GLOBAL).
-function libopenmm()
-    if HANDLE[] == C_NULL
-        OpenMMGraph.libpath()
-        paths = filter(p -> basename(p) in ("libOpenMM.so", "libOpenMM.dylib") || startswith(basename(p), "libOpenMM.so."),
-                       Libdl.dllist())
-        isempty(paths) && error("libOpenMM is not loaded beside $(OpenMMGraph.libpath())")
-        HANDLE[] = Libdl.dlopen(first(paths))
-    end
-    return HANDLE[]
+# OpenMM's own plugin folder (the CPU and CUDA platforms), beside the libOpenMM
+# that the package's library loaded.
+function plugins_directory()
+    OpenMMGraph.libpath()
+    paths = filter(p -> basename(p) in ("libOpenMM.so", "libOpenMM.dylib") || startswith(basename(p), "libOpenMM.so."),
+                   Libdl.dllist())
+    isempty(paths) && error("libOpenMM is not loaded beside $(OpenMMGraph.libpath())")
+    return joinpath(dirname(first(paths)), "plugins")
 end
-
-fn(name::Symbol) = Libdl.dlsym(libopenmm(), name)
-
-plugins_directory() = joinpath(dirname(Libdl.dlpath(libopenmm())), "plugins")
 
 function load_plugins()
     list = ccall(fn(:OpenMM_Platform_loadPluginsFromDirectory), Ptr{Cvoid}, (Cstring,), plugins_directory())
