@@ -92,6 +92,20 @@ def test_header_functions_are_found():
             "ommgraph_synchronize_stream", "ommgraph_last_error", "ommgraph_live_views"} <= funcs
 
 
+OPENMM_FUNC_RE = re.compile(r"^\s*extern\s+OPENMM_EXPORT\s+[\w\s\*]+?\b(OpenMM_\w+)\s*\(", re.MULTILINE)
+
+
+def openmm_c_functions():
+    """The functions of OpenMM's C API (OpenMMCWrapper.h of the installed openmm wheel), which the package
+    calls through the same lookup (libOpenMM is a dependency of the library)."""
+    import openmm
+
+    header = Path(openmm.__file__).resolve().parents[1] / "OpenMM.libs" / "include" / "OpenMMCWrapper.h"
+    if not header.is_file():
+        pytest.skip(f"no OpenMM C API header at {header}")
+    return set(OPENMM_FUNC_RE.findall(header.read_text()))
+
+
 def test_ccall_symbols_exist_in_header():
     declared = header_functions()
     used = {}
@@ -99,8 +113,12 @@ def test_ccall_symbols_exist_in_header():
         for name in ccall_symbols(path.read_text()):
             used.setdefault(name, []).append(path.relative_to(ROOT).as_posix())
     assert used, "no ccall found in the Julia sources"
-    missing = {name: files for name, files in used.items() if name not in declared}
-    assert not missing, f"ccall symbols not declared in {HEADER.name}: {missing}"
+    openmm_functions = set()
+    if any(name.startswith("OpenMM_") for name in used):
+        openmm_functions = openmm_c_functions()
+        assert "OpenMM_Platform_loadPluginsFromDirectory" in openmm_functions  # the header's declarations are read
+    missing = {name: files for name, files in used.items() if name not in declared and name not in openmm_functions}
+    assert not missing, f"ccall symbols declared neither in {HEADER.name} nor in OpenMM's OpenMMCWrapper.h: {missing}"
 
 
 def test_julia_wraps_the_whole_c_api():
