@@ -11,6 +11,7 @@
 # runs `bash bench/device/julia-capi.sh --unpack` (into /tmp/graph-julia), and the next call on the same warm machine
 # carries the usual wheels and package and runs this as an extra script of scripts/device-session.sh (the package
 # installed): EXTRA_SCRIPT=bench/device/julia-capi.sh bash scripts/device-session.sh py,extra
+# scripts/julia-bullseye.sh makes .device/julia (and a Julia for this machine) from Debian's mirror.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=/tmp/graph-julia
