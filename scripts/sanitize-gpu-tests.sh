@@ -17,6 +17,15 @@
 #                      (racecheck is the slow one: at 10 jobs and 170 s a case, 15 of 85 cases timed out and two ended
 #                      without output in bench/NOTES.md v65; give it SANITIZE_FILTER, fewer jobs and more time)
 #   SANITIZER          the compute-sanitizer to run (default: the one on PATH or in /usr/local/cuda)
+#   SANITIZE_OPTIONS   more options of compute-sanitizer for every case, e.g. kernel filters: a kernel left out by
+#                      `--kernel-name regex=...` or `--kernel-name-exclude kns=...` still runs, uninstrumented.  Racecheck
+#                      of the cases that take more than a device call's 600 s (bench/NOTES.md v68-v70) instrumenting only
+#                      the kernels each case is about:
+#                        ClusterFused:     --kernel-name kns=clusterFittingKernel
+#                        FusedNetworkOfWide: --kernel-name kns=fusedFittingKernel
+#                        RowLoopsBeyond:   --kernel-name regex=invariants
+#                      and OpenMM's own kernels left out where a test's surroundings use them:
+#                        --kernel-name-exclude kns=computeNonbonded
 #
 # Each case ends as: clean (the test passed and the tool reported nothing), HOST-ONLY (the test passed without any
 # CUDA call for the tool to watch), ERROR (the tool's report: hazards, invalid accesses, uninitialised reads, barrier
@@ -65,9 +74,9 @@ for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
         sed "s/^/$tool $binary /" "$dir/$binary.list"
     done
 done | grep -E "${SANITIZE_FILTER:-.}" > "$cases"
-echo "$(wc -l < "$cases") cases, ${SANITIZE_JOBS:-8} at a time, ${SANITIZE_TIMEOUT:-150} s each at most"
+echo "$(wc -l < "$cases") cases, ${SANITIZE_JOBS:-8} at a time, ${SANITIZE_TIMEOUT:-150} s each at most${SANITIZE_OPTIONS:+, with $SANITIZE_OPTIONS}"
 
-export SAN dir
+export SAN dir SANITIZE_OPTIONS="${SANITIZE_OPTIONS:-}"
 export DEADLINE=$(($(date +%s) + ${SANITIZE_DEADLINE:-480})) CASE_TIMEOUT=${SANITIZE_TIMEOUT:-150}
 run_case() {
     local tool=$1 binary=$2 name=$3 options start rc result
@@ -82,7 +91,7 @@ run_case() {
         *) options= ;;
     esac
     start=$(date +%s)
-    timeout -k 10 "$CASE_TIMEOUT" "$SAN" --tool "$tool" $options --report-api-errors no --error-exitcode 86 --print-limit 20 \
+    timeout -k 10 "$CASE_TIMEOUT" "$SAN" --tool "$tool" $options ${SANITIZE_OPTIONS:-} --report-api-errors no --error-exitcode 86 --print-limit 20 \
         "$(cat "$dir/$binary.path")" --gtest_filter="$name" > "$log" 2>&1
     rc=$?
     case $rc in
