@@ -5,7 +5,7 @@
 # DLPack.jl 0.3.1, Requires.jl 1.3.0 and BFloat16s.jl 0.3.0 (the last BFloat16s that loads on 1.5) as sources in an
 # implicit-environment folder (no registry, no Pkg resolution).
 #
-#   bash scripts/julia-bullseye.sh [ROOT]      (default ROOT /tmp/graph-julia; about 200 MB downloaded, 2 minutes)
+#   bash scripts/julia-bullseye.sh [ROOT]      (default ROOT /tmp/graph-julia; about 170 MB downloaded, 5 minutes on 2 cores)
 #
 # Makes ROOT/julia (a wrapper with the libraries' LD_LIBRARY_PATH), ROOT/jlpkgs (the packages; OpenMMGraph is linked in
 # by bench/device/julia-capi.sh) and, for a GPU machine without network, .device/julia/julia153.txz and jlpkgs.tgz
@@ -28,8 +28,10 @@ echo 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.
 apt_opts=(-o "Dir::Etc::SourceList=$work/apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
     -o "Dir::State::Lists=$work/apt/lists" -o "Dir::Cache=$work/apt/cache" -o Dir::State::status=/dev/null)
 apt-get "${apt_opts[@]}" -qq update
-# Left out: the host's runtime and Debian's tools, and libcurl3-gnutls with what only it needs (Julia 1.5 never loads
-# it: no Downloads stdlib before 1.6), which keeps the archive within a device call's carry.
+# Left out: the host's runtime and Debian's tools, and libcurl3-gnutls with what only it needs, which keeps the archive
+# within a device call's carry. Nothing the package's tests load needs them: after `using DLPack, LinearAlgebra`,
+# Libdl.dllist() holds LLVM, OpenBLAS, SuiteSparse, gmp, mpfr, pcre2, utf8proc, unwind, libedit, libffi and z3 (only
+# Pkg's libgit2 would need some of what is left out, and no test uses Pkg: the packages are in an implicit environment).
 skip='^(libc6|libstdc\+\+6|libgcc-s1|gcc-10-base|zlib1g|libcrypt1|libselinux1|libacl1|liblzma5|libbz2-1.0|perl-base|tar|dpkg|debconf|cdebconf|libdebian-installer4|libnewt0.52|libslang2|libtextwrap1|libdb5.3|libpcre3'
 skip+='|libcurl3-gnutls|libgnutls30|libnettle8|libhogweed6|libp11-kit0|libtasn1-6|libidn2-0|libunistring2|libldap-2.4-2|libsasl2-2|libsasl2-modules-db|libbrotli1|libnghttp2-14|librtmp1|libpsl5)$'
 mapfile -t packages < <(apt-cache "${apt_opts[@]}" depends --recurse --no-recommends --no-suggests --no-conflicts \
