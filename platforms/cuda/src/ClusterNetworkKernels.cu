@@ -6,8 +6,9 @@
  * layer's columns (clusterSlice), so it needs 1/S of the weights, which it
  * copies into its shared memory once at the start (cp.async, while the
  * moments load) and keeps there, instead of streaming all of them through
- * each product (what bounds fusedFittingKernel, docs/cuda-platform.md).  The values a block computes that the others need
- * (the descriptor, each layer's activations, each dE/dz and the descriptor's
+ * each product (what v15 found to bound fusedFittingKernel;
+ * docs/performance.md has the later probes).  The values a block computes
+ * that the others need (the descriptor, each layer's activations, each dE/dz and the descriptor's
  * gradient) it stores into every block's shared memory (distributed shared
  * memory), and a cluster barrier after each stage makes them visible: one
  * barrier per stage, no copies after it.
