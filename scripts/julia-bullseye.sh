@@ -7,9 +7,10 @@
 #
 #   bash scripts/julia-bullseye.sh [ROOT]      (default ROOT /tmp/graph-julia; about 170 MB downloaded, 5 minutes on 2 cores)
 #
-# Makes ROOT/julia (a wrapper with the libraries' LD_LIBRARY_PATH), ROOT/jlpkgs (the packages; OpenMMGraph is linked in
-# by bench/device/julia-capi.sh) and, for a GPU machine without network, .device/julia/julia153.txz and jlpkgs.tgz
-# (bench/device/julia-capi.sh --unpack). The packages' git repositories come from DLPACK_GIT, REQUIRES_GIT and
+# Packs .device/julia/julia153.txz and jlpkgs.tgz (what a GPU machine without network gets) and unpacks them into ROOT
+# with `bench/device/julia-capi.sh --unpack`, as the device does: ROOT/julia (a wrapper with the libraries'
+# LD_LIBRARY_PATH) and ROOT/jlpkgs (the packages; julia-capi.sh links OpenMMGraph in), so the Julia checked here is the
+# carried archive itself. The packages' git repositories come from DLPACK_GIT, REQUIRES_GIT and
 # BFLOAT16S_GIT (a local git directory, e.g. a mirror, or a URL; default: their GitHub URLs).
 #
 # Two choices that matter: libunwind8 is bullseye's 1.3.2 (with bookworm's 1.6 every exception thrown in package code
@@ -17,9 +18,10 @@
 # are the host's, never bullseye's (OpenMM's wheels need the newer libstdc++).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$(realpath -m "${1:-/tmp/graph-julia}")
+export GRAPH_JULIA_ROOT=$(realpath -m "${1:-/tmp/graph-julia}")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+root=$work/root   # the files to pack
 
 # Debian bullseye's julia and the closure of its dependencies, less the host's own runtime and Debian's tools.
 mkdir -p "$work"/apt/{lists/partial,cache/archives/partial} "$work/debs"
@@ -52,12 +54,6 @@ for lib in "$root"/usr/lib/x86_64-linux-gnu/lib*.so.*; do
     base=${lib%%.so.*}.so
     [ -e "$base" ] || ln -s "$(basename "$lib")" "$base"
 done
-cat > "$root/julia" <<EOF
-#!/bin/sh
-export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu/julia\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
-exec "$root/usr/bin/julia" "\$@"
-EOF
-chmod +x "$root/julia"
 
 # The packages at their tags, by name (an implicit environment finds NAME/src/NAME.jl).
 fetch_package() { # NAME SOURCE TAG
@@ -69,11 +65,12 @@ fetch_package DLPack "${DLPACK_GIT:-https://github.com/pabloferz/DLPack.jl}" v0.
 fetch_package Requires "${REQUIRES_GIT:-https://github.com/JuliaPackaging/Requires.jl}" v1.3.0
 fetch_package BFloat16s "${BFLOAT16S_GIT:-https://github.com/JuliaMath/BFloat16s.jl}" v0.3.0
 
-"$root/julia" -e 'VERSION == v"1.5.3" || error("not Julia 1.5.3: $VERSION"); try; error("probe"); catch e; end' ||
-    { echo "julia-bullseye: $root/julia does not run, or an exception ends it (libunwind?)" >&2; exit 1; }
-JULIA_LOAD_PATH="$root/jlpkgs:@stdlib" JULIA_DEPOT_PATH="$work/depot" "$root/julia" -e 'using DLPack; println("julia-bullseye: Julia ", VERSION, " with DLPack in '"$root"'")'
-
 mkdir -p .device/julia
 tar -C "$root" -cf - usr | xz -T0 -9 > .device/julia/julia153.txz
 tar -C "$root/jlpkgs" -czf .device/julia/jlpkgs.tgz DLPack Requires BFloat16s
+bash bench/device/julia-capi.sh --unpack
+julia=$GRAPH_JULIA_ROOT/julia
+"$julia" -e 'VERSION == v"1.5.3" || error("not Julia 1.5.3: $VERSION"); try; error("probe"); catch e; end' ||
+    { echo "julia-bullseye: $julia does not run, or an exception ends it (libunwind?)" >&2; exit 1; }
+JULIA_LOAD_PATH="$GRAPH_JULIA_ROOT/jlpkgs:@stdlib" JULIA_DEPOT_PATH="$work/depot" "$julia" -e 'using DLPack; println("julia-bullseye: DLPack loads")'
 ls -la .device/julia

@@ -14,7 +14,7 @@
 # scripts/julia-bullseye.sh makes .device/julia (and a Julia for this machine) from Debian's mirror.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-root=/tmp/graph-julia
+root=${GRAPH_JULIA_ROOT:-/tmp/graph-julia}   # scripts/julia-bullseye.sh unpacks its archive here too
 unpack() {
     [ -f .device/julia/julia153.txz ] && [ -f .device/julia/jlpkgs.tgz ] || {
         echo "julia-capi: no Julia here and none carried (.device/julia/julia153.txz, jlpkgs.tgz)" >&2
